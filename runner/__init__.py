@@ -1,0 +1,1 @@
+"""Everything that produces numbers: model, training, decoding, timing, sweeps, the CLI."""

@@ -1,0 +1,185 @@
+"""The ``decodelab`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from runner.errors import InputError
+from store.errors import StoreError
+
+app = typer.Typer(
+    help="Measure what KV caches, weight quantization and speculative decoding really buy.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True)
+report_app = typer.Typer(help="Write reports computed by decodelab's modules.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(report_app, name="report")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Store URL (else $DECODELAB_DB, else sqlite:///decodelab.db).", show_default=False),
+]
+PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed or full.")]
+SpecOption = Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")]
+
+
+def open_store(db: str | None):  # noqa: ANN201 - imported lazily to keep --help fast
+    from store.store import Store
+
+    return Store(db)
+
+
+def load_spec(preset: str | None, spec: Path | None):  # noqa: ANN201
+    from runner.sweeps import load_preset, load_spec_file
+
+    if (preset is None) == (spec is None):
+        raise InputError("give exactly one of --preset NAME or --spec FILE")
+    return load_preset(preset) if preset is not None else load_spec_file(spec)  # type: ignore[arg-type]
+
+
+@app.command()
+def train(
+    db: DbOption = None,
+    preset: PresetOption = "quick",
+    spec: SpecOption = None,
+    corpus: Annotated[str | None, typer.Option(help="A UTF-8 text file to train on instead.")] = None,
+) -> None:
+    """Train the model a spec names, or reuse the identical one already in the store."""
+    from runner.corpus import load_corpus
+    from runner.execute import log_to_stderr
+    from runner.sweeps import validate
+    from runner.train import train_or_reuse
+
+    chosen = load_spec(None if spec is not None else preset, spec)
+    if corpus is not None:
+        chosen = validate({**chosen.raw, "model": {**chosen.raw["model"], "corpus": corpus}})
+    text = load_corpus(chosen.corpus, min_length=2 * chosen.raw["model"]["context_length"])
+    store = open_store(db)
+    trained = train_or_reuse(
+        store, chosen.model_config(len(text.vocabulary)), chosen.train_config(), text, log=log_to_stderr
+    )
+    typer.echo(
+        f"model {trained.record.weights_hash}  parameters={trained.record.parameter_count:,}  "
+        f"weight_bytes={trained.record.weight_bytes:,}  train_loss={trained.record.train_loss:.4f}  "
+        f"val_loss={trained.record.val_loss:.4f}  unigram_entropy={text.unigram_entropy_nats():.4f}  "
+        f"{'reused' if trained.reused else 'trained'}"
+    )
+
+
+@app.command()
+def run(db: DbOption = None, preset: PresetOption = None, spec: SpecOption = None) -> None:
+    """Run a sweep in this process and record it (training the model first if needed)."""
+    from runner.execute import execute
+
+    chosen = load_spec(preset, spec)
+    outcome = execute(open_store(db), chosen, preset=preset)
+    typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
+
+
+@app.command()
+def enqueue(
+    db: DbOption = None,
+    preset: PresetOption = None,
+    spec: SpecOption = None,
+    machine: Annotated[str | None, typer.Option(help="Only a worker on this machine name may run it.")] = None,
+) -> None:
+    """Queue a sweep for any worker (or one machine's workers)."""
+    chosen = load_spec(preset, spec)
+    store = open_store(db)
+    job_id = store.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
+    typer.echo(f"job {job_id} queued ({chosen.cases_total()} cases){f' for machine {machine}' if machine else ''}")
+
+
+@app.command()
+def worker(
+    db: DbOption = None,
+    once: Annotated[bool, typer.Option("--once", help="Run at most one job, then exit.")] = False,
+    poll_seconds: Annotated[float, typer.Option(min=0.1, max=3600)] = 2.0,
+    stale_after_seconds: Annotated[
+        float, typer.Option(min=5, max=86400, help="Requeue a running job silent for this long.")
+    ] = 60.0,
+    max_idle_seconds: Annotated[
+        float | None, typer.Option(min=1, help="Exit after this long without a job.")
+    ] = None,
+) -> None:
+    """Claim queued jobs from the store and run them, heartbeating and reporting progress."""
+    from runner.worker import work
+
+    work(
+        open_store(db),
+        once=once,
+        poll_seconds=poll_seconds,
+        stale_after_seconds=stale_after_seconds,
+        max_idle_seconds=max_idle_seconds,
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Upgrade the store's schema to this version of decodelab."""
+    from store.engine import current_revision, head_revision
+
+    store = open_store(db)
+    typer.echo(f"store {store.masked_url} is at schema revision {current_revision(store.engine)} "
+               f"(head {head_revision()})")
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option("--out", help="File to write.")],
+    db: DbOption = None,
+    run_id: Annotated[int | None, typer.Option("--run", help="Only this run.")] = None,
+    export_format: Annotated[str, typer.Option("--format", help="csv, json or parquet.")] = "csv",
+) -> None:
+    """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit."""
+    from store.export import EXPORT_FORMATS, write_export
+
+    if export_format not in EXPORT_FORMATS:
+        raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
+    store = open_store(db)
+    if run_id is not None and not store.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    rows = write_export(store.export_rows(run_id), out, export_format)
+    typer.echo(f"wrote {rows} measurements to {out}")
+
+
+@report_app.command("context-cost")
+def report_context_cost(
+    out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),
+) -> None:
+    """The seed's context-cost report, every number computed by the counting module."""
+    from runner.reports import write_context_cost_report
+
+    if not out.is_dir():
+        raise InputError(f"--out: {str(out)!r} is not a directory")
+    for path in write_context_cost_report(out):
+        typer.echo(f"wrote {path}")
+
+
+def main() -> None:
+    try:
+        result = app(standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except (InputError, StoreError) as error:
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

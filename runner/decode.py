@@ -1,0 +1,66 @@
+"""Decoding loops: with and without the KV cache, greedy or seeded sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runner.model import CharGPT
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: list[int]
+    # Logits of every generated position (steps × vocab), kept only when asked for.
+    logits: torch.Tensor | None
+
+
+def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    if temperature == 0.0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probabilities = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(probabilities, 1, generator=generator)
+
+
+@torch.inference_mode()
+def generate(
+    model: CharGPT,
+    prompt: list[int],
+    new_tokens: int,
+    *,
+    use_cache: bool = True,
+    temperature: float = 1.0,
+    seed: int = 0,
+    keep_logits: bool = False,
+) -> Generation:
+    """Generate ``new_tokens`` after ``prompt``; temperature 0 is greedy.
+
+    Without the cache every step feeds the whole sequence so far; with it, the prompt is
+    prefilled once and each step feeds only the newest token.
+    """
+    if not prompt:
+        raise ValueError("prompt must hold at least one token")
+    if len(prompt) + new_tokens > model.config.context_length:
+        raise ValueError(
+            f"prompt ({len(prompt)}) + new tokens ({new_tokens}) exceed the model context "
+            f"({model.config.context_length})"
+        )
+    device = model.wte.weight.device
+    generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+    sequence = torch.tensor([prompt], dtype=torch.long, device=device)
+    kept: list[torch.Tensor] = []
+    cache = model.new_cache(capacity=len(prompt) + new_tokens) if use_cache else None
+    step_input = sequence
+    for _ in range(new_tokens):
+        if cache is not None:
+            logits = model.forward_cached(step_input, cache)[:, -1, :]
+        else:
+            logits = model(sequence)[:, -1, :]
+        if keep_logits:
+            kept.append(logits[0].clone())
+        token = _choose(logits, temperature, generator)
+        sequence = torch.cat([sequence, token], dim=1)
+        step_input = token
+    generated = sequence[0, len(prompt) :].tolist()
+    return Generation(tokens=generated, logits=torch.stack(kept) if keep_logits else None)

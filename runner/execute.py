@@ -1,0 +1,132 @@
+"""Execute a validated sweep spec into the store: train or reuse the model, then run every
+case of every experiment, one transaction per case, resuming a run without duplicates."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from runner.corpus import load_corpus
+from runner.errors import InputError
+from runner.experiments import ExperimentContext
+from runner.machine import code_version, fingerprint
+from runner.sweeps import SweepSpec
+from runner.timing import Harness
+from runner.train import train_or_reuse
+from store.records import CaseRecord, JobRecord
+from store.store import Store, case_key
+
+Log = Callable[[str], None]
+
+
+def log_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: int
+    cases_recorded: int
+    cases_skipped: int
+    wall_seconds: float
+
+
+def check_device(device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("device: 'cuda' was asked for but this machine has no CUDA device (allowed: cpu)")
+
+
+def execute(
+    store: Store,
+    spec: SweepSpec,
+    *,
+    preset: str | None = None,
+    job: JobRecord | None = None,
+    show_progress: bool = True,
+    log: Log = log_to_stderr,
+) -> RunOutcome:
+    """Run ``spec`` and record it; Ctrl-C or SIGTERM marks the run interrupted and re-raises."""
+    check_device(spec.device)
+    started = time.perf_counter()
+    model_spec = spec.raw["model"]
+    corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
+    model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
+    trained = train_or_reuse(store, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log)
+    model = trained.model.to(spec.device).eval()
+    machine_id = store.machine_id(fingerprint(spec.device))
+
+    if job is not None and job.run_id is not None:
+        run_id = job.run_id
+        store.resume_run(run_id)
+        log(f"resuming run {run_id}")
+    else:
+        run_id = store.start_run(
+            machine_id=machine_id,
+            spec=spec.raw,
+            code_version=code_version(),
+            model_id=trained.record.id,
+            preset=preset,
+        )
+        if job is not None:
+            store.attach_run(job.id, run_id)
+    recorded = store.recorded_case_keys(run_id)
+    plan = [
+        (experiment, case) for experiment, params in spec.experiments() for case in experiment.plan(params)
+    ]
+    total = len(plan)
+    done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
+    if job is not None:
+        store.progress(job.id, done, total)
+    context = ExperimentContext(
+        model=model,
+        model_record=trained.record,
+        corpus=corpus,
+        harness=Harness(device=spec.device),
+        device=spec.device,
+        seed=spec.seed,
+    )
+    recorded_now = 0
+    progress = tqdm(total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress,
+                    file=sys.stderr)
+    try:
+        for experiment, case in plan:
+            if (experiment.name, case_key(case)) in recorded:
+                continue
+            progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
+            torch.manual_seed(spec.seed)
+            measurements = experiment.run_case(case, context)
+            if store.record_case(run_id, CaseRecord(experiment.name, case, measurements)) is not None:
+                recorded_now += 1
+            done += 1
+            progress.update(1)
+            if job is not None:
+                store.progress(job.id, done, total)
+    except KeyboardInterrupt:
+        wall = time.perf_counter() - started
+        store.finish_run(run_id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", wall_seconds=wall)
+        if job is not None:
+            store.finish_job(job.id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)")
+        log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept")
+        raise
+    except Exception as error:
+        wall = time.perf_counter() - started
+        message = "".join(traceback.format_exception_only(error)).strip().splitlines()[-1]
+        store.finish_run(run_id, "failed", error=message, wall_seconds=wall)
+        if job is not None:
+            store.finish_job(job.id, "failed", error=message)
+        raise
+    finally:
+        progress.close()
+    wall = time.perf_counter() - started
+    store.finish_run(run_id, "done", wall_seconds=wall)
+    if job is not None:
+        store.finish_job(job.id, "done")
+    log(f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
+        f"{wall:.1f} s wall time")
+    return RunOutcome(run_id, recorded_now, total - recorded_now, wall)

@@ -1,0 +1,47 @@
+"""Experiments plug in one way: a name, the fields of their spec section, a plan of cases,
+and a function that measures one case. They never touch SQL or Streamlit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runner.corpus import Corpus
+from runner.fields import Field
+from runner.model import CharGPT
+from runner.timing import Harness
+from store.records import MeasurementRecord
+
+
+@dataclass
+class ExperimentContext:
+    """What a case may use: the trained model, its corpus, the harness, the device, a seed."""
+
+    model: CharGPT
+    model_record: Any
+    corpus: Corpus
+    harness: Harness
+    device: str
+    seed: int
+
+
+class Experiment(Protocol):
+    name: str
+    title: str
+    fields: dict[str, Field]
+
+    def plan(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The parameters of every case, in the order they run."""
+        ...
+
+    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        """Measure one case."""
+        ...
+
+
+def registry() -> dict[str, Experiment]:
+    """Every experiment, by the name its spec section uses."""
+    from runner.experiments import context_cost, training_summary
+
+    experiments: list[Experiment] = [training_summary.EXPERIMENT, context_cost.EXPERIMENT]
+    return {experiment.name: experiment for experiment in experiments}

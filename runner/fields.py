@@ -1,0 +1,113 @@
+"""Declarative fields for sweep specs: type, range, default; one error line per bad value."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import InputError
+
+
+@dataclass(frozen=True)
+class Field:
+    """One spec key. ``kind`` is int, float, str, bool, int_list or str_list.
+
+    ``maximum`` may name a model field (e.g. ``"context_length"``) for bounds that depend on
+    the model the spec trains.
+    """
+
+    kind: str
+    default: Any
+    minimum: float | None = None
+    maximum: float | str | None = None
+    choices: tuple[str, ...] | None = None
+    max_items: int = 16
+    help: str = ""
+
+    def allowed(self, model: dict[str, Any]) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        maximum = self.resolved_maximum(model)
+        low = "" if self.minimum is None else _number(self.minimum)
+        high = "" if maximum is None else _number(maximum)
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind in ("int_list", "str_list"):
+            return f"a list of 1..{self.max_items} values, each {low}..{high}".replace(" each ..", "")
+        return f"{low}..{high}"
+
+    def resolved_maximum(self, model: dict[str, Any]) -> float | None:
+        if isinstance(self.maximum, str):
+            return float(model[self.maximum])
+        return self.maximum
+
+    def check(self, path: str, value: Any, model: dict[str, Any]) -> Any:
+        """The value, converted where lossless; an InputError naming ``path`` otherwise."""
+
+        def refuse(problem: str) -> InputError:
+            return InputError(f"{path}: {problem} (allowed {self.allowed(model)})")
+
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise refuse(f"expected true or false, got {value!r}")
+            return value
+        if self.kind == "str":
+            if not isinstance(value, str):
+                raise refuse(f"expected text, got {value!r}")
+            if self.choices is not None and value not in self.choices:
+                raise refuse(f"{value!r} is not a known value")
+            if len(value) > 1000:
+                raise refuse("text longer than 1000 characters")
+            return value
+        if self.kind in ("int_list", "str_list"):
+            if not isinstance(value, list):
+                raise refuse(f"expected a list, got {value!r}")
+            if not 1 <= len(value) <= self.max_items:
+                raise refuse(f"{len(value)} values")
+            item = Field(
+                "int" if self.kind == "int_list" else "str", None, self.minimum, self.maximum, self.choices
+            )
+            checked = [item.check(f"{path}[{index}]", element, model) for index, element in enumerate(value)]
+            if len(set(checked)) != len(checked):
+                raise refuse("repeated values")
+            return checked
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise refuse(f"expected a number, got {value!r}")
+        if self.kind == "int":
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise refuse(f"expected a whole number, got {value!r}")
+                value = int(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise refuse(f"{value!r} is not a finite number")
+        maximum = self.resolved_maximum(model)
+        if self.minimum is not None and value < self.minimum:
+            raise refuse(f"{_number(value)} is below the minimum")
+        if maximum is not None and value > maximum:
+            beyond = " (the model context)" if isinstance(self.maximum, str) else ""
+            raise refuse(f"{_number(value)} is above the maximum{beyond}")
+        return value
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def check_section(path: str, raw: Any, fields: dict[str, Field], model: dict[str, Any]) -> dict[str, Any]:
+    """Every key known, every value in range; missing keys take their defaults."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a table of settings, got {raw!r}")
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise InputError(
+            f"{path}.{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(fields)) or 'none'})"
+        )
+    return {
+        name: field.check(f"{path}.{name}", raw[name], model) if name in raw else field.default
+        for name, field in fields.items()
+    }

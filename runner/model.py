@@ -1,0 +1,217 @@
+"""A GPT-2 shaped character model, readable top to bottom.
+
+Exactly GPT-2's architecture (learned positions, pre-LayerNorm with eps 1e-5, fused q/k/v,
+tanh-approximated GELU, tied lm head), so its weights load into
+``transformers.GPT2LMHeadModel`` unchanged (see ``to_gpt2_state_dict``).
+
+Two ways through the same weights:
+- ``forward(idx)``: the whole sequence at once, causal mask, no cache.
+- ``forward_cached(idx, cache)``: only the new positions; each block reads earlier K/V from a
+  preallocated cache and writes the new ones in place. One new token is a decode step;
+  k+1 tokens is a speculative verification pass. Rolling back is setting ``cache.length``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int = 128
+    n_layer: int = 3
+    n_head: int = 4
+    context_length: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class KVCache:
+    """Per-block K and V for up to ``capacity`` positions, written in place."""
+
+    def __init__(
+        self, config: ModelConfig, batch_size: int = 1, capacity: int | None = None,
+        device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.capacity = capacity or config.context_length
+        shape = (config.n_layer, batch_size, config.n_head, self.capacity, config.head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def cache_bytes(self) -> int:
+        """Bytes actually holding K and V for the positions written so far."""
+        per_position = self.keys[:, :, :, :1].numel() * self.keys.element_size()
+        return 2 * per_position * self.length
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model)
+        self.c_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch, time, width = x.shape
+        q, k, v = self.c_attn(x).split(width, dim=2)
+        shape = (batch, time, self.n_head, self.head_dim)
+        return (
+            q.view(shape).transpose(1, 2),
+            k.view(shape).transpose(1, 2),
+            v.view(shape).transpose(1, 2),
+        )
+
+    def _merge(self, y: torch.Tensor) -> torch.Tensor:
+        batch, _, time, _ = y.shape
+        return self.c_proj(y.transpose(1, 2).reshape(batch, time, self.n_head * self.head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._heads(x)
+        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+    def forward_cached(self, x: torch.Tensor, layer: int, cache: KVCache) -> torch.Tensor:
+        q, k, v = self._heads(x)
+        start, new = cache.length, x.shape[1]
+        end = start + new
+        cache.keys[layer, :, :, start:end] = k
+        cache.values[layer, :, :, start:end] = v
+        keys, values = cache.keys[layer, :, :, :end], cache.values[layer, :, :, :end]
+        if new == 1:
+            # One query sees every cached position: no mask needed.
+            y = F.scaled_dot_product_attention(q, keys, values)
+        else:
+            # New position i (absolute start+i) may see absolute positions 0..start+i.
+            allowed = torch.ones(new, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
+        return self._merge(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.d_model, 4 * config.d_model)
+        self.c_proj = nn.Linear(4 * config.d_model, config.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model, eps=1e-5)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.d_model, eps=1e-5)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+    def forward_cached(self, x: torch.Tensor, layer: int, cache: KVCache) -> torch.Tensor:
+        x = x + self.attn.forward_cached(self.ln_1(x), layer, cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class CharGPT(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe = nn.Embedding(config.context_length, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model, eps=1e-5)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        self.apply(self._init_weights)
+        # GPT-2's scaled init of the residual projections.
+        for name, parameter in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(parameter, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def parameter_count(self) -> int:
+        """Distinct parameters (the tied lm head counted once)."""
+        return sum(parameter.numel() for parameter in self.parameters())
+
+    def weight_bytes(self) -> int:
+        return sum(parameter.numel() * parameter.element_size() for parameter in self.parameters())
+
+    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        end = start + idx.shape[1]
+        if end > self.config.context_length:
+            raise ValueError(f"position {end - 1} is past the model context ({self.config.context_length})")
+        return self.wte(idx) + self.wpe(torch.arange(start, end, device=idx.device))
+
+    def forward(self, idx: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+        """Logits for every position of ``idx`` (batch, time), no cache."""
+        x = self._embed(idx, position_offset)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits for the new positions ``idx`` continuing what ``cache`` holds."""
+        if cache.length + idx.shape[1] > cache.capacity:
+            raise ValueError(f"cache holds at most {cache.capacity} positions")
+        x = self._embed(idx, cache.length)
+        for layer, block in enumerate(self.blocks):
+            x = block.forward_cached(x, layer, cache)
+        cache.length += idx.shape[1]
+        return self.lm_head(self.ln_f(x))
+
+    def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
+        weight = self.wte.weight
+        return KVCache(self.config, batch_size, capacity, device=weight.device, dtype=weight.dtype)
+
+
+def to_gpt2_state_dict(model: CharGPT) -> dict[str, torch.Tensor]:
+    """The same weights under ``transformers.GPT2LMHeadModel``'s names (Conv1D is (in, out))."""
+    state: dict[str, torch.Tensor] = {
+        "transformer.wte.weight": model.wte.weight.detach(),
+        "transformer.wpe.weight": model.wpe.weight.detach(),
+        "transformer.ln_f.weight": model.ln_f.weight.detach(),
+        "transformer.ln_f.bias": model.ln_f.bias.detach(),
+        "lm_head.weight": model.wte.weight.detach(),
+    }
+    for index, block in enumerate(model.blocks):
+        prefix = f"transformer.h.{index}."
+        assert isinstance(block, Block)
+        for ours, theirs in (("ln_1", "ln_1"), ("ln_2", "ln_2")):
+            layer_norm = getattr(block, ours)
+            state[prefix + theirs + ".weight"] = layer_norm.weight.detach()
+            state[prefix + theirs + ".bias"] = layer_norm.bias.detach()
+        for name, linear in (
+            ("attn.c_attn", block.attn.c_attn),
+            ("attn.c_proj", block.attn.c_proj),
+            ("mlp.c_fc", block.mlp.c_fc),
+            ("mlp.c_proj", block.mlp.c_proj),
+        ):
+            state[prefix + name + ".weight"] = linear.weight.detach().t().contiguous()
+            state[prefix + name + ".bias"] = linear.bias.detach()
+    return state

@@ -1,0 +1,154 @@
+"""Sweep specs: TOML files (presets ship in ``runner/presets``) and the one validator that
+the CLI, the worker and the dashboard form all use.
+
+A spec names the model to train (or reuse), the device, and one table per experiment:
+
+    name = "quick"
+    device = "cpu"
+    [model]        d_model, n_layer, n_head, context_length, corpus
+    [train]        steps, batch_size, sequence_length, learning_rate, seed
+    [experiments.kv_cache]   that experiment's fields
+
+Validation happens before anything is written; the validated spec (defaults filled in) is
+what runs and what the store keeps.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from runner.errors import InputError
+from runner.experiments import Experiment, registry
+from runner.fields import Field, check_section
+from runner.model import ModelConfig
+from runner.train import TrainConfig
+
+PRESETS = ("quick", "seed", "full")
+
+TOP_FIELDS = {
+    "name": Field("str", "custom"),
+    "description": Field("str", ""),
+    "device": Field("str", "cpu", choices=("cpu", "cuda")),
+    "seed": Field("int", 1234, 0, 2**31 - 1),
+}
+MODEL_FIELDS = {
+    "d_model": Field("int", 128, 8, 2048),
+    "n_layer": Field("int", 3, 1, 48),
+    "n_head": Field("int", 4, 1, 64),
+    "context_length": Field("int", 1024, 16, 8192),
+    "corpus": Field("str", "default", help="'default' or the path of a UTF-8 text file"),
+}
+TRAIN_FIELDS = {
+    "steps": Field("int", 1000, 1, 1_000_000),
+    "batch_size": Field("int", 32, 1, 1024),
+    "sequence_length": Field("int", 128, 2, "context_length"),
+    "learning_rate": Field("float", 3e-3, 1e-6, 1.0),
+    "seed": Field("int", 1337, 0, 2**31 - 1),
+}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated spec: every key known, every value in range, defaults filled in."""
+
+    raw: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.raw["name"])
+
+    @property
+    def device(self) -> str:
+        return str(self.raw["device"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.raw["seed"])
+
+    @property
+    def corpus(self) -> str:
+        return str(self.raw["model"]["corpus"])
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        model = {key: value for key, value in self.raw["model"].items() if key != "corpus"}
+        return ModelConfig(vocab_size=vocab_size, **model)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**self.raw["train"])
+
+    def experiments(self) -> list[tuple[Experiment, dict[str, Any]]]:
+        known = registry()
+        return [(known[name], params) for name, params in self.raw["experiments"].items()]
+
+    def cases_total(self) -> int:
+        return sum(len(experiment.plan(params)) for experiment, params in self.experiments())
+
+
+def validate(raw: Any) -> SweepSpec:
+    """Check a parsed spec; raise InputError naming the first bad field and its allowed range."""
+    if not isinstance(raw, dict):
+        raise InputError(f"spec: expected a table of settings, got {type(raw).__name__}")
+    sections = {"model", "train", "experiments"}
+    unknown = sorted(set(raw) - set(TOP_FIELDS) - sections)
+    if unknown:
+        raise InputError(
+            f"{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(set(TOP_FIELDS) | sections))})"
+        )
+    top = {name: raw.get(name) for name in TOP_FIELDS if name in raw}
+    checked: dict[str, Any] = check_section("spec", top, TOP_FIELDS, {})
+    model = check_section("model", raw.get("model"), MODEL_FIELDS, {})
+    if model["d_model"] % model["n_head"]:
+        raise InputError(
+            f"model.n_head: {model['n_head']} does not divide d_model {model['d_model']} "
+            "(allowed: a divisor of d_model)"
+        )
+    checked["model"] = model
+    checked["train"] = check_section("train", raw.get("train"), TRAIN_FIELDS, model)
+    experiments = raw.get("experiments")
+    if not isinstance(experiments, dict) or not experiments:
+        known = ", ".join(sorted(registry()))
+        raise InputError(f"experiments: the spec names no experiment (allowed: {known})")
+    known_experiments = registry()
+    checked["experiments"] = {}
+    for name, params in experiments.items():
+        if name not in known_experiments:
+            raise InputError(
+                f"experiments.{name}: unknown experiment (allowed: {', '.join(sorted(known_experiments))})"
+            )
+        checked["experiments"][name] = check_section(
+            f"experiments.{name}", params, known_experiments[name].fields, model
+        )
+    return SweepSpec(checked)
+
+
+def parse_toml(text: str, source: str = "spec") -> SweepSpec:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"{source}: not valid TOML ({error})") from None
+    return validate(raw)
+
+
+def load_spec_file(path: str | Path) -> SweepSpec:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"--spec: {str(path)!r} is not a file")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as error:
+        raise InputError(f"--spec: cannot read {str(path)!r} as UTF-8 text ({error})") from None
+    return parse_toml(text, source=str(path))
+
+
+def preset_text(name: str) -> str:
+    if name not in PRESETS:
+        raise InputError(f"--preset: {name!r} is not a preset (allowed: {', '.join(PRESETS)})")
+    return resources.files("runner").joinpath("presets", f"{name}.toml").read_text(encoding="utf-8")
+
+
+def load_preset(name: str) -> SweepSpec:
+    return parse_toml(preset_text(name), source=f"preset {name}")

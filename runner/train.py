@@ -1,0 +1,193 @@
+"""Seeded AdamW training with a progress bar, and checkpoints shared through the store.
+
+A checkpoint is stored once by the hash of its weights; its recipe hash (model config,
+training config, corpus hash) lets ``decodelab train`` find it again instead of retraining,
+on this machine or any other that shares the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from runner.corpus import Corpus
+from runner.model import CharGPT, ModelConfig
+from store.records import ModelRecord
+
+EVALUATION_WINDOWS = 64
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1200
+    batch_size: int = 32
+    sequence_length: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    seed: int = 1337
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    model: CharGPT
+    record: ModelRecord
+    reused: bool
+
+
+def recipe_hash(model_config: ModelConfig, train_config: TrainConfig, corpus_hash: str) -> str:
+    recipe = {"model": model_config.to_dict(), "train": asdict(train_config), "corpus": corpus_hash}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def weights_hash(model: CharGPT) -> str:
+    digest = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def serialize(model: CharGPT) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"config": model.config.to_dict(), "state_dict": model.state_dict()}, buffer)
+    return buffer.getvalue()
+
+
+def deserialize(weights: bytes) -> CharGPT:
+    checkpoint = torch.load(io.BytesIO(weights), weights_only=True, map_location="cpu")
+    model = CharGPT(ModelConfig(**checkpoint["config"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval()
+
+
+def _learning_rate(step: int, config: TrainConfig) -> float:
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.inference_mode()
+def evaluate_loss(model: CharGPT, tokens: torch.Tensor, sequence_length: int) -> float:
+    """Mean next-character loss over fixed, non-overlapping windows (deterministic)."""
+    windows = min(EVALUATION_WINDOWS, (len(tokens) - 1) // sequence_length)
+    if windows < 1:
+        raise ValueError("evaluation text is shorter than one window")
+    starts = torch.arange(windows) * sequence_length
+    inputs = torch.stack([tokens[start : start + sequence_length] for start in starts])
+    targets = torch.stack([tokens[start + 1 : start + 1 + sequence_length] for start in starts])
+    logits = model(inputs)
+    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
+
+
+def train(
+    model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus, *, show_progress: bool = True
+) -> tuple[CharGPT, float, float]:
+    """Train from a seeded initialisation; returns the model, train loss and validation loss."""
+    torch.manual_seed(train_config.seed)
+    model = CharGPT(model_config)
+    train_tokens, validation_tokens = corpus.split()
+    length = train_config.sequence_length
+    generator = torch.Generator().manual_seed(train_config.seed)
+    decay = [p for name, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for name, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train_config.learning_rate,
+        betas=(0.9, 0.99),
+    )
+    model.train()
+    progress = tqdm(
+        range(train_config.steps), desc="training", unit="step", disable=not show_progress, file=sys.stderr
+    )
+    running_loss = float("nan")
+    for step in progress:
+        starts = torch.randint(0, len(train_tokens) - length - 1, (train_config.batch_size,), generator=generator)
+        inputs = torch.stack([train_tokens[start : start + length] for start in starts])
+        targets = torch.stack([train_tokens[start + 1 : start + 1 + length] for start in starts])
+        # A random position offset trains every row of the position table, so the model
+        # decodes sensibly out to its full context although it trains on short windows.
+        offset = int(torch.randint(0, model_config.context_length - length + 1, (1,), generator=generator))
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, train_config)
+        logits = model(inputs, position_offset=offset)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        running_loss = loss.item() if step == 0 else 0.95 * running_loss + 0.05 * loss.item()
+        if step % 10 == 0 or step == train_config.steps - 1:
+            progress.set_postfix(loss=f"{running_loss:.3f}")
+    model.eval()
+    return (
+        model,
+        evaluate_loss(model, train_tokens, length),
+        evaluate_loss(model, validation_tokens, length),
+    )
+
+
+def make_record(
+    model: CharGPT, train_config: TrainConfig, corpus: Corpus, train_loss: float, val_loss: float
+) -> ModelRecord:
+    return ModelRecord(
+        weights_hash=weights_hash(model),
+        recipe_hash=recipe_hash(model.config, train_config, corpus.content_hash),
+        config={"model": model.config.to_dict(), "train": asdict(train_config), "corpus_source": corpus.source},
+        corpus_hash=corpus.content_hash,
+        train_loss=train_loss,
+        val_loss=val_loss,
+        parameter_count=model.parameter_count(),
+        weight_bytes=model.weight_bytes(),
+        weights=serialize(model),
+    )
+
+
+class ModelStore(Protocol):
+    """What training needs of a store: find a checkpoint by recipe, save one."""
+
+    def find_model(
+        self, *, recipe_hash: str | None = None, weights_hash: str | None = None
+    ) -> ModelRecord | None: ...
+
+    def save_model(self, model: ModelRecord) -> int: ...
+
+
+def train_or_reuse(
+    store: ModelStore,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus,
+    *,
+    show_progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> TrainedModel:
+    """Load the stored checkpoint for this recipe, or train one and store it."""
+    wanted = recipe_hash(model_config, train_config, corpus.content_hash)
+    found = store.find_model(recipe_hash=wanted)
+    if found is not None:
+        log(f"reusing stored model {found.weights_hash[:12]} (val loss {found.val_loss:.4f}); no training needed")
+        return TrainedModel(model=deserialize(found.weights), record=found, reused=True)
+    log(
+        f"training d_model={model_config.d_model} n_layer={model_config.n_layer} n_head={model_config.n_head} "
+        f"for {train_config.steps} steps on {len(corpus.text):,} characters ({corpus.source})"
+    )
+    model, train_loss, val_loss = train(model_config, train_config, corpus, show_progress=show_progress)
+    record = make_record(model, train_config, corpus, train_loss, val_loss)
+    model_id = store.save_model(record)
+    log(
+        f"validation loss {val_loss:.4f} nats/char vs unigram entropy {corpus.unigram_entropy_nats():.4f}; "
+        f"stored as {record.weights_hash[:12]}"
+    )
+    return TrainedModel(model=model, record=ModelRecord(**{**record.__dict__, "id": model_id}), reused=False)

@@ -1,0 +1,1 @@
+"""The experiment store: schema, engine, write/read API and job queue (SQLite or PostgreSQL)."""

@@ -1,0 +1,149 @@
+"""Where the store lives and how to open it: URL resolution, engines, schema revisions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+
+from store.errors import StoreError
+
+DEFAULT_URL = "sqlite:///decodelab.db"
+MIGRATIONS_DIRECTORY = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def resolve_url(explicit: str | None = None) -> str:
+    """``--db URL``, else ``DECODELAB_DB``, else a SQLite file in the working directory."""
+    return explicit or os.environ.get("DECODELAB_DB") or DEFAULT_URL
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with any password replaced by ``***``: the only form that may be printed."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return "<unparseable store URL>"
+    return parsed.render_as_string(hide_password=True)
+
+
+def parse_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(
+            f"store URL {mask_url(url)!r} is malformed: expected sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
+        ) from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"store URL backend {parsed.get_backend_name()!r} is not supported: use sqlite or postgresql"
+        )
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        # Plain postgresql:// would pick psycopg2, which decodelab does not install.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event issue BEGIN itself, so writers can take the lock up front.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection: Any) -> None:
+        # A write transaction takes the write lock at BEGIN, waiting up to the busy timeout,
+        # instead of failing with "database is locked" when a read later upgrades to a write.
+        immediate = connection.get_execution_options().get("sqlite_immediate", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def create_store_engine(url: str) -> Engine:
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:":
+            path = Path(database)
+            if path.parent and not path.parent.exists():
+                raise StoreError(f"store directory {str(path.parent)!r} does not exist")
+            if path.exists() and path.stat().st_size > 0:
+                with open(path, "rb") as handle:
+                    if handle.read(16) != b"SQLite format 3\x00":
+                        raise StoreError(f"{database!r} is not a SQLite database")
+        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIRECTORY))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def describe_connection_error(url: str, error: Exception) -> str:
+    first_line = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else ""
+    safe = first_line.replace(make_url(url).password or "\0", "***") if "://" in url else first_line
+    return f"cannot open store {mask_url(url)}: {safe}"
+
+
+def check_and_upgrade(engine: Engine, url: str, auto_upgrade: bool = True) -> None:
+    """Bring an older schema to head (or say the command); refuse a newer one."""
+    try:
+        revision = current_revision(engine)
+        has_tables = bool(inspect(engine).get_table_names())
+    except (OperationalError, DatabaseError) as error:
+        raise StoreError(describe_connection_error(url, error)) from None
+    head = head_revision()
+    if revision == head:
+        return
+    known = {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if revision is not None and revision not in known:
+        raise StoreError(
+            f"store {mask_url(url)} has schema revision {revision}, newer than this decodelab "
+            f"understands (head {head}): upgrade decodelab"
+        )
+    if revision is None and has_tables:
+        raise StoreError(f"store {mask_url(url)} holds tables that decodelab did not create")
+    if not auto_upgrade:
+        raise StoreError(
+            f"store {mask_url(url)} is at schema revision {revision}, older than {head}: "
+            f"run `decodelab db upgrade --db {mask_url(url)}`"
+        )
+    upgrade(engine)

@@ -1,0 +1,78 @@
+"""Plain records that cross the line between the runner and the store (no SQL here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One raw timing: which pair it belongs to, which side (A baseline, B candidate)."""
+
+    pair_index: int
+    side: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MeasurementRecord:
+    metric: str
+    value: float
+    unit: str
+    samples: tuple[SampleRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One parameter point of one experiment and everything measured at it."""
+
+    experiment: str
+    params: dict[str, Any]
+    measurements: tuple[MeasurementRecord, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class MachineRecord:
+    name: str
+    cpu_model: str
+    cores: int
+    memory_bytes: int
+    os: str
+    python_version: str
+    torch_version: str
+    threads: int
+    device: str
+    gpu_name: str | None
+
+    def fingerprint(self) -> str:
+        """Hash of everything but the name: two hosts with identical setups compare as one."""
+        import hashlib
+        import json
+
+        fields = {key: value for key, value in self.__dict__.items() if key != "name"}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    weights_hash: str
+    recipe_hash: str
+    config: dict[str, Any]
+    corpus_hash: str
+    train_loss: float
+    val_loss: float
+    parameter_count: int
+    weight_bytes: int
+    weights: bytes
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    spec: dict[str, Any]
+    preset: str | None
+    machine_name: str | None
+    run_id: int | None
+    attempts: int

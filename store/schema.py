@@ -1,0 +1,176 @@
+"""The experiment store's tables: machine, model, run, case, measurement, sample, job.
+
+Every schema change goes through an Alembic migration in ``store/migrations/versions``;
+these classes must always describe the head revision.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Machine(Base):
+    """A fingerprint of the hardware and software a run executed on."""
+
+    __tablename__ = "machine"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    cpu_model: Mapped[str] = mapped_column(String(300))
+    cores: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    os: Mapped[str] = mapped_column(String(300))
+    python_version: Mapped[str] = mapped_column(String(50))
+    torch_version: Mapped[str] = mapped_column(String(50))
+    threads: Mapped[int] = mapped_column(Integer)
+    device: Mapped[str] = mapped_column(String(50))
+    gpu_name: Mapped[str | None] = mapped_column(String(300))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class Model(Base):
+    """A trained checkpoint, stored once by the hash of its weights and config."""
+
+    __tablename__ = "model"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    weights_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # Hash of (model config, training config, corpus): lets `train` reuse a checkpoint.
+    recipe_hash: Mapped[str] = mapped_column(String(64), index=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    corpus_hash: Mapped[str] = mapped_column(String(64))
+    train_loss: Mapped[float] = mapped_column(Float)
+    val_loss: Mapped[float] = mapped_column(Float)
+    parameter_count: Mapped[int] = mapped_column(Integer)
+    weight_bytes: Mapped[int] = mapped_column(BigInteger)
+    weights: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class Run(Base):
+    """One execution of a sweep on one machine."""
+
+    __tablename__ = "run"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machine.id"))
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    preset: Mapped[str | None] = mapped_column(String(100))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    code_version: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column()
+    wall_seconds: Mapped[float | None] = mapped_column(Float)
+
+    machine: Mapped[Machine] = relationship()
+    model: Mapped[Model | None] = relationship()
+    cases: Mapped[list[Case]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+    __table_args__ = (
+        Index("ix_run_started_at", "started_at"),
+        Index("ix_run_machine_started_at", "machine_id", "started_at"),
+    )
+
+
+class Case(Base):
+    """One parameter point of one experiment inside a run."""
+
+    __tablename__ = "case"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
+    experiment: Mapped[str] = mapped_column(String(100))
+    # Canonical JSON of the params: a resumed run skips cases whose key it already holds.
+    case_key: Mapped[str] = mapped_column(String(1000))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+    run: Mapped[Run] = relationship(back_populates="cases")
+
+    __table_args__ = (UniqueConstraint("run_id", "experiment", "case_key", name="uq_case_run_key"),)
+
+
+class Measurement(Base):
+    """One named value of a case, with its unit."""
+
+    __tablename__ = "measurement"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("case.id", ondelete="CASCADE"))
+    # Denormalised from the case so the dashboard's queries need no join to filter.
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
+    experiment: Mapped[str] = mapped_column(String(100))
+    metric: Mapped[str] = mapped_column(String(100))
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(30))
+
+    __table_args__ = (
+        Index("ix_measurement_run_experiment_metric", "run_id", "experiment", "metric"),
+        Index("ix_measurement_experiment_metric", "experiment", "metric"),
+        Index("ix_measurement_case", "case_id"),
+    )
+
+
+class Sample(Base):
+    """One raw timing behind a measurement: pair index, side (A/B) and seconds."""
+
+    __tablename__ = "sample"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("measurement.id", ondelete="CASCADE"))
+    pair_index: Mapped[int] = mapped_column(Integer)
+    side: Mapped[str] = mapped_column(String(1))
+    seconds: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_sample_measurement", "measurement_id"),)
+
+
+class Job(Base):
+    """A queued sweep, optionally pinned to a machine name, with progress and heartbeat."""
+
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    preset: Mapped[str | None] = mapped_column(String(100))
+    machine_name: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20), default="queued")
+    worker: Mapped[str | None] = mapped_column(String(200))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id"))
+    cases_done: Mapped[int] = mapped_column(Integer, default=0)
+    cases_total: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    claimed_at: Mapped[datetime | None] = mapped_column()
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (Index("ix_job_status_created_at", "status", "created_at"),)
