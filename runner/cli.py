@@ -106,9 +106,7 @@ def worker(
     stale_after_seconds: Annotated[
         float, typer.Option(min=5, max=86400, help="Requeue a running job silent for this long.")
     ] = 60.0,
-    max_idle_seconds: Annotated[
-        float | None, typer.Option(min=1, help="Exit after this long without a job.")
-    ] = None,
+    max_idle_seconds: Annotated[float | None, typer.Option(min=1, help="Exit after this long without a job.")] = None,
 ) -> None:
     """Claim queued jobs from the store and run them, heartbeating and reporting progress."""
     from runner.worker import work
@@ -128,8 +126,9 @@ def db_upgrade(db: DbOption = None) -> None:
     from store.engine import current_revision, head_revision
 
     store = open_store(db)
-    typer.echo(f"store {store.masked_url} is at schema revision {current_revision(store.engine)} "
-               f"(head {head_revision()})")
+    typer.echo(
+        f"store {store.masked_url} is at schema revision {current_revision(store.engine)} (head {head_revision()})"
+    )
 
 
 @app.command()

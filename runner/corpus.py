@@ -87,13 +87,9 @@ def load_corpus(source: str = DEFAULT_CORPUS, min_length: int = 0) -> Corpus:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise InputError(
-                f"corpus: {source!r} is not UTF-8 text (invalid byte at offset {error.start})"
-            ) from None
+            raise InputError(f"corpus: {source!r} is not UTF-8 text (invalid byte at offset {error.start})") from None
     if len(text) < max(min_length, 2):
-        raise InputError(
-            f"corpus: {source!r} has {len(text)} characters, fewer than two model contexts ({min_length})"
-        )
+        raise InputError(f"corpus: {source!r} has {len(text)} characters, fewer than two model contexts ({min_length})")
     if len(set(text)) < 2:
         raise InputError(f"corpus: {source!r} uses fewer than two distinct characters")
     return Corpus(text=text, source=source)

@@ -76,9 +76,7 @@ def execute(
         if job is not None:
             store.attach_run(job.id, run_id)
     recorded = store.recorded_case_keys(run_id)
-    plan = [
-        (experiment, case) for experiment, params in spec.experiments() for case in experiment.plan(params)
-    ]
+    plan = [(experiment, case) for experiment, params in spec.experiments() for case in experiment.plan(params)]
     total = len(plan)
     done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
     if job is not None:
@@ -92,8 +90,9 @@ def execute(
         seed=spec.seed,
     )
     recorded_now = 0
-    progress = tqdm(total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress,
-                    file=sys.stderr)
+    progress = tqdm(
+        total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
+    )
     try:
         for experiment, case in plan:
             if (experiment.name, case_key(case)) in recorded:
@@ -127,6 +126,8 @@ def execute(
     store.finish_run(run_id, "done", wall_seconds=wall)
     if job is not None:
         store.finish_job(job.id, "done")
-    log(f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
-        f"{wall:.1f} s wall time")
+    log(
+        f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
+        f"{wall:.1f} s wall time"
+    )
     return RunOutcome(run_id, recorded_now, total - recorded_now, wall)

@@ -65,9 +65,7 @@ class Field:
                 raise refuse(f"expected a list, got {value!r}")
             if not 1 <= len(value) <= self.max_items:
                 raise refuse(f"{len(value)} values")
-            item = Field(
-                "int" if self.kind == "int_list" else "str", None, self.minimum, self.maximum, self.choices
-            )
+            item = Field("int" if self.kind == "int_list" else "str", None, self.minimum, self.maximum, self.choices)
             checked = [item.check(f"{path}[{index}]", element, model) for index, element in enumerate(value)]
             if len(set(checked)) != len(checked):
                 raise refuse("repeated values")
@@ -104,9 +102,7 @@ def check_section(path: str, raw: Any, fields: dict[str, Field], model: dict[str
         raise InputError(f"{path}: expected a table of settings, got {raw!r}")
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise InputError(
-            f"{path}.{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(fields)) or 'none'})"
-        )
+        raise InputError(f"{path}.{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(fields)) or 'none'})")
     return {
         name: field.check(f"{path}.{name}", raw[name], model) if name in raw else field.default
         for name, field in fields.items()

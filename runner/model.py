@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -45,8 +46,12 @@ class KVCache:
     """Per-block K and V for up to ``capacity`` positions, written in place."""
 
     def __init__(
-        self, config: ModelConfig, batch_size: int = 1, capacity: int | None = None,
-        device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+        self,
+        config: ModelConfig,
+        batch_size: int = 1,
+        capacity: int | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.capacity = capacity or config.context_length
         shape = (config.n_layer, batch_size, config.n_head, self.capacity, config.head_dim)
@@ -180,7 +185,7 @@ class CharGPT(nn.Module):
         if cache.length + idx.shape[1] > cache.capacity:
             raise ValueError(f"cache holds at most {cache.capacity} positions")
         x = self._embed(idx, cache.length)
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(cast(list[Block], self.blocks)):
             x = block.forward_cached(x, layer, cache)
         cache.length += idx.shape[1]
         return self.lm_head(self.ln_f(x))

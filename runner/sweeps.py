@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from runner.model import ModelConfig
 from runner.train import TrainConfig
 
 PRESETS = ("quick", "seed", "full")
+PRESET_DIRECTORY = Path(__file__).parent / "presets"
 
 TOP_FIELDS = {
     "name": Field("str", "custom"),
@@ -95,9 +95,7 @@ def validate(raw: Any) -> SweepSpec:
     sections = {"model", "train", "experiments"}
     unknown = sorted(set(raw) - set(TOP_FIELDS) - sections)
     if unknown:
-        raise InputError(
-            f"{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(set(TOP_FIELDS) | sections))})"
-        )
+        raise InputError(f"{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(set(TOP_FIELDS) | sections))})")
     top = {name: raw.get(name) for name in TOP_FIELDS if name in raw}
     checked: dict[str, Any] = check_section("spec", top, TOP_FIELDS, {})
     model = check_section("model", raw.get("model"), MODEL_FIELDS, {})
@@ -147,7 +145,7 @@ def load_spec_file(path: str | Path) -> SweepSpec:
 def preset_text(name: str) -> str:
     if name not in PRESETS:
         raise InputError(f"--preset: {name!r} is not a preset (allowed: {', '.join(PRESETS)})")
-    return resources.files("runner").joinpath("presets", f"{name}.toml").read_text(encoding="utf-8")
+    return (PRESET_DIRECTORY / f"{name}.toml").read_text(encoding="utf-8")
 
 
 def load_preset(name: str) -> SweepSpec:

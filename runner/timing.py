@@ -113,9 +113,7 @@ class Harness:
         self._warm(function)
         return MinOfN(tuple(self.time_once(function) for _ in range(repeats)))
 
-    def paired(
-        self, baseline: Callable[[], object], candidate: Callable[[], object], pairs: int = 5
-    ) -> Paired:
+    def paired(self, baseline: Callable[[], object], candidate: Callable[[], object], pairs: int = 5) -> Paired:
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
         self._warm(baseline, candidate)

@@ -12,8 +12,8 @@ import io
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import torch
@@ -108,9 +108,7 @@ def train(
         betas=(0.9, 0.99),
     )
     model.train()
-    progress = tqdm(
-        range(train_config.steps), desc="training", unit="step", disable=not show_progress, file=sys.stderr
-    )
+    progress = tqdm(range(train_config.steps), desc="training", unit="step", disable=not show_progress, file=sys.stderr)
     running_loss = float("nan")
     for step in progress:
         starts = torch.randint(0, len(train_tokens) - length - 1, (train_config.batch_size,), generator=generator)
@@ -157,9 +155,7 @@ def make_record(
 class ModelStore(Protocol):
     """What training needs of a store: find a checkpoint by recipe, save one."""
 
-    def find_model(
-        self, *, recipe_hash: str | None = None, weights_hash: str | None = None
-    ) -> ModelRecord | None: ...
+    def find_model(self, *, recipe_hash: str | None = None, weights_hash: str | None = None) -> ModelRecord | None: ...
 
     def save_model(self, model: ModelRecord) -> int: ...
 

@@ -54,8 +54,9 @@ class Heartbeat:
         self._thread.join(timeout=self._every + 1)
 
 
-def run_job(store: Store, job: JobRecord, worker: str, *, heartbeat_seconds: float, show_progress: bool,
-            log: Log) -> None:
+def run_job(
+    store: Store, job: JobRecord, worker: str, *, heartbeat_seconds: float, show_progress: bool, log: Log
+) -> None:
     try:
         spec = validate(job.spec)
     except InputError as error:

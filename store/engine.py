@@ -44,9 +44,7 @@ def parse_url(url: str) -> URL:
             "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
         ) from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise StoreError(
-            f"store URL backend {parsed.get_backend_name()!r} is not supported: use sqlite or postgresql"
-        )
+        raise StoreError(f"store URL backend {parsed.get_backend_name()!r} is not supported: use sqlite or postgresql")
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         # Plain postgresql:// would pick psycopg2, which decodelab does not install.
         parsed = parsed.set(drivername="postgresql+psycopg")

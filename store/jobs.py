@@ -27,9 +27,11 @@ class JobQueue:
 
     backend: str
 
-    def read(self) -> AbstractContextManager[Session]: ...  # pragma: no cover - provided by Store
+    def read(self) -> AbstractContextManager[Session]:  # pragma: no cover - provided by Store
+        raise NotImplementedError
 
-    def write(self) -> AbstractContextManager[Session]: ...  # pragma: no cover - provided by Store
+    def write(self) -> AbstractContextManager[Session]:  # pragma: no cover - provided by Store
+        raise NotImplementedError
 
     def enqueue(
         self,

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     JSON,
+    BigInteger,
     DateTime,
     Float,
     ForeignKey,

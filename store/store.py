@@ -13,6 +13,7 @@ import pandas as pd
 from sqlalchemy import Select, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.expression import Selectable
 
 from store.engine import check_and_upgrade, create_store_engine, mask_url, resolve_url
 from store.errors import StoreError
@@ -39,9 +40,7 @@ class Store(JobQueue):
         check_and_upgrade(self.engine, self.url, auto_upgrade=auto_upgrade)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         # Writers on SQLite take the write lock at BEGIN (see store.engine); PostgreSQL ignores it.
-        self._writer = sessionmaker(
-            self.engine.execution_options(sqlite_immediate=True), expire_on_commit=False
-        )
+        self._writer = sessionmaker(self.engine.execution_options(sqlite_immediate=True), expire_on_commit=False)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -150,9 +149,7 @@ class Store(JobQueue):
 
     def resume_run(self, run_id: int) -> None:
         with self.write() as session:
-            session.execute(
-                update(Run).where(Run.id == run_id).values(status="running", error=None, finished_at=None)
-            )
+            session.execute(update(Run).where(Run.id == run_id).values(status="running", error=None, finished_at=None))
 
     def record_case(self, run_id: int, case: CaseRecord) -> int | None:
         """Write a case, its measurements and their samples in one transaction.
@@ -216,7 +213,7 @@ class Store(JobQueue):
 
     # ---- read API for the dashboard ------------------------------------------------------
 
-    def _frame(self, query: Select[Any]) -> pd.DataFrame:
+    def _frame(self, query: Selectable) -> pd.DataFrame:
         with self.engine.connect() as connection:
             return pd.read_sql(query, connection)
 
@@ -288,9 +285,7 @@ class Store(JobQueue):
 
     def metric_across_runs(self, experiment: str, metric: str, machines: Sequence[str] | None = None) -> pd.DataFrame:
         """One metric of one experiment over every run and machine."""
-        query = self._measurement_query().where(
-            Measurement.experiment == experiment, Measurement.metric == metric
-        )
+        query = self._measurement_query().where(Measurement.experiment == experiment, Measurement.metric == metric)
         if machines:
             query = query.where(Machine.name.in_(list(machines)))
         return self._decode_params(self._frame(query))

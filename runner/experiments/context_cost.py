@@ -183,7 +183,7 @@ class ContextCost:
     def run_case(self, case: dict[str, Any], context: Any = None) -> tuple[MeasurementRecord, ...]:
         n, d_model, d_ff = case["n"], case["d_model"], case["d_ff"]
         if case["part"] == "table":
-            (_, quad, linear, total), = cost_table([n], d_model, d_ff)
+            ((_, quad, linear, total),) = cost_table([n], d_model, d_ff)
             return (
                 MeasurementRecord("quad_mults", quad, "multiplications"),
                 MeasurementRecord("linear_mults", linear, "multiplications"),
@@ -205,7 +205,9 @@ class ContextCost:
         if case["count_with_counter"]:
             counter = MulCount()
             measurements.append(
-                MeasurementRecord("per_position_mults_counted", per_position_mults(d_model, d_ff, counter), "multiplications")
+                MeasurementRecord(
+                    "per_position_mults_counted", per_position_mults(d_model, d_ff, counter), "multiplications"
+                )
             )
         return tuple(measurements)
 

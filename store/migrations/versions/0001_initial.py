@@ -82,9 +82,7 @@ def upgrade() -> None:
     op.create_table(
         "sample",
         sa.Column("id", sa.Integer, primary_key=True),
-        sa.Column(
-            "measurement_id", sa.Integer, sa.ForeignKey("measurement.id", ondelete="CASCADE"), nullable=False
-        ),
+        sa.Column("measurement_id", sa.Integer, sa.ForeignKey("measurement.id", ondelete="CASCADE"), nullable=False),
         sa.Column("pair_index", sa.Integer, nullable=False),
         sa.Column("side", sa.String(1), nullable=False),
         sa.Column("seconds", sa.Float, nullable=False),

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real SQLite file and a real PostgreSQL server for the store suite,
+and a tiny trained model for the runner tests."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY_SPEC = FIXTURES / "tiny.toml"
+
+
+def _postgres_url_or_skip() -> str:
+    url = os.environ.get("DECODELAB_TEST_PG_URL")
+    required = os.environ.get("DECODELAB_REQUIRE_PG") == "1"
+    if not url:
+        if required:
+            pytest.fail("DECODELAB_REQUIRE_PG=1 but DECODELAB_TEST_PG_URL is not set")
+        pytest.skip("no PostgreSQL server: set DECODELAB_TEST_PG_URL (CI does; see .ci/run)")
+    try:
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sa.exc.OperationalError as error:
+        if required:
+            pytest.fail(f"DECODELAB_REQUIRE_PG=1 but PostgreSQL is unreachable: {error.orig}")
+        pytest.skip(f"PostgreSQL at DECODELAB_TEST_PG_URL is unreachable: {error.orig}")
+    return url
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty schema in the test server, dropped afterwards."""
+    base = _postgres_url_or_skip()
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    url = sa.engine.make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    yield url.render_as_string(hide_password=False)
+    with admin.begin() as connection:
+        connection.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every store test runs against a SQLite file and a PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    request.applymarker(pytest.mark.postgres)
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(store_url: str):  # noqa: ANN201
+    from store.store import Store
+
+    opened = Store(store_url)
+    yield opened
+    opened.close()

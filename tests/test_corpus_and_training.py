@@ -1,0 +1,105 @@
+"""Corpus loading and refusal, seeded training, checkpoints shared through the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.corpus import load_corpus
+from runner.errors import InputError
+from runner.model import ModelConfig
+from runner.train import TrainConfig, evaluate_loss, train, train_or_reuse
+from store.store import Store
+
+
+def test_the_default_corpus_is_the_same_everywhere() -> None:
+    corpus = load_corpus()
+    assert len(corpus.text) > 100_000
+    assert corpus.content_hash == load_corpus().content_hash
+    assert corpus.decode(corpus.encode("the cache")) == "the cache"
+    train_tokens, validation_tokens = corpus.split()
+    assert len(train_tokens) + len(validation_tokens) == len(corpus.text)
+    assert 2.0 < corpus.unigram_entropy_nats() < 4.5
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "is empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "looks binary"),
+        (b"caf\xe9 au lait " * 20, "is not UTF-8 text"),
+        (b"short text", "fewer than two model contexts"),
+    ],
+)
+def test_unusable_corpus_files_are_refused(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message) as caught:
+        load_corpus(str(path), min_length=64)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_corpus_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is not a file"):
+        load_corpus(str(tmp_path / "absent.txt"))
+
+
+def test_any_utf8_file_trains(tmp_path: Path) -> None:
+    path = tmp_path / "poem.txt"
+    path.write_text("über die Brücke, o café! " * 40, encoding="utf-8")
+    corpus = load_corpus(str(path), min_length=64)
+    assert "ü" in corpus.vocabulary
+
+
+def test_a_few_training_steps_lower_the_loss() -> None:
+    corpus = load_corpus()
+    config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=1, n_head=2, context_length=64)
+    torch.manual_seed(5)
+    from runner.model import CharGPT
+
+    untrained = CharGPT(config)
+    _, validation = corpus.split()
+    before = evaluate_loss(untrained.eval(), validation, 32)
+    model, train_loss, val_loss = train(
+        config, TrainConfig(steps=60, batch_size=8, sequence_length=32, seed=5), corpus, show_progress=False
+    )
+    assert val_loss < before - 0.5
+    assert train_loss < before - 0.5
+
+
+def test_training_is_seeded() -> None:
+    corpus = load_corpus()
+    config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=16, n_layer=1, n_head=2, context_length=32)
+    recipe = TrainConfig(steps=5, batch_size=4, sequence_length=16)
+    first, _, _ = train(config, recipe, corpus, show_progress=False)
+    second, _, _ = train(config, recipe, corpus, show_progress=False)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_checkpoint_is_reused_from_the_store_with_identical_logits(sqlite_url: str) -> None:
+    corpus = load_corpus()
+    config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=16, n_layer=1, n_head=2, context_length=32)
+    recipe = TrainConfig(steps=5, batch_size=4, sequence_length=16)
+    messages: list[str] = []
+    store = Store(sqlite_url)
+    first = train_or_reuse(store, config, recipe, corpus, show_progress=False, log=messages.append)
+    assert not first.reused
+    assert "unigram entropy" in messages[-1]
+    # Another process (another machine sharing the store) opens it and gets the same weights.
+    elsewhere = Store(sqlite_url)
+    second = train_or_reuse(elsewhere, config, recipe, corpus, show_progress=False, log=messages.append)
+    assert second.reused and second.record.weights_hash == first.record.weights_hash
+    tokens = torch.tensor([corpus.encode(corpus.text[:20])])
+    assert torch.equal(second.model(tokens), first.model(tokens))
+    changed = train_or_reuse(
+        store,
+        config,
+        TrainConfig(steps=6, batch_size=4, sequence_length=16),
+        corpus,
+        show_progress=False,
+        log=messages.append,
+    )
+    assert not changed.reused, "a different recipe trains a new model"

@@ -1,0 +1,101 @@
+"""The char GPT: shapes, cached vs full forward, and parity with transformers' GPT-2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runner.corpus import load_corpus
+from runner.model import CharGPT, ModelConfig
+from runner.train import TrainConfig, deserialize, serialize, train
+
+
+def tiny_config(**overrides: int) -> ModelConfig:
+    return ModelConfig(
+        **{"vocab_size": 11, "d_model": 16, "n_layer": 2, "n_head": 2, "context_length": 32, **overrides}
+    )
+
+
+def test_forward_shapes_and_sizes() -> None:
+    torch.manual_seed(0)
+    model = CharGPT(tiny_config())
+    logits = model(torch.randint(0, 11, (3, 7)))
+    assert logits.shape == (3, 7, 11)
+    d, layers, vocab, context = 16, 2, 11, 32
+    expected = vocab * d + context * d + layers * (12 * d * d + 13 * d) + 2 * d
+    assert model.parameter_count() == expected
+    assert model.weight_bytes() == 4 * expected
+
+
+def test_cached_forward_matches_full_forward_in_chunks() -> None:
+    torch.manual_seed(1)
+    model = CharGPT(tiny_config()).eval()
+    tokens = torch.randint(0, 11, (1, 20))
+    with torch.inference_mode():
+        full = model(tokens)
+        cache = model.new_cache()
+        pieces = [model.forward_cached(tokens[:, :5], cache)]
+        pieces += [model.forward_cached(tokens[:, t : t + 1], cache) for t in range(5, 12)]
+        pieces.append(model.forward_cached(tokens[:, 12:], cache))
+    assert cache.length == 20
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
+
+
+def test_rolling_back_the_cache_recomputes_the_same_logits() -> None:
+    torch.manual_seed(2)
+    model = CharGPT(tiny_config()).eval()
+    tokens = torch.randint(0, 11, (1, 10))
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model.forward_cached(tokens[:, :6], cache)
+        first = model.forward_cached(tokens[:, 6:9], cache)
+        cache.length = 6  # reject the three speculative positions
+        again = model.forward_cached(tokens[:, 6:9], cache)
+    assert torch.equal(first, again)
+
+
+def test_positions_past_the_context_are_refused() -> None:
+    model = CharGPT(tiny_config())
+    with pytest.raises(ValueError, match="past the model context"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_serialize_round_trip_gives_identical_logits() -> None:
+    torch.manual_seed(3)
+    model = CharGPT(tiny_config()).eval()
+    tokens = torch.randint(0, 11, (2, 9))
+    assert torch.equal(deserialize(serialize(model))(tokens), model(tokens))
+
+
+def test_a_trained_checkpoint_loads_into_transformers_gpt2() -> None:
+    transformers = pytest.importorskip("transformers", reason="the bench extra (transformers) is not installed")
+    from runner.model import to_gpt2_state_dict
+
+    corpus = load_corpus()
+    config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=2, n_head=4, context_length=256)
+    trained, _, _ = train(config, TrainConfig(steps=20, batch_size=4, sequence_length=64), corpus, show_progress=False)
+    model = deserialize(serialize(trained))
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=config.vocab_size,
+            n_positions=config.context_length,
+            n_embd=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            tie_word_embeddings=True,
+        )
+    ).eval()
+    missing, unexpected = gpt2.load_state_dict(to_gpt2_state_dict(model), strict=False)
+    assert not unexpected
+    assert all(name.endswith(".attn.bias") or name.endswith("masked_bias") for name in missing), missing
+    tokens = torch.tensor([corpus.encode(corpus.text[1000:1256])])
+    with torch.inference_mode():
+        ours = model(tokens)
+        theirs = gpt2(tokens).logits
+    assert tokens.shape == (1, 256)
+    assert (ours - theirs).abs().max().item() <= 1e-5

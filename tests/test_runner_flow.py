@@ -1,0 +1,126 @@
+"""The whole path: spec → model → experiments → store, in-process and through a worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.execute import execute
+from runner.experiments import context_cost
+from runner.sweeps import load_spec_file
+from store.store import Store
+from tests.conftest import TINY_SPEC
+
+ROOT = Path(__file__).parent.parent
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) -> None:
+    store = Store(sqlite_url)
+    spec = load_spec_file(TINY_SPEC)
+    first = execute(store, spec, show_progress=False, log=quiet)
+    assert first.cases_recorded == spec.cases_total() == 4
+    runs = store.runs()
+    assert runs.loc[0, "status"] == "done" and runs.loc[0, "wall_seconds"] > 0
+    measured = store.measurements(first.run_id)
+    summary = measured[measured["experiment"] == "training_summary"].set_index("metric")["value"]
+    assert summary["parameter_count"] == 32 * 103 + 64 * 32 + 12 * 32 * 32 + 13 * 32 + 2 * 32
+    assert summary["seconds_per_token"] > 0
+    counted = measured[measured["metric"] == "per_position_mults_counted"]["value"].item()
+    assert counted == 4 * 16 * 16 + 2 * 16 * 64
+    second = execute(store, spec, show_progress=False, log=quiet)
+    assert store.runs()["model_hash"].nunique() == 1, "the second run reused the stored model"
+    assert second.run_id != first.run_id
+
+
+def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(sqlite_url)
+    spec = load_spec_file(TINY_SPEC)
+    real_run_case = context_cost.EXPERIMENT.run_case
+    calls = {"count": 0}
+
+    def interrupted_on_the_second(case: dict[str, Any], context: Any = None) -> Any:
+        calls["count"] += 1
+        if calls["count"] == 2:
+            raise KeyboardInterrupt
+        return real_run_case(case, context)
+
+    monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", interrupted_on_the_second)
+    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
+    job = store.claim("test-worker", "test-machine")
+    assert job is not None
+    with pytest.raises(KeyboardInterrupt):
+        execute(store, spec, job=job, show_progress=False, log=quiet)
+    run = store.runs().iloc[0]
+    assert run["status"] == "interrupted"
+    assert store.job_status(job_id) == "interrupted"
+    assert len(store.recorded_case_keys(int(run["run_id"]))) == 2  # the summary and the first table row
+    monkeypatch.undo()
+
+    # Resuming the same run (as a worker does after a reclaim) fills in only what is missing.
+    resumed_job = type(job)(**{**job.__dict__, "run_id": int(run["run_id"])})
+    outcome = execute(store, spec, job=resumed_job, show_progress=False, log=quiet)
+    assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, 2)
+    assert len(store.recorded_case_keys(outcome.run_id)) == 4
+    assert store.runs().iloc[0]["status"] == "done"
+
+
+def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_MACHINE": "ci-box"}
+
+    def decodelab(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "runner.cli", *args, "--db", url],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=environment,
+        )
+
+    queued = decodelab("enqueue", "--spec", str(TINY_SPEC), "--machine", "ci-box")
+    assert queued.returncode == 0, queued.stderr
+    assert "job 1 queued (4 cases) for machine ci-box" in queued.stdout
+    worked = decodelab("worker", "--once")
+    assert worked.returncode == 0, worked.stderr
+    store = Store(url)
+    job = store.jobs().iloc[0]
+    assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", 4, 4)
+    runs = store.runs()
+    assert runs.loc[0, "status"] == "done" and runs.loc[0, "machine"] == "ci-box"
+    exported = decodelab("export", "--format", "json", "--out", str(tmp_path / "out.json"))
+    assert exported.returncode == 0, exported.stderr
+    rows = json.loads((tmp_path / "out.json").read_text())
+    assert {row["experiment"] for row in rows} == {"training_summary", "context_cost"}
+    assert all(set(row) == {"run_id", "machine", "experiment", "params", "metric", "value", "unit"} for row in rows)
+    idle = decodelab("worker", "--once")
+    assert idle.returncode == 0 and "no queued job" in idle.stderr
+
+
+def test_bad_spec_from_the_cli_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text(TINY_SPEC.read_text().replace("repeats = 2", "repeats = 99"))
+    result = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "run", "--spec", str(spec), "--db", f"sqlite:///{tmp_path}/s.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: experiments.training_summary.repeats: 99 is above the maximum (allowed 1..50)"
+    )
+    assert not (tmp_path / "s.db").exists()

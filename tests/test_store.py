@@ -1,0 +1,169 @@
+"""The store suite: runs against a SQLite file and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from store.records import CaseRecord, MachineRecord, MeasurementRecord, ModelRecord, SampleRecord
+from store.schema import Case, Measurement, Sample, utc_now
+from store.store import Store
+
+MACHINE = MachineRecord(
+    name="laptop",
+    cpu_model="Test CPU",
+    cores=2,
+    memory_bytes=24 * 2**30,
+    os="Linux 6",
+    python_version="3.11.7",
+    torch_version="2.13.0",
+    threads=2,
+    device="cpu",
+    gpu_name=None,
+)
+
+
+def make_model(tag: str = "a") -> ModelRecord:
+    return ModelRecord(
+        weights_hash=f"w{tag}" * 8,
+        recipe_hash=f"r{tag}" * 8,
+        config={"model": {"d_model": 8}},
+        corpus_hash="c" * 64,
+        train_loss=1.5,
+        val_loss=1.6,
+        parameter_count=123,
+        weight_bytes=492,
+        weights=b"\x00\x01binary\xff",
+    )
+
+
+def timed_case(n: int) -> CaseRecord:
+    samples = tuple(SampleRecord(index, side, 0.01 * (index + 1)) for index in range(3) for side in "AB")
+    return CaseRecord(
+        experiment="kv_cache",
+        params={"n": n, "d_model": 128},
+        measurements=(
+            MeasurementRecord("speedup", 2.5, "ratio", samples),
+            MeasurementRecord("arithmetic_ratio", 134.59, "ratio"),
+        ),
+    )
+
+
+def test_round_trip_of_every_table(store: Store) -> None:
+    machine_id = store.machine_id(MACHINE)
+    assert store.machine_id(MACHINE) == machine_id, "a known fingerprint is not inserted twice"
+    model_id = store.save_model(make_model())
+    assert store.save_model(make_model()) == model_id
+    found = store.find_model(recipe_hash=make_model().recipe_hash)
+    assert found is not None and found.weights == make_model().weights and found.id == model_id
+
+    run_id = store.start_run(
+        machine_id=machine_id, spec={"name": "quick"}, code_version="abc", model_id=model_id, preset="quick"
+    )
+    case_id = store.record_case(run_id, timed_case(256))
+    assert case_id is not None
+    store.finish_run(run_id, "done", wall_seconds=12.5)
+
+    runs = store.runs()
+    assert runs.loc[0, ["run_id", "status", "preset", "machine", "model_hash", "wall_seconds"]].tolist() == [
+        run_id,
+        "done",
+        "quick",
+        "laptop",
+        make_model().weights_hash,
+        12.5,
+    ]
+    measured = store.measurements(run_id)
+    assert sorted(measured["metric"]) == ["arithmetic_ratio", "speedup"]
+    assert measured["params"].iloc[0] == {"n": 256, "d_model": 128}
+    speedup_id = int(measured.loc[measured["metric"] == "speedup", "measurement_id"].iloc[0])
+    samples = store.samples([speedup_id])
+    assert len(samples) == 6
+    assert samples["side"].tolist() == ["A", "B"] * 3
+    assert samples["seconds"].round(6).tolist() == [0.01, 0.01, 0.02, 0.02, 0.03, 0.03]
+
+    across = store.metric_across_runs("kv_cache", "arithmetic_ratio", machines=["laptop"])
+    assert across["value"].tolist() == [134.59]
+
+    job_id = store.enqueue({"name": "quick"}, preset="quick", machine_name="laptop", cases_total=4)
+    jobs = store.jobs()
+    assert jobs.loc[0, ["job_id", "status", "machine_name", "cases_total"]].tolist() == [job_id, "queued", "laptop", 4]
+
+
+def test_a_resumed_case_is_not_duplicated(store: Store) -> None:
+    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
+    assert store.record_case(run_id, timed_case(64)) is not None
+    assert store.record_case(run_id, timed_case(64)) is None
+    assert len(store.measurements(run_id)) == 2
+    assert store.recorded_case_keys(run_id) == {("kv_cache", '{"d_model":128,"n":64}')}
+
+
+def test_a_case_that_fails_half_way_leaves_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
+    import store.store as store_module
+
+    real_insert = store_module.insert
+
+    def failing_insert(table: object) -> object:
+        if table is Sample:
+            raise RuntimeError("disk vanished while writing samples")
+        return real_insert(table)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module, "insert", failing_insert)
+    with pytest.raises(RuntimeError, match="disk vanished"):
+        store.record_case(run_id, timed_case(128))
+    monkeypatch.undo()
+    with store.read() as session:
+        for table in (Case, Measurement, Sample):
+            assert session.scalar(sa.select(sa.func.count()).select_from(table)) == 0
+
+
+def test_read_api_filters(store: Store) -> None:
+    machine_id = store.machine_id(MACHINE)
+    other = store.machine_id(MachineRecord(**{**MACHINE.__dict__, "name": "server", "cores": 64}))
+    first = store.start_run(machine_id=machine_id, spec={}, code_version="x", model_id=None)
+    store.record_case(first, timed_case(64))
+    store.finish_run(first, "done")
+    second = store.start_run(machine_id=other, spec={}, code_version="x", model_id=None)
+    store.finish_run(second, "failed", error="boom")
+
+    assert store.runs(machine="server")["run_id"].tolist() == [second]
+    assert store.runs(status="done")["run_id"].tolist() == [first]
+    assert store.runs(experiment="kv_cache")["run_id"].tolist() == [first]
+    assert store.runs(since=utc_now() + timedelta(hours=1)).empty
+    assert set(store.runs(until=utc_now() + timedelta(hours=1))["run_id"]) == {first, second}
+    assert store.runs(status="failed")["error"].tolist() == ["boom"]
+
+
+def test_export_long_format(store: Store, tmp_path) -> None:  # noqa: ANN001
+    from store.export import write_export
+
+    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
+    store.record_case(run_id, timed_case(256))
+    rows = store.export_rows(run_id)
+    assert list(rows.columns) == ["run_id", "machine", "experiment", "params", "metric", "value", "unit"]
+    for export_format in ("csv", "json", "parquet"):
+        path = tmp_path / f"out.{export_format}"
+        assert write_export(rows, path, export_format) == 2
+        if export_format == "csv":
+            back = pd.read_csv(path)
+        elif export_format == "json":
+            back = pd.DataFrame(json.loads(path.read_text()))
+        else:
+            back = pd.read_parquet(path)
+        assert back["metric"].tolist() == ["speedup", "arithmetic_ratio"]
+        assert json.loads(back["params"].iloc[0]) == {"d_model": 128, "n": 256}
+        assert back["value"].tolist() == [2.5, 134.59]
+
+
+def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: str) -> None:
+    opened = Store(sqlite_url)
+    with opened.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    opened.close()

@@ -1,0 +1,94 @@
+"""The one validator: every bad field refused before anything is written, named, with its range."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from runner.errors import InputError
+from runner.sweeps import PRESETS, load_preset, parse_toml, validate
+from tests.conftest import TINY_SPEC
+
+
+def tiny() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(TINY_SPEC.read_text())
+
+
+def with_change(path: str, value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(tiny())
+    *parents, last = path.split(".")
+    node = spec
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return spec
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_are_valid(name: str) -> None:
+    spec = load_preset(name)
+    assert spec.name == name
+    assert spec.cases_total() > 0
+
+
+def test_defaults_are_filled_in() -> None:
+    spec = validate({"experiments": {"training_summary": {}}})
+    assert spec.raw["model"]["d_model"] == 128
+    assert spec.raw["experiments"]["training_summary"]["repeats"] == 3
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("colour", "blue", "colour: unknown key"),
+        ("device", "tpu", "spec.device: 'tpu' is not a known value (allowed one of cpu, cuda)"),
+        ("model.d_model", "big", "model.d_model: expected a number, got 'big' (allowed 8..2048)"),
+        ("model.d_model", 4096, "model.d_model: 4096 is above the maximum (allowed 8..2048)"),
+        ("model.n_head", 3, "model.n_head: 3 does not divide d_model 32"),
+        ("model.n_layer", 2.5, "model.n_layer: expected a whole number"),
+        ("model.depth", 2, "model.depth: unknown key"),
+        ("train.sequence_length", 65, "train.sequence_length: 65 is above the maximum (the model context)"),
+        ("train.learning_rate", float("nan"), "train.learning_rate: nan is not a finite number"),
+        ("train.steps", True, "train.steps: expected a number, got True"),
+        (
+            "experiments.training_summary.repeats",
+            51,
+            "experiments.training_summary.repeats: 51 is above the maximum (allowed 1..50)",
+        ),
+        (
+            "experiments.training_summary.new_tokens",
+            65,
+            "experiments.training_summary.new_tokens: 65 is above the maximum (the model context) (allowed 1..64)",
+        ),
+        (
+            "experiments.training_summary.new_tokens",
+            0,
+            "experiments.training_summary.new_tokens: 0 is below the minimum (allowed 1..64)",
+        ),
+        ("experiments.context_cost.lengths", [], "experiments.context_cost.lengths: 0 values"),
+        ("experiments.context_cost.lengths", [16, "x"], "experiments.context_cost.lengths[1]: expected a number"),
+        ("experiments.context_cost.lengths", [16, 16], "repeated values"),
+        ("experiments.warp_drive", {}, "experiments.warp_drive: unknown experiment"),
+        ("experiments", {}, "experiments: the spec names no experiment"),
+        ("experiments.context_cost", 3, "experiments.context_cost: expected a table of settings"),
+    ],
+)
+def test_each_bad_field_is_refused_with_its_name(path: str, value: Any, message: str) -> None:
+    with pytest.raises(InputError) as caught:
+        validate(with_change(path, value))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_toml_is_refused() -> None:
+    with pytest.raises(InputError, match="not valid TOML"):
+        parse_toml("name = ")
+
+
+def test_an_unknown_preset_is_refused() -> None:
+    with pytest.raises(InputError, match="--preset: 'fast' is not a preset"):
+        load_preset("fast")

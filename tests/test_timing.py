@@ -1,0 +1,79 @@
+"""The harness' statistics, checked with a fake clock (no wall-time assertions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.timing import Harness
+
+
+class FakeClock:
+    """Advances by a programmed duration whenever the timed function runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def runner(self, durations: list[float]):  # noqa: ANN201
+        queue = list(durations)
+
+        def run() -> None:
+            self.now += queue.pop(0)
+
+        return run, queue
+
+
+def test_min_of_n_keeps_every_sample_and_the_minimum() -> None:
+    clock = FakeClock()
+    function, queue = clock.runner([9.0, 3.0, 2.0, 4.0])  # the first is the warm-up
+    result = Harness(clock=clock, warmup=1).min_of(function, repeats=3)
+    assert result.seconds == (3.0, 2.0, 4.0)
+    assert result.minimum == 2.0 and result.median == 3.0
+    assert not queue
+    measurement = result.measurement("seconds_per_token", scale=0.5)
+    assert measurement.value == 1.0
+    assert [sample.seconds for sample in measurement.samples] == [3.0, 2.0, 4.0]
+
+
+def test_paired_alternates_and_reports_median_and_band() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+    baseline_times = [10.0, 8.0, 12.0, 9.0, 10.0]
+    candidate_times = [5.0, 2.0, 4.0, 3.0, 4.0]
+
+    def baseline() -> None:
+        order.append("A")
+        clock.now += baseline_times.pop(0) if warmed[0] else 1.0
+
+    def candidate() -> None:
+        order.append("B")
+        clock.now += candidate_times.pop(0) if warmed[0] else 1.0
+
+    warmed = [False]
+    harness = Harness(clock=clock, warmup=1)
+    original_warm = harness._warm
+
+    def warm(*functions) -> None:  # noqa: ANN002
+        original_warm(*functions)
+        warmed[0] = True
+
+    harness._warm = warm  # type: ignore[method-assign]
+    result = harness.paired(baseline, candidate, pairs=5)
+    assert order == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A", "A", "B"]
+    assert result.baseline_seconds == (10.0, 8.0, 12.0, 9.0, 10.0)
+    assert result.candidate_seconds == (5.0, 2.0, 4.0, 3.0, 4.0)
+    assert result.ratios == (2.0, 4.0, 3.0, 3.0, 2.5)
+    assert (result.median, result.low, result.high) == (3.0, 2.0, 4.0)
+    speedup, low, high = result.measurements("speedup")
+    assert (speedup.value, low.value, high.value) == (3.0, 2.0, 4.0)
+    assert len(speedup.samples) == 10
+    assert [(s.pair_index, s.side) for s in speedup.samples[:4]] == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
+
+
+def test_the_harness_refuses_zero_repeats() -> None:
+    with pytest.raises(ValueError):
+        Harness().min_of(lambda: None, repeats=0)
+    with pytest.raises(ValueError):
+        Harness().paired(lambda: None, lambda: None, pairs=0)
