@@ -163,6 +163,19 @@ def report_context_cost(
         typer.echo(f"wrote {path}")
 
 
+@report_app.command("scale")
+def report_scale(
+    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 400,
+    new_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 100,
+    tokens_per_user: Annotated[int, typer.Option(min=1, max=10_000_000)] = 8000,
+    budget_gib: Annotated[float, typer.Option(min=0.001, max=1e9)] = 80.0,
+) -> None:
+    """Attention work and KV-cache bytes for named real model shapes."""
+    from runner.reports import scale_table
+
+    typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
+
+
 def main() -> None:
     try:
         result = app(standalone_mode=False)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from runner import scale
 from runner.experiments import context_cost as cost
 
 ITEMSIZE = 2
@@ -86,3 +87,24 @@ def write_context_cost_report(directory: Path) -> list[Path]:
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     markdown_path.write_text(context_cost_markdown(report), encoding="utf-8")
     return [json_path, markdown_path]
+
+
+def scale_table(prompt_tokens: int, new_tokens: int, tokens_per_user: int, budget_gib: float) -> str:
+    """A plain-text table of the scale calculator over the named shapes."""
+    budget = int(budget_gib * scale.GIB)
+    lines = [
+        f"prompt {prompt_tokens} + {new_tokens} new tokens; {tokens_per_user} tokens per user; "
+        f"budget {budget_gib:g} GiB of cache",
+        f"{'shape':32} {'attention':32} {'work no cache':>16} {'work cache':>14} {'KV B/token':>11} "
+        f"{'GB/user':>8} {'users':>7}",
+    ]
+    for shape in scale.NAMED_SHAPES:
+        lines.append(
+            f"{shape.name:32} {shape.attention:32} "
+            f"{scale.attention_work_without_cache(prompt_tokens, new_tokens, shape.layers):>16,} "
+            f"{scale.attention_work_with_cache(prompt_tokens, new_tokens, shape.layers):>14,} "
+            f"{scale.kv_bytes_per_token(shape):>11,} "
+            f"{scale.kv_bytes_per_request(shape, tokens_per_user) / scale.GB:>8.2f} "
+            f"{scale.max_users_for_budget(shape, tokens_per_user, budget):>7,}"
+        )
+    return "\n".join(lines)
