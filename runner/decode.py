@@ -33,25 +33,30 @@ def generate(
     temperature: float = 1.0,
     seed: int = 0,
     keep_logits: bool = False,
+    cache_rounding: str | None = None,
 ) -> Generation:
     """Generate ``new_tokens`` after ``prompt``; temperature 0 is greedy.
 
-    Without the cache every step feeds the whole sequence so far; with it, the prompt is
-    prefilled once and each step feeds only the newest token.
+    Without the cache every step feeds the whole sequence so far (contexts of len(prompt)
+    .. len(prompt)+new_tokens−1); with it the prompt is prefilled once and each step feeds
+    only the newest token. The last generated token is never fed, so a full-context
+    generation may use every position of the model.
     """
     if not prompt:
         raise ValueError("prompt must hold at least one token")
-    if len(prompt) + new_tokens > model.config.context_length:
+    positions = len(prompt) + new_tokens - 1
+    if positions > model.config.context_length:
         raise ValueError(
-            f"prompt ({len(prompt)}) + new tokens ({new_tokens}) exceed the model context "
-            f"({model.config.context_length})"
+            f"prompt ({len(prompt)}) + new tokens ({new_tokens}) need {positions} positions, more than the "
+            f"model context ({model.config.context_length})"
         )
     device = model.wte.weight.device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     sequence = torch.tensor([prompt], dtype=torch.long, device=device)
-    kept: list[torch.Tensor] = []
-    cache = model.new_cache(capacity=len(prompt) + new_tokens) if use_cache else None
+    cache = model.new_cache(capacity=positions, rounding=cache_rounding) if use_cache else None
     step_input = sequence
+    generated: list[torch.Tensor] = []
+    kept: list[torch.Tensor] = []
     for _ in range(new_tokens):
         if cache is not None:
             logits = model.forward_cached(step_input, cache)[:, -1, :]
@@ -60,7 +65,9 @@ def generate(
         if keep_logits:
             kept.append(logits[0].clone())
         token = _choose(logits, temperature, generator)
-        sequence = torch.cat([sequence, token], dim=1)
+        generated.append(token)
+        if cache is None:
+            sequence = torch.cat([sequence, token], dim=1)
         step_input = token
-    generated = sequence[0, len(prompt) :].tolist()
-    return Generation(tokens=generated, logits=torch.stack(kept) if keep_logits else None)
+    tokens = torch.cat(generated, dim=1)[0].tolist() if generated else []
+    return Generation(tokens=tokens, logits=torch.stack(kept) if keep_logits else None)

@@ -8,6 +8,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -35,6 +36,14 @@ class RunOutcome:
     cases_recorded: int
     cases_skipped: int
     wall_seconds: float
+
+
+def earlier_measurements(store: Store, run_id: int, experiment: str) -> list[dict[str, Any]]:
+    frame = store.measurements(run_id, experiment)
+    return [
+        {"params": params, "metric": metric, "value": value}
+        for params, metric, value in zip(frame["params"], frame["metric"], frame["value"], strict=True)
+    ]
 
 
 def check_device(device: str) -> None:
@@ -76,7 +85,7 @@ def execute(
         if job is not None:
             store.attach_run(job.id, run_id)
     recorded = store.recorded_case_keys(run_id)
-    plan = [(experiment, case) for experiment, params in spec.experiments() for case in experiment.plan(params)]
+    plan = spec.plan()
     total = len(plan)
     done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
     if job is not None:
@@ -88,6 +97,7 @@ def execute(
         harness=Harness(device=spec.device),
         device=spec.device,
         seed=spec.seed,
+        earlier=lambda experiment: earlier_measurements(store, run_id, experiment),
     )
     recorded_now = 0
     progress = tqdm(

@@ -42,8 +42,26 @@ class ModelConfig:
         return asdict(self)
 
 
+CACHE_ROUNDINGS = ("bfloat16", "float16", "int8")
+
+
+def round_for_cache(x: torch.Tensor, rounding: str) -> torch.Tensor:
+    """K or V as a lossy cache would hold it: cast to half precision, or int8 with one
+    symmetric scale per position and head (over head_dim), then back to float."""
+    if rounding in ("bfloat16", "float16"):
+        return x.to(getattr(torch, rounding)).to(x.dtype)
+    if rounding == "int8":
+        scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / 127.0
+        return (x / scale).round().clamp(-127, 127) * scale
+    raise ValueError(f"rounding must be one of {CACHE_ROUNDINGS}, got {rounding!r}")
+
+
 class KVCache:
-    """Per-block K and V for up to ``capacity`` positions, written in place."""
+    """Per-block K and V for up to ``capacity`` positions, written in place.
+
+    ``rounding`` makes it lossy on purpose (EXPERIMENTS §1.7): K/V are rounded before they
+    are written, so the cached path no longer equals the uncached one.
+    """
 
     def __init__(
         self,
@@ -52,7 +70,9 @@ class KVCache:
         capacity: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        rounding: str | None = None,
     ) -> None:
+        self.rounding = rounding
         self.capacity = capacity or config.context_length
         shape = (config.n_layer, batch_size, config.n_head, self.capacity, config.head_dim)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
@@ -95,6 +115,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self._heads(x)
         start, new = cache.length, x.shape[1]
         end = start + new
+        if cache.rounding is not None:
+            k, v = round_for_cache(k, cache.rounding), round_for_cache(v, cache.rounding)
         cache.keys[layer, :, :, start:end] = k
         cache.values[layer, :, :, start:end] = v
         keys, values = cache.keys[layer, :, :, :end], cache.values[layer, :, :, :end]
@@ -190,9 +212,9 @@ class CharGPT(nn.Module):
         cache.length += idx.shape[1]
         return self.lm_head(self.ln_f(x))
 
-    def new_cache(self, batch_size: int = 1, capacity: int | None = None) -> KVCache:
+    def new_cache(self, batch_size: int = 1, capacity: int | None = None, rounding: str | None = None) -> KVCache:
         weight = self.wte.weight
-        return KVCache(self.config, batch_size, capacity, device=weight.device, dtype=weight.dtype)
+        return KVCache(self.config, batch_size, capacity, device=weight.device, dtype=weight.dtype, rounding=rounding)
 
 
 def to_gpt2_state_dict(model: CharGPT) -> dict[str, torch.Tensor]:

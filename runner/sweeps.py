@@ -85,7 +85,14 @@ class SweepSpec:
         return [(known[name], params) for name, params in self.raw["experiments"].items()]
 
     def cases_total(self) -> int:
-        return sum(len(experiment.plan(params)) for experiment, params in self.experiments())
+        return len(self.plan())
+
+    def plan(self) -> list[tuple[Experiment, dict[str, Any]]]:
+        """Every case of every experiment, in the order they run."""
+        model = self.raw["model"]
+        return [
+            (experiment, case) for experiment, params in self.experiments() for case in experiment.plan(params, model)
+        ]
 
 
 def validate(raw: Any) -> SweepSpec:

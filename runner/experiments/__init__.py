@@ -3,7 +3,8 @@ and a function that measures one case. They never touch SQL or Streamlit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runner.corpus import Corpus
@@ -23,6 +24,10 @@ class ExperimentContext:
     harness: Harness
     device: str
     seed: int
+    # Measurements this run already recorded for an experiment, as dicts with params,
+    # metric and value: how a summary case (e.g. a fit over lengths) sees earlier cases,
+    # also after a resume.
+    earlier: Callable[[str], list[dict[str, Any]]] = field(default=lambda experiment: [])
 
 
 class Experiment(Protocol):
@@ -30,8 +35,9 @@ class Experiment(Protocol):
     title: str
     fields: dict[str, Field]
 
-    def plan(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The parameters of every case, in the order they run."""
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+        """The parameters of every case, in the order they run; ``model`` is the spec's
+        model section (d_model, n_layer, n_head, context_length)."""
         ...
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
@@ -41,7 +47,7 @@ class Experiment(Protocol):
 
 def registry() -> dict[str, Experiment]:
     """Every experiment, by the name its spec section uses."""
-    from runner.experiments import context_cost, training_summary
+    from runner.experiments import context_cost, kv_cache, training_summary
 
-    experiments: list[Experiment] = [training_summary.EXPERIMENT, context_cost.EXPERIMENT]
+    experiments: list[Experiment] = [training_summary.EXPERIMENT, kv_cache.EXPERIMENT, context_cost.EXPERIMENT]
     return {experiment.name: experiment for experiment in experiments}

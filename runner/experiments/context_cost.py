@@ -165,7 +165,7 @@ class ContextCost:
     title = "Context cost"
     fields = FIELDS
 
-    def plan(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
         shape = {key: params[key] for key in ("d_model", "d_ff", "n_heads", "itemsize")}
         cases = [{"part": "table", "n": n, **shape} for n in params["lengths"]]
         cases.append(

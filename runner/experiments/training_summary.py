@@ -23,7 +23,7 @@ class TrainingSummary:
     title = "Training summary"
     fields = FIELDS
 
-    def plan(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"new_tokens": params["new_tokens"], "repeats": params["repeats"]}]
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:

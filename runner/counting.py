@@ -1,0 +1,204 @@
+"""Count multiplications, do not guess them (EXPERIMENTS §1.2, seed kv-cache-counting-lab).
+
+A pure-Python reference path of attention and of a full transformer block in which every
+multiplication of the matrix products goes through ``mul`` and a counter, so counts are
+exact integers; closed forms beside it must agree with the counter for any size.
+
+What is counted: the products of projections, attention scores, value mixing and the MLP.
+LayerNorm, softmax, GELU and the 1/√d scale are not matrix products and are left out, as in
+the write-ups. Without a cache the whole context is pushed through every step and the full
+t×t score matrix is formed (as a batched matmul does before masking), hence 2·t²·d.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+Vector = list[float]
+Matrix = list[list[float]]
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.mults = 0
+
+
+def mul(a: float, b: float, counter: Counter) -> float:
+    counter.mults += 1
+    return a * b
+
+
+def dot(a: Vector, b: Vector, counter: Counter) -> float:
+    return sum(mul(x, y, counter) for x, y in zip(a, b, strict=True))
+
+
+def matvec(matrix: Matrix, x: Vector, counter: Counter) -> Vector:
+    """``matrix`` is out × in; one dot per output."""
+    return [dot(row, x, counter) for row in matrix]
+
+
+def attend(query: Vector, keys: Matrix, values: Matrix, counter: Counter, visible: int | None = None) -> Vector:
+    """One query over ``len(keys)`` positions: scores (n·d) then mixing (n·d).
+
+    With ``visible`` the positions from ``visible`` on are masked after their scores are
+    formed, as a dense causal matmul does: they cost their multiplications and weigh zero.
+    """
+    scale = 1.0 / math.sqrt(len(query))
+    scores = [dot(query, key, counter) * scale for key in keys]
+    if visible is not None:
+        scores = [score if position < visible else -math.inf for position, score in enumerate(scores)]
+    top = max(scores)
+    weights = [math.exp(score - top) for score in scores]
+    total = sum(weights)
+    weights = [weight / total for weight in weights]
+    mixed = [0.0] * len(values[0])
+    for weight, value in zip(weights, values, strict=True):
+        for index, element in enumerate(value):
+            mixed[index] += mul(weight, element, counter)
+    return mixed
+
+
+def random_matrix(rows: int, columns: int, generator: random.Random) -> Matrix:
+    return [[generator.gauss(0.0, 1.0 / math.sqrt(columns)) for _ in range(columns)] for _ in range(rows)]
+
+
+# ---- one layer, one head: the counting lab's per-token view --------------------------------
+
+
+@dataclass
+class HeadWeights:
+    query: Matrix
+    key: Matrix
+    value: Matrix
+
+    @classmethod
+    def random(cls, d: int, seed: int) -> HeadWeights:
+        generator = random.Random(seed)
+        return cls(*(random_matrix(d, d, generator) for _ in range(3)))
+
+
+def head_token_no_cache(inputs: Matrix, weights: HeadWeights, counter: Counter) -> Vector:
+    """The output at the last position, recomputing q/k/v for every position: 3·n·d² + 2·n·d."""
+    queries = [matvec(weights.query, x, counter) for x in inputs]
+    keys = [matvec(weights.key, x, counter) for x in inputs]
+    values = [matvec(weights.value, x, counter) for x in inputs]
+    return attend(queries[-1], keys, values, counter)
+
+
+def head_token_cache(new_input: Vector, cache: tuple[Matrix, Matrix], weights: HeadWeights, counter: Counter) -> Vector:
+    """The same output projecting only the new position: 3·d² + 2·n·d (n after appending)."""
+    keys, values = cache
+    query = matvec(weights.query, new_input, counter)
+    keys.append(matvec(weights.key, new_input, counter))
+    values.append(matvec(weights.value, new_input, counter))
+    return attend(query, keys, values, counter)
+
+
+def head_mults(n: int, d: int, cache: bool) -> int:
+    return (3 * d * d if cache else 3 * n * d * d) + 2 * n * d
+
+
+# ---- a full block: projections, scores, mixing, output projection, MLP ---------------------
+
+
+@dataclass
+class BlockWeights:
+    heads: int
+    qkv: Matrix  # 3d × d
+    output: Matrix  # d × d
+    up: Matrix  # 4d × d
+    down: Matrix  # d × 4d
+
+    @classmethod
+    def random(cls, d: int, heads: int, seed: int) -> BlockWeights:
+        if d % heads:
+            raise ValueError("heads must divide d")
+        generator = random.Random(seed)
+        return cls(
+            heads,
+            random_matrix(3 * d, d, generator),
+            random_matrix(d, d, generator),
+            random_matrix(4 * d, d, generator),
+            random_matrix(d, 4 * d, generator),
+        )
+
+
+def _layer_norm(x: Vector) -> Vector:
+    mean = sum(x) / len(x)
+    variance = sum((element - mean) ** 2 for element in x) / len(x)
+    return [(element - mean) / math.sqrt(variance + 1e-5) for element in x]
+
+
+def _gelu(x: float) -> float:
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _qkv(x: Vector, weights: BlockWeights, counter: Counter) -> tuple[Vector, Vector, Vector]:
+    d = len(x)
+    projected = matvec(weights.qkv, _layer_norm(x), counter)
+    return projected[:d], projected[d : 2 * d], projected[2 * d :]
+
+
+def _block_position(
+    x: Vector, query: Vector, keys: Matrix, values: Matrix, visible: int, weights: BlockWeights, counter: Counter
+) -> Vector:
+    """The block's output at one position: attention per head, output projection, MLP."""
+    width = len(x) // weights.heads
+    mixed: Vector = []
+    for head in range(weights.heads):
+        columns = slice(head * width, (head + 1) * width)
+        mixed += attend(
+            query[columns], [key[columns] for key in keys], [value[columns] for value in values], counter, visible
+        )
+    hidden = [a + b for a, b in zip(x, matvec(weights.output, mixed, counter), strict=True)]
+    up = [_gelu(element) for element in matvec(weights.up, _layer_norm(hidden), counter)]
+    return [a + b for a, b in zip(hidden, matvec(weights.down, up, counter), strict=True)]
+
+
+def block_step_no_cache(inputs: Matrix, weights: BlockWeights, counter: Counter) -> Matrix:
+    """Push every position through the block. Every query meets every key (the full t×t
+    score matrix, masked afterwards), so attention costs 2·t²·d."""
+    projected = [_qkv(x, weights, counter) for x in inputs]
+    keys = [key for _, key, _ in projected]
+    values = [value for _, _, value in projected]
+    return [
+        _block_position(x, query, keys, values, position + 1, weights, counter)
+        for position, (x, (query, _, _)) in enumerate(zip(inputs, projected, strict=True))
+    ]
+
+
+def block_step_cache(
+    new_input: Vector, cache: tuple[Matrix, Matrix], weights: BlockWeights, counter: Counter
+) -> Vector:
+    """Push only the new position through; its key and value join the cache."""
+    keys, values = cache
+    query, key, value = _qkv(new_input, weights, counter)
+    keys.append(key)
+    values.append(value)
+    return _block_position(new_input, query, keys, values, len(keys), weights, counter)
+
+
+def block_step_mults(t: int, d: int, cache: bool) -> int:
+    """Per block at a step with t positions: 12·t·d² + 2·t²·d without cache, 12·d² + 2·t·d with."""
+    return 12 * d * d + 2 * t * d if cache else 12 * t * d * d + 2 * t * t * d
+
+
+def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int = 0) -> int:
+    """All n steps (contexts 1..n) of all blocks, in closed form.
+
+    ``vocab_size`` adds the lm head (V·d per position pushed through): the write-ups' table
+    (32.9 … 579.9) matches the blocks plus a head of about 100 characters, while their
+    headline 134.59 at n=256 counts the blocks alone.
+    """
+    triangle = n * (n + 1) // 2
+    if cache:
+        return layers * (12 * d * d * n + 2 * d * triangle) + vocab_size * d * n
+    squares = n * (n + 1) * (2 * n + 1) // 6
+    return layers * (12 * d * d * triangle + 2 * d * squares) + vocab_size * d * triangle
+
+
+def arithmetic_ratio(n: int, d: int, layers: int, vocab_size: int = 0) -> float:
+    """How many times fewer multiplications the cache needs over a whole generation."""
+    return generation_mults(n, d, layers, False, vocab_size) / generation_mults(n, d, layers, True, vocab_size)

@@ -1,0 +1,163 @@
+"""KV cache: exact equivalence, counter = closed form, a lossy cache is caught, and the
+experiment's cases recorded through the store."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner import counting
+from runner.decode import generate
+from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE, comparable_difference, fit_power_law
+from runner.model import CharGPT, ModelConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> CharGPT:
+    torch.manual_seed(0)
+    # Larger-than-default init so the logits are far from uniform, as in a trained model.
+    model = CharGPT(ModelConfig(vocab_size=13, d_model=32, n_layer=2, n_head=4, context_length=64))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)
+    return model.eval()
+
+
+def test_cached_and_uncached_generation_are_equivalent(tiny_model: CharGPT) -> None:
+    sampled = [
+        generate(tiny_model, [1, 2], 48, use_cache=c, temperature=1.0, seed=3, keep_logits=True) for c in (False, True)
+    ]
+    assert sampled[0].tokens == sampled[1].tokens
+    difference, divergence = comparable_difference(*sampled)
+    assert divergence == 48
+    assert difference <= EQUIVALENCE_TOLERANCE
+    greedy = [generate(tiny_model, [1, 2], 48, use_cache=c, temperature=0.0) for c in (False, True)]
+    assert greedy[0].tokens == greedy[1].tokens
+
+
+def test_a_full_context_generation_uses_every_position(tiny_model: CharGPT) -> None:
+    assert len(generate(tiny_model, [1], 64, temperature=0.0).tokens) == 64
+    with pytest.raises(ValueError, match="more than the model context"):
+        generate(tiny_model, [1], 65)
+
+
+@pytest.mark.parametrize("rounding", ["int8", "bfloat16"])
+def test_a_rounded_cache_exceeds_the_equivalence_tolerance(tiny_model: CharGPT, rounding: str) -> None:
+    exact = generate(tiny_model, [1, 2], 48, use_cache=False, temperature=1.0, seed=3, keep_logits=True)
+    rounded = generate(
+        tiny_model, [1, 2], 48, use_cache=True, temperature=1.0, seed=3, keep_logits=True, cache_rounding=rounding
+    )
+    difference, _ = comparable_difference(exact, rounded)
+    assert difference > EQUIVALENCE_TOLERANCE
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    d_heads=st.sampled_from([(4, 1), (4, 2), (6, 3), (8, 2), (8, 4)]),
+    layers=st.integers(1, 2),
+    n=st.integers(1, 7),
+    seed=st.integers(0, 1000),
+)
+def test_the_counter_equals_the_closed_form(d_heads: tuple[int, int], layers: int, n: int, seed: int) -> None:
+    d, heads = d_heads
+    blocks = [counting.BlockWeights.random(d, heads, seed + layer) for layer in range(layers)]
+    generator = random.Random(seed)
+    inputs = [[generator.gauss(0, 1) for _ in range(d)] for _ in range(n)]
+    without, with_cache = counting.Counter(), counting.Counter()
+    caches: list[tuple[counting.Matrix, counting.Matrix]] = [([], []) for _ in blocks]
+    for t in range(1, n + 1):
+        before = without.mults
+        hidden = inputs[:t]
+        for block in blocks:
+            hidden = counting.block_step_no_cache(hidden, block, without)
+        assert without.mults - before == layers * counting.block_step_mults(t, d, cache=False)
+        before = with_cache.mults
+        new = inputs[t - 1]
+        for block, cache in zip(blocks, caches, strict=True):
+            new = counting.block_step_cache(new, cache, block, with_cache)
+        assert with_cache.mults - before == layers * counting.block_step_mults(t, d, cache=True)
+        assert max(abs(a - b) for a, b in zip(hidden[-1], new, strict=True)) < 1e-9
+    assert without.mults == counting.generation_mults(n, d, layers, cache=False)
+    assert with_cache.mults == counting.generation_mults(n, d, layers, cache=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(d=st.integers(1, 12), n=st.integers(1, 9), seed=st.integers(0, 1000))
+def test_one_head_per_token_counts(d: int, n: int, seed: int) -> None:
+    weights = counting.HeadWeights.random(d, seed)
+    generator = random.Random(seed)
+    inputs = [[generator.gauss(0, 1) for _ in range(d)] for _ in range(n)]
+    full = counting.Counter()
+    expected = counting.head_token_no_cache(inputs, weights, full)
+    assert full.mults == counting.head_mults(n, d, cache=False) == 3 * n * d * d + 2 * n * d
+    cache: tuple[counting.Matrix, counting.Matrix] = ([], [])
+    for x in inputs[:-1]:
+        counting.head_token_cache(x, cache, weights, counting.Counter())
+    last = counting.Counter()
+    got = counting.head_token_cache(inputs[-1], cache, weights, last)
+    assert last.mults == counting.head_mults(n, d, cache=True) == 3 * d * d + 2 * n * d
+    assert max(abs(a - b) for a, b in zip(expected, got, strict=True)) < 1e-9
+
+
+def test_the_model_shaped_arithmetic_ratio() -> None:
+    assert counting.arithmetic_ratio(256, 128, 3) == pytest.approx(134.59, abs=0.005)
+    lengths = (64, 128, 256, 512, 1024)
+    assert [round(counting.arithmetic_ratio(n, 128, 3), 1) for n in lengths] == [32.9, 66.1, 134.6, 277.8, 580.7]
+    # The write-ups' table also counts an lm head of about 100 characters.
+    with_head = [round(counting.arithmetic_ratio(n, 128, 3, vocab_size=100), 1) for n in lengths]
+    assert with_head == [32.9, 66.1, 134.5, 277.5, 579.9]
+
+
+def test_power_law_fit_recovers_an_exact_power() -> None:
+    slope, scale, error = fit_power_law([64, 128, 256, 512], [3e-6 * n**1.8 for n in (64, 128, 256, 512)])
+    assert slope == pytest.approx(1.8) and scale == pytest.approx(3e-6) and error < 1e-9
+
+
+def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
+    from runner.execute import execute
+    from runner.sweeps import load_spec_file
+    from store.store import Store
+    from tests.conftest import TINY_SPEC
+
+    store = Store(sqlite_url)
+    outcome = execute(store, load_spec_file(TINY_SPEC), show_progress=False, log=lambda _: None)
+    rows = store.measurements(outcome.run_id, "kv_cache")
+    rows["part"] = rows["params"].map(lambda params: params["part"])
+    metrics = set(rows["metric"])
+    for required in (
+        "strings_identical",
+        "max_logit_diff",
+        "mults_no_cache",
+        "mults_cache",
+        "arithmetic_ratio",
+        "seconds_no_cache",
+        "seconds_cache",
+        "measured_speedup",
+        "received_fraction",
+        "slope_no_cache",
+        "slope_cache",
+        "cache_bytes",
+        "weight_bytes",
+    ):
+        assert required in metrics, required
+    assert all({"n", "d_model", "n_layer"} <= set(params) for params in rows.loc[rows["part"] != "fit", "params"])
+
+    def value(part: str, metric: str) -> float:
+        return float(rows.loc[(rows["part"] == part) & (rows["metric"] == metric), "value"].iloc[0])
+
+    assert value("equivalence", "strings_identical") == 1.0
+    assert value("equivalence", "greedy_identical") == 1.0
+    assert value("counter_check", "counter_matches_closed_form") == 1.0
+    assert value("rounded_cache", "exceeds_tolerance") == 1.0
+    assert value("memory", "cache_bytes") == 2 * 1 * 16 * 32 * 4  # 2 · layers · n · d · float32
+    assert value("memory", "cache_bytes_allocated") == value("memory", "cache_bytes")
+    timing = rows[(rows["part"] == "timing") & (rows["metric"] == "received_fraction")]
+    assert len(timing) == 2 and (timing["value"] > 0).all()
+    speedup_id = int(
+        rows.loc[(rows["part"] == "timing") & (rows["metric"] == "measured_speedup"), "measurement_id"].iloc[0]
+    )
+    assert len(store.samples([speedup_id])) == 6, "three pairs, both sides"
