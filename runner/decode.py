@@ -50,7 +50,7 @@ def generate(
             f"prompt ({len(prompt)}) + new tokens ({new_tokens}) need {positions} positions, more than the "
             f"model context ({model.config.context_length})"
         )
-    device = model.wte.weight.device
+    device = model.device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     sequence = torch.tensor([prompt], dtype=torch.long, device=device)
     cache = model.new_cache(capacity=positions, rounding=cache_rounding) if use_cache else None

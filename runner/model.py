@@ -212,8 +212,13 @@ class CharGPT(nn.Module):
         cache.length += idx.shape[1]
         return self.lm_head(self.ln_f(x))
 
+    @property
+    def device(self) -> torch.device:
+        # LayerNorm weights stay float in every variant (quantized ones included).
+        return self.ln_f.weight.device
+
     def new_cache(self, batch_size: int = 1, capacity: int | None = None, rounding: str | None = None) -> KVCache:
-        weight = self.wte.weight
+        weight = self.ln_f.weight
         return KVCache(self.config, batch_size, capacity, device=weight.device, dtype=weight.dtype, rounding=rounding)
 
 

@@ -127,7 +127,9 @@ def validate(raw: Any) -> SweepSpec:
         checked["experiments"][name] = check_section(
             f"experiments.{name}", params, known_experiments[name].fields, model
         )
-    return SweepSpec(checked)
+    spec = SweepSpec(checked)
+    spec.plan()  # experiments refuse combinations of fields here, before anything runs
+    return spec
 
 
 def parse_toml(text: str, source: str = "spec") -> SweepSpec:

@@ -1,0 +1,116 @@
+"""Weight quantization (EXPERIMENTS §2): exact bytes, held-out loss, where generation
+diverges from float32, and what it does to time per token.
+
+One case per (precision, kernel); float32 is the baseline case every other one is compared
+with. Time is paired against float32 in the same case, so drift cancels in the ratio.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.decode import generate
+from runner.errors import InputError
+from runner.experiments import ExperimentContext
+from runner.fields import Field
+from runner.model import CharGPT
+from runner.quantize import quantize_model, weight_bytes
+from runner.train import evaluate_loss
+from store.records import MeasurementRecord
+
+FIELDS = {
+    "precisions": Field("str_list", ["int8", "int4"], choices=("int8", "int4")),
+    "kernels": Field("str_list", ["fake", "dynamic_int8"], choices=("fake", "dynamic_int8")),
+    "group_size": Field("int", 32, 2, 2048, help="4-bit values per scale; must divide d_model"),
+    "quantize_embeddings": Field("bool", True, help="also quantize token/position embeddings (fake kernel)"),
+    "divergence_tokens": Field("int", 200, 1, "context_length"),
+    "timing_tokens": Field("int", 128, 1, "context_length"),
+    "pairs": Field("int", 5, 3, 50),
+}
+
+
+def first_difference(first: list[int], second: list[int]) -> int:
+    """The first position where two generations differ; their length if they never do."""
+    return next((index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
+
+
+class QuantizationExperiment:
+    name = "quantization"
+    title = "Quantization"
+    fields = FIELDS
+
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+        if model["d_model"] % params["group_size"]:
+            raise InputError(
+                f"experiments.quantization.group_size: {params['group_size']} does not divide d_model "
+                f"{model['d_model']} (allowed: a divisor of d_model)"
+            )
+        shared = {
+            "d_model": model["d_model"],
+            "n_layer": model["n_layer"],
+            "divergence_tokens": params["divergence_tokens"],
+            "timing_tokens": params["timing_tokens"],
+            "pairs": params["pairs"],
+        }
+        cases = [
+            {"precision": "fp32", "kernel": "float32", "group_size": None, "embeddings_quantized": False, **shared}
+        ]
+        for precision in params["precisions"]:
+            for kernel in params["kernels"]:
+                if kernel == "dynamic_int8" and precision != "int8":
+                    continue  # PyTorch's dynamic kernel is int8 only
+                embeddings = params["quantize_embeddings"] and kernel == "fake"
+                group = params["group_size"] if precision == "int4" else None
+                cases.append(
+                    {
+                        "precision": precision,
+                        "kernel": kernel,
+                        "group_size": group,
+                        "embeddings_quantized": embeddings,
+                        **shared,
+                    }
+                )
+        return cases
+
+    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        reference = context.model
+        if case["precision"] == "fp32":
+            model: CharGPT = reference
+        else:
+            model = quantize_model(
+                reference,
+                case["precision"],
+                group_size=case["group_size"] or 32,
+                kernel=case["kernel"],
+                embeddings=case["embeddings_quantized"],
+            )
+        _, validation = context.corpus.split()
+        length = context.model_record.config["train"]["sequence_length"]
+        reference_loss = evaluate_loss(reference, validation, length)
+        loss = evaluate_loss(model, validation, length)
+        prompt = context.corpus.encode(context.corpus.text[:1])
+        n = case["divergence_tokens"]
+        greedy = [generate(m, prompt, n, temperature=0.0).tokens for m in (reference, model)]
+        sampled = [generate(m, prompt, n, temperature=1.0, seed=context.seed).tokens for m in (reference, model)]
+        timing_tokens = case["timing_tokens"]
+        paired = context.harness.paired(
+            lambda: generate(reference, prompt, timing_tokens, temperature=0.0),
+            lambda: generate(model, prompt, timing_tokens, temperature=0.0),
+            pairs=case["pairs"],
+        )
+        reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)
+        return (
+            MeasurementRecord("weight_bytes", quantized_bytes, "bytes"),
+            MeasurementRecord("weight_bytes_fp32", reference_bytes, "bytes"),
+            MeasurementRecord("bytes_ratio_vs_fp32", quantized_bytes / reference_bytes, "ratio"),
+            MeasurementRecord("val_loss", loss, "nats"),
+            MeasurementRecord("loss_increase", loss - reference_loss, "nats"),
+            MeasurementRecord("divergence_position_greedy", first_difference(*greedy), "tokens"),
+            MeasurementRecord("divergence_position_sampled", first_difference(*sampled), "tokens"),
+            MeasurementRecord("seconds_per_token", min(paired.candidate_seconds) / timing_tokens, "seconds"),
+            MeasurementRecord("seconds_per_token_fp32", min(paired.baseline_seconds) / timing_tokens, "seconds"),
+            *paired.measurements("speedup_vs_fp32"),
+        )
+
+
+EXPERIMENT = QuantizationExperiment()

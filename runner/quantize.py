@@ -1,0 +1,197 @@
+"""Weight quantization: int8 per output channel and 4-bit per group, both symmetric.
+
+``quantize_model(model, precision, ...)`` returns a new ``CharGPT`` whose linear layers (and,
+by default, embeddings) hold quantized weights; it keeps the float model's decode API
+(``forward``, ``forward_cached``, ``new_cache``), so it can be timed, evaluated or used as a
+speculative draft exactly like the original. The mode travels with the model as
+``model.quantization``, never inferred from a file name.
+
+Kernels:
+- ``fake``: weights stored quantized, dequantized to float32 at each use, matmul in float32.
+  Saves memory, not time.
+- ``dynamic_int8``: PyTorch's dynamic int8 linear (a real int8 CPU kernel: activations are
+  quantized on the fly), for the blocks' linear layers; embeddings and lm head stay float32.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from runner.model import CharGPT
+
+PRECISIONS = ("fp32", "int8", "int4")
+KERNELS = ("float32", "fake", "dynamic_int8")
+LEVELS = {"int8": 127, "int4": 7}  # symmetric: q ∈ [−levels, levels]
+
+
+@dataclass(frozen=True)
+class QuantizationInfo:
+    precision: str
+    group_size: int | None
+    kernel: str
+    embeddings_quantized: bool
+
+    def to_params(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class QuantizedTensor(nn.Module):
+    """A 2-D weight quantized in groups along each row, one float32 scale per group.
+
+    int8 keeps one byte per value; int4 packs two values per byte (low nibble first).
+    """
+
+    def __init__(self, weight: torch.Tensor, precision: str, group_size: int) -> None:
+        super().__init__()
+        rows, columns = weight.shape
+        if columns % group_size:
+            raise ValueError(f"group_size {group_size} must divide the row length {columns}")
+        self.precision, self.group_size, self.shape = precision, group_size, (rows, columns)
+        levels = LEVELS[precision]
+        groups = weight.detach().float().reshape(rows, columns // group_size, group_size)
+        scales = groups.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / levels
+        values = (groups / scales).round().clamp(-levels, levels).to(torch.int8).reshape(rows, columns)
+        if precision == "int4":
+            if columns % 2:
+                raise ValueError("int4 needs an even row length")
+            unsigned = (values + 8).to(torch.uint8)
+            values = (unsigned[:, 0::2] | (unsigned[:, 1::2] << 4)).contiguous()
+        self.register_buffer("data", values)
+        self.register_buffer("scales", scales.squeeze(-1).contiguous())
+
+    def _values(self, data: torch.Tensor) -> torch.Tensor:
+        if self.precision == "int8":
+            return data.float()
+        low = (data & 0x0F).to(torch.int8) - 8
+        high = (data >> 4).to(torch.int8) - 8
+        return torch.stack([low, high], dim=-1).reshape(data.shape[0], -1).float()
+
+    def dequantize_rows(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        data = self.data if rows is None else self.data[rows]
+        scales = self.scales if rows is None else self.scales[rows]
+        values = self._values(data.reshape(-1, data.shape[-1]))
+        groups = values.reshape(values.shape[0], -1, self.group_size) * scales.reshape(values.shape[0], -1, 1)
+        return groups.reshape(*data.shape[:-1], self.shape[1])
+
+    def dequantize(self) -> torch.Tensor:
+        return self.dequantize_rows()
+
+
+class QuantizedLinear(nn.Module):
+    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight_quantized = weight
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight_quantized.dequantize(), self.bias)
+
+
+class QuantizedEmbedding(nn.Module):
+    """Embedding rows are quantized like linear rows; lookups dequantize only the rows used."""
+
+    def __init__(self, weight: QuantizedTensor) -> None:
+        super().__init__()
+        self.weight_quantized = weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.weight_quantized.dequantize_rows(idx)
+
+
+def _quantize_fake(model: CharGPT, precision: str, group_size: int, embeddings: bool) -> CharGPT:
+    quantized = copy.deepcopy(model)
+    for block in quantized.blocks:
+        for parent in (block.attn, block.mlp):  # type: ignore[union-attr]
+            for name in ("c_attn", "c_fc", "c_proj"):
+                linear = getattr(parent, name, None)
+                if isinstance(linear, nn.Linear):
+                    row_group = linear.in_features if precision == "int8" else group_size
+                    setattr(
+                        parent, name, QuantizedLinear(QuantizedTensor(linear.weight, precision, row_group), linear.bias)
+                    )
+    if embeddings:
+        row_group = model.config.d_model if precision == "int8" else group_size
+        token_table = QuantizedTensor(model.wte.weight, precision, row_group)
+        quantized.wte = QuantizedEmbedding(token_table)  # type: ignore[assignment]
+        quantized.wpe = QuantizedEmbedding(QuantizedTensor(model.wpe.weight, precision, row_group))  # type: ignore[assignment]
+        # The lm head stays tied: it reads the same quantized table.
+        quantized.lm_head = QuantizedLinear(token_table, None)  # type: ignore[assignment]
+    return quantized
+
+
+def _quantize_dynamic_int8(model: CharGPT) -> CharGPT:
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch marks its quantized tensors deprecated; the kernel still runs
+        return quantize_dynamic(copy.deepcopy(model), {"blocks": per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def quantize_model(
+    model: CharGPT, precision: str, *, group_size: int = 32, kernel: str = "fake", embeddings: bool = True
+) -> CharGPT:
+    """A quantized copy of ``model`` with the same decode API; ``model`` is left untouched."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp32":
+        result = copy.deepcopy(model)
+        info = QuantizationInfo("fp32", None, "float32", False)
+    elif kernel == "fake":
+        if precision == "int4" and model.config.d_model % group_size:
+            raise ValueError(f"group_size {group_size} must divide d_model {model.config.d_model}")
+        result = _quantize_fake(model, precision, group_size, embeddings)
+        info = QuantizationInfo(precision, group_size if precision == "int4" else None, "fake", embeddings)
+    elif kernel == "dynamic_int8":
+        if precision != "int8":
+            raise ValueError("the dynamic_int8 kernel runs int8 only")
+        result = _quantize_dynamic_int8(model)
+        info = QuantizationInfo("int8", None, "dynamic_int8", False)
+    else:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    result.quantization = info  # type: ignore[assignment]
+    return result.eval()
+
+
+def quantization_of(model: CharGPT) -> QuantizationInfo:
+    return getattr(model, "quantization", QuantizationInfo("fp32", None, "float32", False))
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Exact bytes of everything the model keeps to compute: parameters, buffers (quantized
+    values, scales) and the packed weights of dynamic int8 layers; shared storage counted once."""
+    seen: set[int] = set()
+    total = 0
+
+    def count(tensor: torch.Tensor) -> None:
+        nonlocal total
+        if tensor.is_quantized:
+            count(tensor.int_repr())  # one byte per value
+            if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+                count(tensor.q_per_channel_scales())
+                count(tensor.q_per_channel_zero_points())
+            return
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen:
+            return
+        seen.add(pointer)
+        total += tensor.numel() * tensor.element_size()
+
+    for parameter in model.parameters():
+        count(parameter)
+    for buffer in model.buffers():
+        count(buffer)
+    for module in model.modules():
+        packed = getattr(module, "_packed_params", None)
+        if packed is not None and hasattr(packed, "_weight_bias"):
+            weight, bias = packed._weight_bias()
+            count(weight)
+            if bias is not None:
+                count(bias)
+    return total
