@@ -54,6 +54,8 @@ class QuantizedTensor(nn.Module):
         if columns % group_size:
             raise ValueError(f"group_size {group_size} must divide the row length {columns}")
         self.precision, self.group_size, self.shape = precision, group_size, (rows, columns)
+        self.data: torch.Tensor
+        self.scales: torch.Tensor
         levels = LEVELS[precision]
         groups = weight.detach().float().reshape(rows, columns // group_size, group_size)
         scales = groups.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / levels
@@ -87,7 +89,7 @@ class QuantizedTensor(nn.Module):
 class QuantizedLinear(nn.Module):
     def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.weight_quantized = weight
+        self.weight_quantized: QuantizedTensor = weight
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +101,7 @@ class QuantizedEmbedding(nn.Module):
 
     def __init__(self, weight: QuantizedTensor) -> None:
         super().__init__()
-        self.weight_quantized = weight
+        self.weight_quantized: QuantizedTensor = weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.weight_quantized.dequantize_rows(idx)
@@ -108,7 +110,7 @@ class QuantizedEmbedding(nn.Module):
 def _quantize_fake(model: CharGPT, precision: str, group_size: int, embeddings: bool) -> CharGPT:
     quantized = copy.deepcopy(model)
     for block in quantized.blocks:
-        for parent in (block.attn, block.mlp):  # type: ignore[union-attr]
+        for parent in (block.attn, block.mlp):
             for name in ("c_attn", "c_fc", "c_proj"):
                 linear = getattr(parent, name, None)
                 if isinstance(linear, nn.Linear):
