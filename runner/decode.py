@@ -1,10 +1,13 @@
-"""Decoding loops: with and without the KV cache, greedy or seeded sampling."""
+"""Decoding loops: with and without the KV cache, greedy or seeded sampling, and speculative
+decoding with any draft that follows the ``Draft`` protocol."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+from torch.nn import functional as F
 
 from runner.model import CharGPT
 
@@ -71,3 +74,142 @@ def generate(
         step_input = token
     tokens = torch.cat(generated, dim=1)[0].tolist() if generated else []
     return Generation(tokens=tokens, logits=torch.stack(kept) if keep_logits else None)
+
+
+# ---- speculative decoding ----------------------------------------------------------------
+
+
+def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The sampling distribution at this temperature; temperature 0 is the one-hot argmax,
+    which turns the accept rule below into "accept iff the draft matches the target's argmax"."""
+    if temperature == 0.0:
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def accept_or_resample(
+    p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The speculative rule for a batch of independent positions.
+
+    Accept proposal x with probability min(1, p(x)/q(x)); otherwise emit a sample of
+    normalize(max(0, p − q)). Returns (accepted mask, emitted token); the emitted token is
+    the proposal where accepted. Together the two branches emit exactly p.
+    """
+    rows = torch.arange(len(proposals), device=p.device)
+    p_x, q_x = p[rows, proposals], q[rows, proposals]
+    accepted = uniforms * q_x < p_x  # u < p/q without dividing by a zero q
+    residual = (p - q).clamp(min=0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    # p == q leaves no residual mass; that row always accepts, so any fallback will do.
+    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
+    if generator is None or bool((p.max(dim=-1).values == 1).all()):
+        resampled = residual.argmax(dim=-1)
+    else:
+        resampled = torch.multinomial(residual, 1, generator=generator).squeeze(-1)
+    return accepted, torch.where(accepted, proposals, resampled)
+
+
+@dataclass
+class SpeculativeResult:
+    tokens: list[int]
+    target_passes: int
+    proposed: int
+    accepted: int
+    # accepted_histogram[a] = passes in which exactly a proposals were accepted (0..k)
+    accepted_histogram: list[int]
+    # TV(p, q) at every position whose proposal was decided (for 1 − mean TV ≈ acceptance)
+    total_variations: list[float]
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def chars_per_target_pass(self) -> float:
+        return len(self.tokens) / self.target_passes if self.target_passes else 0.0
+
+
+class Draft(Protocol):
+    """What the speculative loop needs of a draft: follow the committed text, propose k."""
+
+    name: str
+
+    def start(self, prompt: list[int]) -> None:
+        """Forget everything; the committed text is ``prompt``."""
+        ...
+
+    def propose(self, k: int, temperature: float, generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
+        """k tokens continuing the committed text, and the k × vocab distributions they were drawn from."""
+        ...
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        """The first ``accepted`` proposals were kept and ``emitted`` (accepted ones, then the
+        correction or bonus token) now extend the committed text."""
+        ...
+
+
+@torch.inference_mode()
+def speculative_decode(
+    target: CharGPT,
+    draft: Draft,
+    k: int,
+    prompt: list[int],
+    new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> SpeculativeResult:
+    """Generate ``new_tokens`` with the target's distribution, ``k`` draft tokens per target pass.
+
+    The target's cache holds every committed token but the last, which is fed first in the
+    next verification pass together with the k proposals (k + 1 positions in one pass). After
+    a rejection the cache is rolled back to the committed text by resetting its length.
+    """
+    if not 1 <= k <= 16:
+        raise ValueError(f"k must be in 1..16, got {k}")
+    if not prompt:
+        raise ValueError("prompt must hold at least one token")
+    capacity = len(prompt) + new_tokens + k
+    if capacity > target.config.context_length:
+        raise ValueError(
+            f"prompt + new tokens + k = {capacity} exceeds the model context {target.config.context_length}"
+        )
+    device = target.device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    cache = target.new_cache(capacity=capacity)
+    if len(prompt) > 1:
+        target.forward_cached(torch.tensor([prompt[:-1]], device=device), cache)
+    draft.start(prompt)
+    last = prompt[-1]
+    committed = len(prompt)
+    output: list[int] = []
+    result = SpeculativeResult([], 0, 0, 0, [0] * (k + 1), [])
+    while len(output) < new_tokens:
+        proposals, q = draft.propose(k, temperature, generator)
+        step = torch.tensor([[last, *proposals]], device=device)
+        p = probabilities(target.forward_cached(step, cache)[0].float(), temperature)
+        result.target_passes += 1
+        result.proposed += k
+        uniforms = torch.rand(k, generator=generator, device=device)
+        accepted_mask, emitted_tokens = accept_or_resample(
+            p[:k], q.to(p.dtype), torch.tensor(proposals, device=device), uniforms, generator
+        )
+        rejected = (~accepted_mask).nonzero()
+        accepted = int(rejected[0]) if len(rejected) else k
+        decided = min(accepted + 1, k)
+        result.total_variations += (0.5 * (p[:decided] - q[:decided].to(p.dtype)).abs().sum(dim=-1)).tolist()
+        if accepted == k:  # every proposal kept: the target's last position gives one more for free
+            bonus = p[k].argmax() if temperature == 0.0 else torch.multinomial(p[k], 1, generator=generator)[0]
+            emitted = [*proposals, int(bonus)]
+        else:
+            emitted = [*proposals[:accepted], int(emitted_tokens[accepted])]
+        result.accepted += accepted
+        result.accepted_histogram[accepted] += 1
+        cache.length = committed + accepted  # keep the committed text and the accepted proposals
+        draft.commit(accepted, emitted)
+        output += emitted
+        committed += len(emitted)
+        last = emitted[-1]
+    result.tokens = output[:new_tokens]
+    return result

@@ -17,6 +17,8 @@ from store.store import Store
 from tests.conftest import TINY_SPEC
 
 ROOT = Path(__file__).parent.parent
+# training_summary 1, kv_cache 11, quantization 4, speculative 3 + 1 + 6, context_cost 3
+TINY_CASES = 29
 
 
 def quiet(_: str) -> None:
@@ -27,7 +29,7 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     store = Store(sqlite_url)
     spec = load_spec_file(TINY_SPEC)
     first = execute(store, spec, show_progress=False, log=quiet)
-    assert first.cases_recorded == spec.cases_total() == 15
+    assert first.cases_recorded == spec.cases_total() == TINY_CASES
     runs = store.runs()
     assert runs.loc[0, "status"] == "done" and runs.loc[0, "wall_seconds"] > 0
     measured = store.measurements(first.run_id)
@@ -64,15 +66,15 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     run = store.runs().iloc[0]
     assert run["status"] == "interrupted"
     assert store.job_status(job_id) == "interrupted"
-    # Everything before the interrupted context_cost case: summary, eleven kv_cache cases, one table row.
-    assert len(store.recorded_case_keys(int(run["run_id"]))) == 13
+    # Everything before the interrupted second context_cost case (context_cost runs last, three cases).
+    assert len(store.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
     monkeypatch.undo()
 
     # Resuming the same run (as a worker does after a reclaim) fills in only what is missing.
     resumed_job = type(job)(**{**job.__dict__, "run_id": int(run["run_id"])})
     outcome = execute(store, spec, job=resumed_job, show_progress=False, log=quiet)
-    assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, 13)
-    assert len(store.recorded_case_keys(outcome.run_id)) == 15
+    assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, TINY_CASES - 2)
+    assert len(store.recorded_case_keys(outcome.run_id)) == TINY_CASES
     assert store.runs().iloc[0]["status"] == "done"
 
 
@@ -92,18 +94,24 @@ def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> Non
 
     queued = decodelab("enqueue", "--spec", str(TINY_SPEC), "--machine", "ci-box")
     assert queued.returncode == 0, queued.stderr
-    assert "job 1 queued (15 cases) for machine ci-box" in queued.stdout
+    assert f"job 1 queued ({TINY_CASES} cases) for machine ci-box" in queued.stdout
     worked = decodelab("worker", "--once")
     assert worked.returncode == 0, worked.stderr
     store = Store(url)
     job = store.jobs().iloc[0]
-    assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", 15, 15)
+    assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", TINY_CASES, TINY_CASES)
     runs = store.runs()
     assert runs.loc[0, "status"] == "done" and runs.loc[0, "machine"] == "ci-box"
     exported = decodelab("export", "--format", "json", "--out", str(tmp_path / "out.json"))
     assert exported.returncode == 0, exported.stderr
     rows = json.loads((tmp_path / "out.json").read_text())
-    assert {row["experiment"] for row in rows} == {"training_summary", "kv_cache", "context_cost"}
+    assert {row["experiment"] for row in rows} == {
+        "training_summary",
+        "kv_cache",
+        "quantization",
+        "speculative",
+        "context_cost",
+    }
     assert all(set(row) == {"run_id", "machine", "experiment", "params", "metric", "value", "unit"} for row in rows)
     idle = decodelab("worker", "--once")
     assert idle.returncode == 0 and "no queued job" in idle.stderr

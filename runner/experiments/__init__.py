@@ -47,12 +47,13 @@ class Experiment(Protocol):
 
 def registry() -> dict[str, Experiment]:
     """Every experiment, by the name its spec section uses."""
-    from runner.experiments import context_cost, kv_cache, quantization, training_summary
+    from runner.experiments import context_cost, kv_cache, quantization, speculative, training_summary
 
     experiments: list[Experiment] = [
         training_summary.EXPERIMENT,
         kv_cache.EXPERIMENT,
         quantization.EXPERIMENT,
+        speculative.EXPERIMENT,
         context_cost.EXPERIMENT,
     ]
     return {experiment.name: experiment for experiment in experiments}

@@ -1,0 +1,234 @@
+"""Speculative decoding (EXPERIMENTS §3, seed speculative-decoding): does the output keep the
+target's distribution, how often are drafts accepted, what do drafts and verification cost,
+what is the measured speedup, and how well does each prediction formula call it.
+
+Parts (param ``part``):
+- distribution: fixed context, first-character samples via the accept rule against direct
+  samples, with a sample-size-aware bound on the total variation distance.
+- aa: the baseline paired against itself, the noise floor of the paired method.
+- speculative: per (draft, k) deterministic counts (seeded), costs, paired speedup, predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from runner.decode import Draft, accept_or_resample, generate, probabilities, speculative_decode
+from runner.drafts import BigramDraft, ModelDraft
+from runner.errors import InputError
+from runner.experiments import ExperimentContext
+from runner.fields import Field
+from runner.quantize import quantize_model
+from store.records import MeasurementRecord
+
+DRAFTS = ("bigram", "int8", "int4")
+COST_CALLS = 32  # calls per timed cost measurement: per-call figures are totals / COST_CALLS
+NOISE_CONFIDENCE = 0.999
+
+FIELDS = {
+    "drafts": Field("str_list", list(DRAFTS), choices=DRAFTS),
+    "ks": Field("int_list", [1, 2, 4, 8], 1, 16),
+    "new_tokens": Field("int", 200, 1, "context_length"),
+    "temperature": Field("float", 1.0, 0.0, 5.0, help="0 is greedy"),
+    "pairs": Field("int", 5, 5, 50),
+    "distribution_samples": Field("int", 20_000, 100, 1_000_000),
+    "context_chars": Field("int", 32, 1, "context_length"),
+}
+
+
+def make_draft(name: str, context: ExperimentContext) -> Draft:
+    if name == "bigram":
+        train_tokens, _ = context.corpus.split()
+        return BigramDraft(train_tokens, context.model.config.vocab_size)
+    if name in ("int8", "int4"):
+        return ModelDraft(quantize_model(context.model, name, group_size=32, kernel="fake"), name)
+    raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")
+
+
+def total_variation(first: torch.Tensor, second: torch.Tensor) -> float:
+    return 0.5 * float((first - second).abs().sum())
+
+
+def empirical(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    return torch.bincount(tokens, minlength=vocab_size).double() / len(tokens)
+
+
+def tv_noise_bounds(p: torch.Tensor, samples: int, confidence: float = NOISE_CONFIDENCE) -> tuple[float, float]:
+    """For an empirical distribution of ``samples`` draws from p: an upper bound on the expected
+    TV (Jensen: ½ Σ √(p(1−p)/n)), and that plus a McDiarmid deviation, exceeded with probability
+    at most 1 − confidence (one draw moves the TV by at most 1/n)."""
+    expected = 0.5 * float(torch.sqrt(p.double() * (1 - p.double()) / samples).sum())
+    return expected, expected + math.sqrt(math.log(1 / (1 - confidence)) / (2 * samples))
+
+
+def speculative_first_tokens(
+    p: torch.Tensor, q: torch.Tensor, samples: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``samples`` independent first characters from one context through the accept rule."""
+    proposals = torch.multinomial(q, samples, replacement=True, generator=generator)
+    uniforms = torch.rand(samples, generator=generator, dtype=p.dtype)
+    _, emitted = accept_or_resample(p.expand(samples, -1), q.expand(samples, -1), proposals, uniforms, generator)
+    return emitted
+
+
+class SpeculativeExperiment:
+    name = "speculative"
+    title = "Speculative decoding"
+    fields = FIELDS
+
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+        needed = 1 + params["new_tokens"] + max(params["ks"])
+        if needed > model["context_length"]:
+            raise InputError(
+                f"experiments.speculative.new_tokens: {params['new_tokens']} plus the prompt and k = "
+                f"{max(params['ks'])} need {needed} positions (allowed: at most the model context "
+                f"{model['context_length']})"
+            )
+        shape = {"d_model": model["d_model"], "n_layer": model["n_layer"]}
+        timing = {"new_tokens": params["new_tokens"], "temperature": params["temperature"], "pairs": params["pairs"]}
+        cases: list[dict[str, Any]] = [
+            {
+                "part": "distribution",
+                "draft": draft,
+                "samples": params["distribution_samples"],
+                "context_chars": params["context_chars"],
+                **shape,
+            }
+            for draft in params["drafts"]
+        ]
+        cases.append({"part": "aa", "draft": "none", "k": 0, **timing, **shape})
+        cases += [
+            {"part": "speculative", "draft": draft, "k": k, **timing, **shape}
+            for draft in params["drafts"]
+            for k in params["ks"]
+        ]
+        return cases
+
+    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        handler = getattr(self, f"_{case['part']}")
+        return tuple(handler(case, context))
+
+    def _prompt(self, context: ExperimentContext, chars: int = 1) -> list[int]:
+        return context.corpus.encode(context.corpus.text[:chars])
+
+    @torch.inference_mode()
+    def _distribution(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+        prompt = self._prompt(context, case["context_chars"])
+        draft = make_draft(case["draft"], context)
+        draft.start(prompt)
+        _, q = draft.propose(1, 1.0, torch.Generator().manual_seed(context.seed))
+        p = probabilities(context.model(torch.tensor([prompt], device=context.model.device))[0, -1].float(), 1.0)
+        p, q = p.double().cpu(), q[0].double().cpu()
+        generator = torch.Generator().manual_seed(context.seed)
+        samples = case["samples"]
+        speculative = speculative_first_tokens(p, q, samples, generator)
+        direct = torch.multinomial(p, samples, replacement=True, generator=generator)
+        tvd = total_variation(empirical(speculative, len(p)), p)
+        tvd_direct = total_variation(empirical(direct, len(p)), p)
+        expected, high = tv_noise_bounds(p, samples)
+        return [
+            MeasurementRecord("tvd", tvd, "probability"),
+            MeasurementRecord("tvd_direct", tvd_direct, "probability"),
+            MeasurementRecord("tvd_expected_bound", expected, "probability"),
+            MeasurementRecord("tvd_noise_bound", high, "probability"),
+            MeasurementRecord("within_sampling_noise", tvd <= high, "bool"),
+            MeasurementRecord("direct_within_sampling_noise", tvd_direct <= high, "bool"),
+            MeasurementRecord("draft_target_tvd", total_variation(q, p), "probability"),
+        ]
+
+    def _aa(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+        prompt, target = self._prompt(context), context.model
+
+        def baseline() -> object:
+            return generate(target, prompt, case["new_tokens"], temperature=case["temperature"], seed=context.seed)
+
+        paired = context.harness.paired(baseline, baseline, pairs=case["pairs"])
+        return self._speedup_measurements(paired)
+
+    @staticmethod
+    def _speedup_measurements(paired: Any) -> list[MeasurementRecord]:
+        median, low, high = paired.measurements("speedup")
+        return [
+            MeasurementRecord("speedup_median", median.value, "ratio", median.samples),
+            MeasurementRecord("speedup_min", low.value, "ratio"),
+            MeasurementRecord("speedup_max", high.value, "ratio"),
+        ]
+
+    @torch.inference_mode()
+    def _per_call_seconds(self, context: ExperimentContext, width: int, repeats: int) -> float:
+        """Seconds of one target pass over ``width`` new positions after a context of up to 64."""
+        target = context.model
+        filled = min(64, target.config.context_length - width)
+        cache = target.new_cache(capacity=filled + width)
+        if filled > 0:
+            target.forward_cached(torch.tensor([self._prompt(context, filled)], device=target.device), cache)
+        step = torch.tensor([self._prompt(context, width)], device=target.device)
+
+        def passes() -> None:
+            for _ in range(COST_CALLS):
+                cache.length = filled
+                target.forward_cached(step, cache)
+
+        return context.harness.min_of(passes, repeats=repeats).minimum / COST_CALLS
+
+    def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+        target, prompt, k = context.model, self._prompt(context), case["k"]
+        n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
+        draft = make_draft(case["draft"], context)
+        counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed)
+
+        # Costs, each per call and relative to one single-position target pass.
+        repeats = case["pairs"]
+        step_seconds = self._per_call_seconds(context, 1, repeats)
+        verify_seconds = self._per_call_seconds(context, k + 1, repeats)
+        generator = torch.Generator().manual_seed(seed)
+
+        def draft_run() -> None:
+            draft.start(prompt)
+            draft.propose(COST_CALLS, temperature, generator)
+
+        draft_seconds = context.harness.min_of(draft_run, repeats=repeats).minimum / COST_CALLS
+        draft_cost = draft_seconds / step_seconds
+        verify_cost = verify_seconds / step_seconds
+
+        paired = context.harness.paired(
+            lambda: generate(target, prompt, n, temperature=temperature, seed=seed),
+            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed),
+            pairs=case["pairs"],
+        )
+        measured = paired.median
+        per_pass = counts.chars_per_target_pass
+        predicted = per_pass / (1 + k * draft_cost)
+        refined = per_pass / (verify_cost + k * draft_cost)
+        decided = len(counts.total_variations)
+        return [
+            MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
+            MeasurementRecord("chars_per_target_pass", per_pass, "chars"),
+            MeasurementRecord("target_passes", counts.target_passes, "passes"),
+            MeasurementRecord("accepted", counts.accepted, "tokens"),
+            MeasurementRecord("proposed", counts.proposed, "tokens"),
+            MeasurementRecord("acceptance_per_decided", counts.accepted / decided if decided else 0.0, "ratio"),
+            MeasurementRecord("one_minus_mean_tv", 1 - sum(counts.total_variations) / max(decided, 1), "ratio"),
+            *(
+                MeasurementRecord(f"accepted_length_{length}", passes, "passes")
+                for length, passes in enumerate(counts.accepted_histogram)
+            ),
+            MeasurementRecord("target_step_seconds", step_seconds, "seconds"),
+            MeasurementRecord("verify_pass_seconds", verify_seconds, "seconds"),
+            MeasurementRecord("draft_seconds_per_char", draft_seconds, "seconds"),
+            MeasurementRecord("draft_cost_ratio", draft_cost, "ratio"),
+            MeasurementRecord("verify_cost_ratio", verify_cost, "ratio"),
+            *self._speedup_measurements(paired),
+            MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
+            MeasurementRecord("speculative_seconds", min(paired.candidate_seconds), "seconds"),
+            MeasurementRecord("predicted_speedup", predicted, "ratio"),
+            MeasurementRecord("predicted_speedup_refined", refined, "ratio"),
+            MeasurementRecord("predicted_relative_error", (predicted - measured) / measured, "ratio"),
+            MeasurementRecord("predicted_refined_relative_error", (refined - measured) / measured, "ratio"),
+        ]
+
+
+EXPERIMENT = SpeculativeExperiment()

@@ -1,0 +1,127 @@
+"""Speculative decoding: greedy equivalence for every draft, a perfect draft is always
+accepted, the output keeps the target's distribution, and counts reach the store."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runner.decode import accept_or_resample, generate, speculative_decode
+from runner.drafts import BigramDraft, ModelDraft
+from runner.experiments.speculative import empirical, speculative_first_tokens, total_variation, tv_noise_bounds
+from runner.model import CharGPT, ModelConfig
+from runner.quantize import quantize_model
+
+VOCAB = 12
+
+
+@pytest.fixture(scope="module")
+def target() -> CharGPT:
+    torch.manual_seed(0)
+    model = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, context_length=128))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)  # peaked, trained-looking distributions
+    return model.eval()
+
+
+def drafts(target: CharGPT) -> list:  # noqa: ANN201
+    tokens = torch.randint(0, VOCAB, (500,), generator=torch.Generator().manual_seed(1))
+    return [
+        BigramDraft(tokens, VOCAB),
+        ModelDraft(quantize_model(target, "int8"), "int8"),
+        ModelDraft(quantize_model(target, "int4", group_size=8), "int4"),
+    ]
+
+
+@pytest.mark.parametrize("draft_index", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_speculative_output_is_the_targets_greedy_output(target: CharGPT, draft_index: int, k: int) -> None:
+    draft = drafts(target)[draft_index]
+    expected = generate(target, [3, 1, 4], 60, temperature=0.0).tokens
+    result = speculative_decode(target, draft, k, [3, 1, 4], 60, temperature=0.0)
+    assert result.tokens == expected
+    assert result.target_passes < 60 or result.acceptance_rate == 0.0
+    assert sum(result.accepted_histogram) == result.target_passes
+    assert sum(length * passes for length, passes in enumerate(result.accepted_histogram)) == result.accepted
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted(target: CharGPT) -> None:
+    result = speculative_decode(target, ModelDraft(target, "itself"), 4, [1], 50, temperature=1.0, seed=5)
+    assert result.acceptance_rate == 1.0
+    assert result.accepted_histogram[-1] == result.target_passes
+    assert result.chars_per_target_pass == pytest.approx(5.0, abs=0.5)  # k + 1 per pass, cut at 50
+
+
+def test_the_accept_rule_keeps_a_tiny_vocabularys_distribution() -> None:
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    q = torch.tensor([0.1, 0.1, 0.2, 0.6], dtype=torch.float64)  # a bad draft
+    samples = 20_000
+    emitted = speculative_first_tokens(p, q, samples, torch.Generator().manual_seed(7))
+    _, bound = tv_noise_bounds(p, samples)
+    assert total_variation(empirical(emitted, 4), p) <= bound
+    # Without the residual correction the draft's bias would show far beyond the bound.
+    assert total_variation(q, p) > 10 * bound
+
+
+def test_the_whole_loop_keeps_the_targets_first_token_distribution(target: CharGPT) -> None:
+    prompt = [2, 7]
+    with torch.inference_mode():
+        p = torch.softmax(target(torch.tensor([prompt]))[0, -1].double(), dim=-1)
+    bigram = drafts(target)[0]
+    runs = 3000
+    first = torch.tensor(
+        [speculative_decode(target, bigram, 2, prompt, 1, temperature=1.0, seed=seed).tokens[0] for seed in range(runs)]
+    )
+    _, bound = tv_noise_bounds(p, runs)
+    assert total_variation(empirical(first, VOCAB), p) <= bound
+
+
+def test_rejection_resamples_from_the_residual() -> None:
+    p = torch.tensor([[0.0, 1.0]])
+    q = torch.tensor([[1.0, 0.0]])
+    accepted, emitted = accept_or_resample(p, q, torch.tensor([0]), torch.tensor([0.5]), torch.Generator())
+    assert not bool(accepted[0]) and int(emitted[0]) == 1
+
+
+def test_k_and_context_are_checked(target: CharGPT) -> None:
+    with pytest.raises(ValueError, match="k must be in 1..16"):
+        speculative_decode(target, drafts(target)[0], 17, [1], 5)
+    with pytest.raises(ValueError, match="exceeds the model context"):
+        speculative_decode(target, drafts(target)[0], 8, [1], 125)
+
+
+def test_counts_are_recorded_through_the_store(sqlite_url: str) -> None:
+    from runner.execute import execute
+    from runner.sweeps import load_spec_file, validate
+    from store.store import Store
+    from tests.conftest import TINY_SPEC
+
+    tiny = load_spec_file(TINY_SPEC).raw
+    spec = validate({**tiny, "experiments": {"speculative": tiny["experiments"]["speculative"]}})
+    store = Store(sqlite_url)
+    outcome = execute(store, spec, show_progress=False, log=lambda _: None)
+    rows = store.measurements(outcome.run_id, "speculative")
+    rows["part"] = rows["params"].map(lambda params: params["part"])
+    rows["draft"] = rows["params"].map(lambda params: params["draft"])
+    required = {
+        "acceptance_rate",
+        "chars_per_target_pass",
+        "target_passes",
+        "tvd",
+        "tvd_direct",
+        "draft_cost_ratio",
+        "verify_cost_ratio",
+        "speedup_median",
+        "speedup_min",
+        "speedup_max",
+        "predicted_speedup",
+        "predicted_speedup_refined",
+    }
+    assert required <= set(rows["metric"])
+    speculative = rows[rows["part"] == "speculative"]
+    assert set(speculative["draft"]) == {"bigram", "int8", "int4"}
+    assert {params["k"] for params in speculative["params"]} == {1, 3}
+    assert (rows.loc[rows["metric"] == "within_sampling_noise", "value"] == 1.0).all()
+    median_id = int(rows.loc[(rows["part"] == "aa") & (rows["metric"] == "speedup_median"), "measurement_id"].iloc[0])
+    assert len(store.samples([median_id])) == 10, "five A/A pairs, both sides"
