@@ -150,6 +150,43 @@ def export(
     typer.echo(f"wrote {rows} measurements to {out}")
 
 
+@app.command()
+def dashboard(
+    db: DbOption = None,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but 127.0.0.1 exposes the dashboard to the network.")
+    ] = "127.0.0.1",
+) -> None:
+    """Serve the Streamlit dashboard for a store (on 127.0.0.1 unless --host says otherwise)."""
+    import os
+    import subprocess
+    import sys
+
+    store = open_store(db)  # upgrades an older schema, refuses a bad URL, before anything starts
+    app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app_path),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    typer.echo(f"dashboard for {store.masked_url} at http://{host}:{port}", err=True)
+    store.close()
+    # The URL travels in the environment, never on a command line another user could read.
+    environment = {**os.environ, "DECODELAB_DB": store.url}
+    raise typer.Exit(subprocess.call(command, env=environment))
+
+
 @report_app.command("context-cost")
 def report_context_cost(
     out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),

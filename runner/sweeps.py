@@ -159,3 +159,38 @@ def preset_text(name: str) -> str:
 
 def load_preset(name: str) -> SweepSpec:
     return parse_toml(preset_text(name), source=f"preset {name}")
+
+
+# A rough cost model for confirmations, not a measurement: seconds per decode step on 2 CPU
+# cores (dispatch overhead plus arithmetic) and training throughput.
+STEP_OVERHEAD_SECONDS = 6e-4
+FLOPS_PER_SECOND = 1.5e10
+
+
+def _step_seconds(d_model: int, n_layer: int, positions: int = 1, context: int = 1) -> float:
+    flops = 2 * n_layer * (12 * d_model * d_model * positions + 2 * positions * context * d_model)
+    return STEP_OVERHEAD_SECONDS + flops / FLOPS_PER_SECOND
+
+
+def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
+    """A rough estimate of a sweep's wall time, for asking before a long launch."""
+    model = spec.raw["model"]
+    d, layers = model["d_model"], model["n_layer"]
+    total = 0.0
+    if not model_stored:
+        train = spec.raw["train"]
+        parameters = 12 * d * d * layers
+        total += train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
+    for experiment, case in spec.plan():
+        if experiment.name == "kv_cache" and case["part"] in ("timing", "width"):
+            n, width = case["n"], case["d_model"]
+            uncached = sum(_step_seconds(width, layers, t, t) for t in range(1, n + 1))
+            total += (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, 1, n))
+        elif experiment.name == "quantization":
+            tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
+            total += 3 * tokens * _step_seconds(d, layers)
+        elif experiment.name == "speculative" and case["part"] in ("speculative", "aa"):
+            total += 3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d, layers) * (1 + case["k"])
+        else:
+            total += 0.5
+    return total

@@ -46,12 +46,12 @@ class MachineRecord:
     gpu_name: str | None
 
     def fingerprint(self) -> str:
-        """Hash of everything but the name: two hosts with identical setups compare as one."""
+        """Hash of every field, the name included: two hosts with identical hardware are still
+        two machines, and a changed torch version or thread count makes a new fingerprint."""
         import hashlib
         import json
 
-        fields = {key: value for key, value in self.__dict__.items() if key != "name"}
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

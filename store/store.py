@@ -263,16 +263,20 @@ class Store(JobQueue):
                 Measurement.run_id,
                 Machine.name.label("machine"),
                 Measurement.experiment,
+                Measurement.case_id,
                 Case.params,
                 Measurement.metric,
                 Measurement.value,
                 Measurement.unit,
                 Measurement.id.label("measurement_id"),
                 Run.started_at,
+                Machine.fingerprint.label("machine_fingerprint"),
+                Model.weights_hash.label("model_hash"),
             )
             .join(Case, Case.id == Measurement.case_id)
             .join(Run, Run.id == Measurement.run_id)
             .join(Machine, Machine.id == Run.machine_id)
+            .outerjoin(Model, Model.id == Run.model_id)
             .order_by(Measurement.run_id, Measurement.id)
         )
 
@@ -289,6 +293,11 @@ class Store(JobQueue):
         if machines:
             query = query.where(Machine.name.in_(list(machines)))
         return self._decode_params(self._frame(query))
+
+    def metric_names(self, experiment: str) -> list[str]:
+        with self.read() as session:
+            query = select(Measurement.metric).where(Measurement.experiment == experiment).distinct()
+            return sorted(session.scalars(query))
 
     def samples(self, measurement_ids: Sequence[int]) -> pd.DataFrame:
         query = (

@@ -3,6 +3,7 @@ and a tiny trained model for the runner tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -70,3 +71,31 @@ def store(store_url: str):  # noqa: ANN201
     opened = Store(store_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture(scope="session")
+def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A SQLite store holding one real run of the tiny sweep (every experiment)."""
+    from runner.execute import execute
+    from runner.sweeps import load_spec_file
+    from store.store import Store
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('filled') / 'filled.db'}"
+    store = Store(url)
+    execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
+    store.close()
+    return url
+
+
+def kill_job_workers(url: str) -> None:
+    """Stop the worker processes that ran this store's jobs (started detached by the dashboard)."""
+    import signal
+
+    from store.store import Store
+
+    store = Store(url)
+    for worker in store.jobs()["worker"].dropna().unique():
+        pid = int(str(worker).rsplit(":", 1)[1])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    store.close()

@@ -1,0 +1,1 @@
+"""decodelab's Streamlit dashboard: navigation, pages, cached queries, Altair charts."""

@@ -1,0 +1,121 @@
+"""decodelab's dashboard: navigation, the store in use, launching sweeps and their progress.
+
+Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data
+from dashboard.launch import LaunchRequest, launch, start_worker
+from runner.errors import InputError
+from store.errors import StoreError
+
+# Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
+PAGES = Path(__file__).parent / "views"
+PRESETS = ("quick", "seed", "full")
+EXPERIMENTS = ("training_summary", "kv_cache", "quantization", "speculative", "context_cost")
+
+st.set_page_config(page_title="decodelab", layout="wide")
+
+
+@st.cache_resource(show_spinner=False)
+def worker_handles() -> dict[str, object]:
+    """Workers this dashboard process started, by store URL."""
+    return {}
+
+
+def ensure_worker(url: str, backend: str) -> str | None:
+    """With a SQLite store and no live worker of ours, start one (PostgreSQL stores are shared
+    by machines that run their own workers)."""
+    if backend != "sqlite":
+        return None
+    handles = worker_handles()
+    running = handles.get(url)
+    if running is not None and running.poll() is None:  # type: ignore[attr-defined]
+        return None
+    handles[url] = start_worker(url)
+    return "Started a worker for this store."
+
+
+def sidebar() -> None:
+    url = data.store_url()
+    try:
+        store = data.store_for(url)
+    except StoreError as error:
+        st.sidebar.error(str(error))
+        return
+    st.sidebar.caption(f"Store: `{store.masked_url}`")
+    with st.sidebar.expander("Launch a sweep", expanded=False), st.form("launch", clear_on_submit=False):
+        source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
+        preset = st.selectbox("Preset", PRESETS, key="launch_preset")
+        experiments = st.multiselect("Experiments", EXPERIMENTS, default=list(EXPERIMENTS), key="launch_experiments")
+        spec_text = st.text_area("Spec (TOML, used when 'From' is spec)", height=150, key="launch_spec")
+        machine = st.text_input("Machine (empty: any worker)", key="launch_machine")
+        confirmed = st.checkbox("I know this sweep is long", key="launch_confirmed")
+        submitted = st.form_submit_button("Launch")
+    if submitted:
+        request = LaunchRequest(source, preset, experiments, spec_text, machine, confirmed)
+        try:
+            launched = launch(store, request)
+        except InputError as error:
+            st.sidebar.error(str(error))
+        else:
+            minutes = launched.estimated_seconds / 60
+            if launched.needs_confirmation:
+                st.sidebar.warning(
+                    f"{launched.cases} cases, roughly {minutes:.0f} minutes: tick "
+                    "'I know this sweep is long' and launch again."
+                )
+            else:
+                st.sidebar.success(
+                    f"Job {launched.job_id} queued: {launched.cases} cases, roughly {max(minutes, 0.1):.1f} minutes."
+                )
+                started = ensure_worker(url, store.backend)
+                if started:
+                    st.sidebar.caption(started)
+    with st.sidebar:
+        jobs_panel(url)
+
+
+@st.fragment(run_every=2)
+def jobs_panel(url: str) -> None:
+    jobs = data.store_for(url).jobs(limit=8)
+    if jobs.empty:
+        st.caption("No job queued yet.")
+        return
+    st.caption("Jobs")
+    for job in jobs.to_dict("records"):
+        label = f"job {job['job_id']} · {job['preset'] or 'spec'} · {job['status']}"
+        done, total = int(job["cases_done"]), int(job["cases_total"])
+        if job["status"] == "running" and total:
+            st.progress(min(done / total, 1.0), text=f"{label} · {done}/{total}")
+        elif job["status"] == "failed":
+            st.error(f"{label}: {job['error']}")
+        else:
+            run = job["run_id"]
+            st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
+
+
+navigation = st.navigation(
+    {
+        "Runs": [
+            st.Page(PAGES / "history.py", title="History", url_path="history", default=True),
+            st.Page(PAGES / "compare.py", title="Compare machines", url_path="compare"),
+        ],
+        "Experiments": [
+            st.Page(PAGES / "kv_cache.py", title="KV cache", url_path="kv_cache"),
+            st.Page(PAGES / "memory.py", title="Memory vs weights", url_path="memory"),
+            st.Page(PAGES / "quantization.py", title="Quantization", url_path="quantization"),
+            st.Page(PAGES / "speculative.py", title="Speculative decoding", url_path="speculative"),
+            st.Page(PAGES / "context_cost.py", title="Context cost", url_path="context_cost"),
+            st.Page(PAGES / "scale.py", title="Scale calculator", url_path="scale"),
+        ],
+    }
+)
+sidebar()
+navigation.run()

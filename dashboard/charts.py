@@ -1,0 +1,261 @@
+"""Altair chart builders: pure functions of DataFrames, testable without a server."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+LOG = alt.Scale(type="log")
+Figure = alt.Chart | alt.LayerChart | alt.FacetChart
+
+
+def _base(frame: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(frame)
+
+
+def band_with_median(
+    frame: pd.DataFrame,
+    x: str,
+    median: str,
+    low: str,
+    high: str,
+    color: str | None = None,
+    x_title: str | None = None,
+    y_title: str = "speedup (×)",
+    log_x: bool = False,
+    log_y: bool = False,
+) -> Figure:
+    """A median line with a shaded min–max band, one per ``color`` group."""
+    x_encoding = alt.X(f"{x}:Q", title=x_title or x, scale=LOG if log_x else alt.Undefined)
+    y_scale = LOG if log_y else alt.Undefined
+    encodings = {"color": alt.Color(f"{color}:N")} if color else {}
+    band = (
+        _base(frame)
+        .mark_area(opacity=0.25)
+        .encode(x=x_encoding, y=alt.Y(f"{low}:Q", title=y_title, scale=y_scale), y2=f"{high}:Q", **encodings)
+    )
+    line = (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(x=x_encoding, y=alt.Y(f"{median}:Q", scale=y_scale), tooltip=[x, median, low, high], **encodings)
+    )
+    return alt.layer(band, line)
+
+
+def kv_speedup(timing: pd.DataFrame) -> Figure:
+    """Measured speedup (median, band) against the arithmetic ratio, both on log axes."""
+    measured = band_with_median(
+        timing,
+        "n",
+        "measured_speedup",
+        "measured_speedup_low",
+        "measured_speedup_high",
+        x_title="generated tokens n",
+        log_x=True,
+        log_y=True,
+    )
+    arithmetic = (
+        _base(timing)
+        .mark_line(strokeDash=[6, 3], color="gray", point=True)
+        .encode(x=alt.X("n:Q", scale=LOG), y=alt.Y("arithmetic_ratio:Q", scale=LOG), tooltip=["n", "arithmetic_ratio"])
+    )
+    return alt.layer(measured, arithmetic).properties(title="measured speedup (band) vs arithmetic ratio (dashed)")
+
+
+def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
+    return (
+        _base(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{x}:O"),
+            y=alt.Y("received_fraction:Q", axis=alt.Axis(format="%"), title="received fraction"),
+            tooltip=[x, "received_fraction", "measured_speedup", "arithmetic_ratio"],
+        )
+    )
+
+
+def seconds_against_n(timing: pd.DataFrame) -> Figure:
+    """Time per generation for both modes on log–log axes (the slopes of the fit)."""
+    long = timing.melt(
+        id_vars=["n"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
+    )
+    return (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("n:Q", scale=LOG), y=alt.Y("seconds:Q", scale=LOG), color="mode:N", tooltip=["n", "mode", "seconds"]
+        )
+    )
+
+
+def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
+    """Cache bytes against n for each kv-head count, with the weights as a reference line."""
+    bytes_columns = [
+        column for column in memory.columns if column.startswith("cache_bytes") and column != "cache_bytes_allocated"
+    ]
+    long = memory.melt(id_vars=["n"], value_vars=bytes_columns, var_name="layout", value_name="bytes")
+    long["layout"] = (
+        long["layout"].str.replace("cache_bytes_kv_heads_", "kv heads ").replace("cache_bytes", "all heads")
+    )
+    lines = (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("n:Q", title="tokens in cache"),
+            y=alt.Y("bytes:Q", title="bytes"),
+            color="layout:N",
+            tooltip=["n", "layout", "bytes"],
+        )
+    )
+    weights = (
+        _base(pd.DataFrame({"weight_bytes": [weight_bytes]}))
+        .mark_rule(color="red", strokeDash=[4, 4])
+        .encode(y="weight_bytes:Q", tooltip=["weight_bytes"])
+    )
+    return alt.layer(lines, weights).properties(title="KV cache bytes vs weights (red)")
+
+
+def bars(frame: pd.DataFrame, category: str, value: str, title: str | None = None, color: str | None = None) -> Figure:
+    encodings = {"color": alt.Color(f"{color}:N")} if color else {}
+    return (
+        _base(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{category}:N", sort=None),
+            y=alt.Y(f"{value}:Q", title=title or value),
+            tooltip=[category, value],
+            **encodings,
+        )
+    )
+
+
+def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None = None) -> Figure:
+    return (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q", title=title or y), color=f"{color}:N", tooltip=[x, y, color])
+    )
+
+
+def speedup_bands(speculative: pd.DataFrame) -> Figure:
+    chart = band_with_median(
+        speculative, "k", "speedup_median", "speedup_min", "speedup_max", color="draft", x_title="draft length k"
+    )
+    parity = _base(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray").encode(y="y:Q")
+    return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
+
+
+def predicted_vs_measured(speculative: pd.DataFrame) -> Figure:
+    long = speculative.melt(
+        id_vars=["draft", "k", "speedup_median"],
+        value_vars=["predicted_speedup", "predicted_speedup_refined"],
+        var_name="formula",
+        value_name="predicted",
+    )
+    long["formula"] = long["formula"].map(
+        {"predicted_speedup": "cpp / (1 + k·c)", "predicted_speedup_refined": "cpp / (c_v + k·c)"}
+    )
+    points = (
+        _base(long)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X("predicted:Q", title="predicted speedup"),
+            y=alt.Y("speedup_median:Q", title="measured median"),
+            color="formula:N",
+            shape="draft:N",
+            tooltip=["draft", "k", "formula", "predicted", "speedup_median"],
+        )
+    )
+    top = float(max(long["predicted"].max(), long["speedup_median"].max(), 1.0)) * 1.05
+    diagonal = _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
+    return alt.layer(diagonal, points).properties(title="predicted vs measured (gray: y = x)")
+
+
+def tvd(distribution: pd.DataFrame) -> Figure:
+    long = distribution.melt(
+        id_vars=["draft"], value_vars=["tvd", "tvd_direct"], var_name="sampler", value_name="total variation"
+    )
+    long["sampler"] = long["sampler"].map({"tvd": "speculative", "tvd_direct": "direct"})
+    columns = (
+        _base(long)
+        .mark_bar()
+        .encode(
+            x=alt.X("draft:N"),
+            xOffset="sampler:N",
+            y="total variation:Q",
+            color="sampler:N",
+            tooltip=["draft", "sampler", "total variation"],
+        )
+    )
+    bound = (
+        _base(distribution)
+        .mark_tick(color="red", thickness=2, size=30)
+        .encode(x="draft:N", y="tvd_noise_bound:Q", tooltip=["tvd_noise_bound"])
+    )
+    return alt.layer(columns, bound).properties(title="TV distance to the target (red: 99.9% sampling-noise bound)")
+
+
+def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
+    long = table.melt(id_vars=["n"], value_vars=["quad_mults", "linear_mults"], var_name="part", value_name="mults")
+    lines = (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("n:Q", scale=LOG),
+            y=alt.Y("mults:Q", scale=LOG, title="multiplications"),
+            color="part:N",
+            tooltip=["n", "part", "mults"],
+        )
+    )
+    layers: list[Figure] = [lines]
+    if crossover is not None:
+        layers.append(_base(pd.DataFrame({"n": [crossover]})).mark_rule(color="red").encode(x="n:Q", tooltip=["n"]))
+    return alt.layer(*layers).properties(title="quadratic vs linear multiplications (red: crossover)")
+
+
+def history(points: pd.DataFrame, y_title: str) -> Figure:
+    """A metric per machine over time with each machine's band; flagged runs drawn red."""
+    band = (
+        _base(points)
+        .mark_area(opacity=0.2)
+        .encode(x="started_at:T", y=alt.Y("low:Q", title=y_title), y2="high:Q", color="machine:N")
+    )
+    line = (
+        _base(points)
+        .mark_line(point=True)
+        .encode(x="started_at:T", y="value:Q", color="machine:N", tooltip=["run_id", "machine", "value", "median"])
+    )
+    flagged = (
+        _base(points[points["outlier"]])
+        .mark_point(color="red", size=120, shape="diamond")
+        .encode(x="started_at:T", y="value:Q", tooltip=["run_id", "machine", "value"])
+    )
+    return alt.layer(band, line, flagged)
+
+
+def runs_over_time(runs: pd.DataFrame) -> Figure:
+    return (
+        _base(runs)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X("started_at:T", title="started"),
+            y=alt.Y("wall_seconds:Q", title="wall seconds"),
+            color="machine:N",
+            shape="status:N",
+            tooltip=["run_id", "machine", "preset", "status", "wall_seconds"],
+        )
+    )
+
+
+def compare_machines(frame: pd.DataFrame, x: str, metric: str) -> Figure:
+    return (
+        _base(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{x}:N"),
+            xOffset="machine:N",
+            y=alt.Y("value:Q", title=metric),
+            color="machine:N",
+            tooltip=[x, "machine", "value", "run_id"],
+        )
+    )

@@ -1,0 +1,132 @@
+"""The dashboard's queries: plain functions of a Store (testable without a server) and their
+cached wrappers keyed by the store URL (the engine lives in ``st.cache_resource``)."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import streamlit as st
+
+from store.store import Store
+
+RUNS_TTL_SECONDS = 5
+RESULTS_TTL_SECONDS = 30
+# History flags: a value outside median ± OUTLIER_MADS · MAD of the last HISTORY_WINDOW runs
+# of the same machine fingerprint (MAD scaled by 1.4826 to estimate a standard deviation).
+OUTLIER_MADS = 3.0
+HISTORY_WINDOW = 20
+
+
+def store_url() -> str:
+    from store.engine import resolve_url
+
+    return resolve_url(os.environ.get("DECODELAB_DB"))
+
+
+@st.cache_resource(show_spinner=False)
+def store_for(url: str) -> Store:
+    # The dashboard never writes the schema: `decodelab dashboard` upgrades before it starts.
+    return Store(url, auto_upgrade=False)
+
+
+# ---- plain functions -----------------------------------------------------------------------
+
+
+def wide_cases(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: its params as columns, one column per metric."""
+    if measurements.empty:
+        return pd.DataFrame()
+    params = (
+        measurements.drop_duplicates("case_id")
+        .set_index("case_id")["params"]
+        .apply(lambda value: pd.Series(value, dtype=object))
+    )
+    values = measurements.pivot_table(index="case_id", columns="metric", values="value", aggfunc="first")
+    frame = params.join(values).reset_index()
+    meta = measurements.drop_duplicates("case_id").set_index("case_id")[["run_id", "machine"]]
+    frame = frame.join(meta, on="case_id")
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            converted = pd.to_numeric(frame[column], errors="coerce")
+            if converted.notna().sum() == frame[column].notna().sum():
+                frame[column] = converted
+    return frame
+
+
+def part(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    if frame.empty or "part" not in frame.columns:
+        return pd.DataFrame()
+    return frame[frame["part"] == name].dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def runs_with(runs: pd.DataFrame, experiment_runs: set[int]) -> pd.DataFrame:
+    return runs[runs["run_id"].isin(experiment_runs)]
+
+
+def flag_outliers(history: pd.DataFrame, value: str = "value") -> pd.DataFrame:
+    """Add ``median``, ``low``, ``high`` and ``outlier`` per row: the band of the previous
+    HISTORY_WINDOW runs of the same machine fingerprint (the row itself excluded)."""
+    if history.empty:
+        return history.assign(median=[], low=[], high=[], outlier=[])
+    rows = []
+    for _, group in history.sort_values("started_at").groupby("machine_fingerprint", sort=False):
+        values = group[value].tolist()
+        for index, (_, row) in enumerate(group.iterrows()):
+            previous = pd.Series(values[max(0, index - HISTORY_WINDOW) : index], dtype=float)
+            if len(previous) >= 3:
+                median = float(previous.median())
+                mad = 1.4826 * float((previous - median).abs().median())
+                low, high = median - OUTLIER_MADS * mad, median + OUTLIER_MADS * mad
+                outlier = bool(mad > 0 and not low <= row[value] <= high)
+            else:
+                median, low, high, outlier = float("nan"), float("nan"), float("nan"), False
+            rows.append({**row.to_dict(), "median": median, "low": low, "high": high, "outlier": outlier})
+    return pd.DataFrame(rows)
+
+
+def compare_table(frame: pd.DataFrame, key: list[str], deterministic: bool) -> pd.DataFrame:
+    """Per parameter point, each machine's value side by side and the ratio to the first one.
+    For deterministic metrics (counts, seeded acceptance) differing values are flagged."""
+    if frame.empty:
+        return frame
+    wide = frame.pivot_table(index=key, columns="machine", values="value", aggfunc="median")
+    machines = list(wide.columns)
+    for machine in machines[1:]:
+        wide[f"{machine} / {machines[0]}"] = wide[machine] / wide[machines[0]]
+    if deterministic:
+        wide["equal"] = wide[machines].nunique(axis=1) <= 1
+    return wide.reset_index()
+
+
+# ---- cached wrappers --------------------------------------------------------------------------
+
+
+@st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
+def load_runs(url: str) -> pd.DataFrame:
+    return store_for(url).runs()
+
+
+@st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
+def load_experiment_runs(url: str, experiment: str) -> pd.DataFrame:
+    return store_for(url).runs(experiment=experiment)
+
+
+@st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
+def load_cases(url: str, run_id: int, experiment: str) -> pd.DataFrame:
+    return wide_cases(store_for(url).measurements(run_id, experiment))
+
+
+@st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
+def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
+    return store_for(url).metric_across_runs(experiment, metric)
+
+
+@st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
+def load_metric_names(url: str, experiment: str) -> list[str]:
+    return store_for(url).metric_names(experiment)
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def load_jobs(url: str) -> pd.DataFrame:
+    return store_for(url).jobs(limit=20)

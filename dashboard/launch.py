@@ -1,0 +1,128 @@
+"""Launching a sweep from the dashboard: build the spec from the form, validate it with the
+runner's validator, enqueue it, and start a worker when a SQLite store has none.
+
+Plain functions (no Streamlit) so the form's handling can be tested and fuzzed directly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import InputError
+from store.store import Store
+
+# Launches estimated to take longer than this ask for confirmation first.
+CONFIRM_ABOVE_SECONDS = 600.0
+MACHINE_NAME_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    source: str  # "preset" or "spec"
+    preset: str
+    experiments: list[str]
+    spec_text: str
+    machine: str
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class Launched:
+    job_id: int | None
+    cases: int
+    estimated_seconds: float
+    needs_confirmation: bool
+
+
+def build_spec(request: LaunchRequest) -> Any:
+    """The validated spec the form describes; InputError naming the field otherwise."""
+    from runner.sweeps import PRESETS, preset_text, validate
+
+    if request.source == "preset":
+        if request.preset not in PRESETS:
+            raise InputError(f"preset: {request.preset!r} is not a preset (allowed: {', '.join(PRESETS)})")
+        raw = tomllib.loads(preset_text(request.preset))
+        if not request.experiments:
+            raise InputError(f"experiments: choose at least one (allowed: {', '.join(raw['experiments'])})")
+        unknown = [name for name in request.experiments if name not in raw["experiments"]]
+        if unknown:
+            raise InputError(
+                f"experiments: {unknown[0]!r} is not in preset {request.preset} "
+                f"(allowed: {', '.join(raw['experiments'])})"
+            )
+        raw["experiments"] = {name: raw["experiments"][name] for name in request.experiments}
+        return validate(raw)
+    if request.source == "spec":
+        if len(request.spec_text) > 100_000:
+            raise InputError("spec: longer than 100,000 characters (allowed: a sweep spec in TOML)")
+        try:
+            raw = tomllib.loads(request.spec_text)
+        except tomllib.TOMLDecodeError as error:
+            raise InputError(f"spec: not valid TOML ({error})") from None
+        return validate(raw)
+    raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
+
+
+def check_machine(machine: str) -> str | None:
+    name = machine.strip()
+    if not name:
+        return None
+    if len(name) > MACHINE_NAME_LIMIT or not name.isprintable():
+        raise InputError(f"machine: a printable name of at most {MACHINE_NAME_LIMIT} characters (or empty for any)")
+    return name
+
+
+def launch(store: Store, request: LaunchRequest) -> Launched:
+    """Validate and enqueue; a long sweep is enqueued only once confirmed."""
+    from runner.sweeps import estimate_seconds
+    from runner.train import recipe_hash
+
+    spec = build_spec(request)
+    machine = check_machine(request.machine)
+    model_stored = _model_stored(store, spec, recipe_hash)
+    estimate = estimate_seconds(spec, model_stored=model_stored)
+    cases = spec.cases_total()
+    if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
+        return Launched(None, cases, estimate, needs_confirmation=True)
+    preset = request.preset if request.source == "preset" else None
+    job_id = store.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
+    return Launched(job_id, cases, estimate, needs_confirmation=False)
+
+
+def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
+    if spec.corpus != "default":
+        return False
+    from runner.corpus import load_corpus
+
+    corpus = load_corpus()
+    config = spec.model_config(vocab_size=len(corpus.vocabulary))
+    return store.find_model(recipe_hash=recipe_hash(config, spec.train_config(), corpus.content_hash)) is not None
+
+
+def worker_log_path(url: str) -> Path:
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database or "decodelab.db"
+    return Path(database).resolve().with_suffix(".worker.log")
+
+
+def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
+    """A detached ``decodelab worker`` for this store: an argument list (no shell), the URL in
+    the environment (never on a command line), output to a log file next to the store."""
+    log_path = worker_log_path(url)
+    environment = {**os.environ, "DECODELAB_DB": url}
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )

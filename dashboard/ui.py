@@ -1,0 +1,69 @@
+"""Small pieces every page uses: the store, the run picker, tables with CSV downloads."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data
+from store.errors import StoreError
+from store.store import Store
+
+FILL_COMMAND = "decodelab run --preset quick"
+
+
+def open_store() -> tuple[str, Store] | None:
+    """The store this dashboard reads, or None after showing why it cannot be opened."""
+    url = data.store_url()
+    try:
+        return url, data.store_for(url)
+    except StoreError as error:
+        st.error(str(error))
+        return None
+
+
+def query_int(name: str) -> int | None:
+    value = st.query_params.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def pick_run(url: str, experiment: str, title: str) -> int | None:
+    """A run that recorded ``experiment`` (default: the newest; ``?run=`` selects one)."""
+    runs = data.load_experiment_runs(url, experiment)
+    if runs.empty:
+        st.info(
+            f"No run has recorded the {title} experiment yet. Fill it with `{FILL_COMMAND}` "
+            "or launch a sweep from the sidebar."
+        )
+        return None
+    options = runs["run_id"].tolist()
+    wanted = query_int("run")
+    index = options.index(wanted) if wanted in options else 0
+    labels = {
+        row["run_id"]: f"run {row['run_id']} · {row['machine']} · {row['preset'] or 'custom'} · {row['status']} · "
+        f"{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
+        for row in runs.to_dict("records")
+    }
+    run_id = st.selectbox("Run", options, index=index, format_func=lambda value: labels[value], key="run_picker")
+    st.query_params["run"] = str(run_id)
+    return int(run_id)
+
+
+def table(frame: pd.DataFrame, name: str, columns: list[str] | None = None) -> None:
+    """A table with its CSV download."""
+    shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
+    st.dataframe(shown, hide_index=True)
+    st.download_button(
+        f"Download {name} (CSV)",
+        shown.to_csv(index=False).encode("utf-8"),
+        file_name=f"{name}.csv",
+        mime="text/csv",
+        key=f"download-{name}",
+    )
+
+
+def chart(figure: charts.Figure) -> None:
+    st.altair_chart(figure, width="stretch")

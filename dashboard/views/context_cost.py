@@ -1,0 +1,27 @@
+"""Context cost: what grows with n², what grows with n, and where they cross."""
+
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+st.title("Context-length cost")
+st.caption("Counted multiplications, not times: the same integers on every machine.")
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "context_cost", "context cost") if opened else None
+if opened and run_id is not None:
+    cases = data.load_cases(opened[0], run_id, "context_cost")
+    table = data.part(cases, "table")
+    summary = data.part(cases, "summary")
+    crossover = float(summary["crossover_n"].iloc[0]) if not summary.empty else None
+    if not table.empty:
+        ui.chart(charts.quad_vs_linear(table, crossover))
+        ui.table(table, "context_cost", ["n", "d_model", "d_ff", "quad_mults", "linear_mults", "total_mults"])
+    if not summary.empty:
+        row = summary.iloc[0]
+        left, middle, right = st.columns(3)
+        left.metric("Crossover n", f"{int(row['crossover_n']):,}")
+        middle.metric(f"Causal pairs at n = {int(row['n'])}", f"{int(row['causal_pairs']):,}")
+        right.metric("Wasted pairs (masked)", f"{int(row['wasted_pairs']):,}")
+        pairs = summary.melt(value_vars=["causal_pairs", "wasted_pairs"], var_name="pairs", value_name="count")
+        ui.chart(charts.bars(pairs, "pairs", "count", "score pairs"))
+        ui.table(summary, "context_cost_summary")

@@ -1,0 +1,116 @@
+"""KV cache: equivalence, counted arithmetic, measured speedup against it, slopes, widths."""
+
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+st.title("KV cache")
+st.caption("Is the cache exact, what does the arithmetic promise, and how much of it does the clock deliver?")
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
+if opened and run_id is not None:
+    cases = data.load_cases(opened[0], run_id, "kv_cache")
+    equivalence = data.part(cases, "equivalence")
+    if not equivalence.empty:
+        row = equivalence.iloc[0]
+        left, middle, right = st.columns(3)
+        left.metric("Sampled text identical", "yes" if row["strings_identical"] == 1 else "no")
+        middle.metric("Greedy text identical", "yes" if row["greedy_identical"] == 1 else "no")
+        right.metric(
+            "Largest |logit difference|",
+            f"{row['max_logit_diff']:.2e}",
+            help=f"tolerance {row['tolerance']:.0e}: float sums in another order, nothing more",
+        )
+    timing = data.part(cases, "timing")
+    if not timing.empty:
+        st.subheader("Measured speedup against the arithmetic ratio")
+        ui.chart(charts.kv_speedup(timing))
+        st.subheader("Received fraction of the arithmetic promise")
+        ui.chart(charts.received_fraction(timing))
+        ui.table(
+            timing,
+            "kv_cache_timing",
+            [
+                "n",
+                "seconds_no_cache",
+                "seconds_cache",
+                "measured_speedup",
+                "measured_speedup_low",
+                "measured_speedup_high",
+                "arithmetic_ratio",
+                "received_fraction",
+            ],
+        )
+    fit = data.part(cases, "fit")
+    if not fit.empty:
+        st.subheader("Time against n (log–log)")
+        ui.chart(charts.seconds_against_n(timing))
+        row = fit.iloc[0]
+        left, right = st.columns(2)
+        left.metric(
+            "No cache: time ∝ n^b",
+            f"b = {row['slope_no_cache']:.2f}",
+            help=f"max relative fit error {row['max_fit_error_no_cache']:.1%}",
+        )
+        right.metric(
+            "Cache: time ∝ n^b",
+            f"b = {row['slope_cache']:.2f}",
+            help=f"max relative fit error {row['max_fit_error_cache']:.1%}",
+        )
+    width = data.part(cases, "width")
+    if not width.empty:
+        st.subheader("Width sweep (untrained weights: timing needs no training)")
+        ui.chart(charts.received_fraction(width, x="d_model"))
+        ui.table(
+            width,
+            "kv_cache_width",
+            [
+                "d_model",
+                "n",
+                "seconds_no_cache",
+                "seconds_cache",
+                "measured_speedup",
+                "arithmetic_ratio",
+                "received_fraction",
+            ],
+        )
+    counts = data.part(cases, "counts")
+    check = data.part(cases, "counter_check")
+    if not counts.empty:
+        st.subheader("Multiplications, counted")
+        if not check.empty:
+            matches = check.iloc[0]["counter_matches_closed_form"] == 1
+            st.write(
+                ("✅" if matches else "❌") + " the pure-Python counting path equals the closed forms "
+                f"({int(check.iloc[0]['counted_mults_no_cache']):,} and {int(check.iloc[0]['counted_mults_cache']):,}"
+                " multiplications at d=8, 2 blocks, n=10)."
+            )
+        ui.table(
+            counts,
+            "kv_cache_counts",
+            [
+                "n",
+                "d_model",
+                "n_layer",
+                "mults_no_cache",
+                "mults_cache",
+                "arithmetic_ratio",
+                "arithmetic_ratio_with_lm_head",
+            ],
+        )
+    rounded = data.part(cases, "rounded_cache")
+    if not rounded.empty:
+        st.subheader("A rounded cache is an approximation")
+        ui.table(
+            rounded,
+            "kv_cache_rounded",
+            [
+                "rounding",
+                "max_logit_diff",
+                "tolerance",
+                "exceeds_tolerance",
+                "strings_identical",
+                "greedy_identical",
+                "divergence_position_sampled",
+            ],
+        )

@@ -1,0 +1,40 @@
+"""Quantization: bytes, loss, where generation diverges, and time per token."""
+
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+st.title("Weight quantization")
+st.caption("Quantization saves memory; whether it saves time depends on the kernel that runs.")
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "quantization", "quantization") if opened else None
+if opened and run_id is not None:
+    cases = data.load_cases(opened[0], run_id, "quantization")
+    cases["variant"] = cases["precision"] + " · " + cases["kernel"]
+    left, right = st.columns(2)
+    with left:
+        ui.chart(charts.bars(cases, "variant", "weight_bytes", "weight bytes"))
+        ui.chart(charts.bars(cases, "variant", "loss_increase", "held-out loss increase (nats)"))
+    with right:
+        ui.chart(charts.bars(cases, "variant", "seconds_per_token", "seconds per token"))
+        ui.chart(charts.bars(cases, "variant", "divergence_position_greedy", "greedy divergence position"))
+    ui.table(
+        cases,
+        "quantization",
+        [
+            "precision",
+            "kernel",
+            "group_size",
+            "embeddings_quantized",
+            "weight_bytes",
+            "bytes_ratio_vs_fp32",
+            "val_loss",
+            "loss_increase",
+            "divergence_position_greedy",
+            "divergence_position_sampled",
+            "seconds_per_token",
+            "speedup_vs_fp32",
+            "speedup_vs_fp32_low",
+            "speedup_vs_fp32_high",
+        ],
+    )

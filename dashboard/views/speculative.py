@@ -1,0 +1,66 @@
+"""Speculative decoding: acceptance, characters per pass, speedup bands, predictions, TVD."""
+
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+st.title("Speculative decoding")
+st.caption("Counts are deterministic for a seed; times carry their min–max band from paired runs.")
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "speculative", "speculative decoding") if opened else None
+if opened and run_id is not None:
+    cases = data.load_cases(opened[0], run_id, "speculative")
+    speculative = data.part(cases, "speculative")
+    if not speculative.empty:
+        left, right = st.columns(2)
+        with left:
+            ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
+        with right:
+            ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", "characters per target pass"))
+        ui.chart(charts.speedup_bands(speculative))
+        noise = data.part(cases, "aa")
+        if not noise.empty:
+            row = noise.iloc[0]
+            st.caption(
+                f"Noise floor (baseline against itself): {row['speedup_median']:.3f}× "
+                f"[{row['speedup_min']:.3f}–{row['speedup_max']:.3f}]"
+            )
+        ui.chart(charts.predicted_vs_measured(speculative))
+        ui.table(
+            speculative,
+            "speculative",
+            [
+                "draft",
+                "k",
+                "acceptance_rate",
+                "chars_per_target_pass",
+                "target_passes",
+                "draft_cost_ratio",
+                "verify_cost_ratio",
+                "speedup_median",
+                "speedup_min",
+                "speedup_max",
+                "predicted_speedup",
+                "predicted_speedup_refined",
+                "acceptance_per_decided",
+                "one_minus_mean_tv",
+            ],
+        )
+    distribution = data.part(cases, "distribution")
+    if not distribution.empty:
+        st.subheader("Does the output keep the target's distribution?")
+        ui.chart(charts.tvd(distribution))
+        within = bool((distribution["within_sampling_noise"] == 1).all())
+        st.write(
+            (
+                "✅ every draft's TV distance is within sampling noise"
+                if within
+                else "❌ a draft's TV distance exceeds the sampling-noise bound"
+            )
+            + f" for {int(distribution['samples'].iloc[0]):,} samples."
+        )
+        ui.table(
+            distribution,
+            "speculative_distribution",
+            ["draft", "tvd", "tvd_direct", "tvd_noise_bound", "within_sampling_noise", "draft_target_tvd"],
+        )

@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: `decodelab dashboard` on a free port, every page opened in
+headless Chromium (Debian's, driven by Playwright), no error box, charts rendered, and a tiny
+sweep launched from the sidebar and run to completion by the worker the dashboard starts.
+Screenshots go to screenshots/ (ignored by git)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_SPEC, kill_job_workers
+
+ROOT = Path(__file__).parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# The default page (History) lives at the root URL.
+PAGES = {
+    "history": "",
+    "compare": "compare",
+    "kv_cache": "kv_cache",
+    "memory": "memory",
+    "quantization": "quantization",
+    "speculative": "speculative",
+    "context_cost": "context_cost",
+    "scale": "scale",
+}
+SCREENSHOTS = ROOT / "screenshots"
+
+pytestmark = pytest.mark.browser
+
+
+def require_browser() -> None:
+    required = os.environ.get("DECODELAB_REQUIRE_BROWSER") == "1"
+    missing = None
+    if not Path(CHROMIUM).exists():
+        missing = f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            missing = "the playwright package is not installed (the dev extra)"
+    if missing:
+        if required:
+            pytest.fail(f"DECODELAB_REQUIRE_BROWSER=1 but {missing}")
+        pytest.skip(missing)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    require_browser()
+    from runner.execute import execute
+    from runner.sweeps import load_spec_file
+    from store.store import Store
+
+    url = f"sqlite:///{tmp_path / 'browser.db'}"
+    store = Store(url)
+    execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
+    store.close()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{address}/_stcore/health", timeout=2) as response:
+                    if response.read() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"the dashboard did not come up: {server.stdout.read() if server.stdout else ''}")
+            time.sleep(0.3)
+        yield address, url
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        kill_job_workers(url)
+
+
+def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tuple[str, str]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from store.store import Store
+
+    address, url = dashboard
+    SCREENSHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for name, path in PAGES.items():
+            page.goto(f"{address}/{path}")
+            page.wait_for_selector('[data-testid="stApp"]')
+            expect(page.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=30_000)
+            page.wait_for_timeout(500)
+            assert page.locator('[data-testid="stException"]').count() == 0, name
+            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, name
+            assert page.locator('[data-testid="stDialog"]').count() == 0, f"{name}: a dialog (page not found?)"
+            page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+        page.goto(f"{address}/")
+        page.wait_for_selector('[data-testid="stApp"]')
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        sidebar.locator('[data-testid="stExpander"] summary').filter(has_text="Launch a sweep").click()
+        sidebar.get_by_text("spec", exact=True).click()
+        sidebar.locator("textarea").fill(TINY_SPEC.read_text())
+        sidebar.get_by_role("button", name="Launch").click()
+        expect(sidebar.get_by_text("queued")).to_be_visible(timeout=60_000)
+
+        store = Store(url)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            jobs = store.jobs()
+            if not jobs.empty and jobs.iloc[0]["status"] not in ("queued", "running"):
+                break
+            time.sleep(1)
+        job = store.jobs().iloc[0]
+        assert job["status"] == "done", job["error"]
+        assert job["cases_done"] == job["cases_total"] > 0
+        assert len(store.runs()) == 2
+        expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
+        page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
+        browser.close()

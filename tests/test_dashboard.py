@@ -1,0 +1,201 @@
+"""The dashboard without a browser: chart builders on small frames, every page through
+AppTest on a store filled by a real tiny sweep, and the launch form's handling."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import charts, data
+from dashboard.launch import LaunchRequest, build_spec, launch
+from runner.errors import InputError
+from store.store import Store
+from tests.conftest import TINY_SPEC, kill_job_workers
+
+DASHBOARD = Path(__file__).parent.parent / "dashboard"
+PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale"]
+
+
+def layers(chart: object) -> list[dict]:
+    spec = chart.to_dict()  # type: ignore[attr-defined]
+    return spec.get("layer", [spec])
+
+
+def test_kv_speedup_chart_has_band_median_and_arithmetic_on_log_axes() -> None:
+    timing = pd.DataFrame(
+        {
+            "n": [64, 128],
+            "measured_speedup": [2.0, 3.0],
+            "measured_speedup_low": [1.8, 2.7],
+            "measured_speedup_high": [2.2, 3.3],
+            "arithmetic_ratio": [32.9, 66.1],
+        }
+    )
+    spec = charts.kv_speedup(timing).to_dict()
+    flat = [layer for top in spec["layer"] for layer in top.get("layer", [top])]
+    marks = [layer["mark"]["type"] for layer in flat]
+    assert marks == ["area", "line", "line"]
+    assert flat[0]["encoding"]["y"]["field"] == "measured_speedup_low"
+    assert flat[0]["encoding"]["y2"]["field"] == "measured_speedup_high"
+    assert flat[2]["encoding"]["y"]["field"] == "arithmetic_ratio"
+    assert all(layer["encoding"]["x"]["scale"]["type"] == "log" for layer in flat)
+    datasets = spec["datasets"]
+    assert any(row.get("arithmetic_ratio") == 66.1 for rows in datasets.values() for row in rows)
+
+
+def test_predicted_vs_measured_has_both_formulas_and_the_diagonal() -> None:
+    frame = pd.DataFrame(
+        {
+            "draft": ["bigram", "int8"],
+            "k": [1, 4],
+            "speedup_median": [1.1, 0.5],
+            "predicted_speedup": [1.3, 0.6],
+            "predicted_speedup_refined": [1.15, 0.52],
+        }
+    )
+    spec = charts.predicted_vs_measured(frame).to_dict()
+    diagonal, points = spec["layer"]
+    assert diagonal["mark"]["type"] == "line"
+    rows = spec["datasets"][points["data"]["name"]]
+    assert {row["formula"] for row in rows} == {"cpp / (1 + k·c)", "cpp / (c_v + k·c)"}
+    assert len(rows) == 4
+    assert points["encoding"]["y"]["field"] == "speedup_median"
+
+
+def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
+    memory = pd.DataFrame(
+        {
+            "n": [128, 512],
+            "cache_bytes": [1.0, 4.0],
+            "cache_bytes_kv_heads_1": [0.25, 1.0],
+            "cache_bytes_allocated": [1.0, 4.0],
+        }
+    )
+    spec = charts.cache_bytes(memory, 3.0).to_dict()
+    lines, rule = spec["layer"]
+    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "weight_bytes"
+    layouts = {row["layout"] for row in spec["datasets"][lines["data"]["name"]]}
+    assert layouts == {"all heads", "kv heads 1"}
+
+
+def test_tvd_chart_and_history_flags() -> None:
+    distribution = pd.DataFrame({"draft": ["bigram"], "tvd": [0.01], "tvd_direct": [0.009], "tvd_noise_bound": [0.02]})
+    assert [layer["mark"]["type"] for layer in layers(charts.tvd(distribution))] == ["bar", "tick"]
+    history = pd.DataFrame(
+        {
+            "run_id": range(6),
+            "machine": ["a"] * 6,
+            "machine_fingerprint": ["f"] * 6,
+            "started_at": pd.date_range("2026-01-01", periods=6, freq="D"),
+            "value": [1.0, 1.1, 0.9, 1.0, 1.05, 5.0],
+        }
+    )
+    flagged = data.flag_outliers(history)
+    assert flagged["outlier"].tolist() == [False, False, False, False, False, True]
+    assert [layer["mark"]["type"] for layer in layers(charts.history(flagged, "seconds"))] == ["area", "line", "point"]
+
+
+def test_compare_table_flags_deterministic_differences() -> None:
+    frame = pd.DataFrame(
+        {
+            "point": ["n=64", "n=64", "n=128", "n=128"],
+            "machine": ["a", "b", "a", "b"],
+            "value": [10.0, 10.0, 20.0, 21.0],
+        }
+    )
+    table = data.compare_table(frame, ["point"], deterministic=True)
+    assert table.set_index("point")["equal"].to_dict() == {"n=128": False, "n=64": True}
+    assert table.set_index("point")["b / a"].to_dict() == {"n=128": 1.05, "n=64": 1.0}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_a_real_store(page: str, filled_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / f"{page}.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert not app.error, [error.value for error in app.error]
+    charts_shown = app.get("vega_lite_chart")
+    assert charts_shown, f"{page} shows no chart"
+    for element in charts_shown:
+        assert json.loads(element.proto.spec)  # a real Vega-Lite spec
+
+
+def test_pages_show_an_empty_state_naming_the_command(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    Store(sqlite_url).close()
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    for page in ("kv_cache", "quantization", "speculative", "history"):
+        app = AppTest.from_file(str(DASHBOARD / "views" / f"{page}.py"), default_timeout=60)
+        app.run()
+        assert not app.exception
+        assert any("decodelab run --preset quick" in info.value for info in app.info), page
+
+
+def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
+    store = Store(sqlite_url)
+    spec_text = TINY_SPEC.read_text()
+    with pytest.raises(InputError, match="experiments.kv_cache.pairs: 99 is above the maximum"):
+        build_spec(LaunchRequest("spec", "quick", [], spec_text.replace("pairs = 3", "pairs = 99"), "", False))
+    with pytest.raises(InputError, match="experiments: choose at least one"):
+        build_spec(LaunchRequest("preset", "quick", [], "", "", False))
+    with pytest.raises(InputError, match="machine: a printable name"):
+        launch(store, LaunchRequest("spec", "quick", [], spec_text, "bad\nname", False))
+    assert store.jobs().empty, "nothing was written for bad input"
+    seed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", False))
+    assert seed.needs_confirmation and seed.job_id is None and store.jobs().empty
+    confirmed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", True))
+    assert confirmed.job_id is not None
+    tiny = launch(store, LaunchRequest("spec", "quick", [], spec_text, "gpu-box", False))
+    jobs = store.jobs().set_index("job_id")
+    assert jobs.loc[tiny.job_id, "machine_name"] == "gpu-box"
+    assert jobs.loc[tiny.job_id, "cases_total"] == tiny.cases
+
+
+def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    Store(sqlite_url).close()
+    app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+    app.run()
+    assert not app.exception
+    app.radio(key="launch_source").set_value("spec")
+    app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
+    app.sidebar.button[0].click().run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert any("queued" in success.value for success in app.sidebar.success)
+    store = Store(sqlite_url)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and store.jobs().iloc[0]["status"] in ("queued", "running"):
+            time.sleep(1)
+        job = store.jobs().iloc[0]
+        assert job["status"] == "done", job["error"]
+        assert job["cases_done"] == job["cases_total"]
+    finally:
+        kill_job_workers(sqlite_url)
+
+
+def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.records import CaseRecord, MachineRecord, MeasurementRecord
+
+    store = Store(sqlite_url)
+    for name, mults in (("laptop", 1000.0), ("server", 1000.0), ("laptop", 1000.0)):
+        machine = MachineRecord(name, "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cpu", None)
+        run_id = store.start_run(machine_id=store.machine_id(machine), spec={}, code_version="x", model_id=None)
+        for n in (64, 128):
+            store.record_case(run_id, CaseRecord("kv_cache", {"part": "counts", "n": n},
+                                                 (MeasurementRecord("mults_cache", mults * n, "multiplications"),)))
+        store.finish_run(run_id, "done")
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "compare.py"), default_timeout=60)
+    app.run()
+    app.selectbox(key="compare_metric").set_value("mults_cache").run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert any("deterministic and equal on every machine" in success.value for success in app.success), (
+        [w.value for w in app.warning], [i.value for i in app.info], app.dataframe[0].value if app.dataframe else None)
+    table = app.dataframe[0].value
+    assert list(table["server / laptop"]) == [1.0, 1.0]
