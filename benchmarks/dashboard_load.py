@@ -17,26 +17,35 @@ from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRe
 from store.store import Store
 
 PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale"]
-MACHINES = [MachineRecord(f"machine-{index}", "cpu", 2 + index, 2**34, "Linux", "3.11", "2.13.0", 2, "cpu", None)
-            for index in range(3)]
+MACHINES = [
+    MachineRecord(f"machine-{index}", "cpu", 2 + index, 2**34, "Linux", "3.11", "2.13.0", 2, "cpu", None)
+    for index in range(3)
+]
 
 
 def kv_cases(generator: random.Random, samples_per_case: int) -> list[CaseRecord]:
     cases = []
     for n in (64, 128, 256, 512, 1024):
         pairs = samples_per_case // 2
-        samples = tuple(SampleRecord(pair, side, generator.uniform(0.01, 1.0)) for pair in range(pairs) for side in "AB")
+        samples = tuple(
+            SampleRecord(pair, side, generator.uniform(0.01, 1.0)) for pair in range(pairs) for side in "AB"
+        )
         speedup = generator.uniform(1.5, 12)
-        cases.append(CaseRecord("kv_cache", {"part": "timing", "n": n, "d_model": 128, "n_layer": 3, "impl": "static",
-                                             "pairs": pairs}, (
-            MeasurementRecord("measured_speedup", speedup, "ratio", samples),
-            MeasurementRecord("measured_speedup_low", speedup * 0.9, "ratio"),
-            MeasurementRecord("measured_speedup_high", speedup * 1.1, "ratio"),
-            MeasurementRecord("seconds_no_cache", generator.uniform(0.05, 11), "seconds"),
-            MeasurementRecord("seconds_cache", generator.uniform(0.03, 1), "seconds"),
-            MeasurementRecord("arithmetic_ratio", n / 2, "ratio"),
-            MeasurementRecord("received_fraction", speedup / (n / 2), "ratio"),
-        )))
+        cases.append(
+            CaseRecord(
+                "kv_cache",
+                {"part": "timing", "n": n, "d_model": 128, "n_layer": 3, "impl": "static", "pairs": pairs},
+                (
+                    MeasurementRecord("measured_speedup", speedup, "ratio", samples),
+                    MeasurementRecord("measured_speedup_low", speedup * 0.9, "ratio"),
+                    MeasurementRecord("measured_speedup_high", speedup * 1.1, "ratio"),
+                    MeasurementRecord("seconds_no_cache", generator.uniform(0.05, 11), "seconds"),
+                    MeasurementRecord("seconds_cache", generator.uniform(0.03, 1), "seconds"),
+                    MeasurementRecord("arithmetic_ratio", n / 2, "ratio"),
+                    MeasurementRecord("received_fraction", speedup / (n / 2), "ratio"),
+                ),
+            )
+        )
     return cases
 
 
@@ -47,8 +56,13 @@ def build(url: str, runs: int, samples: int) -> None:
     per_case = max(2, samples // (runs * 5))
     started = time.perf_counter()
     for index in range(runs):
-        run_id = store.start_run(machine_id=machine_ids[index % len(machine_ids)], spec={}, code_version="bench",
-                                 model_id=None, preset="quick")
+        run_id = store.start_run(
+            machine_id=machine_ids[index % len(machine_ids)],
+            spec={},
+            code_version="bench",
+            model_id=None,
+            preset="quick",
+        )
         for case in kv_cases(generator, per_case):
             store.record_case(run_id, case)
         store.finish_run(run_id, "done", wall_seconds=generator.uniform(40, 60))

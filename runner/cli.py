@@ -138,7 +138,10 @@ def export(
     run_id: Annotated[int | None, typer.Option("--run", help="Only this run.")] = None,
     export_format: Annotated[str, typer.Option("--format", help="csv, json or parquet.")] = "csv",
 ) -> None:
-    """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit."""
+    """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit.
+
+    JSON rows also carry each measurement's raw samples and its run, so `decodelab import` can
+    recreate the run in another store."""
     from store.export import EXPORT_FORMATS, write_export
 
     if export_format not in EXPORT_FORMATS:
@@ -146,8 +149,31 @@ def export(
     store = open_store(db)
     if run_id is not None and not store.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
-    rows = write_export(store.export_rows(run_id), out, export_format)
+    if not out.parent.exists():
+        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    if export_format == "json":
+        from store.transfer import write_json_export
+
+        rows = write_json_export(store, out, run_id)
+    else:
+        rows = write_export(store.export_rows(run_id), out, export_format)
     typer.echo(f"wrote {rows} measurements to {out}")
+
+
+@app.command("import")
+def import_runs(
+    file: Annotated[Path, typer.Argument(help="A JSON file written by `decodelab export --format json`.")],
+    db: DbOption = None,
+) -> None:
+    """Import exported runs into this store (importing twice adds nothing)."""
+    from store.transfer import import_rows, read_export
+
+    if not file.is_file():
+        raise InputError(f"FILE: {str(file)!r} is not a file")
+    rows = read_export(file)
+    store = open_store(db)
+    for uid, run_id, added in import_rows(store, rows):
+        typer.echo(f"run {uid} → run {run_id} in {store.masked_url}: {added} cases added")
 
 
 @app.command()

@@ -6,6 +6,7 @@ these classes must always describe the head revision.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,8 +79,12 @@ class Run(Base):
     __tablename__ = "run"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    # Unique across stores: an imported run keeps it, so importing twice adds nothing.
+    uid: Mapped[str | None] = mapped_column(String(36), default=lambda: str(uuid.uuid4()))
     machine_id: Mapped[int] = mapped_column(ForeignKey("machine.id"))
     model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    # The checkpoint's hash, kept even where this store lacks the checkpoint itself.
+    model_hash: Mapped[str | None] = mapped_column(String(64))
     preset: Mapped[str | None] = mapped_column(String(100))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     code_version: Mapped[str] = mapped_column(String(100))
@@ -96,6 +101,7 @@ class Run(Base):
     __table_args__ = (
         Index("ix_run_started_at", "started_at"),
         Index("ix_run_machine_started_at", "machine_id", "started_at"),
+        Index("ix_run_uid", "uid", unique=True),
     )
 
 

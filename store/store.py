@@ -135,9 +135,11 @@ class Store(JobQueue):
         preset: str | None = None,
     ) -> int:
         with self.write() as session:
+            model_hash = session.scalar(select(Model.weights_hash).where(Model.id == model_id)) if model_id else None
             run = Run(
                 machine_id=machine_id,
                 model_id=model_id,
+                model_hash=model_hash,
                 spec=spec,
                 code_version=code_version,
                 preset=preset,
@@ -239,10 +241,10 @@ class Store(JobQueue):
                 Run.error,
                 Machine.name.label("machine"),
                 Machine.fingerprint.label("machine_fingerprint"),
-                Model.weights_hash.label("model_hash"),
+                Run.model_hash,
+                Run.uid,
             )
             .join(Machine, Machine.id == Run.machine_id)
-            .outerjoin(Model, Model.id == Run.model_id)
             .order_by(Run.started_at.desc(), Run.id.desc())
         )
         if machine is not None:
@@ -271,12 +273,11 @@ class Store(JobQueue):
                 Measurement.id.label("measurement_id"),
                 Run.started_at,
                 Machine.fingerprint.label("machine_fingerprint"),
-                Model.weights_hash.label("model_hash"),
+                Run.model_hash,
             )
             .join(Case, Case.id == Measurement.case_id)
             .join(Run, Run.id == Measurement.run_id)
             .join(Machine, Machine.id == Run.machine_id)
-            .outerjoin(Model, Model.id == Run.model_id)
             .order_by(Measurement.run_id, Measurement.id)
         )
 

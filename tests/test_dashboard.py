@@ -187,8 +187,14 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
         machine = MachineRecord(name, "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cpu", None)
         run_id = store.start_run(machine_id=store.machine_id(machine), spec={}, code_version="x", model_id=None)
         for n in (64, 128):
-            store.record_case(run_id, CaseRecord("kv_cache", {"part": "counts", "n": n},
-                                                 (MeasurementRecord("mults_cache", mults * n, "multiplications"),)))
+            store.record_case(
+                run_id,
+                CaseRecord(
+                    "kv_cache",
+                    {"part": "counts", "n": n},
+                    (MeasurementRecord("mults_cache", mults * n, "multiplications"),),
+                ),
+            )
         store.finish_run(run_id, "done")
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
     app = AppTest.from_file(str(DASHBOARD / "views" / "compare.py"), default_timeout=60)
@@ -196,6 +202,9 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
     app.selectbox(key="compare_metric").set_value("mults_cache").run()
     assert not app.exception, [exception.value for exception in app.exception]
     assert any("deterministic and equal on every machine" in success.value for success in app.success), (
-        [w.value for w in app.warning], [i.value for i in app.info], app.dataframe[0].value if app.dataframe else None)
+        [w.value for w in app.warning],
+        [i.value for i in app.info],
+        app.dataframe[0].value if app.dataframe else None,
+    )
     table = app.dataframe[0].value
     assert list(table["server / laptop"]) == [1.0, 1.0]

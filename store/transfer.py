@@ -1,0 +1,206 @@
+"""Moving runs between stores: a JSON export that is the long format (one row per measurement,
+the seven export columns first) with what an import needs beside it, and the import.
+
+Each row also carries its case key, its raw samples and its run (uid, machine fingerprint
+fields, model hash, spec, status, times). Importing recreates the machine by fingerprint, links
+the model where the target store holds it (the run keeps the hash either way), and writes each
+run in one transaction; a run whose uid is already there only gains the cases it lacks, so
+importing twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from store.errors import StoreError
+from store.records import MachineRecord
+from store.schema import Case, Machine, Measurement, Model, Run, Sample
+from store.store import Store, case_key
+
+MACHINE_FIELDS = (
+    "name",
+    "cpu_model",
+    "cores",
+    "memory_bytes",
+    "os",
+    "python_version",
+    "torch_version",
+    "threads",
+    "device",
+    "gpu_name",
+)
+RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash")
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, Any]]:
+    """The long format with samples, case keys and run metadata on every row."""
+    rows: list[dict[str, Any]] = []
+    with store.read() as session:
+        runs_query = select(Run).order_by(Run.id)
+        if run_id is not None:
+            runs_query = runs_query.where(Run.id == run_id)
+        for run in session.scalars(runs_query):
+            machine = session.get(Machine, run.machine_id)
+            assert machine is not None
+            run_meta = {field: getattr(run, field) for field in RUN_FIELDS}
+            run_meta |= {
+                "started_at": _time(run.started_at),
+                "finished_at": _time(run.finished_at),
+                "machine": {field: getattr(machine, field) for field in MACHINE_FIELDS},
+            }
+            cases = session.execute(
+                select(Case, Measurement)
+                .join(Measurement, Measurement.case_id == Case.id)
+                .where(Case.run_id == run.id)
+                .order_by(Case.id, Measurement.id)
+            ).all()
+            measurement_ids = [measurement.id for _, measurement in cases]
+            samples: dict[int, list[list[Any]]] = defaultdict(list)
+            for sample in session.scalars(
+                select(Sample).where(Sample.measurement_id.in_(measurement_ids)).order_by(Sample.id)
+            ):
+                samples[sample.measurement_id].append([sample.pair_index, sample.side, sample.seconds])
+            for case, measurement in cases:
+                rows.append(
+                    {
+                        "run_id": run.id,
+                        "machine": machine.name,
+                        "experiment": case.experiment,
+                        "params": json.dumps(case.params, sort_keys=True),
+                        "metric": measurement.metric,
+                        "value": measurement.value,
+                        "unit": measurement.unit,
+                        "case_key": case.case_key,
+                        "samples": samples.get(measurement.id, []),
+                        "run": run_meta,
+                    }
+                )
+    return rows
+
+
+def write_json_export(store: Store, path: Path, run_id: int | None = None) -> int:
+    rows = export_json_rows(store, run_id)
+    temporary = path.with_name(path.name + ".partial")
+    temporary.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+    temporary.replace(path)
+    return len(rows)
+
+
+def _parse_time(value: str | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise StoreError(f"import: run.{field} {value!r} is not an ISO timestamp") from None
+    # decodelab stores UTC everywhere; SQLite hands it back without a zone.
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def read_export(path: Path) -> list[dict[str, Any]]:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StoreError(f"import: cannot read {str(path)!r} as a decodelab JSON export ({error})") from None
+    required = {"experiment", "params", "metric", "value", "unit", "run"}
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and required <= set(row) for row in rows):
+        raise StoreError(
+            f"import: {str(path)!r} is not a decodelab JSON export (expected a list of rows with "
+            f"{', '.join(sorted(required))}; export with `decodelab export --format json`)"
+        )
+    return rows
+
+
+def import_rows(store: Store, rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """Import every run in ``rows``; returns (uid, run id in this store, cases added) per run."""
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        uid = row["run"].get("uid")
+        if not uid:
+            raise StoreError("import: a row's run has no uid (export it with this version of decodelab)")
+        by_run[uid].append(row)
+    return [_import_run(store, uid, run_rows) for uid, run_rows in by_run.items()]
+
+
+def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str, int, int]:
+    meta = rows[0]["run"]
+    try:
+        machine = MachineRecord(**{field: meta["machine"][field] for field in MACHINE_FIELDS})
+    except (KeyError, TypeError) as error:
+        raise StoreError(f"import: run {uid} has an incomplete machine ({error})") from None
+    machine_id = store.machine_id(machine)
+    with store.write() as session:
+        run = session.scalar(select(Run).where(Run.uid == uid))
+        if run is None:
+            model_id = None
+            if meta.get("model_hash"):
+                model_id = session.scalar(select(Model.id).where(Model.weights_hash == meta["model_hash"]))
+            run = Run(
+                uid=uid,
+                machine_id=machine_id,
+                model_id=model_id,
+                model_hash=meta.get("model_hash"),
+                preset=meta.get("preset"),
+                spec=meta.get("spec") or {},
+                code_version=meta.get("code_version") or "",
+                status=meta.get("status") or "done",
+                error=meta.get("error"),
+                wall_seconds=meta.get("wall_seconds"),
+                started_at=_parse_time(meta.get("started_at"), "started_at"),
+                finished_at=_parse_time(meta.get("finished_at"), "finished_at"),
+            )
+            session.add(run)
+            session.flush()
+        present = {
+            (experiment, key)
+            for experiment, key in session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run.id))
+        }
+        cases: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            params = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+            cases[(row["experiment"], row.get("case_key") or case_key(params))].append({**row, "params": params})
+        added = 0
+        for (experiment, key), measurements in cases.items():
+            if (experiment, key) in present:
+                continue
+            case = Case(run_id=run.id, experiment=experiment, case_key=key, params=measurements[0]["params"])
+            session.add(case)
+            session.flush()
+            ids = session.scalars(
+                insert(Measurement).returning(Measurement.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "case_id": case.id,
+                        "run_id": run.id,
+                        "experiment": experiment,
+                        "metric": m["metric"],
+                        "value": float(m["value"]),
+                        "unit": m["unit"],
+                    }
+                    for m in measurements
+                ],
+            ).all()
+            samples = [
+                {
+                    "measurement_id": measurement_id,
+                    "pair_index": int(pair),
+                    "side": str(side),
+                    "seconds": float(seconds),
+                }
+                for measurement_id, m in zip(ids, measurements, strict=True)
+                for pair, side, seconds in m.get("samples", [])
+            ]
+            if samples:
+                session.execute(insert(Sample), samples)
+            added += 1
+        return uid, run.id, added

@@ -1,0 +1,98 @@
+"""Moving a run between stores: export as JSON, import, the same run (importing twice adds nothing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from store.store import Store
+
+ROOT = Path(__file__).parent.parent
+
+
+def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+
+
+def utc(value: object) -> pd.Timestamp:
+    """SQLite hands back naive UTC, PostgreSQL aware timestamps: compare them as UTC."""
+    stamp = pd.Timestamp(value)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def snapshot(store: Store, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    measurements = store.measurements(run_id).drop(columns=["run_id", "case_id", "measurement_id"])
+    measurements["params"] = measurements["params"].map(lambda params: json.dumps(params, sort_keys=True))
+    ids = store.measurements(run_id)["measurement_id"].tolist()
+    samples = store.samples(ids).drop(columns=["measurement_id"])
+    run = store.runs().set_index("run_id").loc[run_id].drop(labels=["started_at"])
+    return measurements.reset_index(drop=True), samples.reset_index(drop=True), run
+
+
+def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
+    filled_store_url: str, store_url: str, tmp_path: Path
+) -> None:
+    source = Store(filled_store_url)
+    run_id = int(source.runs().iloc[-1]["run_id"])
+    exported = decodelab(
+        "export",
+        "--db",
+        filled_store_url,
+        "--run",
+        str(run_id),
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "run.json"),
+        cwd=tmp_path,
+    )
+    assert exported.returncode == 0, exported.stderr
+    rows = json.loads((tmp_path / "run.json").read_text())
+    assert list(rows[0])[:7] == ["run_id", "machine", "experiment", "params", "metric", "value", "unit"]
+
+    first = decodelab("import", str(tmp_path / "run.json"), "--db", store_url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = decodelab("import", str(tmp_path / "run.json"), "--db", store_url, cwd=tmp_path)
+    assert second.returncode == 0 and ": 0 cases added" in second.stdout
+
+    target = Store(store_url)
+    assert len(target.runs()) == 1
+    imported_id = int(target.runs().iloc[0]["run_id"])
+    before, after = snapshot(source, run_id), snapshot(target, imported_id)
+    pd.testing.assert_frame_equal(
+        before[0].drop(columns=["started_at"]), after[0].drop(columns=["started_at"]), check_dtype=False
+    )
+    pd.testing.assert_frame_equal(before[1], after[1], check_dtype=False)
+    for field in (
+        "machine",
+        "machine_fingerprint",
+        "status",
+        "preset",
+        "code_version",
+        "model_hash",
+        "uid",
+        "wall_seconds",
+    ):
+        assert before[2][field] == after[2][field], field
+    assert utc(source.runs().iloc[-1]["started_at"]) == utc(target.runs().iloc[0]["started_at"])
+
+
+def test_importing_something_else_is_refused(tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "rows.json").write_text(json.dumps([{"metric": "x"}]))
+    result = decodelab("import", str(tmp_path / "rows.json"), "--db", sqlite_url, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: import:") and "is not a decodelab JSON export" in result.stderr
+    (tmp_path / "broken.json").write_text("[{")
+    result = decodelab("import", str(tmp_path / "broken.json"), "--db", sqlite_url, cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
