@@ -107,17 +107,22 @@ def worker(
         float, typer.Option(min=5, max=86400, help="Requeue a running job silent for this long.")
     ] = 60.0,
     max_idle_seconds: Annotated[float | None, typer.Option(min=1, help="Exit after this long without a job.")] = None,
+    heartbeat_seconds: Annotated[float, typer.Option(min=0.2, max=3600, help="How often a running job beats.")] = 5.0,
 ) -> None:
     """Claim queued jobs from the store and run them, heartbeating and reporting progress."""
     from runner.worker import work
 
+    if stale_after_seconds < 3 * heartbeat_seconds:
+        typer.echo("warning: --stale-after-seconds below three heartbeats may requeue live jobs", err=True)
     work(
         open_store(db),
         once=once,
         poll_seconds=poll_seconds,
         stale_after_seconds=stale_after_seconds,
         max_idle_seconds=max_idle_seconds,
+        heartbeat_seconds=heartbeat_seconds,
     )
+
 
 
 @db_app.command("upgrade")

@@ -1,0 +1,101 @@
+"""Killed and interrupted workers: the store keeps every completed case, never a partial one,
+and a resumed run never duplicates a case."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.sweeps import load_spec_file
+from store.store import Store
+
+ROOT = Path(__file__).parent.parent
+SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
+# Metrics a complete case of each kv_cache part holds.
+COMPLETE = {"timing": 9, "width": 9, "counts": 6, "equivalence": 4, "counter_check": 8, "memory": 6, "fit": 6,
+            "rounded_cache": 5}
+
+pytestmark = pytest.mark.slow
+
+
+def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "worker", "--once", "--db", url, "--heartbeat-seconds", "0.5",
+         "--stale-after-seconds", "5", *extra],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_MACHINE": "test-box"},
+    )
+
+
+def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = store.jobs().set_index("job_id")
+        if jobs.loc[job_id, "cases_done"] >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not reach {at_least} cases")
+
+
+def assert_only_whole_cases(store: Store, run_id: int) -> int:
+    measured = store.measurements(run_id)
+    if measured.empty:
+        return 0
+    measured["part"] = measured["params"].map(lambda params: params["part"])
+    per_case = measured.groupby("case_id").agg(part=("part", "first"), metrics=("metric", "nunique"))
+    for case in per_case.itertuples():
+        assert case.metrics == COMPLETE[case.part], f"case {case.Index} ({case.part}) is partial"
+    return len(per_case)
+
+
+def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
+    spec = load_spec_file(SLOW_SPEC)
+    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
+    first = start_worker(store_url, tmp_path)
+    wait_for_cases(store, job_id, 16)  # past the counts: into the timing cases
+    time.sleep(0.3)  # well inside a timing case (each takes about a second)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    job = store.jobs().set_index("job_id").loc[job_id]
+    assert job["status"] == "running", "nobody could mark it: the worker died"
+    run_id = int(job["run_id"])
+    recorded = assert_only_whole_cases(store, run_id)
+    assert recorded >= 16
+
+    time.sleep(5.5)  # its heartbeat goes stale
+    second = start_worker(store_url, tmp_path)
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output
+    assert f"job {job_id}: its worker stopped heartbeating; requeued" in output
+    job = store.jobs().set_index("job_id").loc[job_id]
+    assert (job["status"], job["attempts"], int(job["run_id"])) == ("done", 2, run_id)
+    assert assert_only_whole_cases(store, run_id) == spec.cases_total()
+    assert store.runs().set_index("run_id").loc[run_id, "status"] == "done"
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_its_cases(
+    sqlite_url: str, tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    store = Store(sqlite_url)
+    spec = load_spec_file(SLOW_SPEC)
+    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
+    worker = start_worker(sqlite_url, tmp_path)
+    wait_for_cases(store, job_id, 16)
+    time.sleep(0.3)
+    worker.send_signal(stop_signal)
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 130, output
+    job = store.jobs().set_index("job_id").loc[job_id]
+    run = store.runs().set_index("run_id").loc[int(job["run_id"])]
+    assert job["status"] == "interrupted" and run["status"] == "interrupted"
+    assert "interrupted" in run["error"]
+    recorded = assert_only_whole_cases(store, int(job["run_id"]))
+    assert 16 <= recorded < spec.cases_total()
+    assert "recorded cases are kept" in output
