@@ -1,0 +1,89 @@
+"""Four workers and a polling reader over one store: every job done exactly once, no
+'database is locked' escapes, and the reader never sees half a case."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.sweeps import validate
+from store.store import Store
+
+ROOT = Path(__file__).parent.parent
+JOBS = 40
+WORKERS = 4
+CASE_METRICS = {"table": 3, "summary": 8}
+
+pytestmark = pytest.mark.slow
+
+
+def small_job(index: int) -> dict:
+    return validate({
+        "name": f"small-{index}",
+        "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
+        "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
+        "experiments": {"context_cost": {"lengths": [8 + index, 100 + index], "d_model": 8, "d_ff": 16,
+                                         "n_heads": 2, "reference_length": 16}},
+    }).raw
+
+
+def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
+    """Read runs, jobs and each run's cases until told to stop; report what was seen."""
+    store = Store(url, auto_upgrade=False)
+    reads, problems = 0, []
+    try:
+        while not stop.is_set():
+            store.jobs()
+            for run_id in store.runs()["run_id"].tolist()[:10]:
+                measured = store.measurements(int(run_id))
+                for _, case in measured.groupby("case_id"):
+                    part = case["params"].iloc[0]["part"]
+                    if case["metric"].nunique() != CASE_METRICS[part]:
+                        problems.append(f"run {run_id}: a {part} case with {case['metric'].nunique()} metrics")
+                reads += 1
+            time.sleep(0.05)
+    except Exception as error:  # anything escaping is a failure of the store
+        problems.append(f"{type(error).__name__}: {error}")
+    out.put((reads, problems))
+
+
+def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
+    for index in range(JOBS):
+        store.enqueue(small_job(index), cases_total=3)
+    context = multiprocessing.get_context("spawn")
+    stop, out = context.Event(), context.Queue()
+    reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
+    reader.start()
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "worker", "--db", store_url, "--poll-seconds", "0.2",
+             "--max-idle-seconds", "4"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        )
+        for _ in range(WORKERS)
+    ]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    stop.set()
+    reads, problems = out.get(timeout=60)
+    reader.join(timeout=30)
+    for worker, output in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, output
+        assert "database is locked" not in output, output
+    assert not problems, problems[:5]
+    assert reads > 0
+    jobs = store.jobs(limit=JOBS)
+    assert len(jobs) == JOBS
+    assert set(jobs["status"]) == {"done"}, jobs[jobs["status"] != "done"][["job_id", "status", "error"]]
+    assert (jobs["attempts"] == 1).all(), "a job was claimed twice"
+    assert jobs["run_id"].nunique() == JOBS
+    runs = store.runs()
+    assert len(runs) == JOBS and set(runs["status"]) == {"done"}
+    busy = {line.split()[-1] for output in outputs for line in output.splitlines() if "running small-" in line}
+    assert len(busy) > 1, "more than one worker took part"
