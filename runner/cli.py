@@ -124,7 +124,6 @@ def worker(
     )
 
 
-
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Upgrade the store's schema to this version of decodelab."""

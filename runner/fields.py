@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,17 @@ class Field:
         return value
 
 
+IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]*$")
+
+
+def field_path(parent: str, key: object) -> str:
+    """``parent.key`` for ordinary keys; ``parent['odd key']`` for anything else, so a message
+    always starts with a readable one-line path."""
+    if isinstance(key, str) and IDENTIFIER.match(key):
+        return f"{parent}.{key}" if parent else key
+    return f"{parent or 'spec'}[{key!r}]"
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
@@ -100,9 +112,11 @@ def check_section(path: str, raw: Any, fields: dict[str, Field], model: dict[str
         raw = {}
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a table of settings, got {raw!r}")
-    unknown = sorted(set(raw) - set(fields))
+    unknown = sorted(set(raw) - set(fields), key=str)
     if unknown:
-        raise InputError(f"{path}.{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(fields)) or 'none'})")
+        raise InputError(
+            f"{field_path(path, unknown[0])}: unknown key (allowed keys: {', '.join(sorted(fields)) or 'none'})"
+        )
     return {
         name: field.check(f"{path}.{name}", raw[name], model) if name in raw else field.default
         for name, field in fields.items()

@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
-from runner.fields import Field, check_section
+from runner.fields import Field, check_section, field_path
 from runner.model import ModelConfig
 from runner.train import TrainConfig
 
@@ -100,9 +100,10 @@ def validate(raw: Any) -> SweepSpec:
     if not isinstance(raw, dict):
         raise InputError(f"spec: expected a table of settings, got {type(raw).__name__}")
     sections = {"model", "train", "experiments"}
-    unknown = sorted(set(raw) - set(TOP_FIELDS) - sections)
+    unknown = sorted(set(raw) - set(TOP_FIELDS) - sections, key=str)
     if unknown:
-        raise InputError(f"{unknown[0]}: unknown key (allowed keys: {', '.join(sorted(set(TOP_FIELDS) | sections))})")
+        allowed = ", ".join(sorted(set(TOP_FIELDS) | sections))
+        raise InputError(f"{field_path('', unknown[0])}: unknown key (allowed keys: {allowed})")
     top = {name: raw.get(name) for name in TOP_FIELDS if name in raw}
     checked: dict[str, Any] = check_section("spec", top, TOP_FIELDS, {})
     model = check_section("model", raw.get("model"), MODEL_FIELDS, {})
@@ -122,7 +123,8 @@ def validate(raw: Any) -> SweepSpec:
     for name, params in experiments.items():
         if name not in known_experiments:
             raise InputError(
-                f"experiments.{name}: unknown experiment (allowed: {', '.join(sorted(known_experiments))})"
+                f"{field_path('experiments', name)}: unknown experiment "
+                f"(allowed: {', '.join(sorted(known_experiments))})"
             )
         checked["experiments"][name] = check_section(
             f"experiments.{name}", params, known_experiments[name].fields, model

@@ -23,13 +23,22 @@ pytestmark = pytest.mark.slow
 
 
 def small_job(index: int) -> dict:
-    return validate({
-        "name": f"small-{index}",
-        "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
-        "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
-        "experiments": {"context_cost": {"lengths": [8 + index, 100 + index], "d_model": 8, "d_ff": 16,
-                                         "n_heads": 2, "reference_length": 16}},
-    }).raw
+    return validate(
+        {
+            "name": f"small-{index}",
+            "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
+            "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
+            "experiments": {
+                "context_cost": {
+                    "lengths": [8 + index, 100 + index],
+                    "d_model": 8,
+                    "d_ff": 16,
+                    "n_heads": 2,
+                    "reference_length": 16,
+                }
+            },
+        }
+    ).raw
 
 
 def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
@@ -62,9 +71,22 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     reader.start()
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", "worker", "--db", store_url, "--poll-seconds", "0.2",
-             "--max-idle-seconds", "4"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "runner.cli",
+                "worker",
+                "--db",
+                store_url,
+                "--poll-seconds",
+                "0.2",
+                "--max-idle-seconds",
+                "4",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
         )
         for _ in range(WORKERS)

@@ -17,17 +17,40 @@ from store.store import Store
 ROOT = Path(__file__).parent.parent
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
 # Metrics a complete case of each kv_cache part holds.
-COMPLETE = {"timing": 9, "width": 9, "counts": 6, "equivalence": 4, "counter_check": 8, "memory": 6, "fit": 6,
-            "rounded_cache": 5}
+COMPLETE = {
+    "timing": 9,
+    "width": 9,
+    "counts": 6,
+    "equivalence": 4,
+    "counter_check": 8,
+    "memory": 6,
+    "fit": 6,
+    "rounded_cache": 5,
+}
 
 pytestmark = pytest.mark.slow
 
 
 def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "worker", "--once", "--db", url, "--heartbeat-seconds", "0.5",
-         "--stale-after-seconds", "5", *extra],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "worker",
+            "--once",
+            "--db",
+            url,
+            "--heartbeat-seconds",
+            "0.5",
+            "--stale-after-seconds",
+            "5",
+            *extra,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_MACHINE": "test-box"},
     )
 

@@ -1,0 +1,154 @@
+"""Fuzzing the spec validator and the dashboard's launch form: whatever comes in, only the
+validation error escapes, in one line that names the field."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dashboard.launch import LaunchRequest, build_spec, check_machine
+from runner.errors import InputError
+from runner.sweeps import validate
+from tests.conftest import TINY_SPEC
+
+EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FIELD_MESSAGE = re.compile(
+    r"""^[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[(?:\d+|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\])*: \S"""
+)
+TINY = tomllib.loads(TINY_SPEC.read_text())
+KNOWN_KEYS = [
+    "name",
+    "device",
+    "seed",
+    "model",
+    "train",
+    "experiments",
+    "d_model",
+    "n_layer",
+    "n_head",
+    "context_length",
+    "corpus",
+    "steps",
+    "batch_size",
+    "sequence_length",
+    "learning_rate",
+    "kv_cache",
+    "quantization",
+    "speculative",
+    "context_cost",
+    "training_summary",
+    "lengths",
+    "widths",
+    "pairs",
+    "ks",
+    "drafts",
+    "precisions",
+    "kernels",
+    "group_size",
+    "new_tokens",
+    "repeats",
+    "roundings",
+]
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(["cpu", "cuda", "int8", "int4", "bigram", "fake", "default", "bfloat16"]),
+)
+keys = st.one_of(st.sampled_from(KNOWN_KEYS), st.text(max_size=12))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(keys, inner, max_size=5)),
+    max_leaves=20,
+)
+
+
+def mutate(base: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """The tiny spec with one value (at any depth) replaced."""
+    import copy
+
+    spec = copy.deepcopy(base)
+    node: Any = spec
+    for key in path[:-1]:
+        if not isinstance(node, dict):
+            return spec
+        node = node.setdefault(key, {})
+    if isinstance(node, dict):
+        node[path[-1]] = value
+    return spec
+
+
+def assert_field_error(error: InputError) -> None:
+    message = str(error)
+    assert "\n" not in message, message
+    assert FIELD_MESSAGE.match(message), message
+
+
+@EXAMPLES
+@given(st.dictionaries(keys, values, max_size=6))
+def test_random_specs_raise_only_field_errors(raw: dict[str, Any]) -> None:
+    try:
+        validate(raw)
+    except InputError as error:
+        assert_field_error(error)
+
+
+@EXAMPLES
+@given(st.lists(keys, min_size=1, max_size=4), values)
+def test_mutated_valid_specs_raise_only_field_errors(path: list[str], value: Any) -> None:
+    try:
+        validate(mutate(TINY, path, value))
+    except InputError as error:
+        assert_field_error(error)
+
+
+form_text = st.one_of(
+    st.text(max_size=300),
+    st.builds(
+        lambda line, at: TINY_SPEC.read_text().replace("pairs = 3", line, 1) if at else line,
+        st.text(max_size=40),
+        st.booleans(),
+    ),
+)
+
+
+@EXAMPLES
+@given(
+    source=st.one_of(st.sampled_from(["preset", "spec"]), st.text(max_size=10)),
+    preset=st.one_of(st.sampled_from(["quick", "seed", "full"]), st.text(max_size=10)),
+    experiments=st.lists(
+        st.one_of(
+            st.sampled_from(["kv_cache", "quantization", "speculative", "context_cost", "training_summary"]),
+            st.text(max_size=10),
+        ),
+        max_size=6,
+    ),
+    spec_text=form_text,
+    machine=st.text(max_size=250),
+    confirmed=st.booleans(),
+)
+def test_the_launch_form_raises_only_field_errors(
+    source: str, preset: str, experiments: list[str], spec_text: str, machine: str, confirmed: bool
+) -> None:
+    request = LaunchRequest(source, preset, experiments, spec_text, machine, confirmed)
+    try:
+        check_machine(request.machine)
+        build_spec(request)
+    except InputError as error:
+        message = str(error)
+        assert message.split(":")[0] in {
+            "source",
+            "preset",
+            "experiments",
+            "spec",
+            "machine",
+            "--preset",
+        } or FIELD_MESSAGE.match(message), message
+        assert "\n" not in message, message
