@@ -257,6 +257,16 @@ def main() -> None:
     except (KeyboardInterrupt, click.exceptions.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as error:
+        # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database
+        # error wherever it is first touched: one line, no SQL, no URL, non-zero exit.
+        from sqlalchemy.exc import DBAPIError
+
+        if not isinstance(error, DBAPIError):
+            raise
+        reason = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
+        typer.echo(f"error: the store failed: {reason}", err=True)
+        sys.exit(2)
     sys.exit(result if isinstance(result, int) else 0)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +124,7 @@ def execute(
         raise
     except Exception as error:
         wall = time.perf_counter() - started
-        message = "".join(traceback.format_exception_only(error)).strip().splitlines()[-1]
+        message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
         store.finish_run(run_id, "failed", error=message, wall_seconds=wall)
         if job is not None:
             store.finish_job(job.id, "failed", error=message)

@@ -144,9 +144,9 @@ def parse_toml(text: str, source: str = "spec") -> SweepSpec:
 
 def load_spec_file(path: str | Path) -> SweepSpec:
     file = Path(path)
-    if not file.is_file():
-        raise InputError(f"--spec: {str(path)!r} is not a file")
     try:
+        if not file.is_file():
+            raise InputError(f"--spec: {str(path)!r} is not a file")
         text = file.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as error:
         raise InputError(f"--spec: cannot read {str(path)!r} as UTF-8 text ({error})") from None

@@ -208,3 +208,46 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
     )
     table = app.dataframe[0].value
     assert list(table["server / laptop"]) == [1.0, 1.0]
+
+
+def all_text(app: AppTest) -> str:
+    parts = []
+    for kind in ("markdown", "caption", "error", "warning", "info", "success", "exception", "text", "code"):
+        parts += [str(getattr(element, "value", "")) for element in app.get(kind)]
+    return "\n".join(parts)
+
+
+def test_a_store_password_never_reaches_the_page(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy.engine import make_url
+
+    Store(postgres_url).close()
+    password = make_url(postgres_url).password
+    assert password, "the test server's URL carries a password"
+    monkeypatch.setenv("DECODELAB_DB", postgres_url)
+    app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+    app.run()
+    assert not app.exception
+    shown = all_text(app)
+    assert "***@" in shown and password not in shown
+    # An unreachable server with a password: the error shown is masked too.
+    monkeypatch.setenv("DECODELAB_DB", "postgresql+psycopg://someone:hunter2@127.0.0.1:1/nowhere")
+    broken = AppTest.from_file(str(DASHBOARD / "views" / "kv_cache.py"), default_timeout=60)
+    broken.run()
+    assert broken.error and "hunter2" not in all_text(broken)
+
+
+def test_the_dashboard_only_reads_except_to_enqueue(filled_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import event
+
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    statements: list[str] = []
+    engine = data.store_for(filled_store_url).engine
+    listener = lambda _c, _cur, statement, *_rest: statements.append(statement.split()[0].upper())  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        for page in PAGES:
+            AppTest.from_file(str(DASHBOARD / "views" / f"{page}.py"), default_timeout=60).run()
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert "SELECT" in statements, "the pages went through the cached store"
+    assert not {"INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP"} & set(statements), set(statements)

@@ -1,0 +1,138 @@
+"""A damaged store: truncated, corrupted, read-only, out of space. Each gives one clear line and
+a non-zero exit, and the file is left as it was (or consistent)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store.store import Store
+from tests.conftest import TINY_SPEC
+
+ROOT = Path(__file__).parent.parent
+
+
+def decodelab(*args: str, cwd: Path, as_nobody: bool = False) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "runner.cli", *args]
+    if as_nobody:
+        # Root ignores file permissions; drop to an unprivileged user for the read-only case.
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def store_copy(filled_store_url: str, tmp_path: Path) -> Path:
+    """A private copy of a real store, checkpointed into one file."""
+    source = Path(filled_store_url.removeprefix("sqlite:///"))
+    with sqlite3.connect(source) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    target = tmp_path / "copy.db"
+    shutil.copy(source, target)
+    return target
+
+
+def test_a_truncated_store(store_copy: Path, tmp_path: Path) -> None:
+    with open(store_copy, "r+b") as handle:
+        handle.truncate(store_copy.stat().st_size // 3)
+    before = store_copy.read_bytes()
+    for command in (["db", "upgrade"], ["export", "--format", "csv", "--out", str(tmp_path / "x.csv")]):
+        result = decodelab(*command, "--db", f"sqlite:///{store_copy}", cwd=tmp_path)
+        assert_one_line_error(result, "malformed")
+    assert store_copy.read_bytes() == before
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_corrupted_store(store_copy: Path, tmp_path: Path) -> None:
+    with open(store_copy, "r+b") as handle:
+        handle.seek(100)
+        handle.write(os.urandom(8192))
+    before = store_copy.read_bytes()
+    result = decodelab(
+        "export", "--format", "csv", "--out", str(tmp_path / "x.csv"), "--db", f"sqlite:///{store_copy}", cwd=tmp_path
+    )
+    assert_one_line_error(result)
+    assert "Traceback" not in result.stderr
+    assert store_copy.read_bytes() == before
+
+
+def test_a_read_only_store(store_copy: Path) -> None:
+    import tempfile
+
+    # pytest's own temporary folders are private to root; this one the unprivileged user can read.
+    with tempfile.TemporaryDirectory(dir="/tmp") as name:
+        shared = Path(name)
+        shared.chmod(0o755)
+        readonly = shared / "readonly.db"
+        shutil.copy(store_copy, readonly)
+        readonly.chmod(0o444)
+        shutil.copy(TINY_SPEC, shared / "tiny.toml")
+        (shared / "tiny.toml").chmod(0o444)
+        before = readonly.read_bytes()
+        result = decodelab(
+            "enqueue", "--spec", str(shared / "tiny.toml"), "--db", f"sqlite:///{readonly}", cwd=shared, as_nobody=True
+        )
+        assert_one_line_error(result, "readonly database")
+        assert readonly.read_bytes() == before
+
+
+def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import event
+
+    import store.store as store_module
+    from runner.cli import main
+
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    Store(url).close()
+    real_create = store_module.create_store_engine
+
+    def on_a_tiny_disk(store_url: str):  # noqa: ANN202
+        engine = real_create(store_url)
+
+        @event.listens_for(engine, "connect")
+        def limit(dbapi_connection, _record) -> None:  # noqa: ANN001
+            # Room for the tiny model (about 18 pages) and a few cases, then a full disk.
+            pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages + 26}")
+
+        return engine
+
+    monkeypatch.setattr(store_module, "create_store_engine", on_a_tiny_disk)
+    monkeypatch.setattr(sys, "argv", ["decodelab", "run", "--spec", str(TINY_SPEC), "--db", url])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and "full" in error_lines[0], error_lines
+    monkeypatch.undo()
+
+    with sqlite3.connect(tmp_path / "full.db") as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = Store(url)
+    runs = store.runs()
+    if not runs.empty:  # the model fitted; the run failed part-way and says why
+        assert runs.iloc[0]["status"] == "failed" and "full" in runs.iloc[0]["error"]
+        measured = store.measurements(int(runs.iloc[0]["run_id"]))
+        assert (measured.groupby("case_id")["metric"].count() > 0).all()
