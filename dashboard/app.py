@@ -54,12 +54,21 @@ def sidebar() -> None:
         source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
         preset = st.selectbox("Preset", PRESETS, key="launch_preset")
         experiments = st.multiselect("Experiments", EXPERIMENTS, default=list(EXPERIMENTS), key="launch_experiments")
+        lengths = st.multiselect(
+            "KV-cache lengths n (empty: the preset's)", [32, 64, 128, 256, 512, 1024], key="launch_lengths"
+        )
+        ks = st.multiselect("Draft lengths k (empty: the preset's)", list(range(1, 17)), key="launch_ks")
+        pairs = st.number_input(
+            "Timing pairs per point (0: the preset's)", min_value=0, max_value=1000, value=0, step=1, key="launch_pairs"
+        )
         spec_text = st.text_area("Spec (TOML, used when 'From' is spec)", height=150, key="launch_spec")
         machine = st.text_input("Machine (empty: any worker)", key="launch_machine")
         confirmed = st.checkbox("I know this sweep is long", key="launch_confirmed")
         submitted = st.form_submit_button("Launch")
     if submitted:
-        request = LaunchRequest(source, preset, experiments, spec_text, machine, confirmed)
+        request = LaunchRequest(
+            source, preset, experiments, spec_text, machine, confirmed, lengths=lengths, ks=ks, pairs=int(pairs) or None
+        )
         try:
             launched = launch(store, request)
         except InputError as error:

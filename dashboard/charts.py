@@ -247,15 +247,24 @@ def runs_over_time(runs: pd.DataFrame) -> Figure:
     )
 
 
-def compare_machines(frame: pd.DataFrame, x: str, metric: str) -> Figure:
-    return (
+def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:
+    """Side-by-side values per parameter point; a min–max band where the metric has one."""
+    columns = (
         _base(frame)
         .mark_bar()
         .encode(
             x=alt.X(f"{x}:N"),
-            xOffset="machine:N",
+            xOffset=f"{series}:N",
             y=alt.Y("value:Q", title=metric),
-            color="machine:N",
-            tooltip=[x, "machine", "value", "run_id"],
+            color=f"{series}:N",
+            tooltip=[x, series, "value", "run_id"],
         )
     )
+    if "low" not in frame.columns:
+        return columns
+    band = (
+        _base(frame)
+        .mark_rule(strokeWidth=2, color="black")
+        .encode(x=alt.X(f"{x}:N"), xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
+    )
+    return alt.layer(columns, band)

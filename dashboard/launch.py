@@ -30,6 +30,10 @@ class LaunchRequest:
     spec_text: str
     machine: str
     confirmed: bool
+    # Key parameters that override the preset (None or empty: keep the preset's).
+    lengths: list[int] | None = None  # kv_cache lengths
+    ks: list[int] | None = None  # speculative draft lengths
+    pairs: int | None = None  # paired timings per point, for every experiment that times pairs
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,16 @@ def build_spec(request: LaunchRequest) -> Any:
                 f"experiments: {unknown[0]!r} is not in preset {request.preset} "
                 f"(allowed: {', '.join(raw['experiments'])})"
             )
-        raw["experiments"] = {name: raw["experiments"][name] for name in request.experiments}
+        raw["experiments"] = {name: dict(raw["experiments"][name]) for name in request.experiments}
+        overrides = {"kv_cache": {"lengths": request.lengths}, "speculative": {"ks": request.ks}}
+        for name, fields in overrides.items():
+            for field, value in fields.items():
+                if value and name in raw["experiments"]:
+                    raw["experiments"][name][field] = list(value)
+        if request.pairs is not None:
+            for params in raw["experiments"].values():
+                if "pairs" in params:
+                    params["pairs"] = request.pairs
         return validate(raw)
     if request.source == "spec":
         if len(request.spec_text) > 100_000:

@@ -146,6 +146,16 @@ def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
     with pytest.raises(InputError, match="machine: a printable name"):
         launch(store, LaunchRequest("spec", "quick", [], spec_text, "bad\nname", False))
     assert store.jobs().empty, "nothing was written for bad input"
+    with pytest.raises(InputError, match="experiments.speculative.pairs: 3 is below the minimum"):
+        build_spec(LaunchRequest("preset", "quick", ["speculative"], "", "", False, pairs=3))
+    overridden = build_spec(
+        LaunchRequest("preset", "quick", ["kv_cache", "speculative"], "", "", False, lengths=[32, 64], ks=[2], pairs=6)
+    )
+    assert overridden.raw["experiments"]["kv_cache"]["lengths"] == [32, 64]
+    assert overridden.raw["experiments"]["speculative"]["ks"] == [2]
+    assert (
+        overridden.raw["experiments"]["kv_cache"]["pairs"] == overridden.raw["experiments"]["speculative"]["pairs"] == 6
+    )
     seed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", False))
     assert seed.needs_confirmation and seed.job_id is None and store.jobs().empty
     confirmed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", True))
@@ -201,7 +211,7 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
     app.run()
     app.selectbox(key="compare_metric").set_value("mults_cache").run()
     assert not app.exception, [exception.value for exception in app.exception]
-    assert any("deterministic and equal on every machine" in success.value for success in app.success), (
+    assert any("deterministic and equal on every one" in success.value for success in app.success), (
         [w.value for w in app.warning],
         [i.value for i in app.info],
         app.dataframe[0].value if app.dataframe else None,
@@ -251,3 +261,16 @@ def test_the_dashboard_only_reads_except_to_enqueue(filled_store_url: str, monke
         event.remove(engine, "before_cursor_execute", listener)
     assert "SELECT" in statements, "the pages went through the cached store"
     assert not {"INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP"} & set(statements), set(statements)
+
+
+def test_compare_page_shows_bands_and_compares_runs(filled_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "compare.py"), default_timeout=60)
+    app.run()
+    app.selectbox(key="compare_metric").set_value("measured_speedup").run()
+    assert not app.exception
+    spec = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "rule"]
+    app.radio(key="compare_mode").set_value("runs").run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert app.get("vega_lite_chart")

@@ -1,5 +1,6 @@
-"""Compare machines: the same experiment and metric side by side, with ratios; deterministic
-metrics must agree and are flagged when they do not."""
+"""Compare machines (or runs): one experiment and metric side by side, with bands where the
+metric has them and ratios to the first; deterministic metrics must agree and are flagged
+when they do not."""
 
 import json
 
@@ -20,6 +21,13 @@ DETERMINISTIC_METRICS = {
     "loss_increase",
     "bytes_ratio_vs_fp32",
 }
+BAND_NAMES = {"speedup_median": ("speedup_min", "speedup_max")}
+
+
+def band_of(metric: str, known: list[str]) -> tuple[str, str] | None:
+    low, high = BAND_NAMES.get(metric, (f"{metric}_low", f"{metric}_high"))
+    return (low, high) if low in known and high in known else None
+
 
 st.title("Compare machines")
 opened = ui.open_store()
@@ -29,30 +37,46 @@ if opened:
     if runs.empty:
         st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}`.")
     else:
-        left, right = st.columns(2)
+        left, middle, right = st.columns(3)
         experiments = ["kv_cache", "quantization", "speculative", "training_summary", "context_cost"]
         experiment = left.selectbox("Experiment", experiments, key="compare_experiment")
         metrics = data.load_metric_names(url, experiment)
+        mode = right.radio("Compare", ["machines", "runs"], horizontal=True, key="compare_mode")
         if not metrics:
             st.info(f"No run recorded {experiment} yet.")
         else:
-            metric = right.selectbox("Metric", metrics, key="compare_metric")
+            metric = middle.selectbox("Metric", metrics, key="compare_metric")
             values = data.load_metric(url, experiment, metric)
-            machines = sorted(values["machine"].unique())
-            wanted = [m for m in st.query_params.get_all("machines") if m in machines] or machines[:4]
-            chosen = st.multiselect("Machines (the newest run of each)", machines, default=wanted)
-            st.query_params["machines"] = chosen
-            newest = values.groupby("machine")["run_id"].transform("max")
-            values = values[(values["run_id"] == newest) & values["machine"].isin(chosen)].copy()
+            band = band_of(metric, metrics)
+            if band is not None:
+                for name, column in zip(band, ("low", "high"), strict=True):
+                    extra = data.load_metric(url, experiment, name).set_index("case_id")["value"]
+                    values[column] = values["case_id"].map(extra)
+            if mode == "machines":
+                machines = sorted(values["machine"].unique())
+                wanted = [m for m in st.query_params.get_all("machines") if m in machines] or machines[:4]
+                chosen = st.multiselect("Machines (the newest run of each)", machines, default=wanted)
+                st.query_params["machines"] = chosen
+                newest = values.groupby("machine")["run_id"].transform("max")
+                values = values[(values["run_id"] == newest) & values["machine"].isin(chosen)].copy()
+                values["series"] = values["machine"]
+            else:
+                run_ids = sorted(values["run_id"].unique().tolist(), reverse=True)
+                wanted_runs = [int(r) for r in st.query_params.get_all("runs") if r.isdigit() and int(r) in run_ids]
+                chosen_runs = st.multiselect("Runs", run_ids, default=wanted_runs or run_ids[:2])
+                st.query_params["runs"] = [str(run) for run in chosen_runs]
+                values = values[values["run_id"].isin(chosen_runs)].copy()
+                values["series"] = "run " + values["run_id"].astype(str) + " · " + values["machine"]
+                chosen = chosen_runs
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
             unit = values["unit"].iloc[0] if not values.empty else ""
             deterministic = unit in DETERMINISTIC_UNITS or metric in DETERMINISTIC_METRICS
-            ui.chart(charts.compare_machines(values, "point", metric))
-            table = data.compare_table(values, ["point"], deterministic)
+            ui.chart(charts.compare_machines(values, "point", metric, series="series"))
+            table = data.compare_table(values.assign(machine=values["series"]), ["point"], deterministic)
             if deterministic and "equal" in table and not bool(table["equal"].all()):
-                models = values.groupby("machine")["model_hash"].first()
-                note = " (the machines used different models)" if models.nunique() > 1 else ""
-                st.warning(f"{metric} is deterministic for a model and seed, but differs between machines{note}.")
+                models = values.groupby("series")["model_hash"].first()
+                note = " (they used different models)" if models.nunique() > 1 else ""
+                st.warning(f"{metric} is deterministic for a model and seed, but differs between {mode}{note}.")
             elif deterministic and len(chosen) > 1:
-                st.success(f"{metric} is deterministic and equal on every machine.")
+                st.success(f"{metric} is deterministic and equal on every one of the {mode} chosen.")
             ui.table(pd.DataFrame(table), "compare")
