@@ -43,13 +43,14 @@ def band_with_median(
 
 
 def kv_speedup(timing: pd.DataFrame) -> Figure:
-    """Measured speedup (median, band) against the arithmetic ratio, both on log axes."""
+    """Measured speedup (median, band) per impl against the arithmetic ratio, both on log axes."""
     measured = band_with_median(
         timing,
         "n",
         "measured_speedup",
         "measured_speedup_low",
         "measured_speedup_high",
+        color="impl" if "impl" in timing.columns else None,
         x_title="generated tokens n",
         log_x=True,
         log_y=True,
@@ -76,9 +77,11 @@ def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
 
 def seconds_against_n(timing: pd.DataFrame) -> Figure:
     """Time per generation for both modes on log–log axes (the slopes of the fit)."""
-    long = timing.melt(
-        id_vars=["n"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
+    impl = timing["impl"] if "impl" in timing.columns else pd.Series("static", index=timing.index)
+    long = timing.assign(impl=impl).melt(
+        id_vars=["n", "impl"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
     )
+    long["mode"] = long["mode"].str.removeprefix("seconds_") + " · " + long["impl"]
     return (
         _base(long)
         .mark_line(point=True)

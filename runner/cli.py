@@ -190,7 +190,6 @@ def dashboard(
 ) -> None:
     """Serve the Streamlit dashboard for a store (on 127.0.0.1 unless --host says otherwise)."""
     import os
-    import subprocess
     import sys
 
     store = open_store(db)  # upgrades an older schema, refuses a bad URL, before anything starts
@@ -212,9 +211,11 @@ def dashboard(
     ]
     typer.echo(f"dashboard for {store.masked_url} at http://{host}:{port}", err=True)
     store.close()
-    # The URL travels in the environment, never on a command line another user could read.
-    environment = {**os.environ, "DECODELAB_DB": store.url}
-    raise typer.Exit(subprocess.call(command, env=environment))
+    # The URL travels in the environment, never on a command line another user could read. Exec
+    # rather than a child process: a signal sent to this command then stops the server itself.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, command, {**os.environ, "DECODELAB_DB": store.url})
 
 
 @report_app.command("context-cost")

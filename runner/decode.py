@@ -3,6 +3,7 @@ decoding with any draft that follows the ``Draft`` protocol."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +27,9 @@ def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator
     return torch.multinomial(probabilities, 1, generator=generator)
 
 
+IMPLS = ("naive", "static", "fast")
+
+
 @torch.inference_mode()
 def generate(
     model: CharGPT,
@@ -37,6 +41,7 @@ def generate(
     seed: int = 0,
     keep_logits: bool = False,
     cache_rounding: str | None = None,
+    impl: str = "static",
 ) -> Generation:
     """Generate ``new_tokens`` after ``prompt``; temperature 0 is greedy.
 
@@ -44,7 +49,13 @@ def generate(
     .. len(prompt)+new_tokens−1); with it the prompt is prefilled once and each step feeds
     only the newest token. The last generated token is never fed, so a full-context
     generation may use every position of the model.
+
+    ``impl`` picks how a cached step runs: ``naive`` grows K/V with ``torch.cat`` and builds a
+    new input tensor every step (the write-ups' loop); ``static`` writes into a preallocated
+    cache; ``fast`` runs the whole step in one compiled C++ call (runner.fast_decode).
     """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if not prompt:
         raise ValueError("prompt must hold at least one token")
     positions = len(prompt) + new_tokens - 1
@@ -53,27 +64,64 @@ def generate(
             f"prompt ({len(prompt)}) + new tokens ({new_tokens}) need {positions} positions, more than the "
             f"model context ({model.config.context_length})"
         )
+    if cache_rounding is not None and (impl != "static" or not use_cache):
+        raise ValueError("a rounded cache exists only on the static cached path")
     device = model.device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
-    sequence = torch.tensor([prompt], dtype=torch.long, device=device)
-    cache = model.new_cache(capacity=positions, rounding=cache_rounding) if use_cache else None
-    step_input = sequence
+    if use_cache and impl == "naive":
+        next_logits = _naive_steps(model, prompt)
+    elif use_cache and impl == "fast":
+        next_logits = _fast_steps(model, prompt, positions)
+    else:
+        next_logits = _static_steps(model, prompt, positions if use_cache else 0, cache_rounding)
     generated: list[torch.Tensor] = []
     kept: list[torch.Tensor] = []
-    for _ in range(new_tokens):
-        if cache is not None:
-            logits = model.forward_cached(step_input, cache)[:, -1, :]
-        else:
-            logits = model(sequence)[:, -1, :]
+    logits = next(next_logits)
+    for step in range(new_tokens):
         if keep_logits:
             kept.append(logits[0].clone())
         token = _choose(logits, temperature, generator)
         generated.append(token)
-        if cache is None:
-            sequence = torch.cat([sequence, token], dim=1)
-        step_input = token
+        if step < new_tokens - 1:
+            logits = next_logits.send(token)
     tokens = torch.cat(generated, dim=1)[0].tolist() if generated else []
     return Generation(tokens=tokens, logits=torch.stack(kept) if keep_logits else None)
+
+
+# Each stepper yields the logits (1 × vocab) for the next position and is sent the chosen token.
+Stepper = Generator[torch.Tensor, torch.Tensor, None]
+
+
+def _static_steps(model: CharGPT, prompt: list[int], capacity: int, rounding: str | None) -> Stepper:
+    sequence = torch.tensor([prompt], dtype=torch.long, device=model.device)
+    if capacity == 0:  # no cache: feed the whole sequence every step
+        while True:
+            token = yield model(sequence)[:, -1, :]
+            sequence = torch.cat([sequence, token], dim=1)
+    cache = model.new_cache(capacity=capacity, rounding=rounding)
+    step_input = sequence
+    while True:
+        step_input = yield model.forward_cached(step_input, cache)[:, -1, :]
+
+
+def _naive_steps(model: CharGPT, prompt: list[int]) -> Stepper:
+    logits, past = model.forward_naive(torch.tensor([prompt], dtype=torch.long, device=model.device))
+    while True:
+        token = yield logits[:, -1, :]
+        # The write-ups build a fresh input tensor from a Python int every step.
+        logits, past = model.forward_naive(torch.tensor([[int(token)]], device=model.device), past)
+
+
+def _fast_steps(model: CharGPT, prompt: list[int], capacity: int) -> Stepper:
+    from runner.fast_decode import FastDecoder
+
+    decoder = FastDecoder(model)
+    cache = model.new_cache(capacity=capacity)
+    for token in prompt:
+        logits = decoder.step(token, cache)
+    while True:
+        chosen = yield logits.unsqueeze(0)
+        logits = decoder.step(int(chosen), cache)
 
 
 # ---- speculative decoding ----------------------------------------------------------------

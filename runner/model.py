@@ -129,6 +129,16 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
         return self._merge(y)
 
+    def forward_naive(
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The write-ups' cache: K and V grow by ``torch.cat`` every step (new tensors each time)."""
+        q, k, v = self._heads(x)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        # Without past every position is new (causal); with past only one new token is fed.
+        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=past is None)), (k, v)
+
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -216,6 +226,22 @@ class CharGPT(nn.Module):
     def device(self) -> torch.device:
         # LayerNorm weights stay float in every variant (quantized ones included).
         return self.ln_f.weight.device
+
+    def forward_naive(
+        self, idx: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Logits for ``idx`` continuing ``past`` (the grown-by-concatenation cache), and the new past."""
+        if past is not None and idx.shape[1] != 1:
+            raise ValueError("the naive cache takes one new token at a time")
+        start = 0 if past is None else past[0][0].shape[2]
+        x = self._embed(idx, start)
+        new_past = []
+        for layer, block in enumerate(cast(list[Block], self.blocks)):
+            attended, layer_past = block.attn.forward_naive(block.ln_1(x), None if past is None else past[layer])
+            x = x + attended
+            x = x + block.mlp(block.ln_2(x))
+            new_past.append(layer_past)
+        return self.lm_head(self.ln_f(x)), new_past
 
     def new_cache(self, batch_size: int = 1, capacity: int | None = None, rounding: str | None = None) -> KVCache:
         weight = self.ln_f.weight

@@ -156,8 +156,37 @@ def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
     assert value("memory", "cache_bytes") == 2 * 1 * 16 * 32 * 4  # 2 · layers · n · d · float32
     assert value("memory", "cache_bytes_allocated") == value("memory", "cache_bytes")
     timing = rows[(rows["part"] == "timing") & (rows["metric"] == "received_fraction")]
-    assert len(timing) == 2 and (timing["value"] > 0).all()
+    assert len(timing) == 4 and (timing["value"] > 0).all(), "two lengths, two impls"
+    assert {params["impl"] for params in rows.loc[rows["part"] == "timing", "params"]} == {"static", "fast"}
     speedup_id = int(
         rows.loc[(rows["part"] == "timing") & (rows["metric"] == "measured_speedup"), "measurement_id"].iloc[0]
     )
     assert len(store.samples([speedup_id])) == 6, "three pairs, both sides"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_impl_produces_the_same_tokens(tiny_model: CharGPT, temperature: float) -> None:
+    from runner.decode import IMPLS
+
+    outputs = {
+        impl: generate(tiny_model, [1, 2, 3], 60, temperature=temperature, seed=9, impl=impl).tokens for impl in IMPLS
+    }
+    assert outputs["naive"] == outputs["static"] == outputs["fast"]
+    assert (
+        outputs["static"]
+        == generate(tiny_model, [1, 2, 3], 60, use_cache=False, temperature=temperature, seed=9).tokens
+    )
+
+
+def test_the_fast_step_matches_the_eager_logits(tiny_model: CharGPT) -> None:
+    from runner.fast_decode import FastDecoder
+
+    decoder = FastDecoder(tiny_model)
+    fast_cache, eager_cache = tiny_model.new_cache(), tiny_model.new_cache()
+    with torch.inference_mode():
+        for token in [4, 1, 7, 7, 0, 12, 3]:
+            fast = decoder.step(token, fast_cache)
+            eager = tiny_model.forward_cached(torch.tensor([[token]]), eager_cache)[0, -1]
+            assert (fast - eager).abs().max().item() < 1e-4
+    assert fast_cache.length == eager_cache.length == 7
+    assert torch.allclose(fast_cache.keys[:, :, :, :7], eager_cache.keys[:, :, :, :7], atol=1e-5)

@@ -17,8 +17,8 @@ from store.store import Store
 from tests.conftest import TINY_SPEC
 
 ROOT = Path(__file__).parent.parent
-# training_summary 1, kv_cache 11, quantization 4, speculative 3 + 1 + 6, context_cost 3
-TINY_CASES = 29
+# training_summary 1, kv_cache 14 (two impls), quantization 4, speculative 3 + 1 + 6, context_cost 3
+TINY_CASES = 32
 
 
 def quiet(_: str) -> None:

@@ -31,6 +31,7 @@ if opened and run_id is not None:
             timing,
             "kv_cache_timing",
             [
+                "impl",
                 "n",
                 "seconds_no_cache",
                 "seconds_cache",
@@ -43,19 +44,12 @@ if opened and run_id is not None:
         )
     fit = data.part(cases, "fit")
     if not fit.empty:
-        st.subheader("Time against n (log–log)")
+        st.subheader("Time against n (log–log): time ∝ n^slope")
         ui.chart(charts.seconds_against_n(timing))
-        row = fit.iloc[0]
-        left, right = st.columns(2)
-        left.metric(
-            "No cache: time ∝ n^b",
-            f"b = {row['slope_no_cache']:.2f}",
-            help=f"max relative fit error {row['max_fit_error_no_cache']:.1%}",
-        )
-        right.metric(
-            "Cache: time ∝ n^b",
-            f"b = {row['slope_cache']:.2f}",
-            help=f"max relative fit error {row['max_fit_error_cache']:.1%}",
+        ui.table(
+            fit,
+            "kv_cache_fit",
+            ["impl", "slope_no_cache", "max_fit_error_no_cache", "slope_cache", "max_fit_error_cache"],
         )
     width = data.part(cases, "width")
     if not width.empty:

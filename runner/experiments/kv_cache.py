@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from runner import counting
-from runner.decode import Generation, generate
+from runner.decode import IMPLS, Generation, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
 from runner.model import CACHE_ROUNDINGS, CharGPT, ModelConfig
@@ -38,6 +38,7 @@ FIELDS = {
     "widths": Field("int_list", [128, 256, 512, 1024], 8, 2048),
     "width_length": Field("int", 256, 2, "context_length"),
     "pairs": Field("int", 3, 3, 50, help="paired no-cache/cache timings per point (minimum 3)"),
+    "impls": Field("str_list", ["static"], choices=IMPLS, help="how a cached decode step runs (runner.decode)"),
     "equivalence_tokens": Field("int", 128, 1, "context_length"),
     "memory_lengths": Field("int_list", [128, 512, 1024], 1, 1_000_000),
     "roundings": Field("str_list", ["bfloat16", "int8"], choices=CACHE_ROUNDINGS),
@@ -91,7 +92,11 @@ class KVCacheExperiment:
             {"part": "counter_check", **COUNTER_CHECK_SHAPE},
         ]
         cases += [{"part": "counts", "n": n, **shape} for n in params["lengths"]]
-        cases += [{"part": "timing", "n": n, "impl": "static", "pairs": pairs, **shape} for n in params["lengths"]]
+        cases += [
+            {"part": "timing", "n": n, "impl": impl, "pairs": pairs, **shape}
+            for impl in params["impls"]
+            for n in params["lengths"]
+        ]
         cases += [
             {
                 **shape,
@@ -105,7 +110,9 @@ class KVCacheExperiment:
             for d in params["widths"]
         ]
         if len(params["lengths"]) >= 2:
-            cases.append({"part": "fit", "lengths": sorted(params["lengths"]), **shape})
+            cases += [
+                {"part": "fit", "impl": impl, "lengths": sorted(params["lengths"]), **shape} for impl in params["impls"]
+            ]
         cases += [{"part": "memory", "n": n, "dtype": "float32", **shape} for n in params["memory_lengths"]]
         cases += [
             {
@@ -198,7 +205,7 @@ class KVCacheExperiment:
         n, prompt = case["n"], self._prompt(context)
         paired = context.harness.paired(
             lambda: generate(model, prompt, n, use_cache=False, temperature=0.0),
-            lambda: generate(model, prompt, n, use_cache=True, temperature=0.0),
+            lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=case["impl"]),
             pairs=case["pairs"],
         )
         arithmetic = counting.arithmetic_ratio(n, model.config.d_model, model.config.n_layer)
@@ -234,7 +241,12 @@ class KVCacheExperiment:
     def _fit(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         timings: dict[tuple[str, int], float] = {}
         for row in context.earlier(self.name):
-            if row["params"].get("part") == "timing" and row["metric"] in ("seconds_no_cache", "seconds_cache"):
+            params = row["params"]
+            if (
+                params.get("part") == "timing"
+                and params.get("impl") == case["impl"]
+                and row["metric"] in ("seconds_no_cache", "seconds_cache")
+            ):
                 timings[(row["metric"], row["params"]["n"])] = row["value"]
         measurements = []
         for mode in ("no_cache", "cache"):
