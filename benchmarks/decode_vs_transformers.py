@@ -29,9 +29,18 @@ def transformers_model(model):  # noqa: ANN001, ANN201
     config = model.config
     gpt2 = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(
-            vocab_size=config.vocab_size, n_positions=config.context_length, n_embd=config.d_model,
-            n_layer=config.n_layer, n_head=config.n_head, activation_function="gelu_new", layer_norm_epsilon=1e-5,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, eos_token_id=None, bos_token_id=None,
+            vocab_size=config.vocab_size,
+            n_positions=config.context_length,
+            n_embd=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            eos_token_id=None,
+            bos_token_id=None,
         )
     ).eval()
     gpt2.load_state_dict(to_gpt2_state_dict(model), strict=False)
@@ -65,8 +74,9 @@ def main() -> None:
     arguments = parser.parse_args()
     spec = load_preset("quick")
     corpus = load_corpus()
-    trained = train_or_reuse(Store(arguments.db), spec.model_config(len(corpus.vocabulary)), spec.train_config(),
-                             corpus)
+    trained = train_or_reuse(
+        Store(arguments.db), spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
+    )
     model = trained.model.eval()
     gpt2 = transformers_model(model)
     prompt = corpus.encode(corpus.text[:1])
@@ -75,32 +85,41 @@ def main() -> None:
 
     def transformers_generate() -> torch.Tensor:
         with torch.inference_mode():
-            return gpt2.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True,
-                                 pad_token_id=0)
+            return gpt2.generate(
+                ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0
+            )
 
-    reference = transformers_generate()[0, len(prompt):].tolist()
+    reference = transformers_generate()[0, len(prompt) :].tolist()
     harness = Harness()
-    print(f"model {trained.record.weights_hash[:12]}: d={model.config.d_model}, {model.config.n_layer} blocks, "
-          f"{model.config.n_head} heads; {n} greedy tokens, {arguments.pairs} pairs; torch threads "
-          f"{torch.get_num_threads()}")
+    print(
+        f"model {trained.record.weights_hash[:12]}: d={model.config.d_model}, {model.config.n_layer} blocks, "
+        f"{model.config.n_head} heads; {n} greedy tokens, {arguments.pairs} pairs; torch threads "
+        f"{torch.get_num_threads()}"
+    )
     results = {}
     for impl in IMPLS:
         tokens = generate(model, prompt, n, temperature=0.0, impl=impl).tokens
-        paired = harness.paired(transformers_generate,
-                                lambda impl=impl: generate(model, prompt, n, temperature=0.0, impl=impl),
-                                pairs=arguments.pairs)
+        paired = harness.paired(
+            transformers_generate,
+            lambda impl=impl: generate(model, prompt, n, temperature=0.0, impl=impl),
+            pairs=arguments.pairs,
+        )
         results[impl] = paired
-        print(f"{impl:8} {min(paired.candidate_seconds) / n * 1e6:8.1f} us/token   transformers "
-              f"{min(paired.baseline_seconds) / n * 1e6:8.1f} us/token   speedup {paired.median:5.2f}x "
-              f"[{paired.low:.2f}-{paired.high:.2f}]   same tokens as transformers: {tokens == reference}")
+        print(
+            f"{impl:8} {min(paired.candidate_seconds) / n * 1e6:8.1f} us/token   transformers "
+            f"{min(paired.baseline_seconds) / n * 1e6:8.1f} us/token   speedup {paired.median:5.2f}x "
+            f"[{paired.low:.2f}-{paired.high:.2f}]   same tokens as transformers: {tokens == reference}"
+        )
     best = max(results, key=lambda impl: results[impl].median)
     fast_us = min(results["fast"].candidate_seconds) / n * 1e6
     transformers_us = min(min(paired.baseline_seconds) for paired in results.values()) / n * 1e6
     d, layers = model.config.d_model, model.config.n_layer
     mults = layers * 12 * d * d + model.config.vocab_size * d  # per token, attention aside
     arithmetic_us, memory_us = machine_floors(mults, 4 * (layers * 12 * d * d + model.config.vocab_size * d))
-    print(f"floors: arithmetic {arithmetic_us:.1f} us/token, reading the weights once {memory_us:.1f} us/token; "
-          f"fast is {fast_us / arithmetic_us:.0f}x the arithmetic floor and {fast_us / memory_us:.1f}x the memory one")
+    print(
+        f"floors: arithmetic {arithmetic_us:.1f} us/token, reading the weights once {memory_us:.1f} us/token; "
+        f"fast is {fast_us / arithmetic_us:.0f}x the arithmetic floor and {fast_us / memory_us:.1f}x the memory one"
+    )
     print(f"transformers_us_per_token={transformers_us:.1f}")
     for impl, paired in results.items():
         print(f"{impl}_us_per_token={min(paired.candidate_seconds) / n * 1e6:.1f}")

@@ -67,6 +67,12 @@ def generate(
     if cache_rounding is not None and (impl != "static" or not use_cache):
         raise ValueError("a rounded cache exists only on the static cached path")
     device = model.device
+    if use_cache and impl == "fast" and temperature == 0.0 and not keep_logits and new_tokens > 0:
+        from runner.fast_decode import FastDecoder
+
+        # Greedy needs no Python between steps: the whole loop runs in C++.
+        cache = model.new_cache(capacity=positions)
+        return Generation(tokens=FastDecoder(model).greedy(prompt, new_tokens, cache), logits=None)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     if use_cache and impl == "naive":
         next_logits = _naive_steps(model, prompt)

@@ -46,8 +46,8 @@ static void layer_norm(const float* x, const float* g, const float* b, float* ou
 // flat: every weight in one float32 buffer, in this order: wte (vocab x d), wpe (context x d), then per
 // layer ln1 w/b, attn w (3d x d)/b, proj w (d x d)/b, ln2 w/b, fc w (4d x d)/b, fc2 w (d x 4d)/b, then ln_f
 // w/b. keys/values: (layers, 1, heads, capacity, head_dim), contiguous float32.
-torch::Tensor decode_step(int64_t token, int64_t pos, torch::Tensor flat, int64_t vocab, int64_t context,
-                          torch::Tensor keys, torch::Tensor values) {
+static void step(int64_t token, int64_t pos, const torch::Tensor& flat, int64_t vocab, int64_t context,
+                 torch::Tensor& keys, torch::Tensor& values, float* logits) {
   const int64_t layers = keys.size(0), n_head = keys.size(2), capacity = keys.size(3), hd = keys.size(4);
   const int64_t d = n_head * hd;
   TORCH_CHECK(pos < capacity && pos < context, "position past the cache or the model context");
@@ -108,9 +108,32 @@ torch::Tensor decode_step(int64_t token, int64_t pos, torch::Tensor flat, int64_
   const float* lnf_w = take(d); const float* lnf_b = take(d);
   TORCH_CHECK(cursor == flat.data_ptr<float>() + flat.numel(), "weights do not match the cache's shape");
   layer_norm(x.data(), lnf_w, lnf_b, h.data(), d);
+  matvec(wte, nullptr, h.data(), logits, vocab, d);
+}
+
+torch::Tensor decode_step(int64_t token, int64_t pos, torch::Tensor flat, int64_t vocab, int64_t context,
+                          torch::Tensor keys, torch::Tensor values) {
   torch::Tensor logits = torch::empty({vocab}, torch::kFloat32);
-  matvec(wte, nullptr, h.data(), logits.data_ptr<float>(), vocab, d);
+  step(token, pos, flat, vocab, context, keys, values, logits.data_ptr<float>());
   return logits;
+}
+
+// Greedy decoding entirely in C++: feed the prompt, then n tokens, each the argmax of the last
+// logits (the first maximum on ties, as torch.argmax). Returns the n generated tokens.
+torch::Tensor greedy(std::vector<int64_t> prompt, int64_t n, torch::Tensor flat, int64_t vocab, int64_t context,
+                     torch::Tensor keys, torch::Tensor values) {
+  std::vector<float> logits(vocab);
+  torch::Tensor out = torch::empty({n}, torch::kInt64);
+  int64_t* tokens = out.data_ptr<int64_t>();
+  int64_t pos = 0;
+  for (int64_t token : prompt) step(token, pos++, flat, vocab, context, keys, values, logits.data());
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v) if (logits[v] > logits[best]) best = v;
+    tokens[i] = best;
+    if (i + 1 < n) step(best, pos++, flat, vocab, context, keys, values, logits.data());
+  }
+  return out;
 }
 """
 
@@ -123,7 +146,7 @@ def extension() -> Any:
     return load_inline(
         name="decodelab_fast_decode",
         cpp_sources=SOURCE,
-        functions=["decode_step"],
+        functions=["decode_step", "greedy"],
         extra_cflags=["-O3", "-march=native", "-fopenmp-simd"],
         verbose=False,
     )
@@ -160,3 +183,11 @@ class FastDecoder:
         )
         cache.length += 1
         return logits
+
+    def greedy(self, prompt: list[int], new_tokens: int, cache: KVCache) -> list[int]:
+        """The whole greedy generation in one C++ call (no Python between steps)."""
+        tokens = extension().greedy(
+            prompt, new_tokens, self.weights, self.vocab_size, self.context_length, cache.keys, cache.values
+        )
+        cache.length += len(prompt) + new_tokens - 1
+        return tokens.tolist()
