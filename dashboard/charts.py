@@ -271,3 +271,20 @@ def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "ma
         .encode(x=alt.X(f"{x}:N"), xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
     )
     return alt.layer(columns, band)
+
+
+def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
+    """Measured against predicted, with the y = x line."""
+    top = float(max(frame[measured].max(), frame[predicted].max())) * 1.1
+    diagonal = _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
+    points = (
+        _base(frame)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X(f"{predicted}:Q", title=predicted.replace("_", " ")),
+            y=alt.Y(f"{measured}:Q", title=measured.replace("_", " ")),
+            color=f"{color}:N",
+            tooltip=list(frame.columns),
+        )
+    )
+    return alt.layer(diagonal, points)

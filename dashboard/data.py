@@ -130,3 +130,39 @@ def load_metric_names(url: str, experiment: str) -> list[str]:
 @st.cache_data(ttl=2, show_spinner=False)
 def load_jobs(url: str) -> pd.DataFrame:
     return store_for(url).jobs(limit=20)
+
+
+def calibrated_prediction(timing: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
+    """Predicted times for each KV timing point from the overhead fit (seconds per token =
+    a + b·mults): the cached side with its impl's fit, the uncached side with the static one
+    (it runs eager full forwards whatever the impl)."""
+    if timing.empty or fits.empty or "mults_cache_with_lm_head" not in timing.columns:
+        return pd.DataFrame()
+    by_impl = fits.set_index("impl")
+    rows = []
+    for row in timing.to_dict("records"):
+        if row["impl"] not in by_impl.index or "static" not in by_impl.index:
+            continue
+        cached, eager = by_impl.loc[row["impl"]], by_impl.loc["static"]
+        n = row["n"]
+        predicted_cache = (
+            cached["overhead_seconds_per_token"] * n + cached["seconds_per_mult"] * row["mults_cache_with_lm_head"]
+        )
+        predicted_no_cache = (
+            eager["overhead_seconds_per_token"] * n + eager["seconds_per_mult"] * row["mults_no_cache_with_lm_head"]
+        )
+        rows.append(
+            {
+                "impl": row["impl"],
+                "n": n,
+                "d_model": row["d_model"],
+                "seconds_cache": row["seconds_cache"],
+                "predicted_seconds_cache": predicted_cache,
+                "seconds_no_cache": row["seconds_no_cache"],
+                "predicted_seconds_no_cache": predicted_no_cache,
+                "measured_speedup": row["measured_speedup"],
+                "predicted_speedup": predicted_no_cache / predicted_cache,
+                "arithmetic_ratio": row["arithmetic_ratio"],
+            }
+        )
+    return pd.DataFrame(rows)

@@ -18,8 +18,8 @@ ROOT = Path(__file__).parent.parent
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
 # Metrics a complete case of each kv_cache part holds.
 COMPLETE = {
-    "timing": 9,
-    "width": 9,
+    "timing": 11,
+    "width": 11,
     "counts": 6,
     "equivalence": 4,
     "counter_check": 8,

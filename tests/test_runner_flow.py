@@ -17,8 +17,8 @@ from store.store import Store
 from tests.conftest import TINY_SPEC
 
 ROOT = Path(__file__).parent.parent
-# training_summary 1, kv_cache 14 (two impls), quantization 4, speculative 3 + 1 + 6, context_cost 3
-TINY_CASES = 32
+# training_summary 1, kv_cache 14 (two impls), overhead 9, quantization 4, speculative 3 + 1 + 6, context_cost 3
+TINY_CASES = 41
 
 
 def quiet(_: str) -> None:
@@ -108,6 +108,7 @@ def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> Non
     assert {row["experiment"] for row in rows} == {
         "training_summary",
         "kv_cache",
+        "overhead",
         "quantization",
         "speculative",
         "context_cost",

@@ -1,5 +1,6 @@
 """KV cache: equivalence, counted arithmetic, measured speedup against it, slopes, widths."""
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui
@@ -42,6 +43,32 @@ if opened and run_id is not None:
                 "received_fraction",
             ],
         )
+    if not timing.empty:
+        overhead_runs = data.load_experiment_runs(opened[0], "overhead")
+        same_machine = overhead_runs[overhead_runs["machine"] == timing["machine"].iloc[0]]
+        chosen = (
+            run_id
+            if run_id in set(overhead_runs["run_id"])
+            else (int(same_machine["run_id"].iloc[0]) if not same_machine.empty else None)
+        )
+        st.subheader("Measured against the overhead calibration")
+        if chosen is None:
+            st.info(
+                "Run the overhead experiment on this machine (it is in the quick preset) to predict these "
+                "times from seconds per token = a + b·multiplications."
+            )
+        else:
+            fits = data.part(data.load_cases(opened[0], chosen, "overhead"), "fit")
+            predicted = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
+            if predicted.empty:
+                st.info("This run's timing cases predate the calibration's inputs; run the sweep again.")
+            else:
+                st.caption(
+                    f"Calibration from run {chosen}: a per-token overhead plus a price per multiplication, "
+                    "per impl. The arithmetic ratio assumes a = 0; the measured speedup is what a ≠ 0 leaves."
+                )
+                ui.chart(charts.predicted_against_measured(predicted, "measured_speedup", "predicted_speedup"))
+                ui.table(predicted, "kv_cache_calibrated")
     fit = data.part(cases, "fit")
     if not fit.empty:
         st.subheader("Time against n (log–log): time ∝ n^slope")

@@ -47,11 +47,12 @@ class Experiment(Protocol):
 
 def registry() -> dict[str, Experiment]:
     """Every experiment, by the name its spec section uses."""
-    from runner.experiments import context_cost, kv_cache, quantization, speculative, training_summary
+    from runner.experiments import context_cost, kv_cache, overhead, quantization, speculative, training_summary
 
     experiments: list[Experiment] = [
         training_summary.EXPERIMENT,
         kv_cache.EXPERIMENT,
+        overhead.EXPERIMENT,
         quantization.EXPERIMENT,
         speculative.EXPERIMENT,
         context_cost.EXPERIMENT,

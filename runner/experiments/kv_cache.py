@@ -220,6 +220,19 @@ class KVCacheExperiment:
             _measure("min_ratio_speedup", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),
             _measure("arithmetic_ratio", arithmetic, "ratio"),
             _measure("received_fraction", paired.median / arithmetic, "ratio"),
+            # What the overhead experiment's a + b·mults calibration needs to predict this point.
+            _measure(
+                "mults_no_cache_with_lm_head",
+                counting.generation_mults(
+                    n, model.config.d_model, model.config.n_layer, False, model.config.vocab_size
+                ),
+                "multiplications",
+            ),
+            _measure(
+                "mults_cache_with_lm_head",
+                counting.generation_mults(n, model.config.d_model, model.config.n_layer, True, model.config.vocab_size),
+                "multiplications",
+            ),
         ]
 
     def _timing(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:

@@ -1,0 +1,121 @@
+"""Where the time goes: time per cached token against multiplications per token, over widths
+down to d=8, fitted per impl as  seconds_per_token = a + b · mults_per_token.
+
+``a`` is what a step costs whatever its arithmetic (dispatch, Python, memory latency); ``b`` is
+the price of one multiplication on this machine. With both, the KV-cache page predicts every
+measured (n, d) point and shows why 134.5x of arithmetic became a few x on the clock.
+Untrained weights: timing needs no training (the case params say so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runner.decode import IMPLS, generate
+from runner.experiments import ExperimentContext
+from runner.fields import Field
+from runner.model import CharGPT, ModelConfig
+from store.records import MeasurementRecord
+
+FIELDS = {
+    "widths": Field("int_list", [8, 16, 32, 64, 128, 256], 8, 2048),
+    "tokens": Field("int", 64, 2, "context_length", help="cached decode steps timed per width"),
+    "impls": Field("str_list", list(IMPLS), choices=IMPLS),
+    "repeats": Field("int", 3, 1, 50),
+}
+
+
+def mults_per_token(tokens: int, d_model: int, n_layer: int, vocab_size: int) -> float:
+    """Average multiplications per cached step over contexts 1..tokens (blocks and lm head)."""
+    total = sum(
+        n_layer * (12 * d_model * d_model + 2 * t * d_model) + vocab_size * d_model for t in range(1, tokens + 1)
+    )
+    return total / tokens
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares y = a + b·x; returns (a, b, max relative error)."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+    intercept = mean_y - slope * mean_x
+    error = max(abs(intercept + slope * x - y) / y for x, y in zip(xs, ys, strict=True))
+    return intercept, slope, error
+
+
+class OverheadExperiment:
+    name = "overhead"
+    title = "Overhead"
+    fields = FIELDS
+
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+        shape = {"n_layer": model["n_layer"], "n_head": model["n_head"]}
+        cases: list[dict[str, Any]] = []
+        for impl in params["impls"]:
+            cases += [
+                {
+                    "part": "point",
+                    "impl": impl,
+                    "d_model": d,
+                    "n": params["tokens"],
+                    "weights": "untrained",
+                    "repeats": params["repeats"],
+                    **shape,
+                }
+                for d in params["widths"]
+                if d % model["n_head"] == 0
+            ]
+            cases.append({"part": "fit", "impl": impl, "widths": params["widths"], "n": params["tokens"], **shape})
+        return cases
+
+    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        if case["part"] == "fit":
+            return self._fit(case, context)
+        base = context.model.config
+        torch.manual_seed(context.seed)
+        model = CharGPT(
+            ModelConfig(
+                vocab_size=base.vocab_size,
+                d_model=case["d_model"],
+                n_layer=case["n_layer"],
+                n_head=case["n_head"],
+                context_length=base.context_length,
+            )
+        ).to(context.device)
+        model.eval()
+        prompt, n = [0], case["n"]
+        timing = context.harness.min_of(
+            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"]
+        )
+        return (
+            timing.measurement("seconds_per_token", scale=1.0 / n),
+            MeasurementRecord(
+                "mults_per_token",
+                mults_per_token(n, case["d_model"], case["n_layer"], base.vocab_size),
+                "multiplications",
+            ),
+        )
+
+    def _fit(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        points: dict[int, dict[str, float]] = {}
+        for row in context.earlier(self.name):
+            params = row["params"]
+            if params.get("part") == "point" and params.get("impl") == case["impl"]:
+                points.setdefault(params["d_model"], {})[row["metric"]] = row["value"]
+        usable = [point for point in points.values() if {"seconds_per_token", "mults_per_token"} <= set(point)]
+        if len(usable) < 2:
+            raise RuntimeError(f"the overhead fit needs two widths, this run has {len(usable)}")
+        intercept, slope, error = fit_line(
+            [p["mults_per_token"] for p in usable], [p["seconds_per_token"] for p in usable]
+        )
+        return (
+            MeasurementRecord("overhead_seconds_per_token", intercept, "seconds"),
+            MeasurementRecord("seconds_per_mult", slope, "seconds"),
+            MeasurementRecord("max_fit_error", error, "ratio"),
+            MeasurementRecord("widths_fitted", len(usable), "count"),
+        )
+
+
+EXPERIMENT = OverheadExperiment()

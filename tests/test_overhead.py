@@ -1,0 +1,37 @@
+"""The overhead calibration: exact fits, exact multiplication counts, recorded through the store."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import counting
+from runner.experiments.overhead import fit_line, mults_per_token
+
+
+def test_fit_line_recovers_a_line() -> None:
+    intercept, slope, error = fit_line([1e4, 1e5, 1e6], [4e-4 + 2e-10 * x for x in (1e4, 1e5, 1e6)])
+    assert intercept == pytest.approx(4e-4) and slope == pytest.approx(2e-10) and error < 1e-9
+
+
+def test_mults_per_token_is_the_cached_generation_average() -> None:
+    for tokens, d, layers, vocab in [(8, 16, 1, 10), (64, 128, 3, 103)]:
+        expected = counting.generation_mults(tokens, d, layers, cache=True, vocab_size=vocab) / tokens
+        assert mults_per_token(tokens, d, layers, vocab) == pytest.approx(expected)
+
+
+def test_the_overhead_experiment_records_a_fit_per_impl(filled_store_url: str) -> None:
+    from dashboard.data import calibrated_prediction, part, wide_cases
+    from store.store import Store
+
+    store = Store(filled_store_url)
+    run_id = int(store.runs(experiment="overhead").iloc[0]["run_id"])
+    cases = wide_cases(store.measurements(run_id, "overhead"))
+    fits = part(cases, "fit")
+    assert set(fits["impl"]) == {"naive", "static", "fast"}
+    assert (fits["widths_fitted"] == 2).all()
+    points = part(cases, "point")
+    assert len(points) == 6 and (points["seconds_per_token"] > 0).all()
+    timing = part(wide_cases(store.measurements(run_id, "kv_cache")), "timing")
+    predicted = calibrated_prediction(timing, fits)
+    # Two noisy widths may fit any slope: the prediction exists for every point, its sign is not a test.
+    assert len(predicted) == len(timing) and predicted["predicted_seconds_cache"].notna().all()
