@@ -218,6 +218,45 @@ def dashboard(
     os.execve(sys.executable, command, {**os.environ, "DECODELAB_DB": store.url})
 
 
+@app.command()
+def bench(
+    db: DbOption = None,
+    only: Annotated[list[str] | None, typer.Option(help="Run just these benchmarks (repeatable).")] = None,
+) -> None:
+    """Run the side-by-side benchmarks and record them in the store as a run (experiment bench)."""
+    import time
+
+    from runner.bench import BENCHMARKS, run_benchmark
+    from runner.execute import log_to_stderr
+    from runner.machine import code_version, fingerprint
+
+    known = {benchmark.name: benchmark for benchmark in BENCHMARKS}
+    chosen = only or list(known)
+    for name in chosen:
+        if name not in known:
+            raise InputError(f"--only: {name!r} is not a benchmark (allowed: {', '.join(known)})")
+    store = open_store(db)
+    run_id = store.start_run(
+        machine_id=store.machine_id(fingerprint()),
+        spec={"benchmarks": chosen},
+        code_version=code_version(),
+        model_id=None,
+        preset="bench",
+    )
+    started = time.perf_counter()
+    try:
+        for name in chosen:
+            store.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", error="interrupted", wall_seconds=time.perf_counter() - started)
+        raise
+    except Exception as error:
+        store.finish_run(run_id, "failed", error=str(error), wall_seconds=time.perf_counter() - started)
+        raise InputError(str(error)) from None
+    store.finish_run(run_id, "done", wall_seconds=time.perf_counter() - started)
+    typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
+
+
 @report_app.command("context-cost")
 def report_context_cost(
     out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),

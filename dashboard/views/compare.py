@@ -38,7 +38,15 @@ if opened:
         st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}`.")
     else:
         left, middle, right = st.columns(3)
-        experiments = ["kv_cache", "quantization", "speculative", "training_summary", "context_cost"]
+        experiments = [
+            "kv_cache",
+            "overhead",
+            "quantization",
+            "speculative",
+            "bench",
+            "training_summary",
+            "context_cost",
+        ]
         experiment = left.selectbox("Experiment", experiments, key="compare_experiment")
         metrics = data.load_metric_names(url, experiment)
         mode = right.radio("Compare", ["machines", "runs"], horizontal=True, key="compare_mode")

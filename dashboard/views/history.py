@@ -60,14 +60,15 @@ if opened:
             f"(scaled to a standard deviation) of the previous {data.HISTORY_WINDOW} runs on the same "
             "machine fingerprint; at least three earlier runs are needed."
         )
-        experiments = ["training_summary", "kv_cache", "quantization", "speculative"]
+        experiments = ["bench", "training_summary", "kv_cache", "overhead", "quantization", "speculative"]
         left, right = st.columns(2)
         experiment = left.selectbox("Experiment", experiments, key="history_experiment")
         metrics = data.load_metric_names(url, experiment)
         if not metrics:
             st.info(f"No run recorded {experiment} yet.")
         else:
-            default = "seconds_per_token" if "seconds_per_token" in metrics else metrics[0]
+            preferred = ("fast_us_per_token", "seconds_per_token")
+            default = next((name for name in preferred if name in metrics), metrics[0])
             metric = right.selectbox("Metric", metrics, index=metrics.index(default), key="history_metric")
             values = data.load_metric(url, experiment, metric)
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
