@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch.nn import functional as F
 
-from runner.model import CharGPT
+from runner.model import CharGPT, KVCache
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,46 @@ class SpeculativeResult:
         return len(self.tokens) / self.target_passes if self.target_passes else 0.0
 
 
+@dataclass(frozen=True)
+class Verdict:
+    accepted: int  # proposals kept, 0..k
+    emitted: list[int]  # the kept proposals, then the correction or bonus token
+    total_variations: list[float]  # TV(p, q) at each decided position
+
+
+def verify(
+    target: CharGPT,
+    cache: KVCache,
+    last: int,
+    proposals: list[int],
+    q: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """One target pass over the last committed token and the k proposals, and the accept rule.
+
+    Leaves the k + 1 new positions in ``cache``; the caller rolls it back to what was kept.
+    """
+    k = len(proposals)
+    device = target.device
+    step = torch.tensor([[last, *proposals]], device=device)
+    p = probabilities(target.forward_cached(step, cache)[0].float(), temperature)
+    uniforms = torch.rand(k, generator=generator, device=device)
+    accepted_mask, emitted_tokens = accept_or_resample(
+        p[:k], q.to(p.dtype), torch.tensor(proposals, device=device), uniforms, generator
+    )
+    rejected = (~accepted_mask).nonzero()
+    accepted = int(rejected[0]) if len(rejected) else k
+    decided = min(accepted + 1, k)
+    total_variations = (0.5 * (p[:decided] - q[:decided].to(p.dtype)).abs().sum(dim=-1)).tolist()
+    if accepted == k:  # every proposal kept: the target's last position gives one more for free
+        bonus = p[k].argmax() if temperature == 0.0 else torch.multinomial(p[k], 1, generator=generator)[0]
+        emitted = [*proposals, int(bonus)]
+    else:
+        emitted = [*proposals[:accepted], int(emitted_tokens[accepted])]
+    return Verdict(accepted, emitted, total_variations)
+
+
 class Draft(Protocol):
     """What the speculative loop needs of a draft: follow the committed text, propose k."""
 
@@ -241,29 +281,16 @@ def speculative_decode(
     result = SpeculativeResult([], 0, 0, 0, [0] * (k + 1), [])
     while len(output) < new_tokens:
         proposals, q = draft.propose(k, temperature, generator)
-        step = torch.tensor([[last, *proposals]], device=device)
-        p = probabilities(target.forward_cached(step, cache)[0].float(), temperature)
+        verdict = verify(target, cache, last, proposals, q, temperature, generator)
         result.target_passes += 1
         result.proposed += k
-        uniforms = torch.rand(k, generator=generator, device=device)
-        accepted_mask, emitted_tokens = accept_or_resample(
-            p[:k], q.to(p.dtype), torch.tensor(proposals, device=device), uniforms, generator
-        )
-        rejected = (~accepted_mask).nonzero()
-        accepted = int(rejected[0]) if len(rejected) else k
-        decided = min(accepted + 1, k)
-        result.total_variations += (0.5 * (p[:decided] - q[:decided].to(p.dtype)).abs().sum(dim=-1)).tolist()
-        if accepted == k:  # every proposal kept: the target's last position gives one more for free
-            bonus = p[k].argmax() if temperature == 0.0 else torch.multinomial(p[k], 1, generator=generator)[0]
-            emitted = [*proposals, int(bonus)]
-        else:
-            emitted = [*proposals[:accepted], int(emitted_tokens[accepted])]
-        result.accepted += accepted
-        result.accepted_histogram[accepted] += 1
-        cache.length = committed + accepted  # keep the committed text and the accepted proposals
-        draft.commit(accepted, emitted)
-        output += emitted
-        committed += len(emitted)
-        last = emitted[-1]
+        result.total_variations += verdict.total_variations
+        result.accepted += verdict.accepted
+        result.accepted_histogram[verdict.accepted] += 1
+        cache.length = committed + verdict.accepted  # keep the committed text and the accepted proposals
+        draft.commit(verdict.accepted, verdict.emitted)
+        output += verdict.emitted
+        committed += len(verdict.emitted)
+        last = verdict.emitted[-1]
     result.tokens = output[:new_tokens]
     return result

@@ -45,6 +45,14 @@ def earlier_measurements(store: Store, run_id: int, experiment: str) -> list[dic
     ]
 
 
+def train_side_model(store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log) -> Any:
+    """Train (or reuse) another model for an experiment, e.g. a small draft. Experiments may ask
+    from inside ``torch.inference_mode``; training needs autograd back."""
+    with torch.inference_mode(False), torch.enable_grad():
+        trained = train_or_reuse(store, model_config, train_config, corpus, show_progress=False, log=log)
+    return trained.model.to(device).eval()
+
+
 def check_device(device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("device: 'cuda' was asked for but this machine has no CUDA device (allowed: cpu)")
@@ -97,6 +105,9 @@ def execute(
         device=spec.device,
         seed=spec.seed,
         earlier=lambda experiment: earlier_measurements(store, run_id, experiment),
+        train_model=lambda model_config, train_config: train_side_model(
+            store, model_config, train_config, corpus, spec.device, log
+        ),
     )
     recorded_now = 0
     progress = tqdm(

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runner.decode import accept_or_resample, generate, speculative_decode
-from runner.drafts import BigramDraft, ModelDraft
+from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.experiments.speculative import empirical, speculative_first_tokens, total_variation, tv_noise_bounds
 from runner.model import CharGPT, ModelConfig
 from runner.quantize import quantize_model
@@ -27,14 +27,19 @@ def target() -> CharGPT:
 
 def drafts(target: CharGPT) -> list:  # noqa: ANN201
     tokens = torch.randint(0, VOCAB, (500,), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(2)
+    small = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=16, n_layer=1, n_head=2, context_length=128)).eval()
     return [
         BigramDraft(tokens, VOCAB),
         ModelDraft(quantize_model(target, "int8"), "int8"),
         ModelDraft(quantize_model(target, "int4", group_size=8), "int4"),
+        NGramDraft(tokens, VOCAB, order=4),
+        ModelDraft(small, "small", fast=True),
+        ModelDraft(small, "small-eager"),
     ]
 
 
-@pytest.mark.parametrize("draft_index", [0, 1, 2])
+@pytest.mark.parametrize("draft_index", [0, 1, 2, 3, 4, 5])
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_speculative_output_is_the_targets_greedy_output(target: CharGPT, draft_index: int, k: int) -> None:
     draft = drafts(target)[draft_index]
@@ -120,8 +125,25 @@ def test_counts_are_recorded_through_the_store(sqlite_url: str) -> None:
     }
     assert required <= set(rows["metric"])
     speculative = rows[rows["part"] == "speculative"]
-    assert set(speculative["draft"]) == {"bigram", "int8", "int4"}
+    assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small"}
     assert {params["k"] for params in speculative["params"]} == {1, 3}
     assert (rows.loc[rows["metric"] == "within_sampling_noise", "value"] == 1.0).all()
     median_id = int(rows.loc[(rows["part"] == "aa") & (rows["metric"] == "speedup_median"), "measurement_id"].iloc[0])
     assert len(store.samples([median_id])) == 10, "five A/A pairs, both sides"
+
+
+def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:
+    tokens = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 3])
+    draft = NGramDraft(tokens, 5, order=3)
+    after_0_1 = draft.distribution([0, 1]).exp()
+    assert int(after_0_1.argmax()) == 2 and after_0_1[3] > after_0_1[4], "2 twice, 3 once, 4 never after 0 1"
+    unseen = draft.distribution([4, 4]).exp()  # no context ends in 4: back off to the unigram
+    assert torch.allclose(unseen, draft.distribution([]).exp())
+    assert torch.allclose(after_0_1.sum(), torch.tensor(1.0))
+
+
+def test_the_fast_small_draft_proposes_what_the_eager_one_does(target: CharGPT) -> None:
+    *_, fast, eager = drafts(target)
+    for draft in (fast, eager):
+        draft.start([1, 2, 3])
+    assert fast.propose(6, 0.0, None)[0] == eager.propose(6, 0.0, None)[0]

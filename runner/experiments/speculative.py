@@ -16,15 +16,17 @@ from typing import Any
 
 import torch
 
-from runner.decode import Draft, accept_or_resample, generate, probabilities, speculative_decode
-from runner.drafts import BigramDraft, ModelDraft
+from runner.decode import Draft, accept_or_resample, generate, probabilities, speculative_decode, verify
+from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
+from runner.model import ModelConfig
 from runner.quantize import quantize_model
+from runner.train import TrainConfig
 from store.records import MeasurementRecord
 
-DRAFTS = ("bigram", "int8", "int4")
+DRAFTS = ("bigram", "ngram", "int8", "int4", "small")
 COST_CALLS = 32  # calls per timed cost measurement: per-call figures are totals / COST_CALLS
 NOISE_CONFIDENCE = 0.999
 
@@ -36,15 +38,37 @@ FIELDS = {
     "pairs": Field("int", 5, 5, 50),
     "distribution_samples": Field("int", 20_000, 100, 1_000_000),
     "context_chars": Field("int", 32, 1, "context_length"),
+    "ngram_order": Field("int", 4, 3, 8, help="characters of context + 1 for the n-gram draft"),
+    "small_draft_d_model": Field("int", 64, 8, 512, help="width of the small trained draft (1 block)"),
+    "small_draft_steps": Field("int", 600, 1, 100_000, help="training steps of the small draft"),
 }
 
 
-def make_draft(name: str, context: ExperimentContext) -> Draft:
-    if name == "bigram":
+def make_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
+    name = case["draft"]
+    config = context.model.config
+    if name in ("bigram", "ngram"):
         train_tokens, _ = context.corpus.split()
-        return BigramDraft(train_tokens, context.model.config.vocab_size)
+        if name == "bigram":
+            return BigramDraft(train_tokens, config.vocab_size)
+        return NGramDraft(train_tokens, config.vocab_size, order=case["ngram_order"])
     if name in ("int8", "int4"):
         return ModelDraft(quantize_model(context.model, name, group_size=32, kernel="fake"), name)
+    if name == "small":
+        if context.train_model is None:
+            raise RuntimeError("the small draft needs a way to train a model (run it through decodelab run)")
+        heads = 4 if case["small_draft_d_model"] % 4 == 0 else 1
+        small = context.train_model(
+            ModelConfig(
+                vocab_size=config.vocab_size,
+                d_model=case["small_draft_d_model"],
+                n_layer=1,
+                n_head=heads,
+                context_length=config.context_length,
+            ),
+            TrainConfig(steps=case["small_draft_steps"], sequence_length=min(128, config.context_length // 2)),
+        )
+        return ModelDraft(small, "small", fast=small.device.type == "cpu")
     raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")
 
 
@@ -89,8 +113,14 @@ class SpeculativeExperiment:
             )
         shape = {"d_model": model["d_model"], "n_layer": model["n_layer"]}
         timing = {"new_tokens": params["new_tokens"], "temperature": params["temperature"], "pairs": params["pairs"]}
+        draft_params = {
+            "ngram_order": params["ngram_order"],
+            "small_draft_d_model": params["small_draft_d_model"],
+            "small_draft_steps": params["small_draft_steps"],
+        }
         cases: list[dict[str, Any]] = [
             {
+                **draft_params,
                 "part": "distribution",
                 "draft": draft,
                 "samples": params["distribution_samples"],
@@ -101,7 +131,7 @@ class SpeculativeExperiment:
         ]
         cases.append({"part": "aa", "draft": "none", "k": 0, **timing, **shape})
         cases += [
-            {"part": "speculative", "draft": draft, "k": k, **timing, **shape}
+            {**draft_params, "part": "speculative", "draft": draft, "k": k, **timing, **shape}
             for draft in params["drafts"]
             for k in params["ks"]
         ]
@@ -117,7 +147,7 @@ class SpeculativeExperiment:
     @torch.inference_mode()
     def _distribution(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         prompt = self._prompt(context, case["context_chars"])
-        draft = make_draft(case["draft"], context)
+        draft = make_draft(case, context)
         draft.start(prompt)
         _, q = draft.propose(1, 1.0, torch.Generator().manual_seed(context.seed))
         p = probabilities(context.model(torch.tensor([prompt], device=context.model.device))[0, -1].float(), 1.0)
@@ -158,47 +188,49 @@ class SpeculativeExperiment:
         ]
 
     @torch.inference_mode()
-    def _per_call_seconds(self, context: ExperimentContext, width: int, repeats: int) -> float:
-        """Seconds of one target pass over ``width`` new positions after a context of up to 64."""
-        target = context.model
-        filled = min(64, target.config.context_length - width)
-        cache = target.new_cache(capacity=filled + width)
-        if filled > 0:
-            target.forward_cached(torch.tensor([self._prompt(context, filled)], device=target.device), cache)
-        step = torch.tensor([self._prompt(context, width)], device=target.device)
+    def _verify_seconds(self, context: ExperimentContext, draft: Draft, case: dict[str, Any]) -> float:
+        """Seconds of one verification (the (k+1)-position target pass and the accept rule), as
+        the loop runs it, after a context of up to 64 characters."""
+        target, k, temperature = context.model, case["k"], case["temperature"]
+        filled = min(64, target.config.context_length - k - 1)
+        prompt = self._prompt(context, filled + 1)
+        cache = target.new_cache(capacity=filled + k + 1)
+        target.forward_cached(torch.tensor([prompt[:-1]], device=target.device), cache)
+        generator = torch.Generator().manual_seed(context.seed)
+        draft.start(prompt)
+        proposals, q = draft.propose(k, temperature, generator)
 
-        def passes() -> None:
+        def verifications() -> None:
             for _ in range(COST_CALLS):
                 cache.length = filled
-                target.forward_cached(step, cache)
+                verify(target, cache, prompt[-1], proposals, q, temperature, generator)
 
-        return context.harness.min_of(passes, repeats=repeats).minimum / COST_CALLS
+        return context.harness.min_of(verifications, repeats=case["pairs"]).minimum / COST_CALLS
 
     def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         target, prompt, k = context.model, self._prompt(context), case["k"]
         n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
-        draft = make_draft(case["draft"], context)
+        draft = make_draft(case, context)
         counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed)
-
-        # Costs, each per call and relative to one single-position target pass.
-        repeats = case["pairs"]
-        step_seconds = self._per_call_seconds(context, 1, repeats)
-        verify_seconds = self._per_call_seconds(context, k + 1, repeats)
+        paired = context.harness.paired(
+            lambda: generate(target, prompt, n, temperature=temperature, seed=seed),
+            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed),
+            pairs=case["pairs"],
+        )
+        # Costs in the loops' own units: one baseline step is a generated token of the baseline
+        # (target pass and sampling); a verification is a (k+1)-position pass and the accept rule;
+        # a draft character is what proposing costs per character, its loop included.
+        step_seconds = min(paired.baseline_seconds) / n
+        verify_seconds = self._verify_seconds(context, draft, case)
         generator = torch.Generator().manual_seed(seed)
 
         def draft_run() -> None:
             draft.start(prompt)
             draft.propose(COST_CALLS, temperature, generator)
 
-        draft_seconds = context.harness.min_of(draft_run, repeats=repeats).minimum / COST_CALLS
+        draft_seconds = context.harness.min_of(draft_run, repeats=case["pairs"]).minimum / COST_CALLS
         draft_cost = draft_seconds / step_seconds
         verify_cost = verify_seconds / step_seconds
-
-        paired = context.harness.paired(
-            lambda: generate(target, prompt, n, temperature=temperature, seed=seed),
-            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed),
-            pairs=case["pairs"],
-        )
         measured = paired.median
         per_pass = counts.chars_per_target_pass
         predicted = per_pass / (1 + k * draft_cost)
@@ -217,7 +249,7 @@ class SpeculativeExperiment:
                 for length, passes in enumerate(counts.accepted_histogram)
             ),
             MeasurementRecord("target_step_seconds", step_seconds, "seconds"),
-            MeasurementRecord("verify_pass_seconds", verify_seconds, "seconds"),
+            MeasurementRecord("verify_seconds", verify_seconds, "seconds"),
             MeasurementRecord("draft_seconds_per_char", draft_seconds, "seconds"),
             MeasurementRecord("draft_cost_ratio", draft_cost, "ratio"),
             MeasurementRecord("verify_cost_ratio", verify_cost, "ratio"),
