@@ -141,27 +141,35 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits / temperature, dim=-1)
 
 
-def accept_or_resample(
-    p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The speculative rule for a batch of independent positions.
+def accept_rule(p: list[float], q: list[float], proposal: int, uniform: float, draw: float) -> tuple[bool, int]:
+    """The speculative rule at one position, on plain lists (k is small; tensor ops would cost
+    more in dispatch than the arithmetic).
 
-    Accept proposal x with probability min(1, p(x)/q(x)); otherwise emit a sample of
-    normalize(max(0, p − q)). Returns (accepted mask, emitted token); the emitted token is
-    the proposal where accepted. Together the two branches emit exactly p.
+    Accept proposal x with probability min(1, p(x)/q(x)); otherwise emit the token at which the
+    cumulative normalize(max(0, p − q)) first exceeds ``draw`` (a uniform in [0, 1)). Together
+    the two branches emit exactly p. With one-hot p and q (greedy) it accepts exactly when the
+    draft matches the target's argmax, and otherwise emits that argmax.
     """
-    rows = torch.arange(len(proposals), device=p.device)
-    p_x, q_x = p[rows, proposals], q[rows, proposals]
-    accepted = uniforms * q_x < p_x  # u < p/q without dividing by a zero q
-    residual = (p - q).clamp(min=0)
-    mass = residual.sum(dim=-1, keepdim=True)
-    # p == q leaves no residual mass; that row always accepts, so any fallback will do.
-    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
-    if generator is None or bool((p.max(dim=-1).values == 1).all()):
-        resampled = residual.argmax(dim=-1)
-    else:
-        resampled = torch.multinomial(residual, 1, generator=generator).squeeze(-1)
-    return accepted, torch.where(accepted, proposals, resampled)
+    if uniform * q[proposal] < p[proposal]:  # u < p/q without dividing by a zero q
+        return True, proposal
+    residual = [max(0.0, a - b) for a, b in zip(p, q, strict=True)]
+    if sum(residual) <= 0.0:  # p == q: nothing to correct towards (unreachable: p/q would be 1)
+        residual = p
+    return False, sample_index(residual, draw)
+
+
+def argmax(weights: list[float]) -> int:
+    return max(range(len(weights)), key=weights.__getitem__)
+
+
+def sample_index(weights: list[float], draw: float) -> int:
+    """The index where the cumulative weights first exceed ``draw`` × their total."""
+    threshold, running = draw * sum(weights), 0.0
+    for index, weight in enumerate(weights):
+        running += weight
+        if weight > 0.0 and running > threshold:
+            return index
+    return argmax(weights)  # rounding left the threshold unreached
 
 
 @dataclass
@@ -207,20 +215,23 @@ def verify(
     k = len(proposals)
     device = target.device
     step = torch.tensor([[last, *proposals]], device=device)
-    p = probabilities(target.forward_cached(step, cache)[0].float(), temperature)
-    uniforms = torch.rand(k, generator=generator, device=device)
-    accepted_mask, emitted_tokens = accept_or_resample(
-        p[:k], q.to(p.dtype), torch.tensor(proposals, device=device), uniforms, generator
+    p = probabilities(target.forward_cached(step, cache)[0].float(), temperature).tolist()
+    q_rows = q.tolist()
+    randoms = (
+        torch.rand(2 * k + 1, generator=generator, device=device).tolist() if temperature > 0 else [0.5] * (2 * k + 1)
     )
-    rejected = (~accepted_mask).nonzero()
-    accepted = int(rejected[0]) if len(rejected) else k
-    decided = min(accepted + 1, k)
-    total_variations = (0.5 * (p[:decided] - q[:decided].to(p.dtype)).abs().sum(dim=-1)).tolist()
-    if accepted == k:  # every proposal kept: the target's last position gives one more for free
-        bonus = p[k].argmax() if temperature == 0.0 else torch.multinomial(p[k], 1, generator=generator)[0]
-        emitted = [*proposals, int(bonus)]
-    else:
-        emitted = [*proposals[:accepted], int(emitted_tokens[accepted])]
+    emitted: list[int] = []
+    total_variations: list[float] = []
+    for index, proposal in enumerate(proposals):
+        total_variations.append(0.5 * sum(abs(a - b) for a, b in zip(p[index], q_rows[index], strict=True)))
+        kept, token = accept_rule(p[index], q_rows[index], proposal, randoms[2 * index], randoms[2 * index + 1])
+        emitted.append(token)
+        if not kept:
+            return Verdict(index, emitted, total_variations)
+    # Every proposal kept: the target's last position gives one more token for free.
+    bonus = p[k]
+    emitted.append(argmax(bonus) if temperature == 0.0 else sample_index(bonus, randoms[2 * k]))
+    accepted = k
     return Verdict(accepted, emitted, total_variations)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.decode import accept_or_resample, generate, speculative_decode
+from runner.decode import accept_rule, generate, speculative_decode
 from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.experiments.speculative import empirical, speculative_first_tokens, total_variation, tv_noise_bounds
 from runner.model import CharGPT, ModelConfig
@@ -83,10 +83,11 @@ def test_the_whole_loop_keeps_the_targets_first_token_distribution(target: CharG
 
 
 def test_rejection_resamples_from_the_residual() -> None:
-    p = torch.tensor([[0.0, 1.0]])
-    q = torch.tensor([[1.0, 0.0]])
-    accepted, emitted = accept_or_resample(p, q, torch.tensor([0]), torch.tensor([0.5]), torch.Generator())
-    assert not bool(accepted[0]) and int(emitted[0]) == 1
+    assert accept_rule([0.0, 1.0], [1.0, 0.0], 0, 0.5, 0.3) == (False, 1)
+    assert accept_rule([0.6, 0.4], [0.3, 0.7], 0, 0.99, 0.0) == (True, 0), "p > q: always kept"
+    # p/q = 0.4/0.7: kept below that, else drawn from the residual (0.3, 0) / 0.3 -> token 0
+    assert accept_rule([0.6, 0.4], [0.3, 0.7], 1, 0.5, 0.9) == (True, 1)
+    assert accept_rule([0.6, 0.4], [0.3, 0.7], 1, 0.6, 0.9) == (False, 0)
 
 
 def test_k_and_context_are_checked(target: CharGPT) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from runner.decode import Draft, accept_or_resample, generate, probabilities, speculative_decode, verify
+from runner.decode import Draft, accept_rule, generate, probabilities, speculative_decode, verify
 from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
@@ -91,11 +91,16 @@ def tv_noise_bounds(p: torch.Tensor, samples: int, confidence: float = NOISE_CON
 def speculative_first_tokens(
     p: torch.Tensor, q: torch.Tensor, samples: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """``samples`` independent first characters from one context through the accept rule."""
-    proposals = torch.multinomial(q, samples, replacement=True, generator=generator)
-    uniforms = torch.rand(samples, generator=generator, dtype=p.dtype)
-    _, emitted = accept_or_resample(p.expand(samples, -1), q.expand(samples, -1), proposals, uniforms, generator)
-    return emitted
+    """``samples`` independent first characters from one context through the loop's accept rule."""
+    proposals = torch.multinomial(q, samples, replacement=True, generator=generator).tolist()
+    randoms = torch.rand(2 * samples, generator=generator, dtype=torch.float64).tolist()
+    p_row, q_row = p.tolist(), q.tolist()
+    return torch.tensor(
+        [
+            accept_rule(p_row, q_row, proposal, randoms[2 * index], randoms[2 * index + 1])[1]
+            for index, proposal in enumerate(proposals)
+        ]
+    )
 
 
 class SpeculativeExperiment:
