@@ -3,6 +3,7 @@ case of every experiment, one transaction per case, resuming a run without dupli
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Callable
@@ -45,11 +46,17 @@ def earlier_measurements(store: Store, run_id: int, experiment: str) -> list[dic
     ]
 
 
-def train_side_model(store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log) -> Any:
-    """Train (or reuse) another model for an experiment, e.g. a small draft. Experiments may ask
-    from inside ``torch.inference_mode``; training needs autograd back."""
+def train_side_model(
+    store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log, teacher: Any = None
+) -> Any:
+    """Train (or reuse) another model for an experiment, e.g. a small draft, optionally distilled
+    from ``teacher``. Experiments may ask from inside ``torch.inference_mode``; training needs
+    autograd back (and the teacher on the CPU beside the corpus)."""
     with torch.inference_mode(False), torch.enable_grad():
-        trained = train_or_reuse(store, model_config, train_config, corpus, show_progress=False, log=log)
+        cpu_teacher = None if teacher is None else copy.deepcopy(teacher).cpu()
+        trained = train_or_reuse(
+            store, model_config, train_config, corpus, show_progress=False, log=log, teacher=cpu_teacher
+        )
     return trained.model.to(device).eval()
 
 
@@ -105,8 +112,8 @@ def execute(
         device=spec.device,
         seed=spec.seed,
         earlier=lambda experiment: earlier_measurements(store, run_id, experiment),
-        train_model=lambda model_config, train_config: train_side_model(
-            store, model_config, train_config, corpus, spec.device, log
+        train_model=lambda model_config, train_config, teacher=None: train_side_model(
+            store, model_config, train_config, corpus, spec.device, log, teacher
         ),
     )
     recorded_now = 0

@@ -45,8 +45,12 @@ class TrainedModel:
     reused: bool
 
 
-def recipe_hash(model_config: ModelConfig, train_config: TrainConfig, corpus_hash: str) -> str:
+def recipe_hash(
+    model_config: ModelConfig, train_config: TrainConfig, corpus_hash: str, teacher_hash: str | None = None
+) -> str:
     recipe = {"model": model_config.to_dict(), "train": asdict(train_config), "corpus": corpus_hash}
+    if teacher_hash is not None:  # a distilled model depends on its teacher's exact weights
+        recipe["teacher"] = teacher_hash
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -92,9 +96,20 @@ def evaluate_loss(model: CharGPT, tokens: torch.Tensor, sequence_length: int) ->
 
 
 def train(
-    model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus, *, show_progress: bool = True
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus,
+    *,
+    show_progress: bool = True,
+    teacher: CharGPT | None = None,
 ) -> tuple[CharGPT, float, float]:
-    """Train from a seeded initialisation; returns the model, train loss and validation loss."""
+    """Train from a seeded initialisation; returns the model, train loss and validation loss.
+
+    With a ``teacher`` the model learns the teacher's next-character distributions (soft
+    targets) instead of the text's characters: distillation, which makes a small model agree
+    with a big one far more often than training on the text alone (what a speculative draft
+    needs). The reported losses are still against the text.
+    """
     torch.manual_seed(train_config.seed)
     model = CharGPT(model_config)
     train_tokens, validation_tokens = corpus.split()
@@ -120,7 +135,12 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, train_config)
         logits = model(inputs, position_offset=offset)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        if teacher is None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        else:
+            with torch.no_grad():
+                soft_targets = torch.softmax(teacher(inputs, position_offset=offset), dim=-1)
+            loss = -(soft_targets * torch.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -137,11 +157,16 @@ def train(
 
 
 def make_record(
-    model: CharGPT, train_config: TrainConfig, corpus: Corpus, train_loss: float, val_loss: float
+    model: CharGPT,
+    train_config: TrainConfig,
+    corpus: Corpus,
+    train_loss: float,
+    val_loss: float,
+    teacher_hash: str | None = None,
 ) -> ModelRecord:
     return ModelRecord(
         weights_hash=weights_hash(model),
-        recipe_hash=recipe_hash(model.config, train_config, corpus.content_hash),
+        recipe_hash=recipe_hash(model.config, train_config, corpus.content_hash, teacher_hash),
         config={"model": model.config.to_dict(), "train": asdict(train_config), "corpus_source": corpus.source},
         corpus_hash=corpus.content_hash,
         train_loss=train_loss,
@@ -168,9 +193,12 @@ def train_or_reuse(
     *,
     show_progress: bool = True,
     log: Callable[[str], None] = print,
+    teacher: CharGPT | None = None,
 ) -> TrainedModel:
-    """Load the stored checkpoint for this recipe, or train one and store it."""
-    wanted = recipe_hash(model_config, train_config, corpus.content_hash)
+    """Load the stored checkpoint for this recipe, or train (or distil from ``teacher``) one and
+    store it."""
+    teacher_hash = weights_hash(teacher) if teacher is not None else None
+    wanted = recipe_hash(model_config, train_config, corpus.content_hash, teacher_hash)
     found = store.find_model(recipe_hash=wanted)
     if found is not None:
         log(f"reusing stored model {found.weights_hash[:12]} (val loss {found.val_loss:.4f}); no training needed")
@@ -179,8 +207,10 @@ def train_or_reuse(
         f"training d_model={model_config.d_model} n_layer={model_config.n_layer} n_head={model_config.n_head} "
         f"for {train_config.steps} steps on {len(corpus.text):,} characters ({corpus.source})"
     )
-    model, train_loss, val_loss = train(model_config, train_config, corpus, show_progress=show_progress)
-    record = make_record(model, train_config, corpus, train_loss, val_loss)
+    model, train_loss, val_loss = train(
+        model_config, train_config, corpus, show_progress=show_progress, teacher=teacher
+    )
+    record = make_record(model, train_config, corpus, train_loss, val_loss, teacher_hash)
     model_id = store.save_model(record)
     log(
         f"validation loss {val_loss:.4f} nats/char vs unigram entropy {corpus.unigram_entropy_nats():.4f}; "

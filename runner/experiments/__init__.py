@@ -28,8 +28,9 @@ class ExperimentContext:
     # metric and value: how a summary case (e.g. a fit over lengths) sees earlier cases,
     # also after a resume.
     earlier: Callable[[str], list[dict[str, Any]]] = field(default=lambda experiment: [])
-    # Train (or reuse from the store) another model on the same corpus, e.g. a small draft.
-    train_model: Callable[[Any, Any], CharGPT] | None = None
+    # Train (or reuse from the store) another model on the same corpus, e.g. a small draft;
+    # arguments: model config, train config, and optionally a teacher to distil from.
+    train_model: Callable[..., CharGPT] | None = None
 
 
 class Experiment(Protocol):

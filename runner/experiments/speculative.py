@@ -41,6 +41,7 @@ FIELDS = {
     "ngram_order": Field("int", 4, 3, 8, help="characters of context + 1 for the n-gram draft"),
     "small_draft_d_model": Field("int", 64, 8, 512, help="width of the small trained draft (1 block)"),
     "small_draft_steps": Field("int", 600, 1, 100_000, help="training steps of the small draft"),
+    "small_draft_distilled": Field("bool", True, help="train the small draft on the target's distributions"),
 }
 
 
@@ -67,6 +68,7 @@ def make_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
                 context_length=config.context_length,
             ),
             TrainConfig(steps=case["small_draft_steps"], sequence_length=min(128, config.context_length // 2)),
+            context.model if case["small_draft_distilled"] else None,
         )
         return ModelDraft(small, "small", fast=small.device.type == "cpu")
     raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")
@@ -122,6 +124,7 @@ class SpeculativeExperiment:
             "ngram_order": params["ngram_order"],
             "small_draft_d_model": params["small_draft_d_model"],
             "small_draft_steps": params["small_draft_steps"],
+            "small_draft_distilled": params["small_draft_distilled"],
         }
         cases: list[dict[str, Any]] = [
             {
