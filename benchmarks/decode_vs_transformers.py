@@ -71,17 +71,19 @@ def main() -> None:
     parser.add_argument("--db", default=None)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     arguments = parser.parse_args()
+    device = arguments.device
     spec = load_preset("quick")
     corpus = load_corpus()
     trained = train_or_reuse(
         Store(arguments.db), spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
     )
-    model = trained.model.eval()
-    gpt2 = transformers_model(model)
+    model = trained.model.eval().to(device)
+    gpt2 = transformers_model(model).to(device)
     prompt = corpus.encode(corpus.text[:1])
     n = arguments.tokens
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=device)
 
     def transformers_generate() -> torch.Tensor:
         with torch.inference_mode():
@@ -90,14 +92,16 @@ def main() -> None:
             )
 
     reference = transformers_generate()[0, len(prompt) :].tolist()
-    harness = Harness()
+    harness = Harness(device=device)
+    # The compiled fast step runs on the CPU only.
+    impls = [impl for impl in IMPLS if device == "cpu" or impl != "fast"]
     print(
         f"model {trained.record.weights_hash[:12]}: d={model.config.d_model}, {model.config.n_layer} blocks, "
         f"{model.config.n_head} heads; {n} greedy tokens, {arguments.pairs} pairs; torch threads "
         f"{torch.get_num_threads()}"
     )
     results = {}
-    for impl in IMPLS:
+    for impl in impls:
         tokens = generate(model, prompt, n, temperature=0.0, impl=impl).tokens
         paired = harness.paired(
             transformers_generate,
@@ -111,7 +115,7 @@ def main() -> None:
             f"[{paired.low:.2f}-{paired.high:.2f}]   same tokens as transformers: {tokens == reference}"
         )
     best = max(results, key=lambda impl: results[impl].median)
-    fast_us = min(results["fast"].candidate_seconds) / n * 1e6
+    fast_us = min(results[best if "fast" not in results else "fast"].candidate_seconds) / n * 1e6
     transformers_us = min(min(paired.baseline_seconds) for paired in results.values()) / n * 1e6
     d, layers = model.config.d_model, model.config.n_layer
     mults = layers * 12 * d * d + model.config.vocab_size * d  # per token, attention aside

@@ -75,11 +75,23 @@ def train(
 
 
 @app.command()
-def run(db: DbOption = None, preset: PresetOption = None, spec: SpecOption = None) -> None:
+def run(
+    db: DbOption = None,
+    preset: PresetOption = None,
+    spec: SpecOption = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda: overrides the spec (on cuda, CPU-only impls are left out).")
+    ] = None,
+) -> None:
     """Run a sweep in this process and record it (training the model first if needed)."""
     from runner.execute import execute
+    from runner.sweeps import for_device, validate
 
     chosen = load_spec(preset, spec)
+    if device is not None:
+        if device not in ("cpu", "cuda"):
+            raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
+        chosen = validate(for_device(chosen.raw, device))
     outcome = execute(open_store(db), chosen, preset=preset)
     typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
 

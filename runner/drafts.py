@@ -19,7 +19,8 @@ from runner.model import CharGPT, KVCache
 def _draw(distribution: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
     if temperature == 0.0 or generator is None:
         return int(distribution.argmax())
-    return int(torch.multinomial(distribution, 1, generator=generator)[0])
+    # Table drafts live on the CPU; the loop's generator lives on the target's device.
+    return int(torch.multinomial(distribution.to(generator.device), 1, generator=generator)[0])
 
 
 class BigramDraft:

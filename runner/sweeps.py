@@ -129,9 +129,40 @@ def validate(raw: Any) -> SweepSpec:
         checked["experiments"][name] = check_section(
             f"experiments.{name}", params, known_experiments[name].fields, model
         )
+    if checked["device"] == "cuda":
+        _check_cuda_fields(checked["experiments"])
     spec = SweepSpec(checked)
     spec.plan()  # experiments refuse combinations of fields here, before anything runs
     return spec
+
+
+# What runs on the CPU only: the compiled fast step and PyTorch's dynamic int8 kernel.
+CPU_ONLY = {("kv_cache", "impls"): "fast", ("overhead", "impls"): "fast", ("quantization", "kernels"): "dynamic_int8"}
+
+
+def _check_cuda_fields(experiments: dict[str, Any]) -> None:
+    for (experiment, field), value in CPU_ONLY.items():
+        if value in experiments.get(experiment, {}).get(field, []):
+            allowed = [item for item in experiments[experiment][field] if item != value]
+            raise InputError(
+                f"experiments.{experiment}.{field}: {value!r} runs on the CPU only "
+                f"(allowed with device cuda: {', '.join(allowed) or 'the others'})"
+            )
+
+
+def for_device(raw: dict[str, Any], device: str) -> dict[str, Any]:
+    """A spec moved to ``device``: on cuda, the CPU-only choices are dropped from their lists."""
+    moved = {
+        **raw,
+        "device": device,
+        "experiments": {name: dict(params) for name, params in raw.get("experiments", {}).items()},
+    }
+    if device == "cuda":
+        for (experiment, field), value in CPU_ONLY.items():
+            params = moved["experiments"].get(experiment)
+            if params and field in params:
+                params[field] = [item for item in params[field] if item != value]
+    return moved
 
 
 def parse_toml(text: str, source: str = "spec") -> SweepSpec:

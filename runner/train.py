@@ -89,8 +89,9 @@ def evaluate_loss(model: CharGPT, tokens: torch.Tensor, sequence_length: int) ->
     if windows < 1:
         raise ValueError("evaluation text is shorter than one window")
     starts = torch.arange(windows) * sequence_length
-    inputs = torch.stack([tokens[start : start + sequence_length] for start in starts])
-    targets = torch.stack([tokens[start + 1 : start + 1 + sequence_length] for start in starts])
+    device = model.device
+    inputs = torch.stack([tokens[start : start + sequence_length] for start in starts]).to(device)
+    targets = torch.stack([tokens[start + 1 : start + 1 + sequence_length] for start in starts]).to(device)
     logits = model(inputs)
     return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
 

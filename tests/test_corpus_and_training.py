@@ -103,3 +103,30 @@ def test_a_checkpoint_is_reused_from_the_store_with_identical_logits(sqlite_url:
         log=messages.append,
     )
     assert not changed.reused, "a different recipe trains a new model"
+
+
+def test_distillation_pulls_the_student_towards_the_teacher() -> None:
+    from runner.model import CharGPT
+    from runner.train import recipe_hash, weights_hash
+
+    corpus = load_corpus()
+    torch.manual_seed(0)
+    teacher_config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=1, n_head=2, context_length=64)
+    teacher, _, _ = train(
+        teacher_config, TrainConfig(steps=40, batch_size=8, sequence_length=32), corpus, show_progress=False
+    )
+    student_config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=16, n_layer=1, n_head=2, context_length=64)
+    recipe = TrainConfig(steps=40, batch_size=8, sequence_length=32, seed=3)
+    plain, _, _ = train(student_config, recipe, corpus, show_progress=False)
+    distilled, _, _ = train(student_config, recipe, corpus, show_progress=False, teacher=teacher)
+    tokens = torch.tensor([corpus.encode(corpus.text[5000:5064])])
+
+    def divergence(student: CharGPT) -> float:
+        with torch.inference_mode():
+            target = torch.softmax(teacher(tokens), dim=-1)
+            return float((target * (target.log() - torch.log_softmax(student(tokens), dim=-1))).sum(-1).mean())
+
+    assert divergence(distilled) < divergence(plain)
+    assert recipe_hash(student_config, recipe, corpus.content_hash, weights_hash(teacher)) != recipe_hash(
+        student_config, recipe, corpus.content_hash
+    )
