@@ -84,7 +84,7 @@ def run(
     ] = None,
 ) -> None:
     """Run a sweep in this process and record it (training the model first if needed)."""
-    from runner.execute import execute
+    from runner.execute import check_device, execute
     from runner.sweeps import for_device, validate
 
     chosen = load_spec(preset, spec)
@@ -92,6 +92,7 @@ def run(
         if device not in ("cpu", "cuda"):
             raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
         chosen = validate(for_device(chosen.raw, device))
+    check_device(chosen.device)  # before the store is opened: a refused run writes nothing
     outcome = execute(open_store(db), chosen, preset=preset)
     typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
 
