@@ -16,35 +16,11 @@ import torch
 
 from runner.corpus import load_corpus
 from runner.decode import IMPLS, generate
-from runner.model import to_gpt2_state_dict
+from runner.model import to_transformers
 from runner.sweeps import load_preset
 from runner.timing import Harness
 from runner.train import train_or_reuse
 from store.store import Store
-
-
-def transformers_model(model):  # noqa: ANN001, ANN201
-    import transformers
-
-    config = model.config
-    gpt2 = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=config.vocab_size,
-            n_positions=config.context_length,
-            n_embd=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            activation_function="gelu_new",
-            layer_norm_epsilon=1e-5,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            eos_token_id=None,
-            bos_token_id=None,
-        )
-    ).eval()
-    gpt2.load_state_dict(to_gpt2_state_dict(model), strict=False)
-    return gpt2
 
 
 def machine_floors(mults_per_token: int, weight_bytes: int) -> tuple[float, float]:
@@ -80,7 +56,7 @@ def main() -> None:
         Store(arguments.db), spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
     )
     model = trained.model.eval().to(device)
-    gpt2 = transformers_model(model).to(device)
+    gpt2 = to_transformers(model).to(device)
     prompt = corpus.encode(corpus.text[:1])
     n = arguments.tokens
     ids = torch.tensor([prompt], device=device)

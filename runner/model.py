@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -273,3 +273,32 @@ def to_gpt2_state_dict(model: CharGPT) -> dict[str, torch.Tensor]:
             state[prefix + name + ".weight"] = linear.weight.detach().t().contiguous()
             state[prefix + name + ".bias"] = linear.bias.detach()
     return state
+
+
+def to_transformers(model: CharGPT) -> Any:
+    """The same model as a ``transformers.GPT2LMHeadModel`` (needs the bench extra)."""
+    import transformers
+
+    config = model.config
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=config.vocab_size,
+            n_positions=config.context_length,
+            n_embd=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            activation_function="gelu_new",  # GPT-2's tanh approximation
+            layer_norm_epsilon=1e-5,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            tie_word_embeddings=True,
+            eos_token_id=None,  # a character vocabulary has no end-of-text token
+            bos_token_id=None,
+        )
+    ).eval()
+    missing, unexpected = gpt2.load_state_dict(to_gpt2_state_dict(model), strict=False)
+    # Only transformers' own attention-mask buffers may be absent from our weights.
+    if unexpected or any(not name.endswith((".attn.bias", "masked_bias")) for name in missing):
+        raise ValueError(f"weights do not map onto GPT-2: missing {missing}, unexpected {unexpected}")
+    return gpt2

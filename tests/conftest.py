@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,19 @@ import sqlalchemy as sa
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"
+ROOT = Path(__file__).parent.parent
+
+
+def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a child process with a minimal environment (no inherited store URL)."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **environment},
+    )
 
 
 def _postgres_url_or_skip() -> str:

@@ -10,17 +10,11 @@ import sqlalchemy as sa
 
 from store.engine import create_store_engine
 from store.store import Store
+from tests.conftest import run_decodelab
 
 
 def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parent.parent)},
-    )
+    return run_decodelab(*args, cwd=cwd)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -68,31 +68,14 @@ def test_serialize_round_trip_gives_identical_logits() -> None:
 
 
 def test_a_trained_checkpoint_loads_into_transformers_gpt2() -> None:
-    transformers = pytest.importorskip("transformers", reason="the bench extra (transformers) is not installed")
-    from runner.model import to_gpt2_state_dict
+    pytest.importorskip("transformers", reason="the bench extra (transformers) is not installed")
+    from runner.model import to_transformers
 
     corpus = load_corpus()
     config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=2, n_head=4, context_length=256)
     trained, _, _ = train(config, TrainConfig(steps=20, batch_size=4, sequence_length=64), corpus, show_progress=False)
     model = deserialize(serialize(trained))
-    gpt2 = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=config.vocab_size,
-            n_positions=config.context_length,
-            n_embd=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            activation_function="gelu_new",
-            layer_norm_epsilon=1e-5,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            tie_word_embeddings=True,
-        )
-    ).eval()
-    missing, unexpected = gpt2.load_state_dict(to_gpt2_state_dict(model), strict=False)
-    assert not unexpected
-    assert all(name.endswith(".attn.bias") or name.endswith("masked_bias") for name in missing), missing
+    gpt2 = to_transformers(model)
     tokens = torch.tensor([corpus.encode(corpus.text[1000:1256])])
     with torch.inference_mode():
         ours = model(tokens)

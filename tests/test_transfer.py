@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from store.store import Store
+from tests.conftest import run_decodelab
 
 ROOT = Path(__file__).parent.parent
 
 
 def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
+    return run_decodelab(*args, cwd=cwd)
 
 
 def utc(value: object) -> pd.Timestamp:
