@@ -60,10 +60,6 @@ def part(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return frame[frame["part"] == name].dropna(axis=1, how="all").reset_index(drop=True)
 
 
-def runs_with(runs: pd.DataFrame, experiment_runs: set[int]) -> pd.DataFrame:
-    return runs[runs["run_id"].isin(experiment_runs)]
-
-
 def flag_outliers(history: pd.DataFrame, value: str = "value") -> pd.DataFrame:
     """Add ``median``, ``low``, ``high`` and ``outlier`` per row: the band of the previous
     HISTORY_WINDOW runs of the same machine fingerprint (the row itself excluded)."""
@@ -125,11 +121,6 @@ def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_metric_names(url: str, experiment: str) -> list[str]:
     return store_for(url).metric_names(experiment)
-
-
-@st.cache_data(ttl=2, show_spinner=False)
-def load_jobs(url: str) -> pd.DataFrame:
-    return store_for(url).jobs(limit=20)
 
 
 def calibrated_prediction(timing: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:

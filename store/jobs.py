@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session
 from store.records import JobRecord
 from store.schema import Job, Run, utc_now
 
-JOB_STATUSES = ("queued", "running", "done", "failed", "interrupted")
 # A job whose worker died this many times is failed instead of requeued again.
 MAX_ATTEMPTS = 3
 
