@@ -13,6 +13,11 @@ def _base(frame: pd.DataFrame) -> alt.Chart:
     return alt.Chart(frame)
 
 
+def _diagonal(top: float) -> alt.Chart:
+    """The y = x reference line from 0 to ``top``."""
+    return _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
+
+
 def band_with_median(
     frame: pd.DataFrame,
     x: str,
@@ -170,8 +175,7 @@ def predicted_vs_measured(speculative: pd.DataFrame) -> Figure:
         )
     )
     top = float(max(long["predicted"].max(), long["speedup_median"].max(), 1.0)) * 1.05
-    diagonal = _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
-    return alt.layer(diagonal, points).properties(title="predicted vs measured (gray: y = x)")
+    return alt.layer(_diagonal(top), points).properties(title="predicted vs measured (gray: y = x)")
 
 
 def tvd(distribution: pd.DataFrame) -> Figure:
@@ -276,7 +280,6 @@ def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "ma
 def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
     """Measured against predicted, with the y = x line."""
     top = float(max(frame[measured].max(), frame[predicted].max())) * 1.1
-    diagonal = _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
     points = (
         _base(frame)
         .mark_point(filled=True, size=70)
@@ -287,4 +290,4 @@ def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: st
             tooltip=list(frame.columns),
         )
     )
-    return alt.layer(diagonal, points)
+    return alt.layer(_diagonal(top), points)

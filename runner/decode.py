@@ -68,11 +68,11 @@ def generate(
         raise ValueError("a rounded cache exists only on the static cached path")
     device = model.device
     if use_cache and impl == "fast" and temperature == 0.0 and not keep_logits and new_tokens > 0:
-        from runner.fast_decode import FastDecoder
+        from runner.fast_decode import decoder_for
 
         # Greedy needs no Python between steps: the whole loop runs in C++.
         cache = model.new_cache(capacity=positions)
-        return Generation(tokens=FastDecoder(model).greedy(prompt, new_tokens, cache), logits=None)
+        return Generation(tokens=decoder_for(model).greedy(prompt, new_tokens, cache), logits=None)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     if use_cache and impl == "naive":
         next_logits = _naive_steps(model, prompt)
@@ -119,9 +119,9 @@ def _naive_steps(model: CharGPT, prompt: list[int]) -> Stepper:
 
 
 def _fast_steps(model: CharGPT, prompt: list[int], capacity: int) -> Stepper:
-    from runner.fast_decode import FastDecoder
+    from runner.fast_decode import decoder_for
 
-    decoder = FastDecoder(model)
+    decoder = decoder_for(model)
     cache = model.new_cache(capacity=capacity)
     for token in prompt:
         logits = decoder.step(token, cache)

@@ -112,9 +112,9 @@ class ModelDraft:
         self.name = name
         self._fast = None
         if fast:
-            from runner.fast_decode import FastDecoder
+            from runner.fast_decode import decoder_for
 
-            self._fast = FastDecoder(model)
+            self._fast = decoder_for(model)
         self._cache: KVCache | None = None
         self._pending: list[int] = []
         self._fed_proposals = 0

@@ -12,6 +12,7 @@ with the eager path to float rounding, not bit for bit.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, cast
 
 import torch
@@ -191,3 +192,17 @@ class FastDecoder:
         )
         cache.length += len(prompt) + new_tokens - 1
         return tokens.tolist()
+
+
+_DECODERS: weakref.WeakKeyDictionary[CharGPT, tuple[tuple[int, ...], FastDecoder]] = weakref.WeakKeyDictionary()
+
+
+def decoder_for(model: CharGPT) -> FastDecoder:
+    """The model's decoder, flattening its weights again only when a parameter changed
+    (a generation should not copy the whole model before its first token)."""
+    versions = tuple(parameter._version for parameter in model.parameters())
+    cached = _DECODERS.get(model)
+    if cached is None or cached[0] != versions:
+        cached = (versions, FastDecoder(model))
+        _DECODERS[model] = cached
+    return cached[1]

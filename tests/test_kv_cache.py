@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from runner import counting
 from runner.decode import generate
-from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE, comparable_difference, fit_power_law
+from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE, comparable_difference
+from runner.fitting import fit_power_law
 from runner.model import CharGPT, ModelConfig
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runner import counting
-from runner.experiments.overhead import fit_line, mults_per_token
+from runner.experiments.overhead import mults_per_token
+from runner.fitting import fit_line
 
 
 def test_fit_line_recovers_a_line() -> None:

@@ -15,7 +15,6 @@ Parts, each a kind of case (param ``part``):
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -25,6 +24,7 @@ from runner import counting
 from runner.decode import IMPLS, Generation, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
+from runner.fitting import fit_power_law
 from runner.model import CACHE_ROUNDINGS, CharGPT, ModelConfig
 from store.records import MeasurementRecord
 
@@ -64,18 +64,6 @@ def comparable_difference(first: Generation, second: Generation) -> tuple[float,
     )
     compared = min(divergence + 1, steps)
     return (first.logits[:compared] - second.logits[:compared]).abs().max().item(), divergence
-
-
-def fit_power_law(lengths: list[int], seconds: list[float]) -> tuple[float, float, float]:
-    """Least-squares fit of log t = log a + b·log n; returns (b, a, max relative error)."""
-    xs = [math.log(n) for n in lengths]
-    ys = [math.log(t) for t in seconds]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-    scale = math.exp(mean_y - slope * mean_x)
-    error = max(abs(scale * n**slope - t) / t for n, t in zip(lengths, seconds, strict=True))
-    return slope, scale, error
 
 
 class KVCacheExperiment:

@@ -16,6 +16,7 @@ import torch
 from runner.decode import IMPLS, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
+from runner.fitting import fit_line
 from runner.model import CharGPT, ModelConfig
 from store.records import MeasurementRecord
 
@@ -33,16 +34,6 @@ def mults_per_token(tokens: int, d_model: int, n_layer: int, vocab_size: int) ->
         n_layer * (12 * d_model * d_model + 2 * t * d_model) + vocab_size * d_model for t in range(1, tokens + 1)
     )
     return total / tokens
-
-
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Least squares y = a + b·x; returns (a, b, max relative error)."""
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
-    intercept = mean_y - slope * mean_x
-    error = max(abs(intercept + slope * x - y) / y for x, y in zip(xs, ys, strict=True))
-    return intercept, slope, error
 
 
 class OverheadExperiment:
