@@ -60,6 +60,25 @@ def part(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return frame[frame["part"] == name].dropna(axis=1, how="all").reset_index(drop=True)
 
 
+def with_impl(frame: pd.DataFrame) -> pd.DataFrame:
+    """Speculative rows with their target impl; runs recorded before impls existed ran ``static``."""
+    if frame.empty:
+        return frame
+    impl = frame["impl"] if "impl" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+    return frame.assign(impl=impl.fillna("static"))
+
+
+def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
+    """Per target impl, the case with the best measured median speedup, with its band and the
+    baseline's time per token (a speedup over a slow baseline is not a fast decoder)."""
+    if speculative.empty:
+        return pd.DataFrame()
+    frame = with_impl(speculative)
+    best = frame.loc[frame.groupby("impl")["speedup_median"].idxmax()]
+    columns = ["impl", "draft", "k", "speedup_median", "speedup_min", "speedup_max", "target_step_seconds"]
+    return best[[column for column in columns if column in best.columns]].reset_index(drop=True)
+
+
 def flag_outliers(history: pd.DataFrame, value: str = "value") -> pd.DataFrame:
     """Add ``median``, ``low``, ``high`` and ``outlier`` per row: the band of the previous
     HISTORY_WINDOW runs of the same machine fingerprint (the row itself excluded)."""

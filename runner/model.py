@@ -85,6 +85,21 @@ class KVCache:
         return 2 * per_position * self.length
 
 
+_CAUSAL_MASKS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def causal_mask(start: int, end: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask, (end − start) × end: new position start + i sees positions 0..start + i.
+    A view into one square kept per device and dtype: building a mask on every multi-position
+    step (a verification pass) cost more than the masked attention itself."""
+    square = _CAUSAL_MASKS.get((device, dtype))
+    if square is None or square.shape[0] < end:
+        size = max(end, 1024)
+        square = torch.full((size, size), float("-inf"), device=device, dtype=dtype).triu(diagonal=1)
+        _CAUSAL_MASKS[(device, dtype)] = square
+    return square[start:end, :end]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -124,9 +139,7 @@ class CausalSelfAttention(nn.Module):
             # One query sees every cached position: no mask needed.
             y = F.scaled_dot_product_attention(q, keys, values)
         else:
-            # New position i (absolute start+i) may see absolute positions 0..start+i.
-            allowed = torch.ones(new, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=causal_mask(start, end, q.device, q.dtype))
         return self._merge(y)
 
     def forward_naive(

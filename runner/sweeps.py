@@ -137,7 +137,12 @@ def validate(raw: Any) -> SweepSpec:
 
 
 # What runs on the CPU only: the compiled fast step and PyTorch's dynamic int8 kernel.
-CPU_ONLY = {("kv_cache", "impls"): "fast", ("overhead", "impls"): "fast", ("quantization", "kernels"): "dynamic_int8"}
+CPU_ONLY = {
+    ("kv_cache", "impls"): "fast",
+    ("overhead", "impls"): "fast",
+    ("speculative", "impls"): "fast",
+    ("quantization", "kernels"): "dynamic_int8",
+}
 
 
 def _check_cuda_fields(experiments: dict[str, Any]) -> None:

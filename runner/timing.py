@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -107,11 +107,51 @@ class Harness:
                 function()
         synchronize(self.device)
 
-    def min_of(self, function: Callable[[], object], repeats: int = 3) -> MinOfN:
+    def min_of(
+        self, function: Callable[[], object], repeats: int = 3, setup: Callable[[], object] | None = None
+    ) -> MinOfN:
+        """``setup``, if given, runs untimed before every call (warm-up included)."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
-        self._warm(function)
-        return MinOfN(tuple(self.time_once(function) for _ in range(repeats)))
+        prepare = setup or (lambda: None)
+
+        def run() -> float:
+            prepare()
+            return self.time_once(function)
+
+        for _ in range(self.warmup):
+            prepare()
+            function()
+        synchronize(self.device)
+        return MinOfN(tuple(run() for _ in range(repeats)))
+
+    def alternating(
+        self,
+        functions: Sequence[Callable[[], object]],
+        rounds: int,
+        repeats: int = 3,
+        setup: Callable[[], object] | None = None,
+    ) -> tuple[MinOfN, ...]:
+        """Call ``functions`` in turn for ``rounds`` rounds, timing each on its own: what each
+        costs per call while the others run between its calls, as in a loop that alternates them
+        (sharing, and evicting, the same caches). One MinOfN of per-call seconds per function,
+        over ``repeats`` runs, each after ``setup`` (untimed)."""
+        if repeats < 1 or rounds < 1:
+            raise ValueError("repeats and rounds must be at least 1")
+        prepare = setup or (lambda: None)
+        prepare()
+        for function in functions:
+            function()
+        per_call: list[list[float]] = [[] for _ in functions]
+        for _ in range(repeats):
+            prepare()
+            totals = [0.0] * len(functions)
+            for _ in range(rounds):
+                for index, function in enumerate(functions):
+                    totals[index] += self.time_once(function)
+            for index, total in enumerate(totals):
+                per_call[index].append(total / rounds)
+        return tuple(MinOfN(tuple(seconds)) for seconds in per_call)
 
     def paired(self, baseline: Callable[[], object], candidate: Callable[[], object], pairs: int = 5) -> Paired:
         if pairs < 1:

@@ -17,8 +17,9 @@ from store.store import Store
 from tests.conftest import TINY_SPEC
 
 ROOT = Path(__file__).parent.parent
-# training_summary 1, kv_cache 14 (two impls), overhead 9, quantization 4, speculative 5 + 1 + 10, context_cost 3
-TINY_CASES = 47
+# training_summary 1, kv_cache 14 (two impls), overhead 9, quantization 4,
+# speculative 5 + 2 + 20 (two impls), context_cost 3
+TINY_CASES = 58
 
 
 def quiet(_: str) -> None:

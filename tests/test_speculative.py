@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.decode import accept_rule, generate, speculative_decode
+from runner.decode import generate
 from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.experiments.speculative import empirical, speculative_first_tokens, total_variation, tv_noise_bounds
 from runner.model import CharGPT, ModelConfig
 from runner.quantize import quantize_model
+from runner.speculative import accept_rule, speculative_decode
 
 VOCAB = 12
 
@@ -136,11 +137,14 @@ def test_counts_are_recorded_through_the_store(sqlite_url: str) -> None:
 def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:
     tokens = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 3])
     draft = NGramDraft(tokens, 5, order=3)
-    after_0_1 = draft.distribution([0, 1]).exp()
+    after_0_1 = draft.log_distribution((0, 1)).exp()
     assert int(after_0_1.argmax()) == 2 and after_0_1[3] > after_0_1[4], "2 twice, 3 once, 4 never after 0 1"
-    unseen = draft.distribution([4, 4]).exp()  # no context ends in 4: back off to the unigram
-    assert torch.allclose(unseen, draft.distribution([]).exp())
+    unseen = draft.log_distribution((4, 4)).exp()  # no context ends in 4: back off to the unigram
+    assert torch.allclose(unseen, draft.log_distribution(()).exp())
     assert torch.allclose(after_0_1.sum(), torch.tensor(1.0))
+    # The discounted mass goes to the shorter context: 3 follows 0 1 once in three, yet
+    # interpolation with "after 1" (the same counts) and the unigram keeps 4 possible.
+    assert 0.0 < after_0_1[4] < after_0_1[3] < 1 / 3
 
 
 def test_the_fast_small_draft_proposes_what_the_eager_one_does(target: CharGPT) -> None:
@@ -148,3 +152,22 @@ def test_the_fast_small_draft_proposes_what_the_eager_one_does(target: CharGPT) 
     for draft in (fast, eager):
         draft.start([1, 2, 3])
     assert fast.propose(6, 0.0, None)[0] == eager.propose(6, 0.0, None)[0]
+    for draft in (fast, eager):  # sampled: the same uniforms pick the same tokens
+        draft.start([1, 2, 3])
+    fast_tokens, fast_q = fast.propose(6, 1.0, torch.Generator().manual_seed(4))
+    eager_tokens, eager_q = eager.propose(6, 1.0, torch.Generator().manual_seed(4))
+    assert fast_tokens == eager_tokens
+    assert torch.allclose(fast_q, eager_q, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_speculative_decoding_gives_the_same_tokens_through_either_impl(target: CharGPT, temperature: float) -> None:
+    small = drafts(target)[4]
+    outputs = [
+        speculative_decode(target, small, 3, [3, 1, 4], 60, temperature=temperature, seed=8, impl=impl)
+        for impl in ("static", "fast")
+    ]
+    assert outputs[0].tokens == outputs[1].tokens
+    assert outputs[0].accepted_histogram == outputs[1].accepted_histogram
+    with pytest.raises(ValueError, match="impl must be one of"):
+        speculative_decode(target, small, 3, [3, 1, 4], 10, impl="naive")

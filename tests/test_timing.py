@@ -72,6 +72,43 @@ def test_paired_alternates_and_reports_median_and_band() -> None:
     assert [(s.pair_index, s.side) for s in speedup.samples[:4]] == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
 
 
+def test_setup_runs_untimed_before_every_call() -> None:
+    clock = FakeClock()
+    function, queue = clock.runner([9.0, 3.0, 2.0])
+    calls: list[str] = []
+
+    def setup() -> None:
+        calls.append("setup")
+        clock.now += 100.0  # would dominate every sample if it were timed
+
+    result = Harness(clock=clock, warmup=1).min_of(function, repeats=2, setup=setup)
+    assert result.seconds == (3.0, 2.0) and not queue
+    assert calls == ["setup"] * 3, "before the warm-up and before each timed call"
+
+
+def test_alternating_times_each_function_on_its_own_in_turn() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+
+    def costing(name: str, seconds: float):  # noqa: ANN202
+        def run() -> None:
+            order.append(name)
+            clock.now += seconds
+
+        return run
+
+    draft, verify = costing("draft", 1.0), costing("verify", 4.0)
+    setups: list[int] = []
+    draft_turns, verifications = Harness(clock=clock).alternating(
+        (draft, verify), rounds=3, repeats=2, setup=lambda: setups.append(1)
+    )
+    assert order == ["draft", "verify"] * 7, "one untimed round to warm up, then 2 repeats of 3 rounds"
+    assert draft_turns.seconds == (1.0, 1.0) and verifications.seconds == (4.0, 4.0)
+    assert len(setups) == 3
+    with pytest.raises(ValueError):
+        Harness().alternating((draft,), rounds=0)
+
+
 def test_the_harness_refuses_zero_repeats() -> None:
     with pytest.raises(ValueError):
         Harness().min_of(lambda: None, repeats=0)

@@ -10,19 +10,31 @@ opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "speculative", "speculative decoding") if opened else None
 if opened and run_id is not None:
     cases = data.load_cases(opened[0], run_id, "speculative")
-    speculative = data.part(cases, "speculative")
+    speculative = data.with_impl(data.part(cases, "speculative"))
     if not speculative.empty:
+        best = data.best_speedup_by_impl(speculative)
+        st.subheader("Best measured speedup per target impl")
+        st.caption(
+            "Each speedup is against plain decoding through the same impl. Speculative decoding pays where "
+            "a target pass is bound by per-call overhead (eager static: k + 1 positions cost about one step) "
+            "and loses where it is bound by arithmetic (the compiled fast step: k + 1 positions cost "
+            "nearly k + 1 steps)."
+        )
+        ui.table(best, "speculative_best")
+        impls = sorted(speculative["impl"].unique())
+        if len(impls) > 1:
+            chosen = st.radio("target impl", impls, horizontal=True, key="speculative_impl")
+            speculative = speculative[speculative["impl"] == chosen].reset_index(drop=True)
         left, right = st.columns(2)
         with left:
             ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
         with right:
             ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", "characters per target pass"))
         ui.chart(charts.speedup_bands(speculative))
-        noise = data.part(cases, "aa")
-        if not noise.empty:
-            row = noise.iloc[0]
+        noise = data.with_impl(data.part(cases, "aa"))
+        for row in noise.to_dict("records"):
             st.caption(
-                f"Noise floor (baseline against itself): {row['speedup_median']:.3f}× "
+                f"Noise floor, {row['impl']} (baseline against itself): {row['speedup_median']:.3f}× "
                 f"[{row['speedup_min']:.3f}–{row['speedup_max']:.3f}]"
             )
         ui.chart(charts.predicted_vs_measured(speculative))
@@ -30,6 +42,7 @@ if opened and run_id is not None:
             speculative,
             "speculative",
             [
+                "impl",
                 "draft",
                 "k",
                 "acceptance_rate",

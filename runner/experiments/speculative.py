@@ -16,13 +16,22 @@ from typing import Any
 
 import torch
 
-from runner.decode import Draft, accept_rule, generate, probabilities, speculative_decode, verify
+from runner.decode import generate
 from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
 from runner.model import ModelConfig
 from runner.quantize import quantize_model
+from runner.speculative import (
+    SPECULATIVE_IMPLS,
+    Draft,
+    accept_rule,
+    probabilities,
+    speculative_decode,
+    target_pass,
+    verify,
+)
 from runner.train import TrainConfig
 from store.records import MeasurementRecord
 
@@ -33,12 +42,18 @@ NOISE_CONFIDENCE = 0.999
 FIELDS = {
     "drafts": Field("str_list", list(DRAFTS), choices=DRAFTS),
     "ks": Field("int_list", [1, 2, 4, 8], 1, 16),
+    "impls": Field(
+        "str_list",
+        ["static"],
+        choices=SPECULATIVE_IMPLS,
+        help="how the target runs, in the baseline and in verification alike (runner.speculative)",
+    ),
     "new_tokens": Field("int", 200, 1, "context_length"),
     "temperature": Field("float", 1.0, 0.0, 5.0, help="0 is greedy"),
     "pairs": Field("int", 5, 5, 50),
     "distribution_samples": Field("int", 20_000, 100, 1_000_000),
     "context_chars": Field("int", 32, 1, "context_length"),
-    "ngram_order": Field("int", 4, 3, 8, help="characters of context + 1 for the n-gram draft"),
+    "ngram_order": Field("int", 3, 3, 8, help="characters of context + 1 for the n-gram draft"),
     "small_draft_d_model": Field("int", 64, 8, 512, help="width of the small trained draft (1 block)"),
     "small_draft_steps": Field("int", 600, 1, 100_000, help="training steps of the small draft"),
     "small_draft_distilled": Field("bool", True, help="train the small draft on the target's distributions"),
@@ -153,12 +168,13 @@ class SpeculativeExperiment:
             }
             for draft in params["drafts"]
         ]
-        cases.append({"part": "aa", "draft": "none", "k": 0, **timing, **shape})
-        cases += [
-            {**draft_params, "part": "speculative", "draft": draft, "k": k, **timing, **shape}
-            for draft in params["drafts"]
-            for k in params["ks"]
-        ]
+        for impl in params["impls"]:
+            cases.append({"part": "aa", "draft": "none", "k": 0, "impl": impl, **timing, **shape})
+            cases += [
+                {**draft_params, "part": "speculative", "draft": draft, "k": k, "impl": impl, **timing, **shape}
+                for draft in params["drafts"]
+                for k in params["ks"]
+            ]
         return cases
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
@@ -197,7 +213,14 @@ class SpeculativeExperiment:
         prompt, target = self._prompt(context), context.model
 
         def baseline() -> object:
-            return generate(target, prompt, case["new_tokens"], temperature=case["temperature"], seed=context.seed)
+            return generate(
+                target,
+                prompt,
+                case["new_tokens"],
+                temperature=case["temperature"],
+                seed=context.seed,
+                impl=case["impl"],
+            )
 
         paired = context.harness.paired(baseline, baseline, pairs=case["pairs"])
         return self._speedup_measurements(paired)
@@ -212,53 +235,62 @@ class SpeculativeExperiment:
         ]
 
     @torch.inference_mode()
-    def _verify_seconds(self, context: ExperimentContext, draft: Draft, case: dict[str, Any]) -> float:
-        """Seconds of one verification (the (k+1)-position target pass and the accept rule), as
-        the loop runs it, after a context of up to 64 characters."""
+    def _pass_costs(self, context: ExperimentContext, draft: Draft, case: dict[str, Any]) -> tuple[float, float]:
+        """Seconds of one draft turn (propose k, then follow a commit) and of one verification
+        (the (k+1)-position target pass and the accept rule), called in turn as the loop calls
+        them, so each pays for what the other evicts from the caches; in the middle of the run's
+        contexts."""
         target, k, temperature = context.model, case["k"], case["temperature"]
-        filled = min(64, target.config.context_length - k - 1)
+        filled = max(1, min(1 + case["new_tokens"] // 2, target.config.context_length - k - 1 - COST_CALLS))
         prompt = self._prompt(context, filled + 1)
+        run_target = target_pass(target, case["impl"])
         cache = target.new_cache(capacity=filled + k + 1)
-        target.forward_cached(torch.tensor([prompt[:-1]], device=target.device), cache)
-        generator = torch.Generator().manual_seed(context.seed)
+        run_target(prompt[:-1], cache)
+        generator = torch.Generator(device=target.device).manual_seed(context.seed)
         draft.start(prompt)
         proposals, q = draft.propose(k, temperature, generator)
 
-        def verifications() -> None:
-            for _ in range(COST_CALLS):
-                cache.length = filled
-                verify(target, cache, prompt[-1], proposals, q, temperature, generator)
+        def draft_turn() -> None:
+            proposed, _ = draft.propose(k, temperature, generator)
+            draft.commit(0, proposed[:1])
 
-        return context.harness.min_of(verifications, repeats=case["pairs"]).minimum / COST_CALLS
+        def verification() -> None:
+            cache.length = filled
+            verify(run_target, cache, prompt[-1], proposals, q, temperature, generator)
+
+        def follow_prompt() -> None:  # a model draft feeds the whole prompt on its first turn
+            draft.start(prompt)
+            draft_turn()
+
+        draft_turns, verifications = context.harness.alternating(
+            (draft_turn, verification), rounds=COST_CALLS, repeats=case["pairs"], setup=follow_prompt
+        )
+        return draft_turns.minimum, verifications.minimum
 
     def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        target, prompt, k = context.model, self._prompt(context), case["k"]
+        target, prompt, k, impl = context.model, self._prompt(context), case["k"], case["impl"]
         n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
         draft = make_draft(case, context)
-        counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed)
+        counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl)
         paired = context.harness.paired(
-            lambda: generate(target, prompt, n, temperature=temperature, seed=seed),
-            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed),
+            lambda: generate(target, prompt, n, temperature=temperature, seed=seed, impl=impl),
+            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
             pairs=case["pairs"],
         )
         # Costs in the loops' own units: one baseline step is a generated token of the baseline
         # (target pass and sampling); a verification is a (k+1)-position pass and the accept rule;
-        # a draft character is what proposing costs per character, its loop included.
+        # a draft turn is what proposing k and following the commit costs, calls included.
         step_seconds = min(paired.baseline_seconds) / n
-        verify_seconds = self._verify_seconds(context, draft, case)
-        generator = torch.Generator().manual_seed(seed)
-
-        def draft_run() -> None:
-            draft.start(prompt)
-            draft.propose(COST_CALLS, temperature, generator)
-
-        draft_seconds = context.harness.min_of(draft_run, repeats=case["pairs"]).minimum / COST_CALLS
+        draft_turn_seconds, verify_seconds = self._pass_costs(context, draft, case)
+        draft_seconds = draft_turn_seconds / k
         draft_cost = draft_seconds / step_seconds
         verify_cost = verify_seconds / step_seconds
         measured = paired.median
         per_pass = counts.chars_per_target_pass
+        # The write-ups' formula (a verification costs one step) and the refined one (measured
+        # verification and draft turns, so call overhead is in the prediction).
         predicted = per_pass / (1 + k * draft_cost)
-        refined = per_pass / (verify_cost + k * draft_cost)
+        refined = per_pass / (verify_cost + draft_turn_seconds / step_seconds)
         decided = len(counts.total_variations)
         return [
             MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
