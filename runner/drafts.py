@@ -19,6 +19,8 @@ from runner.decode import choose_token, uniforms
 from runner.model import CharGPT, KVCache
 from runner.speculative import inverse_cdf, probabilities
 
+MAX_NGRAM_ORDER = 5  # rows for every seen context up front: 5 is ~40k contexts of the default corpus
+
 
 class ContextTableDraft:
     """A draft whose next-token distribution depends on the last ``history_length`` tokens only.
@@ -79,41 +81,44 @@ class BigramDraft(ContextTableDraft):
 
 class NGramDraft(ContextTableDraft):
     """q(next | last order−1 characters) from the training text, by interpolated absolute
-    discounting: each context level keeps its counts less ``discount`` and passes the mass it
-    freed to the next shorter context, down to the add-one unigram. Unseen contexts defer to
-    the longest seen suffix."""
+    discounting: each context length keeps its counts less ``discount`` and passes the mass it
+    freed to the context one character shorter, down to the add-one unigram. An unseen context
+    defers to its longest seen suffix. Every seen context's row is computed up front, in one
+    tensor per context length, so proposing never waits on counting."""
 
     def __init__(
         self, tokens: torch.Tensor, vocab_size: int, order: int = 3, name: str = "ngram", discount: float = 0.75
     ) -> None:
         super().__init__()
-        if order < 2:
-            raise ValueError("an n-gram draft needs order 2 or more")
-        self.order, self.vocab_size, self.name, self.discount = order, vocab_size, name, discount
-        self.history_length = order - 1
-        sequence = tokens.tolist()
-        # counts[length][context] = next-token counts, for every context length 1..order−1
-        self.counts: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(order)]
-        for index in range(1, len(sequence)):
-            following = sequence[index]
-            for length in range(1, min(order - 1, index) + 1):
-                table = self.counts[length].setdefault(tuple(sequence[index - length : index]), {})
-                table[following] = table.get(following, 0) + 1
+        if not 2 <= order <= MAX_NGRAM_ORDER:
+            raise ValueError(f"an n-gram draft needs order 2..{MAX_NGRAM_ORDER}, got {order}")
+        self.order, self.name, self.history_length = order, name, order - 1
         unigram = torch.bincount(tokens, minlength=vocab_size).double() + 1
-        self.unigram = unigram / unigram.sum()
+        self.unigram_log = (unigram / unigram.sum()).log().float()
+        # levels[length] = (row of each seen context of that length, log-probability rows)
+        self.levels: list[tuple[dict[tuple[int, ...], int], torch.Tensor]] = [({(): 0}, self.unigram_log[None])]
+        parents = (unigram / unigram.sum())[None]
+        for length in range(1, order):
+            windows = tokens.unfold(0, length + 1, 1)  # every context of this length and the token after it
+            contexts, row_of_window = torch.unique(windows[:, :length], dim=0, return_inverse=True)
+            counts = torch.zeros(len(contexts), vocab_size, dtype=torch.float64)
+            counts.index_put_((row_of_window, windows[:, length]), torch.ones(len(windows), dtype=torch.float64), True)
+            totals = counts.sum(dim=1, keepdim=True)
+            freed = discount * (counts > 0).sum(dim=1, keepdim=True) / totals
+            keys = [tuple(context) for context in contexts.tolist()]
+            # Every suffix of a seen context was seen too (followed by the same next token).
+            parent_rows = [self.levels[length - 1][0][key[1:]] for key in keys]
+            level = (counts - discount).clamp(min=0) / totals + freed * parents[parent_rows]
+            self.levels.append(({key: row for row, key in enumerate(keys)}, level.log().float()))
+            parents = level
 
     def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
-        distribution = self.unigram
-        for length in range(1, min(len(context), self.order - 1) + 1):
-            table = self.counts[length].get(context[len(context) - length :])
-            if table is None:
-                break  # no longer context was seen either
-            total = sum(table.values())
-            level = distribution * (self.discount * len(table) / total)
-            for token, count in table.items():
-                level[token] += max(count - self.discount, 0.0) / total
-            distribution = level
-        return distribution.log().float()
+        for length in range(min(len(context), self.order - 1), 0, -1):
+            rows, table = self.levels[length]
+            row = rows.get(context[len(context) - length :])
+            if row is not None:
+                return table[row]
+        return self.unigram_log
 
 
 class ModelDraft:

@@ -153,7 +153,15 @@ class Harness:
                 per_call[index].append(total / rounds)
         return tuple(MinOfN(tuple(seconds)) for seconds in per_call)
 
-    def paired(self, baseline: Callable[[], object], candidate: Callable[[], object], pairs: int = 5) -> Paired:
+    def paired(
+        self,
+        baseline: Callable[[], object],
+        candidate: Callable[[], object],
+        pairs: int = 5,
+        between: Callable[[], object] | None = None,
+    ) -> Paired:
+        """``between``, if given, runs untimed after every pair: a measurement that should see
+        the machine as each pair saw it (cost breakdowns to set beside the pair's ratio)."""
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
         self._warm(baseline, candidate)
@@ -167,4 +175,6 @@ class Harness:
             else:
                 candidate_seconds.append(self.time_once(candidate))
                 baseline_seconds.append(self.time_once(baseline))
+            if between is not None:
+                between()
         return Paired(tuple(baseline_seconds), tuple(candidate_seconds))

@@ -109,6 +109,22 @@ def test_alternating_times_each_function_on_its_own_in_turn() -> None:
         Harness().alternating((draft,), rounds=0)
 
 
+def test_paired_runs_the_between_measurement_after_every_pair_untimed() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+
+    def side(name: str, seconds: float):  # noqa: ANN202
+        def run() -> None:
+            order.append(name)
+            clock.now += seconds
+
+        return run
+
+    result = Harness(clock=clock).paired(side("A", 2.0), side("B", 1.0), pairs=3, between=side("cost", 50.0))
+    assert order == ["A", "B", "A", "B", "cost", "B", "A", "cost", "A", "B", "cost"]
+    assert result.ratios == (2.0, 2.0, 2.0), "the between step is in no pair's time"
+
+
 def test_the_harness_refuses_zero_repeats() -> None:
     with pytest.raises(ValueError):
         Harness().min_of(lambda: None, repeats=0)

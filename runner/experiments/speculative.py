@@ -12,12 +12,15 @@ Parts (param ``part``):
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from runner.decode import generate
-from runner.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.drafts import MAX_NGRAM_ORDER, BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
@@ -36,7 +39,7 @@ from runner.train import TrainConfig
 from store.records import MeasurementRecord
 
 DRAFTS = ("bigram", "ngram", "int8", "int4", "small")
-COST_CALLS = 32  # calls per timed cost measurement: per-call figures are totals / COST_CALLS
+COST_CALLS = 16  # draft turns and verifications per cost session (one session after each timed pair)
 NOISE_CONFIDENCE = 0.999
 
 FIELDS = {
@@ -53,7 +56,7 @@ FIELDS = {
     "pairs": Field("int", 5, 5, 50),
     "distribution_samples": Field("int", 20_000, 100, 1_000_000),
     "context_chars": Field("int", 32, 1, "context_length"),
-    "ngram_order": Field("int", 3, 3, 8, help="characters of context + 1 for the n-gram draft"),
+    "ngram_order": Field("int", 3, 3, MAX_NGRAM_ORDER, help="characters of context + 1 for the n-gram draft"),
     "small_draft_d_model": Field("int", 64, 8, 512, help="width of the small trained draft (1 block)"),
     "small_draft_steps": Field("int", 600, 1, 100_000, help="training steps of the small draft"),
     "small_draft_distilled": Field("bool", True, help="train the small draft on the target's distributions"),
@@ -134,6 +137,12 @@ def speculative_first_tokens(
             for index, proposal in enumerate(proposals)
         ]
     )
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    draft_turn_seconds: float
+    verify_seconds: float
 
 
 class SpeculativeExperiment:
@@ -235,62 +244,79 @@ class SpeculativeExperiment:
         ]
 
     @torch.inference_mode()
-    def _pass_costs(self, context: ExperimentContext, draft: Draft, case: dict[str, Any]) -> tuple[float, float]:
-        """Seconds of one draft turn (propose k, then follow a commit) and of one verification
-        (the (k+1)-position target pass and the accept rule), called in turn as the loop calls
-        them, so each pays for what the other evicts from the caches; in the middle of the run's
-        contexts."""
+    def _cost_session(
+        self, context: ExperimentContext, draft: Draft, case: dict[str, Any], text: list[int]
+    ) -> Callable[[], PassCosts]:
+        """A function timing one draft turn (propose k, then follow a commit) and one verification
+        (the (k+1)-position target pass and the accept rule), called in turn as the loop calls them
+        so each pays for what the other evicts from the caches. The turns walk along ``text`` (the
+        loop's own output) from the middle of its contexts, so a draft that remembers what it has
+        seen (an n-gram's rows) is timed as warm as it runs in the loop."""
         target, k, temperature = context.model, case["k"], case["temperature"]
-        filled = max(1, min(1 + case["new_tokens"] // 2, target.config.context_length - k - 1 - COST_CALLS))
-        prompt = self._prompt(context, filled + 1)
+        filled = max(1, min(len(text) // 2, len(text) - COST_CALLS - 2, target.config.context_length - k - 1))
+        prompt = text[: filled + 1]
         run_target = target_pass(target, case["impl"])
         cache = target.new_cache(capacity=filled + k + 1)
         run_target(prompt[:-1], cache)
         generator = torch.Generator(device=target.device).manual_seed(context.seed)
         draft.start(prompt)
         proposals, q = draft.propose(k, temperature, generator)
+        following: Iterator[int] = iter([])
 
         def draft_turn() -> None:
             proposed, _ = draft.propose(k, temperature, generator)
-            draft.commit(0, proposed[:1])
+            draft.commit(0, [next(following, proposed[0])])  # past the text's end: the draft's own
 
         def verification() -> None:
             cache.length = filled
             verify(run_target, cache, prompt[-1], proposals, q, temperature, generator)
 
-        def follow_prompt() -> None:  # a model draft feeds the whole prompt on its first turn
+        def follow_prompt() -> None:
+            nonlocal following
+            following = iter(text[filled + 1 :])
             draft.start(prompt)
-            draft_turn()
+            draft_turn()  # a model draft feeds the whole prompt on its first turn
 
-        draft_turns, verifications = context.harness.alternating(
-            (draft_turn, verification), rounds=COST_CALLS, repeats=case["pairs"], setup=follow_prompt
-        )
-        return draft_turns.minimum, verifications.minimum
+        @torch.inference_mode()
+        def session() -> PassCosts:
+            draft_turns, verifications = context.harness.alternating(
+                (draft_turn, verification), rounds=COST_CALLS, repeats=1, setup=follow_prompt
+            )
+            return PassCosts(draft_turns.minimum, verifications.minimum)
+
+        return session
 
     def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         target, prompt, k, impl = context.model, self._prompt(context), case["k"], case["impl"]
         n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
         draft = make_draft(case, context)
         counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl)
+        # After each pair, the pass costs, so each pair's prediction sees the machine as its
+        # measured ratio did (on a shared 2-core VM the speed drifts by tens of percent).
+        cost_session, sessions = self._cost_session(context, draft, case, prompt + counts.tokens), []
         paired = context.harness.paired(
             lambda: generate(target, prompt, n, temperature=temperature, seed=seed, impl=impl),
             lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
             pairs=case["pairs"],
+            between=lambda: sessions.append(cost_session()),
         )
-        # Costs in the loops' own units: one baseline step is a generated token of the baseline
-        # (target pass and sampling); a verification is a (k+1)-position pass and the accept rule;
-        # a draft turn is what proposing k and following the commit costs, calls included.
-        step_seconds = min(paired.baseline_seconds) / n
-        draft_turn_seconds, verify_seconds = self._pass_costs(context, draft, case)
-        draft_seconds = draft_turn_seconds / k
-        draft_cost = draft_seconds / step_seconds
-        verify_cost = verify_seconds / step_seconds
-        measured = paired.median
         per_pass = counts.chars_per_target_pass
-        # The write-ups' formula (a verification costs one step) and the refined one (measured
-        # verification and draft turns, so call overhead is in the prediction).
-        predicted = per_pass / (1 + k * draft_cost)
-        refined = per_pass / (verify_cost + draft_turn_seconds / step_seconds)
+        # Costs in units of that pair's plain decode step (target pass and sampling): a
+        # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
+        # and following the commit, calls included. The write-ups' formula takes a verification
+        # as one step; the refined one uses the measured verification.
+        steps = [seconds / n for seconds in paired.baseline_seconds]
+        draft_costs = [costs.draft_turn_seconds / k / step for costs, step in zip(sessions, steps, strict=True)]
+        verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
+        predicted = statistics.median(per_pass / (1 + k * draft) for draft in draft_costs)
+        refined = statistics.median(
+            per_pass / (verify + k * draft) for verify, draft in zip(verify_costs, draft_costs, strict=True)
+        )
+        measured = paired.median
+        step_seconds = statistics.median(steps)
+        verify_seconds = statistics.median(costs.verify_seconds for costs in sessions)
+        draft_seconds = statistics.median(costs.draft_turn_seconds for costs in sessions) / k
+        draft_cost, verify_cost = statistics.median(draft_costs), statistics.median(verify_costs)
         decided = len(counts.total_variations)
         return [
             MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
