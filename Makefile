@@ -28,7 +28,7 @@ test: $(INSTALLED)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy runner store dashboard
+	$(VENV)/bin/mypy .
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/store_write.py

@@ -10,13 +10,20 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"
 ROOT = Path(__file__).parent.parent
+
+
+def rows_by(frame: pd.DataFrame, column: str) -> dict[Any, dict[Any, Any]]:
+    """The frame's rows as plain dicts keyed by ``column``: plain Python values to compare."""
+    return {row[column]: row for row in frame.to_dict("records")}
 
 
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runner.bench import parse_results, unit_of
 from store.store import Store
+from tests.conftest import rows_by
 
 ROOT = Path(__file__).parent.parent
 
@@ -37,9 +38,9 @@ def test_bench_records_a_run(tmp_path: Path) -> None:
     store = Store(url)
     run = store.runs(experiment="bench").iloc[0]
     assert (run["status"], run["preset"]) == ("done", "bench")
-    measured = store.measurements(int(run["run_id"]), "bench").set_index("metric")
-    assert measured.loc["sqlite_samples_per_second", "value"] > 0
-    assert measured.loc["sqlite_samples_per_second", "params"] == {"benchmark": "store_write"}
+    measured = rows_by(store.measurements(int(run["run_id"]), "bench"), "metric")
+    assert measured["sqlite_samples_per_second"]["value"] > 0
+    assert measured["sqlite_samples_per_second"]["params"] == {"benchmark": "store_write"}
     refused = subprocess.run(
         [sys.executable, "-m", "runner.cli", "bench", "--db", url, "--only", "warp"],
         cwd=tmp_path,

@@ -15,7 +15,7 @@ from dashboard import charts, data
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
 from store.store import Store
-from tests.conftest import TINY_SPEC, kill_job_workers
+from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
 
 DASHBOARD = Path(__file__).parent.parent / "dashboard"
 PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale"]
@@ -161,9 +161,8 @@ def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
     confirmed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", True))
     assert confirmed.job_id is not None
     tiny = launch(store, LaunchRequest("spec", "quick", [], spec_text, "gpu-box", False))
-    jobs = store.jobs().set_index("job_id")
-    assert jobs.loc[tiny.job_id, "machine_name"] == "gpu-box"
-    assert jobs.loc[tiny.job_id, "cases_total"] == tiny.cases
+    job = rows_by(store.jobs(), "job_id")[tiny.job_id]
+    assert (job["machine_name"], job["cases_total"]) == ("gpu-box", tiny.cases)
 
 
 def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from runner.sweeps import load_spec_file
 from store.store import Store
+from tests.conftest import rows_by
 
 ROOT = Path(__file__).parent.parent
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
@@ -58,8 +59,7 @@ def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]
 def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        jobs = store.jobs().set_index("job_id")
-        if jobs.loc[job_id, "cases_done"] >= at_least:
+        if rows_by(store.jobs(), "job_id")[job_id]["cases_done"] >= at_least:
             return
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not reach {at_least} cases")
@@ -72,7 +72,7 @@ def assert_only_whole_cases(store: Store, run_id: int) -> int:
     measured["part"] = measured["params"].map(lambda params: params["part"])
     per_case = measured.groupby("case_id").agg(part=("part", "first"), metrics=("metric", "nunique"))
     for case in per_case.itertuples():
-        assert case.metrics == COMPLETE[case.part], f"case {case.Index} ({case.part}) is partial"
+        assert case.metrics == COMPLETE[str(case.part)], f"case {case.Index} ({case.part}) is partial"
     return len(per_case)
 
 
@@ -85,7 +85,7 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     time.sleep(0.3)  # well inside a timing case (each takes about a second)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    job = store.jobs().set_index("job_id").loc[job_id]
+    job = rows_by(store.jobs(), "job_id")[job_id]
     assert job["status"] == "running", "nobody could mark it: the worker died"
     run_id = int(job["run_id"])
     recorded = assert_only_whole_cases(store, run_id)
@@ -96,10 +96,10 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     output, _ = second.communicate(timeout=300)
     assert second.returncode == 0, output
     assert f"job {job_id}: its worker stopped heartbeating; requeued" in output
-    job = store.jobs().set_index("job_id").loc[job_id]
+    job = rows_by(store.jobs(), "job_id")[job_id]
     assert (job["status"], job["attempts"], int(job["run_id"])) == ("done", 2, run_id)
     assert assert_only_whole_cases(store, run_id) == spec.cases_total()
-    assert store.runs().set_index("run_id").loc[run_id, "status"] == "done"
+    assert rows_by(store.runs(), "run_id")[run_id]["status"] == "done"
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
@@ -115,8 +115,8 @@ def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_its_cases(
     worker.send_signal(stop_signal)
     output, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, output
-    job = store.jobs().set_index("job_id").loc[job_id]
-    run = store.runs().set_index("run_id").loc[int(job["run_id"])]
+    job = rows_by(store.jobs(), "job_id")[job_id]
+    run = rows_by(store.runs(), "run_id")[int(job["run_id"])]
     assert job["status"] == "interrupted" and run["status"] == "interrupted"
     assert "interrupted" in run["error"]
     recorded = assert_only_whole_cases(store, int(job["run_id"]))

@@ -31,8 +31,8 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     spec = load_spec_file(TINY_SPEC)
     first = execute(store, spec, show_progress=False, log=quiet)
     assert first.cases_recorded == spec.cases_total() == TINY_CASES
-    runs = store.runs()
-    assert runs.loc[0, "status"] == "done" and runs.loc[0, "wall_seconds"] > 0
+    run = store.runs().to_dict("records")[0]
+    assert run["status"] == "done" and run["wall_seconds"] > 0
     measured = store.measurements(first.run_id)
     summary = measured[measured["experiment"] == "training_summary"].set_index("metric")["value"]
     assert summary["parameter_count"] == 32 * 103 + 64 * 32 + 12 * 32 * 32 + 13 * 32 + 2 * 32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run_decodelab(*args, cwd=cwd)
 
 
-def utc(value: object) -> pd.Timestamp:
+def utc(value: Any) -> pd.Timestamp:
     """SQLite hands back naive UTC, PostgreSQL aware timestamps: compare them as UTC."""
     stamp = pd.Timestamp(value)
     return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
@@ -29,7 +30,7 @@ def snapshot(store: Store, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.
     measurements["params"] = measurements["params"].map(lambda params: json.dumps(params, sort_keys=True))
     ids = store.measurements(run_id)["measurement_id"].tolist()
     samples = store.samples(ids).drop(columns=["measurement_id"])
-    run = store.runs().set_index("run_id").loc[run_id].drop(labels=["started_at"])
+    run = store.runs().set_index("run_id").loc[[run_id]].iloc[0].drop(labels=["started_at"])
     return measurements.reset_index(drop=True), samples.reset_index(drop=True), run
 
 
