@@ -91,13 +91,13 @@ class Field:
         return value
 
 
-IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]*$")
+IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*")
 
 
 def field_path(parent: str, key: object) -> str:
     """``parent.key`` for ordinary keys; ``parent['odd key']`` for anything else, so a message
     always starts with a readable one-line path."""
-    if isinstance(key, str) and IDENTIFIER.match(key):
+    if isinstance(key, str) and IDENTIFIER.fullmatch(key):  # fullmatch: "$" would pass a trailing newline
         return f"{parent}.{key}" if parent else key
     return f"{parent or 'spec'}[{key!r}]"
 
