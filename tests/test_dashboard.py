@@ -67,6 +67,25 @@ def test_predicted_vs_measured_has_both_formulas_and_the_diagonal() -> None:
     assert points["encoding"]["y"]["field"] == "speedup_median"
 
 
+def test_the_best_speedup_is_picked_per_impl_and_old_runs_count_as_static() -> None:
+    speculative = pd.DataFrame(
+        {
+            "impl": ["static", "static", "fast", None],  # None: a run recorded before impls existed
+            "draft": ["bigram", "ngram", "ngram", "small"],
+            "k": [2, 4, 4, 2],
+            "speedup_median": [1.4, 1.6, 0.5, 1.7],
+            "speedup_min": [1.3, 1.5, 0.4, 1.6],
+            "speedup_max": [1.5, 1.7, 0.6, 1.8],
+            "target_step_seconds": [4e-4, 4e-4, 1.2e-4, 4e-4],
+        }
+    )
+    best = data.best_speedup_by_impl(speculative).set_index("impl")
+    assert best.loc["static", "draft"] == "small" and best.loc["fast", "draft"] == "ngram"
+    assert best.loc["fast", "baseline_us_per_token"] == pytest.approx(120.0)
+    assert list(data.with_impl(speculative.drop(columns="impl"))["impl"]) == ["static"] * 4
+    assert data.best_speedup_by_impl(pd.DataFrame()).empty
+
+
 def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     memory = pd.DataFrame(
         {
