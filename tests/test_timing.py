@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from runner.timing import Harness
@@ -23,6 +25,15 @@ class FakeClock:
             self.now += queue.pop(0)
 
         return run, queue
+
+    def taking(self, seconds: float, name: str, order: list[str]) -> Callable[[], None]:
+        """A function that takes ``seconds`` on this clock and notes ``name`` in ``order``."""
+
+        def run() -> None:
+            order.append(name)
+            self.now += seconds
+
+        return run
 
 
 def test_min_of_n_keeps_every_sample_and_the_minimum() -> None:
@@ -89,15 +100,7 @@ def test_setup_runs_untimed_before_every_call() -> None:
 def test_alternating_times_each_function_on_its_own_in_turn() -> None:
     clock = FakeClock()
     order: list[str] = []
-
-    def costing(name: str, seconds: float):  # noqa: ANN202
-        def run() -> None:
-            order.append(name)
-            clock.now += seconds
-
-        return run
-
-    draft, verify = costing("draft", 1.0), costing("verify", 4.0)
+    draft, verify = clock.taking(1.0, "draft", order), clock.taking(4.0, "verify", order)
     setups: list[int] = []
     draft_turns, verifications = Harness(clock=clock).alternating(
         (draft, verify), rounds=3, repeats=2, setup=lambda: setups.append(1)
@@ -112,15 +115,10 @@ def test_alternating_times_each_function_on_its_own_in_turn() -> None:
 def test_paired_runs_the_between_measurement_after_every_pair_untimed() -> None:
     clock = FakeClock()
     order: list[str] = []
-
-    def side(name: str, seconds: float):  # noqa: ANN202
-        def run() -> None:
-            order.append(name)
-            clock.now += seconds
-
-        return run
-
-    result = Harness(clock=clock).paired(side("A", 2.0), side("B", 1.0), pairs=3, between=side("cost", 50.0))
+    baseline, candidate, cost = (
+        clock.taking(seconds, name, order) for seconds, name in ((2.0, "A"), (1.0, "B"), (50.0, "cost"))
+    )
+    result = Harness(clock=clock).paired(baseline, candidate, pairs=3, between=cost)
     assert order == ["A", "B", "A", "B", "cost", "B", "A", "cost", "A", "B", "cost"]
     assert result.ratios == (2.0, 2.0, 2.0), "the between step is in no pair's time"
 

@@ -5,8 +5,9 @@ what is the measured speedup, and how well does each prediction formula call it.
 Parts (param ``part``):
 - distribution: fixed context, first-character samples via the accept rule against direct
   samples, with a sample-size-aware bound on the total variation distance.
-- aa: the baseline paired against itself, the noise floor of the paired method.
-- speculative: per (draft, k) deterministic counts (seeded), costs, paired speedup, predictions.
+- aa: the baseline paired against itself, the noise floor of the paired method, per impl.
+- speculative: per (impl, draft, k) deterministic counts (seeded), costs, paired speedup against
+  plain decoding through the same impl, predictions.
 """
 
 from __future__ import annotations
