@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -94,6 +94,8 @@ class SpeculativeResult:
     accepted_histogram: list[int]
     # TV(p, q) at every position whose proposal was decided (for 1 − mean TV ≈ acceptance)
     total_variations: list[float]
+    # proposals accepted in each pass, in order (each pass emitted that many + 1 tokens)
+    accepted_per_pass: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -208,6 +210,7 @@ def speculative_decode(
         result.total_variations += verdict.total_variations
         result.accepted += verdict.accepted
         result.accepted_histogram[verdict.accepted] += 1
+        result.accepted_per_pass.append(verdict.accepted)
         cache.length = committed + verdict.accepted  # keep the committed text and the accepted proposals
         draft.commit(verdict.accepted, verdict.emitted)
         output += verdict.emitted

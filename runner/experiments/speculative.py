@@ -12,6 +12,7 @@ Parts (param ``part``):
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from runner.quantize import quantize_model
 from runner.speculative import (
     SPECULATIVE_IMPLS,
     Draft,
+    SpeculativeResult,
     accept_rule,
     probabilities,
     speculative_decode,
@@ -246,42 +248,54 @@ class SpeculativeExperiment:
 
     @torch.inference_mode()
     def _cost_session(
-        self, context: ExperimentContext, draft: Draft, case: dict[str, Any], text: list[int]
+        self, context: ExperimentContext, draft: Draft, case: dict[str, Any], prompt: list[int], run: SpeculativeResult
     ) -> Callable[[], PassCosts]:
-        """A function timing one draft turn (propose k, then follow a commit) and one verification
-        (the (k+1)-position target pass and the accept rule), called in turn as the loop calls them
-        so each pays for what the other evicts from the caches. The turns walk along ``text`` (the
-        loop's own output) from the middle of its contexts, so a draft that remembers what it has
-        seen (an n-gram's rows) is timed as warm as it runs in the loop."""
+        """A function timing one draft turn and one verification, called in turn as the loop calls
+        them, so each pays for what the other evicts from the caches.
+
+        The draft turns replay the loop's own passes from the middle of its text: propose k, then
+        commit what that pass accepted and emitted. So a draft follows the same contexts (an
+        n-gram's rows are as warm as in the loop) and feeds as many tokens per turn (after a pass
+        that accepted everything, two) as it did in the loop. The verification is the (k+1)-position
+        target pass and the accept rule at the middle of the text."""
         target, k, temperature = context.model, case["k"], case["temperature"]
-        filled = max(1, min(len(text) // 2, len(text) - COST_CALLS - 2, target.config.context_length - k - 1))
-        prompt = text[: filled + 1]
+        text = prompt + run.tokens
+        boundaries = list(
+            itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=len(prompt))
+        )
+        # Replay from the pass nearest the middle, leaving room for as many turns as we can.
+        first = min(len(run.accepted_per_pass) // 2, max(0, len(run.accepted_per_pass) - COST_CALLS - 1))
+        replayed = list(zip(run.accepted_per_pass, boundaries, boundaries[1:], strict=False))[first:]
+        rounds = max(1, min(COST_CALLS, len(replayed) - 1))
+        start = min(boundaries[first], target.config.context_length - k - 1)
         run_target = target_pass(target, case["impl"])
-        cache = target.new_cache(capacity=filled + k + 1)
-        run_target(prompt[:-1], cache)
+        cache = target.new_cache(capacity=start + k)
+        if start > 1:
+            run_target(text[: start - 1], cache)
         generator = torch.Generator(device=target.device).manual_seed(context.seed)
-        draft.start(prompt)
+        draft.start(text[:start])
         proposals, q = draft.propose(k, temperature, generator)
-        following: Iterator[int] = iter([])
+        passes: Iterator[tuple[int, int, int]] = iter([])
 
         def draft_turn() -> None:
-            proposed, _ = draft.propose(k, temperature, generator)
-            draft.commit(0, [next(following, proposed[0])])  # past the text's end: the draft's own
+            draft.propose(k, temperature, generator)
+            accepted, begin, end = next(passes, replayed[-1])  # past the run's end: its last pass again
+            draft.commit(accepted, text[begin:end])
 
         def verification() -> None:
-            cache.length = filled
-            verify(run_target, cache, prompt[-1], proposals, q, temperature, generator)
+            cache.length = start - 1
+            verify(run_target, cache, text[start - 1], proposals, q, temperature, generator)
 
         def follow_prompt() -> None:
-            nonlocal following
-            following = iter(text[filled + 1 :])
-            draft.start(prompt)
+            nonlocal passes
+            passes = iter(replayed)
+            draft.start(text[:start])
             draft_turn()  # a model draft feeds the whole prompt on its first turn
 
         @torch.inference_mode()
         def session() -> PassCosts:
             draft_turns, verifications = context.harness.alternating(
-                (draft_turn, verification), rounds=COST_CALLS, repeats=1, setup=follow_prompt
+                (draft_turn, verification), rounds=rounds, repeats=1, setup=follow_prompt
             )
             return PassCosts(draft_turns.minimum, verifications.minimum)
 
@@ -294,7 +308,7 @@ class SpeculativeExperiment:
         counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl)
         # After each pair, the pass costs, so each pair's prediction sees the machine as its
         # measured ratio did (on a shared 2-core VM the speed drifts by tens of percent).
-        cost_session, sessions = self._cost_session(context, draft, case, prompt + counts.tokens), []
+        cost_session, sessions = self._cost_session(context, draft, case, prompt, counts), []
         paired = context.harness.paired(
             lambda: generate(target, prompt, n, temperature=temperature, seed=seed, impl=impl),
             lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
