@@ -29,13 +29,18 @@ def choose_token(logits: torch.Tensor, temperature: float, uniform: float) -> to
     distribution = torch.softmax(logits / temperature, dim=-1)
     if logits.device.type == "cpu":
         # In Python the cumulative sum is one C call and a bisection, cheaper than the tensor
-        # ops below (which the GPU keeps, to avoid a synchronisation per token).
+        # ops (which a GPU keeps, to avoid a synchronisation per token).
         cumulative = list(itertools.accumulate(distribution[0].tolist()))
         index = min(bisect.bisect_right(cumulative, uniform * cumulative[-1]), len(cumulative) - 1)
         return torch.tensor([[index]])
-    cumulative_tensor = distribution.double().cumsum(dim=-1)
-    index_tensor = torch.searchsorted(cumulative_tensor, cumulative_tensor[..., -1:] * uniform, right=True)
-    return index_tensor.clamp_(max=logits.shape[-1] - 1)
+    return inverse_cdf_on_device(distribution, uniform)
+
+
+def inverse_cdf_on_device(distribution: torch.Tensor, uniform: float) -> torch.Tensor:
+    """The same choice as the CPU path in tensor ops, on the distribution's device (1 × 1)."""
+    cumulative = distribution.double().cumsum(dim=-1)
+    index = torch.searchsorted(cumulative, cumulative[..., -1:] * uniform, right=True)
+    return index.clamp_(max=distribution.shape[-1] - 1)
 
 
 def uniforms(count: int, temperature: float, generator: torch.Generator | None) -> torch.Tensor:

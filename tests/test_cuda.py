@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from runner.decode import choose_token, inverse_cdf_on_device
 from runner.errors import InputError
 from runner.sweeps import for_device, load_spec_file, validate
 from tests.conftest import TINY_SPEC
@@ -18,7 +19,20 @@ def test_cpu_only_choices_are_refused_on_cuda() -> None:
     moved = validate(for_device(raw, "cuda")).raw
     assert "fast" not in moved["experiments"]["kv_cache"]["impls"]
     assert "dynamic_int8" not in moved["experiments"]["quantization"]["kernels"]
+    assert moved["experiments"]["speculative"]["impls"] == ["static"]
     assert moved["device"] == "cuda"
+
+
+def test_the_device_side_token_choice_matches_the_cpu_one() -> None:
+    # A GPU chooses sampled tokens in tensor ops (no sync per token); run those ops here on the
+    # CPU against the Python path every impl uses on the CPU.
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        logits = torch.randn(1, 103, generator=generator) * 3
+        uniform = float(torch.rand(1, generator=generator))
+        distribution = torch.softmax(logits, dim=-1)
+        assert int(inverse_cdf_on_device(distribution, uniform)) == int(choose_token(logits, 1.0, uniform))
+    assert int(inverse_cdf_on_device(distribution, 0.999999999)) < 103
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
