@@ -77,7 +77,16 @@ def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
     best = frame.loc[frame.groupby("impl")["speedup_median"].idxmax()]
     if "target_step_seconds" in best.columns:
         best = best.assign(baseline_us_per_token=best["target_step_seconds"] * 1e6)
-    columns = ["impl", "draft", "k", "speedup_median", "speedup_min", "speedup_max", "baseline_us_per_token"]
+    columns = [
+        "impl",
+        "draft",
+        "k",
+        "speedup_median",
+        "speedup_min",
+        "speedup_max",
+        "verify_cost_ratio",
+        "baseline_us_per_token",
+    ]
     return best[[column for column in columns if column in best.columns]].reset_index(drop=True)
 
 

@@ -77,11 +77,13 @@ def test_the_best_speedup_is_picked_per_impl_and_old_runs_count_as_static() -> N
             "speedup_min": [1.3, 1.5, 0.4, 1.6],
             "speedup_max": [1.5, 1.7, 0.6, 1.8],
             "target_step_seconds": [4e-4, 4e-4, 1.2e-4, 4e-4],
+            "verify_cost_ratio": [1.3, 1.4, 4.5, 1.3],
         }
     )
     best = data.best_speedup_by_impl(speculative).set_index("impl")
     assert best.loc["static", "draft"] == "small" and best.loc["fast", "draft"] == "ngram"
     assert best.loc["fast", "baseline_us_per_token"] == pytest.approx(120.0)
+    assert best.loc["fast", "verify_cost_ratio"] == 4.5
     assert list(data.with_impl(speculative.drop(columns="impl"))["impl"]) == ["static"] * 4
     assert data.best_speedup_by_impl(pd.DataFrame()).empty
 

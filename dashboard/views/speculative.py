@@ -15,10 +15,11 @@ if opened and run_id is not None:
         best = data.best_speedup_by_impl(speculative)
         st.subheader("Best measured speedup per target impl")
         st.caption(
-            "Each speedup is against plain decoding through the same impl. Speculative decoding pays where "
-            "a target pass is bound by per-call overhead (eager static: k + 1 positions cost little more than "
-            "one step) and loses where it is bound by arithmetic (the compiled fast step: k + 1 positions cost "
-            "nearly k + 1 steps). Compare the baselines too: a speedup over a slow baseline is not a fast decoder."
+            "Each speedup is against plain decoding through the same impl. Speculative decoding pays where a "
+            "target pass is bound by per-call overhead (verifying k + 1 positions costs little more than one "
+            "step) and loses where it is bound by arithmetic (k + 1 positions cost nearly k + 1 steps): "
+            "verify_cost_ratio, in steps, says which each impl is on this machine. Compare the baselines too: "
+            "a speedup over a slow baseline is not a fast decoder."
         )
         ui.table(best, "speculative_best")
         impls = sorted(speculative["impl"].unique())
