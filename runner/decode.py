@@ -30,10 +30,14 @@ def choose_token(logits: torch.Tensor, temperature: float, uniform: float) -> to
     if logits.device.type == "cpu":
         # In Python the cumulative sum is one C call and a bisection, cheaper than the tensor
         # ops (which a GPU keeps, to avoid a synchronisation per token).
-        cumulative = list(itertools.accumulate(distribution[0].tolist()))
-        index = min(bisect.bisect_right(cumulative, uniform * cumulative[-1]), len(cumulative) - 1)
-        return torch.tensor([[index]])
+        return torch.tensor([[inverse_cdf(list(itertools.accumulate(distribution[0].tolist())), uniform)]])
     return inverse_cdf_on_device(distribution, uniform)
+
+
+def inverse_cdf(cumulative: list[float], uniform: float) -> int:
+    """The first index whose cumulative weight exceeds ``uniform`` × the total (how every impl
+    draws a token from one uniform)."""
+    return min(bisect.bisect_right(cumulative, uniform * cumulative[-1]), len(cumulative) - 1)
 
 
 def inverse_cdf_on_device(distribution: torch.Tensor, uniform: float) -> torch.Tensor:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from runner.decode import choose_token, uniforms
+from runner.decode import choose_token, inverse_cdf, uniforms
 from runner.model import CharGPT, KVCache
-from runner.speculative import inverse_cdf, probabilities
+from runner.speculative import probabilities
 
 MAX_NGRAM_ORDER = 5  # rows for every seen context up front: 5 is ~40k contexts of the default corpus
 

@@ -8,7 +8,6 @@ A speedup is only meaningful against plain decoding through the same impl.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,12 +44,6 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature == 0.0:
         return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
     return torch.softmax(logits / temperature, dim=-1)
-
-
-def inverse_cdf(cumulative: list[float], uniform: float) -> int:
-    """The first index whose cumulative weight exceeds ``uniform`` × the total (how every impl
-    draws a token from one uniform)."""
-    return min(bisect.bisect_right(cumulative, uniform * cumulative[-1]), len(cumulative) - 1)
 
 
 def accept_rule(p: list[float], q: list[float], proposal: int, uniform: float, draw: float) -> tuple[bool, int]:

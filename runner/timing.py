@@ -107,23 +107,11 @@ class Harness:
                 function()
         synchronize(self.device)
 
-    def min_of(
-        self, function: Callable[[], object], repeats: int = 3, setup: Callable[[], object] | None = None
-    ) -> MinOfN:
-        """``setup``, if given, runs untimed before every call (warm-up included)."""
+    def min_of(self, function: Callable[[], object], repeats: int = 3) -> MinOfN:
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
-        prepare = setup or (lambda: None)
-
-        def run() -> float:
-            prepare()
-            return self.time_once(function)
-
-        for _ in range(self.warmup):
-            prepare()
-            function()
-        synchronize(self.device)
-        return MinOfN(tuple(run() for _ in range(repeats)))
+        self._warm(function)
+        return MinOfN(tuple(self.time_once(function) for _ in range(repeats)))
 
     def alternating(
         self,

@@ -26,15 +26,32 @@ def rows_by(frame: pd.DataFrame, column: str) -> dict[Any, dict[Any, Any]]:
     return {row[column]: row for row in frame.to_dict("records")}
 
 
+def _cli_environment(environment: dict[str, str]) -> dict[str, str]:
+    """A minimal environment for the CLI (no inherited store URL), plus ``environment``."""
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **environment}
+
+
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a child process with a minimal environment (no inherited store URL)."""
+    """The real CLI in a child process, to completion."""
     return subprocess.run(
         [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **environment},
+        env=_cli_environment(environment),
+    )
+
+
+def start_decodelab(*args: str, cwd: Path, **environment: str) -> subprocess.Popen[str]:
+    """The real CLI in a child process left running (a worker), stderr folded into stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_cli_environment(environment),
     )
 
 

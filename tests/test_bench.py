@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from runner.bench import parse_results, unit_of
 from store.store import Store
-from tests.conftest import rows_by
-
-ROOT = Path(__file__).parent.parent
+from tests.conftest import rows_by, run_decodelab
 
 
 def test_results_are_parsed_from_name_value_lines() -> None:
@@ -25,15 +21,7 @@ def test_results_are_parsed_from_name_value_lines() -> None:
 
 def test_bench_records_a_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bench.db'}"
-    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "bench", "--db", url, "--only", "store_write"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environment,
-    )
+    result = run_decodelab("bench", "--db", url, "--only", "store_write", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     store = Store(url)
     run = store.runs(experiment="bench").iloc[0]
@@ -41,12 +29,5 @@ def test_bench_records_a_run(tmp_path: Path) -> None:
     measured = rows_by(store.measurements(int(run["run_id"]), "bench"), "metric")
     assert measured["sqlite_samples_per_second"]["value"] > 0
     assert measured["sqlite_samples_per_second"]["params"] == {"benchmark": "store_write"}
-    refused = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "bench", "--db", url, "--only", "warp"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-    )
+    refused = run_decodelab("bench", "--db", url, "--only", "warp", cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "--only: 'warp' is not a benchmark" in refused.stderr

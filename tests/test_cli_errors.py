@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -71,18 +70,7 @@ def test_a_store_newer_than_the_code(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_reports_the_revision_and_uses_the_environment(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "db", "upgrade"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(Path(__file__).parent.parent),
-            "DECODELAB_DB": f"sqlite:///{tmp_path / 'env.db'}",
-        },
-        timeout=120,
-    )
+    result = run_decodelab("db", "upgrade", cwd=tmp_path, timeout=120, DECODELAB_DB=f"sqlite:///{tmp_path / 'env.db'}")
     assert result.returncode == 0, result.stderr
     assert "env.db is at schema revision" in result.stdout
     assert (tmp_path / "env.db").exists()

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,8 +11,8 @@ import pytest
 
 from runner.sweeps import validate
 from store.store import Store
+from tests.conftest import start_decodelab
 
-ROOT = Path(__file__).parent.parent
 JOBS = 40
 WORKERS = 4
 CASE_METRICS = {"table": 3, "summary": 8}
@@ -70,25 +68,7 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
     reader.start()
     workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runner.cli",
-                "worker",
-                "--db",
-                store_url,
-                "--poll-seconds",
-                "0.2",
-                "--max-idle-seconds",
-                "4",
-            ],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-        )
+        start_decodelab("worker", "--db", store_url, "--poll-seconds", "0.2", "--max-idle-seconds", "4", cwd=tmp_path)
         for _ in range(WORKERS)
     ]
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.experiments import context_cost as cost
+from tests.conftest import run_decodelab
 
 RANDOM = random.Random(20261129)
 
@@ -111,13 +110,7 @@ def test_max_context_is_exact_even_for_huge_budgets() -> None:
 
 
 def test_report_command_writes_the_seed_fields(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "report", "context-cost", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parent.parent)},
-    )
+    result = run_decodelab("report", "context-cost", "--out", str(tmp_path), cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "cost_report.json").read_text())
     assert (report["D_MODEL"], report["D_FF"], report["N_HEADS"], report["ITEMSIZE"]) == (512, 2048, 8, 2)

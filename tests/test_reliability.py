@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,9 +12,8 @@ import pytest
 
 from runner.sweeps import load_spec_file
 from store.store import Store
-from tests.conftest import rows_by
+from tests.conftest import rows_by, start_decodelab
 
-ROOT = Path(__file__).parent.parent
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
 # Metrics a complete case of each kv_cache part holds.
 COMPLETE = {
@@ -33,26 +31,18 @@ pytestmark = pytest.mark.slow
 
 
 def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "worker",
-            "--once",
-            "--db",
-            url,
-            "--heartbeat-seconds",
-            "0.5",
-            "--stale-after-seconds",
-            "5",
-            *extra,
-        ],
+    return start_decodelab(
+        "worker",
+        "--once",
+        "--db",
+        url,
+        "--heartbeat-seconds",
+        "0.5",
+        "--stale-after-seconds",
+        "5",
+        *extra,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_MACHINE": "test-box"},
+        DECODELAB_MACHINE="test-box",
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,8 @@ from runner.execute import execute
 from runner.experiments import context_cost
 from runner.sweeps import load_spec_file
 from store.store import Store
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, run_decodelab
 
-ROOT = Path(__file__).parent.parent
 # training_summary 1, kv_cache 14 (two impls), overhead 9, quantization 4,
 # speculative 5 + 2 + 20 (two impls), context_cost 3
 TINY_CASES = 58
@@ -81,17 +79,9 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
 
 def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'queue.db'}"
-    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_MACHINE": "ci-box"}
 
     def decodelab(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "runner.cli", *args, "--db", url],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=environment,
-        )
+        return run_decodelab(*args, "--db", url, cwd=tmp_path, DECODELAB_MACHINE="ci-box")
 
     queued = decodelab("enqueue", "--spec", str(TINY_SPEC), "--machine", "ci-box")
     assert queued.returncode == 0, queued.stderr
@@ -123,14 +113,7 @@ def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> Non
 def test_bad_spec_from_the_cli_writes_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "bad.toml"
     spec.write_text(TINY_SPEC.read_text().replace("repeats = 2", "repeats = 99"))
-    result = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "run", "--spec", str(spec), "--db", f"sqlite:///{tmp_path}/s.db"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
+    result = run_decodelab("run", "--spec", str(spec), "--db", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: experiments.training_summary.repeats: 99 is above the maximum (allowed 1..50)"

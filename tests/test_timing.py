@@ -83,20 +83,6 @@ def test_paired_alternates_and_reports_median_and_band() -> None:
     assert [(s.pair_index, s.side) for s in speedup.samples[:4]] == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
 
 
-def test_setup_runs_untimed_before_every_call() -> None:
-    clock = FakeClock()
-    function, queue = clock.runner([9.0, 3.0, 2.0])
-    calls: list[str] = []
-
-    def setup() -> None:
-        calls.append("setup")
-        clock.now += 100.0  # would dominate every sample if it were timed
-
-    result = Harness(clock=clock, warmup=1).min_of(function, repeats=2, setup=setup)
-    assert result.seconds == (3.0, 2.0) and not queue
-    assert calls == ["setup"] * 3, "before the warm-up and before each timed call"
-
-
 def test_alternating_times_each_function_on_its_own_in_turn() -> None:
     clock = FakeClock()
     order: list[str] = []
