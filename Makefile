@@ -29,6 +29,7 @@ test: $(INSTALLED)
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/clang-format --dry-run -Werror runner/csrc/*.cpp
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/store_write.py

@@ -78,9 +78,12 @@ def generate(
     only the newest token. The last generated token is never fed, so a full-context
     generation may use every position of the model.
 
-    ``impl`` picks how a cached step runs: ``naive`` grows K/V with ``torch.cat`` and builds a
-    new input tensor every step (the write-ups' loop); ``static`` writes into a preallocated
-    cache; ``fast`` runs the whole step in one compiled C++ call (runner.fast_decode).
+    ``impl`` picks how a step runs, with the cache and without it alike, so that a cache's
+    speedup is measured within one impl: ``naive`` grows K/V with ``torch.cat`` and builds a
+    new input tensor from Python ints every step (the write-ups' loop); ``static`` writes into
+    a preallocated cache (its no-cache path is the eager full forward); ``fast`` runs the
+    whole generation in compiled C++ (runner.fast_decode), its no-cache path a compiled
+    full-prefix forward per step.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -97,17 +100,19 @@ def generate(
     device = model.device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     draws = uniforms(new_tokens, temperature, generator)
-    if use_cache and impl == "fast" and not keep_logits and new_tokens > 0:
+    if impl == "fast" and not keep_logits and new_tokens > 0:
         from runner.fast_decode import decoder_for
 
         # No Python between steps: the whole loop, sampling included, runs in C++.
-        cache = model.new_cache(capacity=positions)
-        tokens, _ = decoder_for(model).sample(prompt, new_tokens, temperature, draws, cache)
+        decoder = decoder_for(model)
+        if not use_cache:
+            return Generation(tokens=decoder.sample_no_cache(prompt, new_tokens, temperature, draws), logits=None)
+        tokens, _ = decoder.sample(prompt, new_tokens, temperature, draws, model.new_cache(capacity=positions))
         return Generation(tokens=tokens, logits=None)
-    if use_cache and impl == "naive":
-        next_logits = _naive_steps(model, prompt)
-    elif use_cache and impl == "fast":
-        next_logits = _fast_steps(model, prompt, positions)
+    if impl == "naive":
+        next_logits = _naive_steps(model, prompt) if use_cache else _naive_no_cache_steps(model, prompt)
+    elif impl == "fast":
+        next_logits = _fast_steps(model, prompt, positions) if use_cache else _fast_no_cache_steps(model, prompt)
     else:
         next_logits = _static_steps(model, prompt, positions if use_cache else 0, cache_rounding)
     draw_list = draws.tolist()
@@ -139,6 +144,26 @@ def _static_steps(model: CharGPT, prompt: list[int], capacity: int, rounding: st
     step_input = sequence
     while True:
         step_input = yield model.forward_cached(step_input, cache)[:, -1, :]
+
+
+def _naive_no_cache_steps(model: CharGPT, prompt: list[int]) -> Stepper:
+    sequence = list(prompt)
+    while True:
+        # As the write-ups' loop does: a fresh input tensor from the Python list every step.
+        token = yield model(torch.tensor([sequence], device=model.device))[:, -1, :]
+        sequence.append(int(token))
+
+
+def _fast_no_cache_steps(model: CharGPT, prompt: list[int]) -> Stepper:
+    from runner.fast_decode import decoder_for
+
+    decoder = decoder_for(model)
+    sequence = list(prompt)
+    while True:
+        # Every step a full-prefix pass from position 0 into a fresh scratch buffer.
+        scratch = model.new_cache(capacity=len(sequence))
+        token = yield decoder.forward(sequence, scratch)[-1].unsqueeze(0)
+        sequence.append(int(token))
 
 
 def _naive_steps(model: CharGPT, prompt: list[int]) -> Stepper:
