@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord
 from store.store import Store
 
@@ -52,11 +53,11 @@ def kv_cases(generator: random.Random, samples_per_case: int) -> list[CaseRecord
 def build(url: str, runs: int, samples: int) -> None:
     store = Store(url)
     generator = random.Random(0)
-    machine_ids = [store.machine_id(machine) for machine in MACHINES]
+    machine_ids = [store.results.machine_id(machine) for machine in MACHINES]
     per_case = max(2, samples // (runs * 5))
     started = time.perf_counter()
     for index in range(runs):
-        run_id = store.start_run(
+        run_id = store.results.start_run(
             machine_id=machine_ids[index % len(machine_ids)],
             spec={},
             code_version="bench",
@@ -64,8 +65,8 @@ def build(url: str, runs: int, samples: int) -> None:
             preset="quick",
         )
         for case in kv_cases(generator, per_case):
-            store.record_case(run_id, case)
-        store.finish_run(run_id, "done", wall_seconds=generator.uniform(40, 60))
+            store.results.record_case(run_id, case)
+        store.results.finish_run(run_id, "done", wall_seconds=generator.uniform(40, 60))
     print(f"built {runs} runs, {runs * 5 * per_case:,} samples in {time.perf_counter() - started:.1f} s")
     store.close()
 
@@ -90,13 +91,21 @@ def main() -> None:
         from dashboard.data import wide_cases
 
         store = Store(url)
-        newest = int(store.runs().iloc[0]["run_id"])
+        newest = int(frames.runs(store).iloc[0]["run_id"])
         worst_data = max(
-            timed("data: runs (history)", store.runs, 1.0),
-            timed("data: runs with kv_cache", lambda: store.runs(experiment="kv_cache"), 1.0),
-            timed("data: one run's cases (kv_cache)", lambda: wide_cases(store.measurements(newest, "kv_cache")), 1.0),
-            timed("data: metric across runs", lambda: store.metric_across_runs("kv_cache", "measured_speedup"), 1.0),
-            timed("data: metric names", lambda: store.metric_names("kv_cache"), 1.0),
+            timed("data: runs (history)", lambda: frames.runs(store), 1.0),
+            timed("data: runs with kv_cache", lambda: frames.runs(store, experiment="kv_cache"), 1.0),
+            timed(
+                "data: one run's cases (kv_cache)",
+                lambda: wide_cases(frames.measurements(store, newest, "kv_cache")),
+                1.0,
+            ),
+            timed(
+                "data: metric across runs",
+                lambda: frames.metric_across_runs(store, "kv_cache", "measured_speedup"),
+                1.0,
+            ),
+            timed("data: metric names", lambda: frames.metric_names(store, "kv_cache"), 1.0),
         )
         from streamlit.testing.v1 import AppTest
 

@@ -54,7 +54,7 @@ def main() -> None:
     spec = load_preset("quick")
     corpus = load_corpus()
     trained = train_or_reuse(
-        Store(arguments.db), spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
+        Store(arguments.db).results, spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
     )
     model = trained.model.eval().to(device)
     gpt2 = to_transformers(model).to(device)

@@ -20,7 +20,9 @@ MACHINE = MachineRecord("bench", "cpu", 2, 1, "os", "3.11", "2.13.0", 2, "cpu", 
 
 def samples_per_second(url: str, total: int, per_case: int = 10_000) -> float:
     store = Store(url)
-    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="bench", model_id=None)
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="bench", model_id=None
+    )
     cases = [
         CaseRecord(
             "bench",
@@ -38,7 +40,7 @@ def samples_per_second(url: str, total: int, per_case: int = 10_000) -> float:
     ]
     start = time.perf_counter()
     for case in cases:
-        store.record_case(run_id, case)
+        store.results.record_case(run_id, case)
     elapsed = time.perf_counter() - start
     store.close()
     return total / elapsed

@@ -13,6 +13,7 @@ import streamlit as st
 from dashboard import data
 from dashboard.launch import LaunchRequest, launch, start_worker
 from runner.errors import InputError
+from store import frames
 from store.errors import StoreError
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
@@ -93,7 +94,7 @@ def sidebar() -> None:
 
 @st.fragment(run_every=2)
 def jobs_panel(url: str) -> None:
-    jobs = data.store_for(url).jobs(limit=8)
+    jobs = frames.jobs(data.store_for(url), limit=8)
     if jobs.empty:
         st.caption("No job queued yet.")
         return

@@ -8,6 +8,7 @@ import os
 import pandas as pd
 import streamlit as st
 
+from store import frames
 from store.store import Store
 
 RUNS_TTL_SECONDS = 5
@@ -130,27 +131,27 @@ def compare_table(frame: pd.DataFrame, key: list[str], deterministic: bool) -> p
 
 @st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
 def load_runs(url: str) -> pd.DataFrame:
-    return store_for(url).runs()
+    return frames.runs(store_for(url))
 
 
 @st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
 def load_experiment_runs(url: str, experiment: str) -> pd.DataFrame:
-    return store_for(url).runs(experiment=experiment)
+    return frames.runs(store_for(url), experiment=experiment)
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_cases(url: str, run_id: int, experiment: str) -> pd.DataFrame:
-    return wide_cases(store_for(url).measurements(run_id, experiment))
+    return wide_cases(frames.measurements(store_for(url), run_id, experiment))
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
-    return store_for(url).metric_across_runs(experiment, metric)
+    return frames.metric_across_runs(store_for(url), experiment, metric)
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_metric_names(url: str, experiment: str) -> list[str]:
-    return store_for(url).metric_names(experiment)
+    return frames.metric_names(store_for(url), experiment)
 
 
 def calibrated_prediction(timing: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:

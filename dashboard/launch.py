@@ -104,7 +104,7 @@ def launch(store: Store, request: LaunchRequest) -> Launched:
     if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
         return Launched(None, cases, estimate, needs_confirmation=True)
     preset = request.preset if request.source == "preset" else None
-    job_id = store.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
+    job_id = store.jobs.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
     return Launched(job_id, cases, estimate, needs_confirmation=False)
 
 
@@ -115,7 +115,9 @@ def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
 
     corpus = load_corpus()
     config = spec.model_config(vocab_size=len(corpus.vocabulary))
-    return store.find_model(recipe_hash=recipe_hash(config, spec.train_config(), corpus.content_hash)) is not None
+    return (
+        store.results.find_model(recipe_hash=recipe_hash(config, spec.train_config(), corpus.content_hash)) is not None
+    )
 
 
 def worker_log_path(url: str) -> Path:

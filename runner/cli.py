@@ -10,6 +10,7 @@ import click
 import typer
 
 from runner.errors import InputError
+from store import frames
 from store.errors import StoreError
 
 app = typer.Typer(
@@ -64,7 +65,7 @@ def train(
     text = load_corpus(chosen.corpus, min_length=2 * chosen.raw["model"]["context_length"])
     store = open_store(db)
     trained = train_or_reuse(
-        store, chosen.model_config(len(text.vocabulary)), chosen.train_config(), text, log=log_to_stderr
+        store.results, chosen.model_config(len(text.vocabulary)), chosen.train_config(), text, log=log_to_stderr
     )
     typer.echo(
         f"model {trained.record.weights_hash}  parameters={trained.record.parameter_count:,}  "
@@ -107,7 +108,7 @@ def enqueue(
     """Queue a sweep for any worker (or one machine's workers)."""
     chosen = load_spec(preset, spec)
     store = open_store(db)
-    job_id = store.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
+    job_id = store.jobs.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
     typer.echo(f"job {job_id} queued ({chosen.cases_total()} cases){f' for machine {machine}' if machine else ''}")
 
 
@@ -164,7 +165,7 @@ def export(
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
     store = open_store(db)
-    if run_id is not None and not store.run_exists(run_id):
+    if run_id is not None and not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     if not out.parent.exists():
         raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
@@ -173,7 +174,7 @@ def export(
 
         rows = write_json_export(store, out, run_id)
     else:
-        rows = write_export(store.export_rows(run_id), out, export_format)
+        rows = write_export(frames.export_rows(store, run_id), out, export_format)
     typer.echo(f"wrote {rows} measurements to {out}")
 
 
@@ -249,8 +250,8 @@ def bench(
         if name not in known:
             raise InputError(f"--only: {name!r} is not a benchmark (allowed: {', '.join(known)})")
     store = open_store(db)
-    run_id = store.start_run(
-        machine_id=store.machine_id(fingerprint()),
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(fingerprint()),
         spec={"benchmarks": chosen},
         code_version=code_version(),
         model_id=None,
@@ -259,14 +260,14 @@ def bench(
     started = time.perf_counter()
     try:
         for name in chosen:
-            store.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
+            store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
     except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", error="interrupted", wall_seconds=time.perf_counter() - started)
+        store.results.finish_run(run_id, "interrupted", error="interrupted", wall_seconds=time.perf_counter() - started)
         raise
     except Exception as error:
-        store.finish_run(run_id, "failed", error=str(error), wall_seconds=time.perf_counter() - started)
+        store.results.finish_run(run_id, "failed", error=str(error), wall_seconds=time.perf_counter() - started)
         raise InputError(str(error)) from None
-    store.finish_run(run_id, "done", wall_seconds=time.perf_counter() - started)
+    store.results.finish_run(run_id, "done", wall_seconds=time.perf_counter() - started)
     typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
 
 

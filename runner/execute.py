@@ -20,8 +20,8 @@ from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
 from runner.train import train_or_reuse
-from store.records import CaseRecord, JobRecord
-from store.store import Store, case_key
+from store.records import CaseRecord, JobRecord, case_key
+from store.store import Store
 
 Log = Callable[[str], None]
 
@@ -38,14 +38,6 @@ class RunOutcome:
     wall_seconds: float
 
 
-def earlier_measurements(store: Store, run_id: int, experiment: str) -> list[dict[str, Any]]:
-    frame = store.measurements(run_id, experiment)
-    return [
-        {"params": params, "metric": metric, "value": value}
-        for params, metric, value in zip(frame["params"], frame["metric"], frame["value"], strict=True)
-    ]
-
-
 def train_side_model(
     store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log, teacher: Any = None
 ) -> Any:
@@ -55,7 +47,7 @@ def train_side_model(
     with torch.inference_mode(False), torch.enable_grad():
         cpu_teacher = None if teacher is None else copy.deepcopy(teacher).cpu()
         trained = train_or_reuse(
-            store, model_config, train_config, corpus, show_progress=False, log=log, teacher=cpu_teacher
+            store.results, model_config, train_config, corpus, show_progress=False, log=log, teacher=cpu_teacher
         )
     return trained.model.to(device).eval()
 
@@ -80,16 +72,18 @@ def execute(
     model_spec = spec.raw["model"]
     corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
     model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
-    trained = train_or_reuse(store, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log)
+    trained = train_or_reuse(
+        store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
+    )
     model = trained.model.to(spec.device).eval()
-    machine_id = store.machine_id(fingerprint(spec.device))
+    machine_id = store.results.machine_id(fingerprint(spec.device))
 
     if job is not None and job.run_id is not None:
         run_id = job.run_id
-        store.resume_run(run_id)
+        store.results.resume_run(run_id)
         log(f"resuming run {run_id}")
     else:
-        run_id = store.start_run(
+        run_id = store.results.start_run(
             machine_id=machine_id,
             spec=spec.raw,
             code_version=code_version(),
@@ -97,13 +91,13 @@ def execute(
             preset=preset,
         )
         if job is not None:
-            store.attach_run(job.id, run_id)
-    recorded = store.recorded_case_keys(run_id)
+            store.jobs.attach_run(job.id, run_id)
+    recorded = store.results.recorded_case_keys(run_id)
     plan = spec.plan()
     total = len(plan)
     done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
     if job is not None:
-        store.progress(job.id, done, total)
+        store.jobs.progress(job.id, done, total)
     context = ExperimentContext(
         model=model,
         model_record=trained.record,
@@ -111,7 +105,7 @@ def execute(
         harness=Harness(device=spec.device),
         device=spec.device,
         seed=spec.seed,
-        earlier=lambda experiment: earlier_measurements(store, run_id, experiment),
+        earlier=lambda experiment: store.results.measurements(run_id, experiment),
         train_model=lambda model_config, train_config, teacher=None: train_side_model(
             store, model_config, train_config, corpus, spec.device, log, teacher
         ),
@@ -127,32 +121,32 @@ def execute(
             progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
             torch.manual_seed(spec.seed)
             measurements = experiment.run_case(case, context)
-            if store.record_case(run_id, CaseRecord(experiment.name, case, measurements)) is not None:
+            if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements)) is not None:
                 recorded_now += 1
             done += 1
             progress.update(1)
             if job is not None:
-                store.progress(job.id, done, total)
+                store.jobs.progress(job.id, done, total)
     except KeyboardInterrupt:
         wall = time.perf_counter() - started
-        store.finish_run(run_id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", wall_seconds=wall)
+        store.results.finish_run(run_id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", wall_seconds=wall)
         if job is not None:
-            store.finish_job(job.id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)")
+            store.jobs.finish(job.id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)")
         log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept")
         raise
     except Exception as error:
         wall = time.perf_counter() - started
         message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        store.finish_run(run_id, "failed", error=message, wall_seconds=wall)
+        store.results.finish_run(run_id, "failed", error=message, wall_seconds=wall)
         if job is not None:
-            store.finish_job(job.id, "failed", error=message)
+            store.jobs.finish(job.id, "failed", error=message)
         raise
     finally:
         progress.close()
     wall = time.perf_counter() - started
-    store.finish_run(run_id, "done", wall_seconds=wall)
+    store.results.finish_run(run_id, "done", wall_seconds=wall)
     if job is not None:
-        store.finish_job(job.id, "done")
+        store.jobs.finish(job.id, "done")
     log(
         f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
         f"{wall:.1f} s wall time"

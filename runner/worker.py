@@ -41,7 +41,7 @@ class Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(self._every):
             try:
-                self._store.heartbeat(self._job_id, self._worker)
+                self._store.jobs.heartbeat(self._job_id, self._worker)
             except Exception as error:  # a missed beat is not fatal; staleness takes many
                 log_to_stderr(f"heartbeat for job {self._job_id} failed: {error}")
 
@@ -60,7 +60,7 @@ def run_job(
     try:
         spec = validate(job.spec)
     except InputError as error:
-        store.finish_job(job.id, "failed", error=str(error))
+        store.jobs.finish(job.id, "failed", error=str(error))
         log(f"job {job.id} failed validation: {error}")
         return
     log(f"job {job.id}: running {spec.name} ({spec.cases_total()} cases) as {worker}")
@@ -71,8 +71,8 @@ def run_job(
             raise
         except Exception as error:
             # execute() already marked run and job failed when the run had started.
-            if store.job_status(job.id) == "running":
-                store.finish_job(job.id, "failed", error=str(error).splitlines()[0] if str(error) else repr(error))
+            if store.jobs.status(job.id) == "running":
+                store.jobs.finish(job.id, "failed", error=str(error).splitlines()[0] if str(error) else repr(error))
             log(f"job {job.id} failed: {error}")
 
 
@@ -99,9 +99,9 @@ def work(
     idle_since = time.monotonic()
     log(f"worker {name} on machine {machine!r}, store {store.masked_url}")
     while True:
-        for job_id in store.reclaim_stale(stale_after_seconds):
+        for job_id in store.jobs.reclaim_stale(stale_after_seconds):
             log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
-        job = store.claim(name, machine)
+        job = store.jobs.claim(name, machine)
         if job is None:
             if once:
                 if jobs_run == 0:

@@ -6,15 +6,13 @@ LOCKED``; SQLite claims inside a ``BEGIN IMMEDIATE`` transaction, which admits o
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
-import pandas as pd
 from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session
 
 from store.records import JobRecord
+from store.results import Sessions
 from store.schema import Job, Run, utc_now
 
 # A job whose worker died this many times is failed instead of requeued again.
@@ -22,15 +20,10 @@ MAX_ATTEMPTS = 3
 
 
 class JobQueue:
-    """Mixed into Store; needs its ``read``/``write`` sessions and ``backend``."""
+    """The store's queue (``store.jobs``)."""
 
-    backend: str
-
-    def read(self) -> AbstractContextManager[Session]:  # pragma: no cover - provided by Store
-        raise NotImplementedError
-
-    def write(self) -> AbstractContextManager[Session]:  # pragma: no cover - provided by Store
-        raise NotImplementedError
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
 
     def enqueue(
         self,
@@ -40,7 +33,7 @@ class JobQueue:
         machine_name: str | None = None,
         cases_total: int = 0,
     ) -> int:
-        with self.write() as session:
+        with self._sessions.write() as session:
             job = Job(
                 spec=spec,
                 preset=preset,
@@ -61,9 +54,9 @@ class JobQueue:
             .order_by(Job.created_at, Job.id)
             .limit(1)
         )
-        if self.backend == "postgresql":
+        if self._sessions.backend == "postgresql":
             query = query.with_for_update(skip_locked=True)
-        with self.write() as session:
+        with self._sessions.write() as session:
             job = session.scalar(query)
             if job is None:
                 return None
@@ -83,12 +76,12 @@ class JobQueue:
             )
 
     def attach_run(self, job_id: int, run_id: int) -> None:
-        with self.write() as session:
+        with self._sessions.write() as session:
             session.execute(update(Job).where(Job.id == job_id).values(run_id=run_id))
 
     def heartbeat(self, job_id: int, worker: str) -> bool:
         """Refresh the heartbeat; False when the job is no longer this worker's."""
-        with self.write() as session:
+        with self._sessions.write() as session:
             result = session.execute(
                 update(Job)
                 .where(Job.id == job_id, Job.worker == worker, Job.status == "running")
@@ -97,17 +90,17 @@ class JobQueue:
             return bool(getattr(result, "rowcount", 0))
 
     def progress(self, job_id: int, cases_done: int, cases_total: int) -> None:
-        with self.write() as session:
+        with self._sessions.write() as session:
             session.execute(
                 update(Job)
                 .where(Job.id == job_id)
                 .values(cases_done=cases_done, cases_total=cases_total, heartbeat_at=utc_now())
             )
 
-    def finish_job(self, job_id: int, status: str, error: str | None = None) -> None:
+    def finish(self, job_id: int, status: str, error: str | None = None) -> None:
         if status not in ("done", "failed", "interrupted"):
             raise ValueError(f"a job finishes as done, failed or interrupted, not {status!r}")
-        with self.write() as session:
+        with self._sessions.write() as session:
             session.execute(
                 update(Job).where(Job.id == job_id).values(status=status, error=error, finished_at=utc_now())
             )
@@ -117,7 +110,7 @@ class JobQueue:
         interrupted until a worker resumes them. A job that died MAX_ATTEMPTS times is failed."""
         cutoff = utc_now() - timedelta(seconds=stale_after_seconds)
         reclaimed: list[int] = []
-        with self.write() as session:
+        with self._sessions.write() as session:
             stale = session.scalars(
                 select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff).order_by(Job.id)
             ).all()
@@ -140,32 +133,6 @@ class JobQueue:
                 reclaimed.append(job.id)
         return reclaimed
 
-    def jobs(self, status: str | None = None, limit: int = 200) -> pd.DataFrame:
-        query = (
-            select(
-                Job.id.label("job_id"),
-                Job.status,
-                Job.preset,
-                Job.machine_name,
-                Job.worker,
-                Job.run_id,
-                Job.cases_done,
-                Job.cases_total,
-                Job.attempts,
-                Job.error,
-                Job.created_at,
-                Job.heartbeat_at,
-                Job.finished_at,
-            )
-            .order_by(Job.id.desc())
-            .limit(limit)
-        )
-        if status is not None:
-            query = query.where(Job.status == status)
-        with self.read() as session:
-            rows = session.execute(query).mappings().all()
-        return pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))
-
-    def job_status(self, job_id: int) -> str | None:
-        with self.read() as session:
+    def status(self, job_id: int) -> str | None:
+        with self._sessions.read() as session:
             return session.scalar(select(Job.status).where(Job.id == job_id))

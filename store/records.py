@@ -76,3 +76,20 @@ class JobRecord:
     machine_name: str | None
     run_id: int | None
     attempts: int
+
+
+@dataclass(frozen=True)
+class RecordedMeasurement:
+    """A measurement as the store gives it back to the runner: its case's params beside it."""
+
+    params: dict[str, Any]
+    metric: str
+    value: float
+    unit: str
+
+
+def case_key(params: dict[str, Any]) -> str:
+    """Canonical JSON of a case's params: equal params give equal keys on every backend."""
+    import json
+
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))

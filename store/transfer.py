@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from store.errors import StoreError
-from store.records import MachineRecord
+from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
+from store.results import write_measurements
 from store.schema import Case, Machine, Measurement, Model, Run, Sample
-from store.store import Store, case_key
+from store.store import Store
 
 MACHINE_FIELDS = (
     "name",
@@ -138,7 +139,7 @@ def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str
         machine = MachineRecord(**{field: meta["machine"][field] for field in MACHINE_FIELDS})
     except (KeyError, TypeError) as error:
         raise StoreError(f"import: run {uid} has an incomplete machine ({error})") from None
-    machine_id = store.machine_id(machine)
+    machine_id = store.results.machine_id(machine)
     with store.write() as session:
         run = session.scalar(select(Run).where(Run.uid == uid))
         if run is None:
@@ -176,31 +177,22 @@ def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str
             case = Case(run_id=run.id, experiment=experiment, case_key=key, params=measurements[0]["params"])
             session.add(case)
             session.flush()
-            ids = session.scalars(
-                insert(Measurement).returning(Measurement.id, sort_by_parameter_order=True),
-                [
-                    {
-                        "case_id": case.id,
-                        "run_id": run.id,
-                        "experiment": experiment,
-                        "metric": m["metric"],
-                        "value": float(m["value"]),
-                        "unit": m["unit"],
-                    }
+            record = CaseRecord(
+                experiment,
+                measurements[0]["params"],
+                tuple(
+                    MeasurementRecord(
+                        m["metric"],
+                        float(m["value"]),
+                        m["unit"],
+                        tuple(
+                            SampleRecord(int(pair), str(side), float(seconds))
+                            for pair, side, seconds in m.get("samples", [])
+                        ),
+                    )
                     for m in measurements
-                ],
-            ).all()
-            samples = [
-                {
-                    "measurement_id": measurement_id,
-                    "pair_index": int(pair),
-                    "side": str(side),
-                    "seconds": float(seconds),
-                }
-                for measurement_id, m in zip(ids, measurements, strict=True)
-                for pair, side, seconds in m.get("samples", [])
-            ]
-            if samples:
-                session.execute(insert(Sample), samples)
+                ),
+            )
+            write_measurements(session, run.id, case.id, record)
             added += 1
         return uid, run.id, added

@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from store import frames
+
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"
 ROOT = Path(__file__).parent.parent
@@ -133,7 +135,7 @@ def kill_job_workers(url: str) -> None:
     from store.store import Store
 
     store = Store(url)
-    for worker in store.jobs()["worker"].dropna().unique():
+    for worker in frames.jobs(store)["worker"].dropna().unique():
         pid = int(str(worker).rsplit(":", 1)[1])
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.bench import parse_results, unit_of
+from store import frames
 from store.store import Store
 from tests.conftest import rows_by, run_decodelab
 
@@ -24,9 +25,9 @@ def test_bench_records_a_run(tmp_path: Path) -> None:
     result = run_decodelab("bench", "--db", url, "--only", "store_write", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     store = Store(url)
-    run = store.runs(experiment="bench").iloc[0]
+    run = frames.runs(store, experiment="bench").iloc[0]
     assert (run["status"], run["preset"]) == ("done", "bench")
-    measured = rows_by(store.measurements(int(run["run_id"]), "bench"), "metric")
+    measured = rows_by(frames.measurements(store, int(run["run_id"]), "bench"), "metric")
     assert measured["sqlite_samples_per_second"]["value"] > 0
     assert measured["sqlite_samples_per_second"]["params"] == {"benchmark": "store_write"}
     refused = run_decodelab("bench", "--db", url, "--only", "warp", cwd=tmp_path, timeout=120)

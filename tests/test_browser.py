@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from store import frames
 from tests.conftest import TINY_SPEC, kill_job_workers
 
 ROOT = Path(__file__).parent.parent
@@ -140,14 +141,14 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
         store = Store(url)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            jobs = store.jobs()
+            jobs = frames.jobs(store)
             if not jobs.empty and jobs.iloc[0]["status"] not in ("queued", "running"):
                 break
             time.sleep(1)
-        job = store.jobs().iloc[0]
+        job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"] > 0
-        assert len(store.runs()) == 2
+        assert len(frames.runs(store)) == 2
         expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
         browser.close()

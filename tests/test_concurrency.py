@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.sweeps import validate
+from store import frames
 from store.store import Store
 from tests.conftest import start_decodelab
 
@@ -45,9 +46,9 @@ def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, o
     reads, problems = 0, []
     try:
         while not stop.is_set():
-            store.jobs()
-            for run_id in store.runs()["run_id"].tolist()[:10]:
-                measured = store.measurements(int(run_id))
+            frames.jobs(store)
+            for run_id in frames.runs(store)["run_id"].tolist()[:10]:
+                measured = frames.measurements(store, int(run_id))
                 for _, case in measured.groupby("case_id"):
                     part = case["params"].iloc[0]["part"]
                     if case["metric"].nunique() != CASE_METRICS[part]:
@@ -62,7 +63,7 @@ def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, o
 def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     for index in range(JOBS):
-        store.enqueue(small_job(index), cases_total=3)
+        store.jobs.enqueue(small_job(index), cases_total=3)
     context = multiprocessing.get_context("spawn")
     stop, out = context.Event(), context.Queue()
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
@@ -80,12 +81,12 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
         assert "database is locked" not in output, output
     assert not problems, problems[:5]
     assert reads > 0
-    jobs = store.jobs(limit=JOBS)
+    jobs = frames.jobs(store, limit=JOBS)
     assert len(jobs) == JOBS
     assert set(jobs["status"]) == {"done"}, jobs[jobs["status"] != "done"][["job_id", "status", "error"]]
     assert (jobs["attempts"] == 1).all(), "a job was claimed twice"
     assert jobs["run_id"].nunique() == JOBS
-    runs = store.runs()
+    runs = frames.runs(store)
     assert len(runs) == JOBS and set(runs["status"]) == {"done"}
     busy = {line.split()[-1] for output in outputs for line in output.splitlines() if "running small-" in line}
     assert len(busy) > 1, "more than one worker took part"

@@ -85,17 +85,17 @@ def test_a_checkpoint_is_reused_from_the_store_with_identical_logits(sqlite_url:
     recipe = TrainConfig(steps=5, batch_size=4, sequence_length=16)
     messages: list[str] = []
     store = Store(sqlite_url)
-    first = train_or_reuse(store, config, recipe, corpus, show_progress=False, log=messages.append)
+    first = train_or_reuse(store.results, config, recipe, corpus, show_progress=False, log=messages.append)
     assert not first.reused
     assert "unigram entropy" in messages[-1]
     # Another process (another machine sharing the store) opens it and gets the same weights.
     elsewhere = Store(sqlite_url)
-    second = train_or_reuse(elsewhere, config, recipe, corpus, show_progress=False, log=messages.append)
+    second = train_or_reuse(elsewhere.results, config, recipe, corpus, show_progress=False, log=messages.append)
     assert second.reused and second.record.weights_hash == first.record.weights_hash
     tokens = torch.tensor([corpus.encode(corpus.text[:20])])
     assert torch.equal(second.model(tokens), first.model(tokens))
     changed = train_or_reuse(
-        store,
+        store.results,
         config,
         TrainConfig(steps=6, batch_size=4, sequence_length=16),
         corpus,

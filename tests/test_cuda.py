@@ -9,6 +9,7 @@ import torch
 from runner.decode import choose_token, inverse_cdf_on_device
 from runner.errors import InputError
 from runner.sweeps import for_device, load_spec_file, validate
+from store import frames
 from tests.conftest import TINY_SPEC
 
 
@@ -44,7 +45,7 @@ def test_the_tiny_sweep_runs_on_cuda(sqlite_url: str) -> None:
     store = Store(sqlite_url)
     outcome = execute(store, spec, show_progress=False, log=lambda _: None)
     assert outcome.cases_recorded == spec.cases_total()
-    machine = store.runs().iloc[0]
+    machine = frames.runs(store).iloc[0]
     assert machine["status"] == "done"
-    measured = store.measurements(outcome.run_id, "kv_cache")
+    measured = frames.measurements(store, outcome.run_id, "kv_cache")
     assert measured.loc[measured["metric"] == "strings_identical", "value"].iloc[0] == 1.0

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import charts, data
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
+from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
 
@@ -166,7 +167,7 @@ def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
         build_spec(LaunchRequest("preset", "quick", [], "", "", False))
     with pytest.raises(InputError, match="machine: a printable name"):
         launch(store, LaunchRequest("spec", "quick", [], spec_text, "bad\nname", False))
-    assert store.jobs().empty, "nothing was written for bad input"
+    assert frames.jobs(store).empty, "nothing was written for bad input"
     with pytest.raises(InputError, match="experiments.speculative.pairs: 3 is below the minimum"):
         build_spec(LaunchRequest("preset", "quick", ["speculative"], "", "", False, pairs=3))
     overridden = build_spec(
@@ -178,11 +179,11 @@ def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
         overridden.raw["experiments"]["kv_cache"]["pairs"] == overridden.raw["experiments"]["speculative"]["pairs"] == 6
     )
     seed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", False))
-    assert seed.needs_confirmation and seed.job_id is None and store.jobs().empty
+    assert seed.needs_confirmation and seed.job_id is None and frames.jobs(store).empty
     confirmed = launch(store, LaunchRequest("preset", "seed", ["kv_cache"], "", "", True))
     assert confirmed.job_id is not None
     tiny = launch(store, LaunchRequest("spec", "quick", [], spec_text, "gpu-box", False))
-    job = rows_by(store.jobs(), "job_id")[tiny.job_id]
+    job = rows_by(frames.jobs(store), "job_id")[tiny.job_id]
     assert (job["machine_name"], job["cases_total"]) == ("gpu-box", tiny.cases)
 
 
@@ -200,9 +201,9 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
     store = Store(sqlite_url)
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and store.jobs().iloc[0]["status"] in ("queued", "running"):
+        while time.monotonic() < deadline and frames.jobs(store).iloc[0]["status"] in ("queued", "running"):
             time.sleep(1)
-        job = store.jobs().iloc[0]
+        job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"]
     finally:
@@ -215,9 +216,11 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
     store = Store(sqlite_url)
     for name, mults in (("laptop", 1000.0), ("server", 1000.0), ("laptop", 1000.0)):
         machine = MachineRecord(name, "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cpu", None)
-        run_id = store.start_run(machine_id=store.machine_id(machine), spec={}, code_version="x", model_id=None)
+        run_id = store.results.start_run(
+            machine_id=store.results.machine_id(machine), spec={}, code_version="x", model_id=None
+        )
         for n in (64, 128):
-            store.record_case(
+            store.results.record_case(
                 run_id,
                 CaseRecord(
                     "kv_cache",
@@ -225,7 +228,7 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
                     (MeasurementRecord("mults_cache", mults * n, "multiplications"),),
                 ),
             )
-        store.finish_run(run_id, "done")
+        store.results.finish_run(run_id, "done")
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
     app = AppTest.from_file(str(DASHBOARD / "views" / "compare.py"), default_timeout=60)
     app.run()

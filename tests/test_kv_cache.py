@@ -15,6 +15,7 @@ from runner.decode import generate
 from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE, comparable_difference
 from runner.fitting import fit_power_law
 from runner.model import CharGPT, ModelConfig
+from store import frames
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
 
     store = Store(sqlite_url)
     outcome = execute(store, load_spec_file(TINY_SPEC), show_progress=False, log=lambda _: None)
-    rows = store.measurements(outcome.run_id, "kv_cache")
+    rows = frames.measurements(store, outcome.run_id, "kv_cache")
     rows["part"] = rows["params"].map(lambda params: params["part"])
     metrics = set(rows["metric"])
     for required in (
@@ -162,7 +163,7 @@ def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
     speedup_id = int(
         rows.loc[(rows["part"] == "timing") & (rows["metric"] == "measured_speedup"), "measurement_id"].iloc[0]
     )
-    assert len(store.samples([speedup_id])) == 6, "three pairs, both sides"
+    assert len(frames.samples(store, [speedup_id])) == 6, "three pairs, both sides"
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

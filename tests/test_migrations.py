@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from store import frames
 from store.engine import create_store_engine, current_revision, head_revision, upgrade
 from store.errors import StoreError
 from store.store import Store
@@ -57,11 +58,11 @@ def test_a_populated_first_revision_store_upgrades_to_head(store_url: str) -> No
 
     opened = Store(store_url)  # opening an older store upgrades it
     assert current_revision(opened.engine) == head_revision()
-    assert opened.runs()["run_id"].tolist() == [1]
-    assert opened.runs()["wall_seconds"].isna().all()
-    assert opened.measurements(1)["value"].tolist() == [1.7]
-    assert opened.samples([1])["seconds"].tolist() == [0.07]
-    assert opened.jobs().loc[0, "attempts"] == 0
+    assert frames.runs(opened)["run_id"].tolist() == [1]
+    assert frames.runs(opened)["wall_seconds"].isna().all()
+    assert frames.measurements(opened, 1)["value"].tolist() == [1.7]
+    assert frames.samples(opened, [1])["seconds"].tolist() == [0.07]
+    assert frames.jobs(opened).loc[0, "attempts"] == 0
     inspector = sa.inspect(opened.engine)
     assert "ix_measurement_run_experiment_metric" in {index["name"] for index in inspector.get_indexes("measurement")}
     opened.close()

@@ -7,6 +7,7 @@ import pytest
 from runner import counting
 from runner.experiments.overhead import mults_per_token
 from runner.fitting import fit_line
+from store import frames
 
 
 def test_fit_line_recovers_a_line() -> None:
@@ -25,14 +26,14 @@ def test_the_overhead_experiment_records_a_fit_per_impl(filled_store_url: str) -
     from store.store import Store
 
     store = Store(filled_store_url)
-    run_id = int(store.runs(experiment="overhead").iloc[0]["run_id"])
-    cases = wide_cases(store.measurements(run_id, "overhead"))
+    run_id = int(frames.runs(store, experiment="overhead").iloc[0]["run_id"])
+    cases = wide_cases(frames.measurements(store, run_id, "overhead"))
     fits = part(cases, "fit")
     assert set(fits["impl"]) == {"naive", "static", "fast"}
     assert (fits["widths_fitted"] == 2).all()
     points = part(cases, "point")
     assert len(points) == 6 and (points["seconds_per_token"] > 0).all()
-    timing = part(wide_cases(store.measurements(run_id, "kv_cache")), "timing")
+    timing = part(wide_cases(frames.measurements(store, run_id, "kv_cache")), "timing")
     predicted = calibrated_prediction(timing, fits)
     # Two noisy widths may fit any slope: the prediction exists for every point, its sign is not a test.
     assert len(predicted) == len(timing) and predicted["predicted_seconds_cache"].notna().all()

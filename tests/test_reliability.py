@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.sweeps import load_spec_file
+from store import frames
 from store.store import Store
 from tests.conftest import rows_by, start_decodelab
 
@@ -49,14 +50,14 @@ def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]
 def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if rows_by(store.jobs(), "job_id")[job_id]["cases_done"] >= at_least:
+        if rows_by(frames.jobs(store), "job_id")[job_id]["cases_done"] >= at_least:
             return
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not reach {at_least} cases")
 
 
 def assert_only_whole_cases(store: Store, run_id: int) -> int:
-    measured = store.measurements(run_id)
+    measured = frames.measurements(store, run_id)
     if measured.empty:
         return 0
     measured["part"] = measured["params"].map(lambda params: params["part"])
@@ -69,13 +70,13 @@ def assert_only_whole_cases(store: Store, run_id: int) -> int:
 def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     spec = load_spec_file(SLOW_SPEC)
-    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
+    job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     first = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, 16)  # past the counts: into the timing cases
     time.sleep(0.3)  # well inside a timing case (each takes about a second)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    job = rows_by(store.jobs(), "job_id")[job_id]
+    job = rows_by(frames.jobs(store), "job_id")[job_id]
     assert job["status"] == "running", "nobody could mark it: the worker died"
     run_id = int(job["run_id"])
     recorded = assert_only_whole_cases(store, run_id)
@@ -86,10 +87,10 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     output, _ = second.communicate(timeout=300)
     assert second.returncode == 0, output
     assert f"job {job_id}: its worker stopped heartbeating; requeued" in output
-    job = rows_by(store.jobs(), "job_id")[job_id]
+    job = rows_by(frames.jobs(store), "job_id")[job_id]
     assert (job["status"], job["attempts"], int(job["run_id"])) == ("done", 2, run_id)
     assert assert_only_whole_cases(store, run_id) == spec.cases_total()
-    assert rows_by(store.runs(), "run_id")[run_id]["status"] == "done"
+    assert rows_by(frames.runs(store), "run_id")[run_id]["status"] == "done"
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
@@ -98,15 +99,15 @@ def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_its_cases(
 ) -> None:
     store = Store(sqlite_url)
     spec = load_spec_file(SLOW_SPEC)
-    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
+    job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     worker = start_worker(sqlite_url, tmp_path)
     wait_for_cases(store, job_id, 16)
     time.sleep(0.3)
     worker.send_signal(stop_signal)
     output, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, output
-    job = rows_by(store.jobs(), "job_id")[job_id]
-    run = rows_by(store.runs(), "run_id")[int(job["run_id"])]
+    job = rows_by(frames.jobs(store), "job_id")[job_id]
+    run = rows_by(frames.runs(store), "run_id")[int(job["run_id"])]
     assert job["status"] == "interrupted" and run["status"] == "interrupted"
     assert "interrupted" in run["error"]
     recorded = assert_only_whole_cases(store, int(job["run_id"]))

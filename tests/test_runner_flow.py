@@ -12,6 +12,7 @@ import pytest
 from runner.execute import execute
 from runner.experiments import context_cost
 from runner.sweeps import load_spec_file
+from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC, run_decodelab
 
@@ -29,16 +30,16 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     spec = load_spec_file(TINY_SPEC)
     first = execute(store, spec, show_progress=False, log=quiet)
     assert first.cases_recorded == spec.cases_total() == TINY_CASES
-    run = store.runs().to_dict("records")[0]
+    run = frames.runs(store).to_dict("records")[0]
     assert run["status"] == "done" and run["wall_seconds"] > 0
-    measured = store.measurements(first.run_id)
+    measured = frames.measurements(store, first.run_id)
     summary = measured[measured["experiment"] == "training_summary"].set_index("metric")["value"]
     assert summary["parameter_count"] == 32 * 103 + 64 * 32 + 12 * 32 * 32 + 13 * 32 + 2 * 32
     assert summary["seconds_per_token"] > 0
     counted = measured[measured["metric"] == "per_position_mults_counted"]["value"].item()
     assert counted == 4 * 16 * 16 + 2 * 16 * 64
     second = execute(store, spec, show_progress=False, log=quiet)
-    assert store.runs()["model_hash"].nunique() == 1, "the second run reused the stored model"
+    assert frames.runs(store)["model_hash"].nunique() == 1, "the second run reused the stored model"
     assert second.run_id != first.run_id
 
 
@@ -57,24 +58,24 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
         return real_run_case(case, context)
 
     monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", interrupted_on_the_second)
-    job_id = store.enqueue(spec.raw, cases_total=spec.cases_total())
-    job = store.claim("test-worker", "test-machine")
+    job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
+    job = store.jobs.claim("test-worker", "test-machine")
     assert job is not None
     with pytest.raises(KeyboardInterrupt):
         execute(store, spec, job=job, show_progress=False, log=quiet)
-    run = store.runs().iloc[0]
+    run = frames.runs(store).iloc[0]
     assert run["status"] == "interrupted"
-    assert store.job_status(job_id) == "interrupted"
+    assert store.jobs.status(job_id) == "interrupted"
     # Everything before the interrupted second context_cost case (context_cost runs last, three cases).
-    assert len(store.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
+    assert len(store.results.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
     monkeypatch.undo()
 
     # Resuming the same run (as a worker does after a reclaim) fills in only what is missing.
     resumed_job = type(job)(**{**job.__dict__, "run_id": int(run["run_id"])})
     outcome = execute(store, spec, job=resumed_job, show_progress=False, log=quiet)
     assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, TINY_CASES - 2)
-    assert len(store.recorded_case_keys(outcome.run_id)) == TINY_CASES
-    assert store.runs().iloc[0]["status"] == "done"
+    assert len(store.results.recorded_case_keys(outcome.run_id)) == TINY_CASES
+    assert frames.runs(store).iloc[0]["status"] == "done"
 
 
 def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:
@@ -89,9 +90,9 @@ def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> Non
     worked = decodelab("worker", "--once")
     assert worked.returncode == 0, worked.stderr
     store = Store(url)
-    job = store.jobs().iloc[0]
+    job = frames.jobs(store).iloc[0]
     assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", TINY_CASES, TINY_CASES)
-    runs = store.runs()
+    runs = frames.runs(store)
     assert runs.loc[0, "status"] == "done" and runs.loc[0, "machine"] == "ci-box"
     exported = decodelab("export", "--format", "json", "--out", str(tmp_path / "out.json"))
     assert exported.returncode == 0, exported.stderr

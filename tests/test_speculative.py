@@ -12,6 +12,7 @@ from runner.experiments.speculative import empirical, speculative_first_tokens, 
 from runner.model import CharGPT, ModelConfig
 from runner.quantize import quantize_model
 from runner.speculative import accept_rule, speculative_decode
+from store import frames
 
 VOCAB = 12
 
@@ -108,7 +109,7 @@ def test_counts_are_recorded_through_the_store(sqlite_url: str) -> None:
     spec = validate({**tiny, "experiments": {"speculative": tiny["experiments"]["speculative"]}})
     store = Store(sqlite_url)
     outcome = execute(store, spec, show_progress=False, log=lambda _: None)
-    rows = store.measurements(outcome.run_id, "speculative")
+    rows = frames.measurements(store, outcome.run_id, "speculative")
     rows["part"] = rows["params"].map(lambda params: params["part"])
     rows["draft"] = rows["params"].map(lambda params: params["draft"])
     required = {
@@ -131,7 +132,7 @@ def test_counts_are_recorded_through_the_store(sqlite_url: str) -> None:
     assert {params["k"] for params in speculative["params"]} == {1, 3}
     assert (rows.loc[rows["metric"] == "within_sampling_noise", "value"] == 1.0).all()
     median_id = int(rows.loc[(rows["part"] == "aa") & (rows["metric"] == "speedup_median"), "measurement_id"].iloc[0])
-    assert len(store.samples([median_id])) == 10, "five A/A pairs, both sides"
+    assert len(frames.samples(store, [median_id])) == 10, "five A/A pairs, both sides"
 
 
 def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, ModelRecord, SampleRecord
 from store.schema import Case, Measurement, Sample, utc_now
 from store.store import Store
@@ -54,21 +55,21 @@ def timed_case(n: int) -> CaseRecord:
 
 
 def test_round_trip_of_every_table(store: Store) -> None:
-    machine_id = store.machine_id(MACHINE)
-    assert store.machine_id(MACHINE) == machine_id, "a known fingerprint is not inserted twice"
-    model_id = store.save_model(make_model())
-    assert store.save_model(make_model()) == model_id
-    found = store.find_model(recipe_hash=make_model().recipe_hash)
+    machine_id = store.results.machine_id(MACHINE)
+    assert store.results.machine_id(MACHINE) == machine_id, "a known fingerprint is not inserted twice"
+    model_id = store.results.save_model(make_model())
+    assert store.results.save_model(make_model()) == model_id
+    found = store.results.find_model(recipe_hash=make_model().recipe_hash)
     assert found is not None and found.weights == make_model().weights and found.id == model_id
 
-    run_id = store.start_run(
+    run_id = store.results.start_run(
         machine_id=machine_id, spec={"name": "quick"}, code_version="abc", model_id=model_id, preset="quick"
     )
-    case_id = store.record_case(run_id, timed_case(256))
+    case_id = store.results.record_case(run_id, timed_case(256))
     assert case_id is not None
-    store.finish_run(run_id, "done", wall_seconds=12.5)
+    store.results.finish_run(run_id, "done", wall_seconds=12.5)
 
-    runs = store.runs()
+    runs = frames.runs(store)
     assert runs[["run_id", "status", "preset", "machine", "model_hash", "wall_seconds"]].iloc[0].tolist() == [
         run_id,
         "done",
@@ -77,34 +78,38 @@ def test_round_trip_of_every_table(store: Store) -> None:
         make_model().weights_hash,
         12.5,
     ]
-    measured = store.measurements(run_id)
+    measured = frames.measurements(store, run_id)
     assert sorted(measured["metric"]) == ["arithmetic_ratio", "speedup"]
     assert measured["params"].iloc[0] == {"n": 256, "d_model": 128}
     speedup_id = int(measured.loc[measured["metric"] == "speedup", "measurement_id"].iloc[0])
-    samples = store.samples([speedup_id])
+    samples = frames.samples(store, [speedup_id])
     assert len(samples) == 6
     assert samples["side"].tolist() == ["A", "B"] * 3
     assert samples["seconds"].round(6).tolist() == [0.01, 0.01, 0.02, 0.02, 0.03, 0.03]
 
-    across = store.metric_across_runs("kv_cache", "arithmetic_ratio", machines=["laptop"])
+    across = frames.metric_across_runs(store, "kv_cache", "arithmetic_ratio", machines=["laptop"])
     assert across["value"].tolist() == [134.59]
 
-    job_id = store.enqueue({"name": "quick"}, preset="quick", machine_name="laptop", cases_total=4)
-    jobs = store.jobs()
+    job_id = store.jobs.enqueue({"name": "quick"}, preset="quick", machine_name="laptop", cases_total=4)
+    jobs = frames.jobs(store)
     assert jobs[["job_id", "status", "machine_name", "cases_total"]].iloc[0].tolist() == [job_id, "queued", "laptop", 4]
 
 
 def test_a_resumed_case_is_not_duplicated(store: Store) -> None:
-    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
-    assert store.record_case(run_id, timed_case(64)) is not None
-    assert store.record_case(run_id, timed_case(64)) is None
-    assert len(store.measurements(run_id)) == 2
-    assert store.recorded_case_keys(run_id) == {("kv_cache", '{"d_model":128,"n":64}')}
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+    assert store.results.record_case(run_id, timed_case(64)) is not None
+    assert store.results.record_case(run_id, timed_case(64)) is None
+    assert len(frames.measurements(store, run_id)) == 2
+    assert store.results.recorded_case_keys(run_id) == {("kv_cache", '{"d_model":128,"n":64}')}
 
 
 def test_a_case_that_fails_half_way_leaves_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
-    import store.store as store_module
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+    import store.results as store_module
 
     real_insert = store_module.insert
 
@@ -115,7 +120,7 @@ def test_a_case_that_fails_half_way_leaves_nothing(store: Store, monkeypatch: py
 
     monkeypatch.setattr(store_module, "insert", failing_insert)
     with pytest.raises(RuntimeError, match="disk vanished"):
-        store.record_case(run_id, timed_case(128))
+        store.results.record_case(run_id, timed_case(128))
     monkeypatch.undo()
     with store.read() as session:
         for table in (Case, Measurement, Sample):
@@ -123,28 +128,30 @@ def test_a_case_that_fails_half_way_leaves_nothing(store: Store, monkeypatch: py
 
 
 def test_read_api_filters(store: Store) -> None:
-    machine_id = store.machine_id(MACHINE)
-    other = store.machine_id(MachineRecord(**{**MACHINE.__dict__, "name": "server", "cores": 64}))
-    first = store.start_run(machine_id=machine_id, spec={}, code_version="x", model_id=None)
-    store.record_case(first, timed_case(64))
-    store.finish_run(first, "done")
-    second = store.start_run(machine_id=other, spec={}, code_version="x", model_id=None)
-    store.finish_run(second, "failed", error="boom")
+    machine_id = store.results.machine_id(MACHINE)
+    other = store.results.machine_id(MachineRecord(**{**MACHINE.__dict__, "name": "server", "cores": 64}))
+    first = store.results.start_run(machine_id=machine_id, spec={}, code_version="x", model_id=None)
+    store.results.record_case(first, timed_case(64))
+    store.results.finish_run(first, "done")
+    second = store.results.start_run(machine_id=other, spec={}, code_version="x", model_id=None)
+    store.results.finish_run(second, "failed", error="boom")
 
-    assert store.runs(machine="server")["run_id"].tolist() == [second]
-    assert store.runs(status="done")["run_id"].tolist() == [first]
-    assert store.runs(experiment="kv_cache")["run_id"].tolist() == [first]
-    assert store.runs(since=utc_now() + timedelta(hours=1)).empty
-    assert set(store.runs(until=utc_now() + timedelta(hours=1))["run_id"]) == {first, second}
-    assert store.runs(status="failed")["error"].tolist() == ["boom"]
+    assert frames.runs(store, machine="server")["run_id"].tolist() == [second]
+    assert frames.runs(store, status="done")["run_id"].tolist() == [first]
+    assert frames.runs(store, experiment="kv_cache")["run_id"].tolist() == [first]
+    assert frames.runs(store, since=utc_now() + timedelta(hours=1)).empty
+    assert set(frames.runs(store, until=utc_now() + timedelta(hours=1))["run_id"]) == {first, second}
+    assert frames.runs(store, status="failed")["error"].tolist() == ["boom"]
 
 
 def test_export_long_format(store: Store, tmp_path) -> None:  # noqa: ANN001
     from store.export import write_export
 
-    run_id = store.start_run(machine_id=store.machine_id(MACHINE), spec={}, code_version="x", model_id=None)
-    store.record_case(run_id, timed_case(256))
-    rows = store.export_rows(run_id)
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+    store.results.record_case(run_id, timed_case(256))
+    rows = frames.export_rows(store, run_id)
     assert list(rows.columns) == ["run_id", "machine", "experiment", "params", "metric", "value", "unit"]
     for export_format in ("csv", "json", "parquet"):
         path = tmp_path / f"out.{export_format}"

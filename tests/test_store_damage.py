@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC
 
@@ -131,8 +132,8 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     with sqlite3.connect(tmp_path / "full.db") as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     store = Store(url)
-    runs = store.runs()
+    runs = frames.runs(store)
     if not runs.empty:  # the model fitted; the run failed part-way and says why
         assert runs.iloc[0]["status"] == "failed" and "full" in runs.iloc[0]["error"]
-        measured = store.measurements(int(runs.iloc[0]["run_id"]))
+        measured = frames.measurements(store, int(runs.iloc[0]["run_id"]))
         assert (measured.groupby("case_id")["metric"].count() > 0).all()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from store import frames
 from store.store import Store
 from tests.conftest import run_decodelab
 
@@ -26,11 +27,11 @@ def utc(value: Any) -> pd.Timestamp:
 
 
 def snapshot(store: Store, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
-    measurements = store.measurements(run_id).drop(columns=["run_id", "case_id", "measurement_id"])
+    measurements = frames.measurements(store, run_id).drop(columns=["run_id", "case_id", "measurement_id"])
     measurements["params"] = measurements["params"].map(lambda params: json.dumps(params, sort_keys=True))
-    ids = store.measurements(run_id)["measurement_id"].tolist()
-    samples = store.samples(ids).drop(columns=["measurement_id"])
-    run = store.runs().set_index("run_id").loc[[run_id]].iloc[0].drop(labels=["started_at"])
+    ids = frames.measurements(store, run_id)["measurement_id"].tolist()
+    samples = frames.samples(store, ids).drop(columns=["measurement_id"])
+    run = frames.runs(store).set_index("run_id").loc[[run_id]].iloc[0].drop(labels=["started_at"])
     return measurements.reset_index(drop=True), samples.reset_index(drop=True), run
 
 
@@ -38,7 +39,7 @@ def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
     filled_store_url: str, store_url: str, tmp_path: Path
 ) -> None:
     source = Store(filled_store_url)
-    run_id = int(source.runs().iloc[-1]["run_id"])
+    run_id = int(frames.runs(source).iloc[-1]["run_id"])
     exported = decodelab(
         "export",
         "--db",
@@ -61,8 +62,8 @@ def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
     assert second.returncode == 0 and ": 0 cases added" in second.stdout
 
     target = Store(store_url)
-    assert len(target.runs()) == 1
-    imported_id = int(target.runs().iloc[0]["run_id"])
+    assert len(frames.runs(target)) == 1
+    imported_id = int(frames.runs(target).iloc[0]["run_id"])
     before, after = snapshot(source, run_id), snapshot(target, imported_id)
     pd.testing.assert_frame_equal(
         before[0].drop(columns=["started_at"]), after[0].drop(columns=["started_at"]), check_dtype=False
@@ -79,7 +80,7 @@ def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
         "wall_seconds",
     ):
         assert before[2][field] == after[2][field], field
-    assert utc(source.runs().iloc[-1]["started_at"]) == utc(target.runs().iloc[0]["started_at"])
+    assert utc(frames.runs(source).iloc[-1]["started_at"]) == utc(frames.runs(target).iloc[0]["started_at"])
 
 
 def test_importing_something_else_is_refused(tmp_path: Path, sqlite_url: str) -> None:

@@ -11,7 +11,7 @@ from runner.corpus import Corpus
 from runner.fields import Field
 from runner.model import CharGPT
 from runner.timing import Harness
-from store.records import MeasurementRecord
+from store.records import MeasurementRecord, RecordedMeasurement
 
 
 @dataclass
@@ -24,10 +24,9 @@ class ExperimentContext:
     harness: Harness
     device: str
     seed: int
-    # Measurements this run already recorded for an experiment, as dicts with params,
-    # metric and value: how a summary case (e.g. a fit over lengths) sees earlier cases,
-    # also after a resume.
-    earlier: Callable[[str], list[dict[str, Any]]] = field(default=lambda experiment: [])
+    # Measurements this run already recorded for an experiment: how a summary case (e.g. a fit
+    # over lengths) sees earlier cases, also after a resume.
+    earlier: Callable[[str], list[RecordedMeasurement]] = field(default=lambda experiment: [])
     # Train (or reuse from the store) another model on the same corpus, e.g. a small draft;
     # arguments: model config, train config, and optionally a teacher to distil from.
     train_model: Callable[..., CharGPT] | None = None

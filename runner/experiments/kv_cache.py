@@ -242,13 +242,13 @@ class KVCacheExperiment:
     def _fit(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         timings: dict[tuple[str, int], float] = {}
         for row in context.earlier(self.name):
-            params = row["params"]
+            params = row.params
             if (
                 params.get("part") == "timing"
                 and params.get("impl") == case["impl"]
-                and row["metric"] in ("seconds_no_cache", "seconds_cache")
+                and row.metric in ("seconds_no_cache", "seconds_cache")
             ):
-                timings[(row["metric"], row["params"]["n"])] = row["value"]
+                timings[(row.metric, row.params["n"])] = row.value
         measurements = []
         for mode in ("no_cache", "cache"):
             lengths = [n for n in case["lengths"] if (f"seconds_{mode}", n) in timings]

@@ -92,9 +92,9 @@ class OverheadExperiment:
     def _fit(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
         points: dict[int, dict[str, float]] = {}
         for row in context.earlier(self.name):
-            params = row["params"]
+            params = row.params
             if params.get("part") == "point" and params.get("impl") == case["impl"]:
-                points.setdefault(params["d_model"], {})[row["metric"]] = row["value"]
+                points.setdefault(params["d_model"], {})[row.metric] = row.value
         usable = [point for point in points.values() if {"seconds_per_token", "mults_per_token"} <= set(point)]
         if len(usable) < 2:
             raise RuntimeError(f"the overhead fit needs two widths, this run has {len(usable)}")

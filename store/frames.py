@@ -1,0 +1,165 @@
+"""The dashboard's reads: pandas DataFrames shaped for its pages, aggregated in SQL where the
+rows are many. The runner never needs these (it reads plain records through store.results)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from sqlalchemy import Select, select
+from sqlalchemy.sql.expression import Selectable
+
+from store.schema import Case, Job, Machine, Measurement, Run, Sample
+
+if TYPE_CHECKING:
+    from store.store import Store
+
+
+def _frame(store: Store, query: Selectable) -> pd.DataFrame:
+    with store.engine.connect() as connection:
+        return pd.read_sql(query, connection)
+
+
+def _decode_params(frame: pd.DataFrame) -> pd.DataFrame:
+    # SQLite's JSON comes back as text through pandas; PostgreSQL's as dicts.
+    if len(frame) and isinstance(frame["params"].iloc[0], str):
+        frame["params"] = frame["params"].map(json.loads)
+    return frame
+
+
+def runs(
+    store: Store,
+    *,
+    machine: str | None = None,
+    experiment: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pd.DataFrame:
+    """One row per run, newest first, with its machine and model."""
+    query = (
+        select(
+            Run.id.label("run_id"),
+            Run.started_at,
+            Run.finished_at,
+            Run.wall_seconds,
+            Run.status,
+            Run.preset,
+            Run.code_version,
+            Run.error,
+            Machine.name.label("machine"),
+            Machine.fingerprint.label("machine_fingerprint"),
+            Run.model_hash,
+            Run.uid,
+        )
+        .join(Machine, Machine.id == Run.machine_id)
+        .order_by(Run.started_at.desc(), Run.id.desc())
+    )
+    if machine is not None:
+        query = query.where(Machine.name == machine)
+    if status is not None:
+        query = query.where(Run.status == status)
+    if since is not None:
+        query = query.where(Run.started_at >= since)
+    if until is not None:
+        query = query.where(Run.started_at <= until)
+    if experiment is not None:
+        query = query.where(select(Case.id).where(Case.run_id == Run.id, Case.experiment == experiment).exists())
+    return _frame(store, query)
+
+
+def _measurement_query() -> Select[Any]:
+    return (
+        select(
+            Measurement.run_id,
+            Machine.name.label("machine"),
+            Measurement.experiment,
+            Measurement.case_id,
+            Case.params,
+            Measurement.metric,
+            Measurement.value,
+            Measurement.unit,
+            Measurement.id.label("measurement_id"),
+            Run.started_at,
+            Machine.fingerprint.label("machine_fingerprint"),
+            Run.model_hash,
+        )
+        .join(Case, Case.id == Measurement.case_id)
+        .join(Run, Run.id == Measurement.run_id)
+        .join(Machine, Machine.id == Run.machine_id)
+        .order_by(Measurement.run_id, Measurement.id)
+    )
+
+
+def measurements(store: Store, run_id: int, experiment: str | None = None) -> pd.DataFrame:
+    """Every measurement of a run, with the case params as a dict column."""
+    query = _measurement_query().where(Measurement.run_id == run_id)
+    if experiment is not None:
+        query = query.where(Measurement.experiment == experiment)
+    return _decode_params(_frame(store, query))
+
+
+def metric_across_runs(
+    store: Store, experiment: str, metric: str, machines: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """One metric of one experiment over every run and machine."""
+    query = _measurement_query().where(Measurement.experiment == experiment, Measurement.metric == metric)
+    if machines:
+        query = query.where(Machine.name.in_(list(machines)))
+    return _decode_params(_frame(store, query))
+
+
+def metric_names(store: Store, experiment: str) -> list[str]:
+    with store.read() as session:
+        query = select(Measurement.metric).where(Measurement.experiment == experiment).distinct()
+        return sorted(session.scalars(query))
+
+
+def samples(store: Store, measurement_ids: Sequence[int]) -> pd.DataFrame:
+    query = (
+        select(Sample.measurement_id, Sample.pair_index, Sample.side, Sample.seconds)
+        .where(Sample.measurement_id.in_(list(measurement_ids)))
+        .order_by(Sample.measurement_id, Sample.pair_index, Sample.side)
+    )
+    return _frame(store, query)
+
+
+def export_rows(store: Store, run_id: int | None = None) -> pd.DataFrame:
+    """The long format: run_id, machine, experiment, params (JSON text), metric, value, unit."""
+    query = _measurement_query()
+    if run_id is not None:
+        query = query.where(Measurement.run_id == run_id)
+    frame = _decode_params(_frame(store, query))
+    frame["params"] = frame["params"].map(lambda params: json.dumps(params, sort_keys=True))
+    return frame[["run_id", "machine", "experiment", "params", "metric", "value", "unit"]]
+
+
+def jobs(store: Store, status: str | None = None, limit: int = 200) -> pd.DataFrame:
+    """The newest jobs first, with their progress and heartbeat."""
+    query = (
+        select(
+            Job.id.label("job_id"),
+            Job.status,
+            Job.preset,
+            Job.machine_name,
+            Job.worker,
+            Job.run_id,
+            Job.cases_done,
+            Job.cases_total,
+            Job.attempts,
+            Job.error,
+            Job.created_at,
+            Job.heartbeat_at,
+            Job.finished_at,
+        )
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
+    if status is not None:
+        query = query.where(Job.status == status)
+    with store.read() as session:
+        rows = session.execute(query).mappings().all()
+    return pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))

@@ -1,0 +1,201 @@
+"""What the runner writes and reads back: machines, models, runs and cases, as plain records
+(no pandas). One transaction per case: a case, its measurements and their samples are whole or
+absent."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from sqlalchemy import Insert, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from store.records import CaseRecord, MachineRecord, ModelRecord, RecordedMeasurement, case_key
+from store.schema import Case, Machine, Measurement, Model, Run, Sample, utc_now
+
+RUN_STATUSES = ("queued", "running", "done", "failed", "interrupted")
+
+
+class Sessions(Protocol):
+    """What a part of the store needs of it: transactions and the backend's name."""
+
+    backend: str
+
+    def read(self) -> AbstractContextManager[Session]: ...
+
+    def write(self) -> AbstractContextManager[Session]: ...
+
+
+def insert_or_skip(backend: str, table: Any, conflict_columns: list[str]) -> Insert:
+    """An INSERT that does nothing when a row with the same ``conflict_columns`` exists (the
+    dialect's ON CONFLICT DO NOTHING), so "already there" is a result, not an error to parse."""
+    dialect_insert = postgresql.insert if backend == "postgresql" else sqlite.insert
+    return dialect_insert(table).on_conflict_do_nothing(index_elements=conflict_columns)
+
+
+class Results:
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+
+    # ---- machines and models -------------------------------------------------------------
+
+    def machine_id(self, machine: MachineRecord) -> int:
+        """The id of this fingerprint, inserting it the first time it is seen."""
+        fingerprint = machine.fingerprint()
+        with self._sessions.write() as session:
+            session.execute(
+                insert_or_skip(self._sessions.backend, Machine, ["fingerprint"]).values(
+                    fingerprint=fingerprint, created_at=utc_now(), **machine.__dict__
+                )
+            )
+            return session.scalars(select(Machine.id).where(Machine.fingerprint == fingerprint)).one()
+
+    def save_model(self, model: ModelRecord) -> int:
+        """Store a checkpoint once by its weights hash; returns its id either way."""
+        fields = {key: value for key, value in model.__dict__.items() if key != "id"}
+        with self._sessions.write() as session:
+            session.execute(
+                insert_or_skip(self._sessions.backend, Model, ["weights_hash"]).values(created_at=utc_now(), **fields)
+            )
+            return session.scalars(select(Model.id).where(Model.weights_hash == model.weights_hash)).one()
+
+    def find_model(self, *, recipe_hash: str | None = None, weights_hash: str | None = None) -> ModelRecord | None:
+        """The newest checkpoint with this training recipe, or with exactly these weights."""
+        query = select(Model).order_by(Model.id.desc()).limit(1)
+        if recipe_hash is not None:
+            query = query.where(Model.recipe_hash == recipe_hash)
+        if weights_hash is not None:
+            query = query.where(Model.weights_hash == weights_hash)
+        with self._sessions.read() as session:
+            row = session.scalar(query)
+            if row is None:
+                return None
+            return ModelRecord(
+                weights_hash=row.weights_hash,
+                recipe_hash=row.recipe_hash,
+                config=row.config,
+                corpus_hash=row.corpus_hash,
+                train_loss=row.train_loss,
+                val_loss=row.val_loss,
+                parameter_count=row.parameter_count,
+                weight_bytes=row.weight_bytes,
+                weights=row.weights,
+                id=row.id,
+            )
+
+    # ---- runs and cases ------------------------------------------------------------------
+
+    def start_run(
+        self,
+        *,
+        machine_id: int,
+        spec: dict[str, Any],
+        code_version: str,
+        model_id: int | None,
+        preset: str | None = None,
+    ) -> int:
+        with self._sessions.write() as session:
+            model_hash = session.scalar(select(Model.weights_hash).where(Model.id == model_id)) if model_id else None
+            run = Run(
+                machine_id=machine_id,
+                model_id=model_id,
+                model_hash=model_hash,
+                spec=spec,
+                code_version=code_version,
+                preset=preset,
+                status="running",
+            )
+            session.add(run)
+            session.flush()
+            return run.id
+
+    def resume_run(self, run_id: int) -> None:
+        with self._sessions.write() as session:
+            session.execute(update(Run).where(Run.id == run_id).values(status="running", error=None, finished_at=None))
+
+    def record_case(self, run_id: int, case: CaseRecord) -> int | None:
+        """Write a case, its measurements and their samples in one transaction.
+
+        Returns the case id, or None when the run already holds this case (a resumed run).
+        """
+        with self._sessions.write() as session:
+            case_id = session.scalar(
+                insert_or_skip(self._sessions.backend, Case, ["run_id", "experiment", "case_key"])
+                .values(
+                    run_id=run_id,
+                    experiment=case.experiment,
+                    case_key=case_key(case.params),
+                    params=case.params,
+                    created_at=utc_now(),
+                )
+                .returning(Case.id)
+            )
+            if case_id is None:
+                return None
+            write_measurements(session, run_id, case_id, case)
+            return case_id
+
+    def recorded_case_keys(self, run_id: int) -> set[tuple[str, str]]:
+        with self._sessions.read() as session:
+            rows = session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run_id))
+            return {(experiment, key) for experiment, key in rows}
+
+    def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]:
+        """What this run recorded for ``experiment`` so far, in order: how a summary case (a fit
+        over lengths) sees the cases before it, also after a resume."""
+        query = (
+            select(Case.params, Measurement.metric, Measurement.value, Measurement.unit)
+            .join(Case, Case.id == Measurement.case_id)
+            .where(Measurement.run_id == run_id, Measurement.experiment == experiment)
+            .order_by(Measurement.id)
+        )
+        with self._sessions.read() as session:
+            return [RecordedMeasurement(*row) for row in session.execute(query)]
+
+    def finish_run(
+        self, run_id: int, status: str, *, error: str | None = None, wall_seconds: float | None = None
+    ) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+        with self._sessions.write() as session:
+            values: dict[str, Any] = {"status": status, "error": error, "finished_at": utc_now()}
+            if wall_seconds is not None:
+                values["wall_seconds"] = wall_seconds
+            session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+    def run_exists(self, run_id: int) -> bool:
+        with self._sessions.read() as session:
+            return session.get(Run, run_id) is not None
+
+
+def write_measurements(session: Session, run_id: int, case_id: int, case: CaseRecord) -> None:
+    """A case's measurements and their samples, in bulk, inside the caller's transaction."""
+    if not case.measurements:
+        return
+    measurement_ids = session.scalars(
+        insert(Measurement).returning(Measurement.id, sort_by_parameter_order=True),
+        [
+            {
+                "case_id": case_id,
+                "run_id": run_id,
+                "experiment": case.experiment,
+                "metric": measurement.metric,
+                "value": float(measurement.value),
+                "unit": measurement.unit,
+            }
+            for measurement in case.measurements
+        ],
+    ).all()
+    samples = [
+        {
+            "measurement_id": measurement_id,
+            "pair_index": sample.pair_index,
+            "side": sample.side,
+            "seconds": sample.seconds,
+        }
+        for measurement_id, measurement in zip(measurement_ids, case.measurements, strict=True)
+        for sample in measurement.samples
+    ]
+    if samples:
+        session.execute(insert(Sample), samples)
