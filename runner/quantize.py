@@ -167,33 +167,41 @@ def quantization_of(model: CharGPT) -> QuantizationInfo:
 
 def weight_bytes(model: nn.Module) -> int:
     """Exact bytes of everything the model keeps to compute: parameters, buffers (quantized
-    values, scales) and the packed weights of dynamic int8 layers; shared storage counted once."""
+    values, scales) and the packed weights of dynamic int8 layers; shared storage counted once.
+
+    Packed weights are counted from their shapes (one byte per int8 value, and each scale and
+    zero point at its own width), never by storage address: unpacking them makes temporary
+    tensors whose freed addresses a later one may reuse, which made the count vary between
+    identical runs."""
     seen: set[int] = set()
     total = 0
 
-    def count(tensor: torch.Tensor) -> None:
+    def count_stored(tensor: torch.Tensor) -> None:
         nonlocal total
-        if tensor.is_quantized:
-            count(tensor.int_repr())  # one byte per value
-            if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-                count(tensor.q_per_channel_scales())
-                count(tensor.q_per_channel_zero_points())
-            return
         pointer = tensor.untyped_storage().data_ptr()
         if pointer in seen:
             return
         seen.add(pointer)
         total += tensor.numel() * tensor.element_size()
 
+    def count_packed(tensor: torch.Tensor) -> int:
+        if not tensor.is_quantized:
+            return tensor.numel() * tensor.element_size()
+        size = tensor.numel() * tensor.element_size()  # one byte per qint8 value
+        if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            scales, zero_points = tensor.q_per_channel_scales(), tensor.q_per_channel_zero_points()
+            size += scales.numel() * scales.element_size() + zero_points.numel() * zero_points.element_size()
+        else:
+            size += 8 + 8  # one float64 scale, one int64 zero point
+        return size
+
     for parameter in model.parameters():
-        count(parameter)
+        count_stored(parameter)
     for buffer in model.buffers():
-        count(buffer)
+        count_stored(buffer)
     for module in model.modules():
         packed = getattr(module, "_packed_params", None)
         if packed is not None and hasattr(packed, "_weight_bias"):
             weight, bias = packed._weight_bias()
-            count(weight)
-            if bias is not None:
-                count(bias)
+            total += count_packed(weight) + (count_packed(bias) if bias is not None else 0)
     return total

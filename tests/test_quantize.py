@@ -63,6 +63,17 @@ def test_byte_counts_are_exact_for_a_known_shape(model: CharGPT) -> None:
     )
 
 
+def test_the_dynamic_int8_kernel_counts_its_packed_weights_exactly(model: CharGPT) -> None:
+    d, layers, vocab, context = 16, 2, 10, 32
+    rows = layers * (3 * d + d + 4 * d + d)
+    linear_weights = layers * 12 * d * d
+    # int8 values, a float64 scale and an int64 zero point per output row, float32 biases; the
+    # embeddings and norms stay float32 parameters.
+    expected = linear_weights + 16 * rows + 4 * rows + 4 * (layers * 4 * d + 2 * d + vocab * d + context * d)
+    counts = {weight_bytes(quantize_model(model, "int8", kernel="dynamic_int8")) for _ in range(5)}
+    assert counts == {expected}
+
+
 def test_int8_logits_are_close_to_float32(model: CharGPT) -> None:
     tokens = torch.randint(0, 10, (1, 20), generator=torch.Generator().manual_seed(1))
     reference = model(tokens)
