@@ -1,7 +1,11 @@
-"""The training text: a default present on every machine with Python, or any UTF-8 file.
+"""The training text: the default shipped with decodelab, or any UTF-8 file.
 
-The default is the English prose of the standard library's ``pydoc_data.topics`` (about
-460 KB), joined in sorted key order so every machine builds the same text and hash.
+The default (runner/data/default_corpus.txt, 465,047 characters) is the English prose of
+CPython 3.11.7's ``pydoc_data.topics``, joined in sorted key order, under the Python Software
+Foundation License (runner/data/DEFAULT_CORPUS_LICENSE.txt). It is a file with a pinned hash
+rather than read from the running Python because that module changes with every CPython
+release: machines on different Pythons would train on different text and get different
+models and n-gram drafts.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import torch
 from runner.errors import InputError
 
 DEFAULT_CORPUS = "default"
+DEFAULT_CORPUS_PATH = Path(__file__).parent / "data" / "default_corpus.txt"
+DEFAULT_CORPUS_SHA256 = "d9dc35bce5ab1a24ed7f4c3c9b7c22450410e9d68279e3426db458c6be371621"
 VALIDATION_FRACTION = 0.1
 
 
@@ -62,9 +68,19 @@ class Corpus:
 
 
 def default_text() -> str:
-    from pydoc_data import topics
-
-    return "\n\n".join(topics.topics[key].strip() for key in sorted(topics.topics))
+    """The shipped default corpus, refused unless its hash is the pinned one."""
+    try:
+        text = DEFAULT_CORPUS_PATH.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"corpus: cannot read the default corpus {str(DEFAULT_CORPUS_PATH)!r} ({error})") from None
+    found = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if found != DEFAULT_CORPUS_SHA256:
+        raise InputError(
+            f"corpus: the default corpus {str(DEFAULT_CORPUS_PATH)!r} has sha256 {found[:12]}…, not the pinned "
+            f"{DEFAULT_CORPUS_SHA256[:12]}… (allowed: the file as shipped; restore it, or give your own file as "
+            "model.corpus)"
+        )
+    return text
 
 
 def load_corpus(source: str = DEFAULT_CORPUS, min_length: int = 0) -> Corpus:

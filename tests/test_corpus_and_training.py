@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.corpus import load_corpus
+import runner.corpus
+from runner.corpus import DEFAULT_CORPUS_SHA256, load_corpus
 from runner.errors import InputError
 from runner.model import ModelConfig
 from runner.train import TrainConfig, evaluate_loss, train, train_or_reuse
@@ -16,12 +17,22 @@ from store.store import Store
 
 def test_the_default_corpus_is_the_same_everywhere() -> None:
     corpus = load_corpus()
-    assert len(corpus.text) > 100_000
-    assert corpus.content_hash == load_corpus().content_hash
+    # The shipped file with its pinned hash, whatever Python version runs.
+    assert corpus.content_hash == DEFAULT_CORPUS_SHA256
+    assert len(corpus.text) == 465_047
     assert corpus.decode(corpus.encode("the cache")) == "the cache"
     train_tokens, validation_tokens = corpus.split()
     assert len(train_tokens) + len(validation_tokens) == len(corpus.text)
     assert 2.0 < corpus.unigram_entropy_nats() < 4.5
+
+
+def test_a_changed_default_corpus_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    edited = tmp_path / "default_corpus.txt"
+    edited.write_text(runner.corpus.DEFAULT_CORPUS_PATH.read_text(encoding="utf-8") + "!", encoding="utf-8")
+    monkeypatch.setattr(runner.corpus, "DEFAULT_CORPUS_PATH", edited)
+    with pytest.raises(InputError, match="not the pinned") as refused:
+        load_corpus()
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
