@@ -69,13 +69,17 @@ def kv_speedup(timing: pd.DataFrame) -> Figure:
 
 
 def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
+    """Received fraction per point, one bar per impl side by side (never stacked)."""
+    by_impl = {"color": alt.Color("impl:N"), "xOffset": "impl:N"} if "impl" in frame.columns else {}
+    impl_tooltip = ["impl"] if by_impl else []
     return (
         _base(frame)
         .mark_bar()
         .encode(
             x=alt.X(f"{x}:O"),
-            y=alt.Y("received_fraction:Q", axis=alt.Axis(format="%"), title="received fraction"),
-            tooltip=[x, "received_fraction", "measured_speedup", "arithmetic_ratio"],
+            y=alt.Y("received_fraction:Q", axis=alt.Axis(format="%"), title="received fraction (dense count)"),
+            tooltip=[x, *impl_tooltip, "received_fraction", "measured_speedup", "arithmetic_ratio"],
+            **by_impl,
         )
     )
 

@@ -62,11 +62,34 @@ def part(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def with_impl(frame: pd.DataFrame) -> pd.DataFrame:
-    """Speculative rows with their target impl; runs recorded before impls existed ran ``static``."""
+    """Rows with their impl; cases recorded before impls existed ran ``static``."""
     if frame.empty:
         return frame
     impl = frame["impl"] if "impl" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
     return frame.assign(impl=impl.fillna("static"))
+
+
+def with_no_cache_path(timing: pd.DataFrame) -> pd.DataFrame:
+    """KV timing rows with ``no_cache_impl``, the path their baseline ran through, and
+    ``baseline``, how a reader should take their measured_speedup. Cases recorded before
+    per-impl baselines lack the param: their baseline was the eager (static) no-cache forward
+    whatever the impl, so a compiled impl's speedup there mixes the compiler's gain with the
+    cache's."""
+    if timing.empty:
+        return timing
+    frame = with_impl(timing)
+    recorded = (
+        frame["no_cache_impl"].astype(object)
+        if "no_cache_impl" in frame.columns
+        else pd.Series(None, index=frame.index, dtype=object)
+    )
+    frame = frame.assign(no_cache_impl=recorded.fillna("static"))
+    same = frame["no_cache_impl"] == frame["impl"]
+    old = recorded.isna() & ~same
+    frame["baseline"] = "no cache, same impl"
+    frame.loc[old, "baseline"] = "eager no cache (old definition, before per-impl baselines)"
+    frame.loc[~same & ~old, "baseline"] = "no cache through " + frame["no_cache_impl"]
+    return frame
 
 
 def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
@@ -156,16 +179,16 @@ def load_metric_names(url: str, experiment: str) -> list[str]:
 
 def calibrated_prediction(timing: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     """Predicted times for each KV timing point from the overhead fit (seconds per token =
-    a + b·mults): the cached side with its impl's fit, the uncached side with the static one
-    (it runs eager full forwards whatever the impl)."""
+    a + b·mults): the cached side with its impl's fit, the uncached side with the fit of the
+    impl its no-cache path ran through."""
     if timing.empty or fits.empty or "mults_cache_with_lm_head" not in timing.columns:
         return pd.DataFrame()
     by_impl = fits.set_index("impl")
     rows = []
-    for row in timing.to_dict("records"):
-        if row["impl"] not in by_impl.index or "static" not in by_impl.index:
+    for row in with_no_cache_path(timing).to_dict("records"):
+        if row["impl"] not in by_impl.index or row["no_cache_impl"] not in by_impl.index:
             continue
-        cached, eager = by_impl.loc[row["impl"]], by_impl.loc["static"]
+        cached, eager = by_impl.loc[row["impl"]], by_impl.loc[row["no_cache_impl"]]
         n = row["n"]
         predicted_cache = (
             cached["overhead_seconds_per_token"] * n + cached["seconds_per_mult"] * row["mults_cache_with_lm_head"]

@@ -6,8 +6,16 @@ exact integers; closed forms beside it must agree with the counter for any size.
 
 What is counted: the products of projections, attention scores, value mixing and the MLP.
 LayerNorm, softmax, GELU and the 1/√d scale are not matrix products and are left out, as in
-the write-ups. Without a cache the whole context is pushed through every step and the full
-t×t score matrix is formed (as a batched matmul does before masking), hence 2·t²·d.
+the write-ups. Without a cache the whole context is pushed through every step; two counts of
+its attention stand side by side:
+
+- dense (the write-ups' count): the full t×t score matrix is formed and masked afterwards, as a
+  plain batched matmul does, hence 2·t²·d per block and step;
+- causal: only the t(t+1)/2 visible (query, key) pairs are formed, as a causal attention kernel
+  that skips the blocks above the diagonal does (PyTorch's CPU SDPA with ``is_causal=True``),
+  hence d·t·(t+1) per block and step.
+
+With the cache every new query sees every cached key: both counts are 2·t·d.
 """
 
 from __future__ import annotations
@@ -157,14 +165,23 @@ def _block_position(
     return [a + b for a, b in zip(hidden, matvec(weights.down, up, counter), strict=True)]
 
 
-def block_step_no_cache(inputs: Matrix, weights: BlockWeights, counter: Counter) -> Matrix:
-    """Push every position through the block. Every query meets every key (the full t×t
-    score matrix, masked afterwards), so attention costs 2·t²·d."""
+def block_step_no_cache(inputs: Matrix, weights: BlockWeights, counter: Counter, causal: bool = False) -> Matrix:
+    """Push every position through the block. Dense: every query meets every key (the full t×t
+    score matrix, masked afterwards), so attention costs 2·t²·d. Causal: each query meets only
+    the keys up to its own position, d·t·(t+1). The outputs are the same."""
     projected = [_qkv(x, weights, counter) for x in inputs]
     keys = [key for _, key, _ in projected]
     values = [value for _, _, value in projected]
     return [
-        _block_position(x, query, keys, values, position + 1, weights, counter)
+        _block_position(
+            x,
+            query,
+            keys[: position + 1] if causal else keys,
+            values[: position + 1] if causal else values,
+            position + 1,
+            weights,
+            counter,
+        )
         for position, (x, (query, _, _)) in enumerate(zip(inputs, projected, strict=True))
     ]
 
@@ -180,13 +197,17 @@ def block_step_cache(
     return _block_position(new_input, query, keys, values, len(keys), weights, counter)
 
 
-def block_step_mults(t: int, d: int, cache: bool) -> int:
-    """Per block at a step with t positions: 12·t·d² + 2·t²·d without cache, 12·d² + 2·t·d with."""
-    return 12 * d * d + 2 * t * d if cache else 12 * t * d * d + 2 * t * t * d
+def block_step_mults(t: int, d: int, cache: bool, causal: bool = False) -> int:
+    """Per block at a step with t positions: 12·t·d² + 2·t²·d without cache (12·t·d² + d·t·(t+1)
+    causal), 12·d² + 2·t·d with."""
+    if cache:
+        return 12 * d * d + 2 * t * d
+    return 12 * t * d * d + (d * t * (t + 1) if causal else 2 * t * t * d)
 
 
-def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int = 0) -> int:
-    """All n steps (contexts 1..n) of all blocks, in closed form.
+def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int = 0, causal: bool = False) -> int:
+    """All n steps (contexts 1..n) of all blocks, in closed form; ``causal`` counts only the
+    visible score pairs of the no-cache path (the cached path is the same either way).
 
     ``vocab_size`` adds the lm head (V·d per position pushed through): the write-ups' table
     (32.9 … 579.9) matches the blocks plus a head of about 100 characters, while their
@@ -195,10 +216,14 @@ def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int =
     triangle = n * (n + 1) // 2
     if cache:
         return layers * (12 * d * d * n + 2 * d * triangle) + vocab_size * d * n
-    squares = n * (n + 1) * (2 * n + 1) // 6
-    return layers * (12 * d * d * triangle + 2 * d * squares) + vocab_size * d * triangle
+    if causal:  # Σ_t d·t·(t+1) = d·n(n+1)(n+2)/3
+        attention = d * n * (n + 1) * (n + 2) // 3
+    else:  # Σ_t 2·t²·d
+        attention = 2 * d * (n * (n + 1) * (2 * n + 1) // 6)
+    return layers * (12 * d * d * triangle + attention) + vocab_size * d * triangle
 
 
-def arithmetic_ratio(n: int, d: int, layers: int, vocab_size: int = 0) -> float:
-    """How many times fewer multiplications the cache needs over a whole generation."""
-    return generation_mults(n, d, layers, False, vocab_size) / generation_mults(n, d, layers, True, vocab_size)
+def arithmetic_ratio(n: int, d: int, layers: int, vocab_size: int = 0, causal: bool = False) -> float:
+    """How many times fewer multiplications the cache needs over a whole generation (against
+    the dense or the causal count of the no-cache path)."""
+    return generation_mults(n, d, layers, False, vocab_size, causal) / generation_mults(n, d, layers, True, vocab_size)

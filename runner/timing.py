@@ -4,6 +4,7 @@
 - Min-of-N: the least disturbed of N runs of one function.
 - Paired A/B: alternate baseline (A) and candidate (B); one ratio A/B per pair, so drift
   that hits both sides of a pair cancels. Report the median ratio and the min–max band.
+  Interleaved rounds do the same for three or more functions, any two of which pair up.
 Both return their raw samples as well as the summary, so the store keeps what was measured.
 """
 
@@ -141,6 +142,31 @@ class Harness:
                 per_call[index].append(total / rounds)
         return tuple(MinOfN(tuple(seconds)) for seconds in per_call)
 
+    def interleaved(
+        self,
+        functions: Sequence[Callable[[], object]],
+        rounds: int,
+        between: Callable[[], object] | None = None,
+    ) -> tuple[tuple[float, ...], ...]:
+        """Time every function once per round, rotating which goes first (round r starts with
+        function r mod len), after one warm-up of each. Returns each function's seconds, one per
+        round, so any two of them form pairs that saw the machine in the same state.
+
+        ``between``, if given, runs untimed after every round: a measurement that should see the
+        machine as each round saw it (cost breakdowns to set beside the round's ratio)."""
+        if rounds < 1:
+            raise ValueError("rounds must be at least 1")
+        self._warm(*functions)
+        seconds: list[list[float]] = [[] for _ in functions]
+        for index in range(rounds):
+            # Rotating the order cancels a systematic first-mover effect too.
+            for offset in range(len(functions)):
+                position = (index + offset) % len(functions)
+                seconds[position].append(self.time_once(functions[position]))
+            if between is not None:
+                between()
+        return tuple(tuple(times) for times in seconds)
+
     def paired(
         self,
         baseline: Callable[[], object],
@@ -148,21 +174,8 @@ class Harness:
         pairs: int = 5,
         between: Callable[[], object] | None = None,
     ) -> Paired:
-        """``between``, if given, runs untimed after every pair: a measurement that should see
-        the machine as each pair saw it (cost breakdowns to set beside the pair's ratio)."""
+        """Baseline and candidate alternating (A B, B A, A B …): ``interleaved`` of two."""
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
-        self._warm(baseline, candidate)
-        baseline_seconds: list[float] = []
-        candidate_seconds: list[float] = []
-        for index in range(pairs):
-            # Alternate which side goes first so a systematic first-mover effect cancels too.
-            if index % 2 == 0:
-                baseline_seconds.append(self.time_once(baseline))
-                candidate_seconds.append(self.time_once(candidate))
-            else:
-                candidate_seconds.append(self.time_once(candidate))
-                baseline_seconds.append(self.time_once(baseline))
-            if between is not None:
-                between()
-        return Paired(tuple(baseline_seconds), tuple(candidate_seconds))
+        baseline_seconds, candidate_seconds = self.interleaved((baseline, candidate), pairs, between)
+        return Paired(baseline_seconds, candidate_seconds)

@@ -89,6 +89,27 @@ def test_the_best_speedup_is_picked_per_impl_and_old_runs_count_as_static() -> N
     assert data.best_speedup_by_impl(pd.DataFrame()).empty
 
 
+def test_kv_timing_rows_say_which_no_cache_path_their_speedup_divides() -> None:
+    timing = pd.DataFrame(
+        {
+            "n": [64, 64, 64, 64],
+            "impl": ["static", "fast", "fast", None],
+            "no_cache_impl": [None, None, "fast", None],
+            "measured_speedup": [2.0, 9.0, 2.5, 2.1],
+        }
+    )
+    labelled = data.with_no_cache_path(timing)
+    assert labelled["no_cache_impl"].tolist() == ["static", "static", "fast", "static"]
+    assert labelled["baseline"].tolist() == [
+        "no cache, same impl",  # an old static row meant what a new one means
+        "eager no cache (old definition, before per-impl baselines)",
+        "no cache, same impl",
+        "no cache, same impl",
+    ]
+    # A store written before the param existed has no such column at all.
+    assert data.with_no_cache_path(timing.drop(columns="no_cache_impl"))["baseline"].tolist()[1].startswith("eager")
+
+
 def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     memory = pd.DataFrame(
         {

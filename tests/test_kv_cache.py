@@ -69,14 +69,18 @@ def test_the_counter_equals_the_closed_form(d_heads: tuple[int, int], layers: in
     blocks = [counting.BlockWeights.random(d, heads, seed + layer) for layer in range(layers)]
     generator = random.Random(seed)
     inputs = [[generator.gauss(0, 1) for _ in range(d)] for _ in range(n)]
-    without, with_cache = counting.Counter(), counting.Counter()
+    without, causal, with_cache = counting.Counter(), counting.Counter(), counting.Counter()
     caches: list[tuple[counting.Matrix, counting.Matrix]] = [([], []) for _ in blocks]
     for t in range(1, n + 1):
-        before = without.mults
-        hidden = inputs[:t]
+        before, before_causal = without.mults, causal.mults
+        hidden, hidden_causal = inputs[:t], inputs[:t]
         for block in blocks:
             hidden = counting.block_step_no_cache(hidden, block, without)
+            hidden_causal = counting.block_step_no_cache(hidden_causal, block, causal, causal=True)
         assert without.mults - before == layers * counting.block_step_mults(t, d, cache=False)
+        assert causal.mults - before_causal == layers * counting.block_step_mults(t, d, cache=False, causal=True)
+        # Skipping the masked pairs changes the count, not the result.
+        assert max(abs(a - b) for a, b in zip(hidden[-1], hidden_causal[-1], strict=True)) < 1e-9
         before = with_cache.mults
         new = inputs[t - 1]
         for block, cache in zip(blocks, caches, strict=True):
@@ -84,6 +88,7 @@ def test_the_counter_equals_the_closed_form(d_heads: tuple[int, int], layers: in
         assert with_cache.mults - before == layers * counting.block_step_mults(t, d, cache=True)
         assert max(abs(a - b) for a, b in zip(hidden[-1], new, strict=True)) < 1e-9
     assert without.mults == counting.generation_mults(n, d, layers, cache=False)
+    assert causal.mults == counting.generation_mults(n, d, layers, cache=False, causal=True)
     assert with_cache.mults == counting.generation_mults(n, d, layers, cache=True)
 
 
@@ -107,6 +112,11 @@ def test_one_head_per_token_counts(d: int, n: int, seed: int) -> None:
 
 def test_the_model_shaped_arithmetic_ratio() -> None:
     assert counting.arithmetic_ratio(256, 128, 3) == pytest.approx(134.59, abs=0.005)
+    # Counting only the visible score pairs: blocks 3·(12·d²·T(n) + d·n(n+1)(n+2)/3) over the cache's.
+    d, n = 128, 256
+    causal = 3 * (12 * d * d * n * (n + 1) // 2 + d * n * (n + 1) * (n + 2) // 3)
+    assert counting.generation_mults(n, d, 3, cache=False, causal=True) == causal
+    assert counting.arithmetic_ratio(n, d, 3, causal=True) == pytest.approx(122.41, abs=0.005)
     lengths = (64, 128, 256, 512, 1024)
     assert [round(counting.arithmetic_ratio(n, 128, 3), 1) for n in lengths] == [32.9, 66.1, 134.6, 277.8, 580.7]
     # The write-ups' table also counts an lm head of about 100 characters.
@@ -134,12 +144,17 @@ def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
         "strings_identical",
         "max_logit_diff",
         "mults_no_cache",
+        "mults_no_cache_causal",
         "mults_cache",
         "arithmetic_ratio",
+        "arithmetic_ratio_causal",
         "seconds_no_cache",
         "seconds_cache",
+        "seconds_eager_no_cache",
         "measured_speedup",
+        "speedup_vs_eager_no_cache",
         "received_fraction",
+        "received_fraction_causal",
         "slope_no_cache",
         "slope_cache",
         "cache_bytes",
@@ -151,8 +166,24 @@ def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
     def value(part: str, metric: str) -> float:
         return float(rows.loc[(rows["part"] == part) & (rows["metric"] == metric), "value"].iloc[0])
 
-    assert value("equivalence", "strings_identical") == 1.0
-    assert value("equivalence", "greedy_identical") == 1.0
+    equivalence = rows[rows["part"] == "equivalence"]
+    # Every impl's cache against the no-cache reference, sampled and greedy.
+    assert {params["impl"] for params in equivalence["params"]} == {"static", "fast"}
+    for metric in ("strings_identical", "greedy_identical", "within_tolerance"):
+        assert (equivalence.loc[equivalence["metric"] == metric, "value"] == 1.0).all()
+    assert len(equivalence[equivalence["metric"] == "max_logit_diff"]) == 2
+    timed = rows[rows["part"] == "timing"]
+    assert (timed.loc[timed["metric"] == "tokens_identical_no_cache_vs_cache", "value"] == 1.0).all()
+    # The same-impl baseline is named in the params; static's cross-impl ratio is its own.
+    assert all(params["no_cache_impl"] == params["impl"] for params in timed["params"])
+    static = timed[timed["params"].map(lambda params: params["impl"] == "static")]
+    assert static.loc[static["metric"] == "measured_speedup", "value"].tolist() == (
+        static.loc[static["metric"] == "speedup_vs_eager_no_cache", "value"].tolist()
+    )
+    assert value("counter_check", "counted_mults_no_cache_causal") == value(
+        "counter_check", "closed_form_mults_no_cache_causal"
+    )
+    assert value("counts", "mults_no_cache_causal") < value("counts", "mults_no_cache")
     assert value("counter_check", "counter_matches_closed_form") == 1.0
     assert value("rounded_cache", "exceeds_tolerance") == 1.0
     assert value("memory", "cache_bytes") == 2 * 1 * 16 * 32 * 4  # 2 · layers · n · d · float32

@@ -48,6 +48,22 @@ def test_min_of_n_keeps_every_sample_and_the_minimum() -> None:
     assert [sample.seconds for sample in measurement.samples] == [3.0, 2.0, 4.0]
 
 
+def test_interleaved_rounds_rotate_the_order_and_pair_up() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+    functions = [clock.taking(seconds, name, order) for seconds, name in ((4.0, "A"), (2.0, "B"), (1.0, "C"))]
+    seen_after_rounds: list[int] = []
+    seconds = Harness(clock=clock, warmup=1).interleaved(
+        functions, rounds=3, between=lambda: seen_after_rounds.append(len(order))
+    )
+    # One warm-up each, then rounds starting with A, B and C in turn.
+    assert order == ["A", "B", "C", "A", "B", "C", "B", "C", "A", "C", "A", "B"]
+    assert seconds == ((4.0, 4.0, 4.0), (2.0, 2.0, 2.0), (1.0, 1.0, 1.0))
+    assert seen_after_rounds == [6, 9, 12]
+    with pytest.raises(ValueError, match="rounds"):
+        Harness(clock=clock).interleaved(functions, rounds=0)
+
+
 def test_paired_alternates_and_reports_median_and_band() -> None:
     clock = FakeClock()
     order: list[str] = []

@@ -3,10 +3,14 @@ clock deliver, how does time grow with n, what does it cost in memory, and what 
 the cache is written lossily.
 
 Parts, each a kind of case (param ``part``):
-- equivalence: same seed, sampled and greedy text with and without cache; max logit diff.
-- counter_check: the pure-Python counting path against the closed forms at a small shape.
-- counts: closed-form multiplications for the model's real shape per length.
-- timing: no cache vs cache, paired (their minima are the min-of-N figures).
+- equivalence: per impl, same seed, sampled and greedy text with the impl's cache against the
+  no-cache reference (the eager full forward); max logit diff.
+- counter_check: the pure-Python counting path against the closed forms (dense and causal
+  attention counts) at a small shape.
+- counts: closed-form multiplications for the model's real shape per length, dense and causal.
+- timing: per impl, no cache through that impl vs its cache, paired (their minima are the
+  min-of-N figures); for impls other than ``static`` the eager no-cache path is timed in the
+  same rounds, for the cross-impl figure ``speedup_vs_eager_no_cache``.
 - width: the same at one length over widths, on untrained weights (timing needs no training).
 - fit: log–log fit of time against n from this run's timing cases.
 - memory: cache bytes against the weights, for every kv-head count that divides the heads.
@@ -16,6 +20,7 @@ Parts, each a kind of case (param ``part``):
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +31,7 @@ from runner.experiments import ExperimentContext
 from runner.fields import Field
 from runner.fitting import fit_power_law
 from runner.model import CACHE_ROUNDINGS, CharGPT, ModelConfig
+from runner.timing import Paired
 from store.records import MeasurementRecord
 
 # The largest |logit difference| the cached path may show against the uncached one: float32
@@ -76,12 +82,22 @@ class KVCacheExperiment:
         shape = {"d_model": model["d_model"], "n_layer": model["n_layer"]}
         pairs = params["pairs"]
         cases: list[dict[str, Any]] = [
-            {"part": "equivalence", "n": params["equivalence_tokens"], "tolerance": EQUIVALENCE_TOLERANCE, **shape},
-            {"part": "counter_check", **COUNTER_CHECK_SHAPE},
+            {
+                "part": "equivalence",
+                "impl": impl,
+                "reference": "static_no_cache",
+                "n": params["equivalence_tokens"],
+                "tolerance": EQUIVALENCE_TOLERANCE,
+                **shape,
+            }
+            for impl in params["impls"]
         ]
+        cases.append({"part": "counter_check", **COUNTER_CHECK_SHAPE})
         cases += [{"part": "counts", "n": n, **shape} for n in params["lengths"]]
+        # ``no_cache_impl`` names the baseline's path: timing cases recorded before it existed
+        # divided an eager no-cache time by every impl's cached time.
         cases += [
-            {"part": "timing", "n": n, "impl": impl, "pairs": pairs, **shape}
+            {"part": "timing", "n": n, "impl": impl, "no_cache_impl": impl, "pairs": pairs, **shape}
             for impl in params["impls"]
             for n in params["lengths"]
         ]
@@ -93,13 +109,15 @@ class KVCacheExperiment:
                 "d_model": d,
                 "weights": "untrained",
                 "impl": "static",
+                "no_cache_impl": "static",
                 "pairs": pairs,
             }
             for d in params["widths"]
         ]
         if len(params["lengths"]) >= 2:
             cases += [
-                {"part": "fit", "impl": impl, "lengths": sorted(params["lengths"]), **shape} for impl in params["impls"]
+                {"part": "fit", "impl": impl, "no_cache_impl": impl, "lengths": sorted(params["lengths"]), **shape}
+                for impl in params["impls"]
             ]
         cases += [{"part": "memory", "n": n, "dtype": "float32", **shape} for n in params["memory_lengths"]]
         cases += [
@@ -124,16 +142,17 @@ class KVCacheExperiment:
         return context.corpus.encode(context.corpus.text[:1])
 
     def _equivalence(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        model, prompt, n = context.model, self._prompt(context), case["n"]
-        sampled = [
-            generate(model, prompt, n, use_cache=use_cache, temperature=1.0, seed=context.seed, keep_logits=True)
-            for use_cache in (False, True)
-        ]
-        greedy = [generate(model, prompt, n, use_cache=use_cache, temperature=0.0) for use_cache in (False, True)]
-        difference, _ = comparable_difference(*sampled)
+        model, prompt, n, impl = context.model, self._prompt(context), case["n"], case.get("impl", "static")
+        reference_sampled = generate(
+            model, prompt, n, use_cache=False, temperature=1.0, seed=context.seed, keep_logits=True
+        )
+        cached_sampled = generate(model, prompt, n, temperature=1.0, seed=context.seed, keep_logits=True, impl=impl)
+        reference_greedy = generate(model, prompt, n, use_cache=False, temperature=0.0)
+        cached_greedy = generate(model, prompt, n, temperature=0.0, impl=impl)
+        difference, _ = comparable_difference(reference_sampled, cached_sampled)
         return [
-            _measure("strings_identical", sampled[0].tokens == sampled[1].tokens, "bool"),
-            _measure("greedy_identical", greedy[0].tokens == greedy[1].tokens, "bool"),
+            _measure("strings_identical", reference_sampled.tokens == cached_sampled.tokens, "bool"),
+            _measure("greedy_identical", reference_greedy.tokens == cached_greedy.tokens, "bool"),
             _measure("max_logit_diff", difference, "logit"),
             _measure("within_tolerance", difference <= case["tolerance"], "bool"),
         ]
@@ -143,18 +162,22 @@ class KVCacheExperiment:
         blocks = [counting.BlockWeights.random(d, heads, seed=context.seed + layer) for layer in range(layers)]
         generator = random.Random(context.seed)
         inputs = [[generator.gauss(0.0, 1.0) for _ in range(d)] for _ in range(n)]
-        without, with_cache = counting.Counter(), counting.Counter()
+        without, causal, with_cache = counting.Counter(), counting.Counter(), counting.Counter()
         caches = [([], []) for _ in blocks]  # type: list[tuple[counting.Matrix, counting.Matrix]]
         largest_difference = 0.0
         for t in range(1, n + 1):
-            hidden = inputs[:t]
+            hidden, hidden_causal = inputs[:t], inputs[:t]
             for block in blocks:
                 hidden = counting.block_step_no_cache(hidden, block, without)
+                hidden_causal = counting.block_step_no_cache(hidden_causal, block, causal, causal=True)
             new = inputs[t - 1]
             for block, cache in zip(blocks, caches, strict=True):
                 new = counting.block_step_cache(new, cache, block, with_cache)
-            largest_difference = max(largest_difference, max(abs(a - b) for a, b in zip(hidden[-1], new, strict=True)))
+            for output in (new, hidden_causal[-1]):
+                difference = max(abs(a - b) for a, b in zip(hidden[-1], output, strict=True))
+                largest_difference = max(largest_difference, difference)
         closed_without = counting.generation_mults(n, d, layers, cache=False)
+        closed_causal = counting.generation_mults(n, d, layers, cache=False, causal=True)
         closed_with = counting.generation_mults(n, d, layers, cache=True)
         head = counting.HeadWeights.random(d, seed=context.seed)
         head_counter = counting.Counter()
@@ -164,9 +187,11 @@ class KVCacheExperiment:
             _measure("counted_mults_cache", with_cache.mults, "multiplications"),
             _measure("closed_form_mults_no_cache", closed_without, "multiplications"),
             _measure("closed_form_mults_cache", closed_with, "multiplications"),
+            _measure("counted_mults_no_cache_causal", causal.mults, "multiplications"),
+            _measure("closed_form_mults_no_cache_causal", closed_causal, "multiplications"),
             _measure(
                 "counter_matches_closed_form",
-                without.mults == closed_without and with_cache.mults == closed_with,
+                without.mults == closed_without and with_cache.mults == closed_with and causal.mults == closed_causal,
                 "bool",
             ),
             _measure("head_counted_mults_no_cache", head_counter.mults, "multiplications"),
@@ -181,6 +206,12 @@ class KVCacheExperiment:
             _measure("mults_cache", counting.generation_mults(n, d, layers, cache=True), "multiplications"),
             _measure("arithmetic_ratio", counting.arithmetic_ratio(n, d, layers), "ratio"),
             _measure(
+                "mults_no_cache_causal",
+                counting.generation_mults(n, d, layers, cache=False, causal=True),
+                "multiplications",
+            ),
+            _measure("arithmetic_ratio_causal", counting.arithmetic_ratio(n, d, layers, causal=True), "ratio"),
+            _measure(
                 "arithmetic_ratio_with_lm_head",
                 counting.arithmetic_ratio(n, d, layers, vocab_size=context.model.config.vocab_size),
                 "ratio",
@@ -190,35 +221,47 @@ class KVCacheExperiment:
         ]
 
     def _time(self, model: CharGPT, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        n, prompt = case["n"], self._prompt(context)
-        paired = context.harness.paired(
-            lambda: generate(model, prompt, n, use_cache=False, temperature=0.0),
-            lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=case["impl"]),
-            pairs=case["pairs"],
+        """Generation without the cache against generation with it, both through the case's impl,
+        in paired rounds; for an impl other than ``static`` the eager no-cache path runs in the
+        same rounds, so the compiler's gain and the cache's are reported apart."""
+        n, prompt, impl = case["n"], self._prompt(context), case["impl"]
+        sides: dict[str, Callable[[], object]] = {
+            "no_cache": lambda: generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl),
+            "cache": lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
+        }
+        if impl != "static":
+            sides["eager_no_cache"] = lambda: generate(model, prompt, n, use_cache=False, temperature=0.0)
+        same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == (
+            generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
         )
-        arithmetic = counting.arithmetic_ratio(n, model.config.d_model, model.config.n_layer)
-        speedup, low, high = paired.measurements("measured_speedup")
+        rounds = dict(zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"]), strict=True))
+        same_impl = Paired(rounds["no_cache"], rounds["cache"])
+        cross_impl = Paired(rounds.get("eager_no_cache", rounds["no_cache"]), rounds["cache"])
+        config = model.config
+        arithmetic = counting.arithmetic_ratio(n, config.d_model, config.n_layer)
+        arithmetic_causal = counting.arithmetic_ratio(n, config.d_model, config.n_layer, causal=True)
         return [
-            _measure("seconds_no_cache", min(paired.baseline_seconds), "seconds"),
-            _measure("seconds_cache", min(paired.candidate_seconds), "seconds"),
-            _measure("seconds_per_token_cache", min(paired.candidate_seconds) / n, "seconds"),
-            speedup,
-            low,
-            high,
-            _measure("min_ratio_speedup", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),
+            _measure("seconds_no_cache", min(same_impl.baseline_seconds), "seconds"),
+            _measure("seconds_cache", min(same_impl.candidate_seconds), "seconds"),
+            _measure("seconds_eager_no_cache", min(cross_impl.baseline_seconds), "seconds"),
+            _measure("seconds_per_token_cache", min(same_impl.candidate_seconds) / n, "seconds"),
+            _measure("tokens_identical_no_cache_vs_cache", same_tokens, "bool"),
+            *same_impl.measurements("measured_speedup"),
+            _measure("min_ratio_speedup", min(same_impl.baseline_seconds) / min(same_impl.candidate_seconds), "ratio"),
+            *cross_impl.measurements("speedup_vs_eager_no_cache"),
             _measure("arithmetic_ratio", arithmetic, "ratio"),
-            _measure("received_fraction", paired.median / arithmetic, "ratio"),
+            _measure("arithmetic_ratio_causal", arithmetic_causal, "ratio"),
+            _measure("received_fraction", same_impl.median / arithmetic, "ratio"),
+            _measure("received_fraction_causal", same_impl.median / arithmetic_causal, "ratio"),
             # What the overhead experiment's a + b·mults calibration needs to predict this point.
             _measure(
                 "mults_no_cache_with_lm_head",
-                counting.generation_mults(
-                    n, model.config.d_model, model.config.n_layer, False, model.config.vocab_size
-                ),
+                counting.generation_mults(n, config.d_model, config.n_layer, False, config.vocab_size),
                 "multiplications",
             ),
             _measure(
                 "mults_cache_with_lm_head",
-                counting.generation_mults(n, model.config.d_model, model.config.n_layer, True, model.config.vocab_size),
+                counting.generation_mults(n, config.d_model, config.n_layer, True, config.vocab_size),
                 "multiplications",
             ),
         ]
