@@ -157,29 +157,35 @@ def speedup_bands(speculative: pd.DataFrame) -> Figure:
     return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
 
 
-def predicted_vs_measured(speculative: pd.DataFrame) -> Figure:
+# The models a measured speedup is set beside, by metric: what each is, in a legend's words.
+SPEEDUP_MODELS = {
+    "predicted_speedup_a_priori": "a priori: E / (v + k·c), before the run",
+    "writeup_formula_speedup": "write-ups' formula: cpp / (1 + k·c), after the run",
+    "component_model_speedup": "component model: cpp / (v + k·c), after the run",
+}
+
+
+def predicted_vs_measured(speculative: pd.DataFrame, models: list[str] | None = None) -> Figure:
+    """Each model's speedup against the measured median, with the y = x line; ``models`` picks
+    which of SPEEDUP_MODELS (default: every one the frame has)."""
+    chosen = [model for model in (models or list(SPEEDUP_MODELS)) if model in speculative.columns]
     long = speculative.melt(
-        id_vars=["draft", "k", "speedup_median"],
-        value_vars=["predicted_speedup", "predicted_speedup_refined"],
-        var_name="formula",
-        value_name="predicted",
+        id_vars=["draft", "k", "speedup_median"], value_vars=chosen, var_name="model", value_name="modelled"
     )
-    long["formula"] = long["formula"].map(
-        {"predicted_speedup": "cpp / (1 + k·c)", "predicted_speedup_refined": "cpp / (c_v + k·c)"}
-    )
+    long["model"] = long["model"].map(SPEEDUP_MODELS)
     points = (
         _base(long)
         .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X("predicted:Q", title="predicted speedup"),
+            x=alt.X("modelled:Q", title="modelled speedup"),
             y=alt.Y("speedup_median:Q", title="measured median"),
-            color="formula:N",
+            color=alt.Color("model:N", legend=alt.Legend(orient="bottom", columns=1)),
             shape="draft:N",
-            tooltip=["draft", "k", "formula", "predicted", "speedup_median"],
+            tooltip=["draft", "k", "model", "modelled", "speedup_median"],
         )
     )
-    top = float(max(long["predicted"].max(), long["speedup_median"].max(), 1.0)) * 1.05
-    return alt.layer(_diagonal(top), points).properties(title="predicted vs measured (gray: y = x)")
+    top = float(max(long["modelled"].max(), long["speedup_median"].max(), 1.0)) * 1.05
+    return alt.layer(_diagonal(top), points).properties(title="modelled vs measured (gray: y = x)")
 
 
 def tvd(distribution: pd.DataFrame) -> Figure:

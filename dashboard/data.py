@@ -92,6 +92,27 @@ def with_no_cache_path(timing: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+# Metrics renamed when their name claimed more than they measure: old name → current name.
+# Old runs keep the names they were recorded under; pages show them under the current name
+# and say so.
+RENAMED_METRICS = {
+    "predicted_speedup": "writeup_formula_speedup",
+    "predicted_relative_error": "writeup_formula_relative_error",
+    "predicted_speedup_refined": "component_model_speedup",
+    "predicted_refined_relative_error": "component_model_relative_error",
+}
+
+
+def with_current_names(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``frame`` with every renamed metric's column under its current name (filled from the old
+    column where the new one is missing), and the old names found, mapped to their new ones."""
+    found = {old: new for old, new in RENAMED_METRICS.items() if old in frame.columns}
+    renamed = frame.copy()
+    for old, new in found.items():
+        renamed[new] = renamed[new].fillna(renamed[old]) if new in renamed.columns else renamed[old]
+    return renamed.drop(columns=list(found)), found
+
+
 def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
     """Per target impl, the case with the best measured median speedup, with its band and the
     baseline's time per token (a speedup over a slow baseline is not a fast decoder)."""
@@ -112,6 +133,49 @@ def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
         "baseline_us_per_token",
     ]
     return best[[column for column in columns if column in best.columns]].reset_index(drop=True)
+
+
+def a_priori_choices(choice: pd.DataFrame) -> pd.DataFrame:
+    """Per impl, the a-priori model's pick and the measured best in words, with their speedups."""
+    if choice.empty:
+        return pd.DataFrame()
+    rows = []
+    for row in choice.to_dict("records"):
+        drafts = list(row["drafts"])
+
+        def named(prefix: str, drafts: list[str] = drafts, row: dict = row) -> str:
+            return f"{drafts[int(row[prefix + '_draft_index'])]} · k={int(row[prefix + '_k'])}"
+
+        rows.append(
+            {
+                "impl": row["impl"],
+                "a_priori_choice": named("a_priori_choice"),
+                "a_priori_choice_speedup": row["a_priori_choice_speedup"],
+                "measured_best": named("measured_best"),
+                "measured_best_speedup": row["measured_best_speedup"],
+                "a_priori_regret": row["a_priori_regret"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def distribution_verdicts(distribution: pd.DataFrame) -> pd.DataFrame:
+    """Each draft's distribution check in words: outside the noise bound, within it, or within it
+    with no power (a broken accept-everything rule passes as well, so passing shows nothing)."""
+    frame = distribution.copy()
+    has_control = "check_detects_broken_rule" in frame.columns
+    verdicts = []
+    for row in frame.to_dict("records"):
+        power = row["check_detects_broken_rule"] if has_control else None
+        if row["within_sampling_noise"] != 1:
+            verdicts.append("❌ outside the sampling-noise bound")
+        elif power is None or pd.isna(power):
+            verdicts.append("✅ within noise (power unknown: recorded before the broken-rule control)")
+        elif power == 1:
+            verdicts.append("✅ within noise; a broken rule would have been caught")
+        else:
+            verdicts.append("no power: a broken accept rule passes too")
+    return frame.assign(verdict=verdicts)
 
 
 def flag_outliers(history: pd.DataFrame, value: str = "value") -> pd.DataFrame:

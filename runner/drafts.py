@@ -64,6 +64,14 @@ class ContextTableDraft:
     def commit(self, accepted: int, emitted: list[int]) -> None:
         self._history = (self._history + emitted)[-self.history_length :]
 
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        return torch.stack(
+            [
+                self._row(tuple(tokens[max(0, end - self.history_length) : end]), temperature)[0]
+                for end in range(1, len(tokens) + 1)
+            ]
+        )
+
 
 class BigramDraft(ContextTableDraft):
     """q(next | previous character) from counts over the training text (add-one smoothed)."""
@@ -122,8 +130,8 @@ class NGramDraft(ContextTableDraft):
 
 
 class ModelDraft:
-    """A model proposing with its own cache. Its cache holds every token it has fed; tokens
-    committed but not yet fed wait in ``_pending``."""
+    """A model proposing with its own cache. Its cache holds every token it has fed (``_fed``);
+    tokens committed but not yet fed wait in ``_pending``."""
 
     def __init__(self, model: CharGPT, name: str, fast: bool = False) -> None:
         self.model = model
@@ -134,12 +142,23 @@ class ModelDraft:
 
             self._fast = decoder_for(model)
         self._cache: KVCache | None = None
+        self._fed: list[int] = []
         self._pending: list[int] = []
         self._committed_length = 0
 
     def start(self, prompt: list[int]) -> None:
-        self._cache = self.model.new_cache()
-        self._pending = list(prompt)
+        """Follow ``prompt``, keeping what the cache already holds of it (a prompt cache: the K/V
+        of a shared prefix are the same); its last token is always fed again, at the first
+        proposal, for the logits that proposal is drawn from."""
+        if self._cache is None:
+            self._cache = self.model.new_cache()
+        kept = 0
+        limit = min(len(self._fed), len(prompt) - 1)
+        while kept < limit and self._fed[kept] == prompt[kept]:
+            kept += 1
+        self._cache.length = kept
+        self._fed = self._fed[:kept]
+        self._pending = list(prompt[kept:])
 
     @torch.inference_mode()
     def propose(self, k: int, temperature: float, generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
@@ -148,16 +167,24 @@ class ModelDraft:
         self._committed_length = self._cache.length + len(self._pending)
         feed, self._pending = self._pending, []
         if self._fast is not None:
-            return self._fast.sample(feed, k, temperature, draws, self._cache)
-        tokens, distributions = [], []
+            tokens, distributions = self._fast.sample(feed, k, temperature, draws, self._cache)
+            self._fed += feed + tokens[:-1]
+            return tokens, distributions
+        tokens, rows = [], []
         step = torch.tensor([feed], device=self.model.device)
         for draw in draws.tolist():
             # Feeds the pending text, then each proposal but the last (which may be rejected).
             logits = self.model.forward_cached(step, self._cache)[:, -1].float()
             step = choose_token(logits, temperature, draw)
             tokens.append(int(step))
-            distributions.append(probabilities(logits[0], temperature))
-        return tokens, torch.stack(distributions)
+            rows.append(probabilities(logits[0], temperature))
+        self._fed += feed + tokens[:-1]
+        return tokens, torch.stack(rows)
+
+    @torch.inference_mode()
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        logits = self.model(torch.tensor([tokens], device=self.model.device))[0].float()
+        return probabilities(logits, temperature)
 
     def commit(self, accepted: int, emitted: list[int]) -> None:
         assert self._cache is not None
@@ -165,4 +192,5 @@ class ModelDraft:
         fed_proposals = self._cache.length - self._committed_length
         kept = min(accepted, fed_proposals)
         self._cache.length = self._committed_length + kept
+        self._fed = self._fed[: self._cache.length]
         self._pending = emitted[kept:]

@@ -157,6 +157,12 @@ class Draft(Protocol):
         correction or bonus token) now extend the committed text."""
         ...
 
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        """The next-token distributions (len(tokens) × vocab) the draft would propose from after
+        each prefix of ``tokens``, leaving its state alone (an a-priori prediction reads them on
+        held-out text)."""
+        ...
+
 
 @torch.inference_mode()
 def speculative_decode(

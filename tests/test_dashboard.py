@@ -49,23 +49,40 @@ def test_kv_speedup_chart_has_band_median_and_arithmetic_on_log_axes() -> None:
     assert any(row.get("arithmetic_ratio") == 66.1 for rows in datasets.values() for row in rows)
 
 
-def test_predicted_vs_measured_has_both_formulas_and_the_diagonal() -> None:
+def test_predicted_vs_measured_names_each_model_and_draws_the_diagonal() -> None:
     frame = pd.DataFrame(
         {
             "draft": ["bigram", "int8"],
             "k": [1, 4],
             "speedup_median": [1.1, 0.5],
-            "predicted_speedup": [1.3, 0.6],
-            "predicted_speedup_refined": [1.15, 0.52],
+            "predicted_speedup_a_priori": [1.0, 0.4],
+            "writeup_formula_speedup": [1.3, 0.6],
+            "component_model_speedup": [1.15, 0.52],
         }
     )
     spec = charts.predicted_vs_measured(frame).to_dict()
     diagonal, points = spec["layer"]
     assert diagonal["mark"]["type"] == "line"
     rows = spec["datasets"][points["data"]["name"]]
-    assert {row["formula"] for row in rows} == {"cpp / (1 + k·c)", "cpp / (c_v + k·c)"}
-    assert len(rows) == 4
+    labels = {row["model"] for row in rows}
+    assert labels == set(charts.SPEEDUP_MODELS.values()) and len(rows) == 6
+    assert any("before the run" in label for label in labels)
     assert points["encoding"]["y"]["field"] == "speedup_median"
+    only = charts.predicted_vs_measured(frame, ["predicted_speedup_a_priori"]).to_dict()
+    assert len(only["datasets"][only["layer"][1]["data"]["name"]]) == 2
+
+
+def test_old_metric_names_are_shown_under_the_new_ones_and_said_so() -> None:
+    old = pd.DataFrame({"draft": ["bigram"], "predicted_speedup_refined": [1.2], "predicted_speedup": [1.4]})
+    renamed, found = data.with_current_names(old)
+    assert renamed["component_model_speedup"].tolist() == [1.2]
+    assert renamed["writeup_formula_speedup"].tolist() == [1.4]
+    assert found == {
+        "predicted_speedup_refined": "component_model_speedup",
+        "predicted_speedup": "writeup_formula_speedup",
+    }
+    current = pd.DataFrame({"component_model_speedup": [1.1]})
+    assert data.with_current_names(current)[1] == {}
 
 
 def test_the_best_speedup_is_picked_per_impl_and_old_runs_count_as_static() -> None:
@@ -108,6 +125,40 @@ def test_kv_timing_rows_say_which_no_cache_path_their_speedup_divides() -> None:
     ]
     # A store written before the param existed has no such column at all.
     assert data.with_no_cache_path(timing.drop(columns="no_cache_impl"))["baseline"].tolist()[1].startswith("eager")
+
+
+def test_the_distribution_check_says_no_power_instead_of_a_tick() -> None:
+    distribution = pd.DataFrame(
+        {
+            "draft": ["bigram", "int8", "int4", "old"],
+            "within_sampling_noise": [1.0, 1.0, 0.0, 1.0],
+            "check_detects_broken_rule": [1.0, 0.0, 1.0, None],
+        }
+    )
+    verdicts = data.distribution_verdicts(distribution)["verdict"].tolist()
+    assert verdicts[0].startswith("✅") and "caught" in verdicts[0]
+    assert verdicts[1].startswith("no power") and "✅" not in verdicts[1]
+    assert verdicts[2].startswith("❌")
+    assert "power unknown" in verdicts[3]
+
+
+def test_the_a_priori_choice_is_named_in_words() -> None:
+    choice = pd.DataFrame(
+        {
+            "impl": ["static"],
+            "drafts": [["bigram", "ngram"]],
+            "a_priori_choice_draft_index": [1.0],
+            "a_priori_choice_k": [4.0],
+            "a_priori_choice_speedup": [1.5],
+            "measured_best_draft_index": [0.0],
+            "measured_best_k": [2.0],
+            "measured_best_speedup": [1.6],
+            "a_priori_regret": [0.1],
+        }
+    )
+    row = data.a_priori_choices(choice).iloc[0]
+    assert (row["a_priori_choice"], row["measured_best"]) == ("ngram · k=4", "bigram · k=2")
+    assert data.a_priori_choices(pd.DataFrame()).empty
 
 
 def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:

@@ -8,19 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui
+from dashboard.metrics import is_deterministic
 
-# Metrics that do not depend on the clock: with the same model and seed they must be equal.
-DETERMINISTIC_UNITS = {"multiplications", "pairs", "tokens", "passes", "bytes", "bool", "chars", "parameters"}
-DETERMINISTIC_METRICS = {
-    "acceptance_rate",
-    "acceptance_per_decided",
-    "arithmetic_ratio",
-    "tvd",
-    "tvd_direct",
-    "val_loss",
-    "loss_increase",
-    "bytes_ratio_vs_fp32",
-}
 BAND_NAMES = {"speedup_median": ("speedup_min", "speedup_max")}
 
 
@@ -78,7 +67,7 @@ if opened:
                 chosen = chosen_runs
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
             unit = values["unit"].iloc[0] if not values.empty else ""
-            deterministic = unit in DETERMINISTIC_UNITS or metric in DETERMINISTIC_METRICS
+            deterministic = is_deterministic(metric, unit)
             ui.chart(charts.compare_machines(values, "point", metric, series="series"))
             table = data.compare_table(values.assign(machine=values["series"]), ["point"], deterministic)
             if deterministic and "equal" in table and not bool(table["equal"].all()):

@@ -1,49 +1,53 @@
-"""Speculative decoding (EXPERIMENTS §3, seed speculative-decoding): does the output keep the
-target's distribution, how often are drafts accepted, what do drafts and verification cost,
-what is the measured speedup, and how well does each prediction formula call it.
+"""Speculative decoding (docs/experiments.md): does the output keep the target's distribution,
+how often are drafts accepted, what do drafts and verification cost, what is the measured
+speedup, and how well an a-priori prediction calls it.
 
 Parts (param ``part``):
-- distribution: fixed context, first-character samples via the accept rule against direct
-  samples, with a sample-size-aware bound on the total variation distance.
+- distribution: fixed context, first characters through the draft's real proposal path and the
+  accept rule at the case's temperature, against the target's distribution (TV within a
+  sampling-noise bound, chi-square), with a deliberately broken rule that says whether the
+  check has power for this draft (runner.distribution_check).
 - aa: the baseline paired against itself, the noise floor of the paired method, per impl.
-- speculative: per (impl, draft, k) deterministic counts (seeded), costs, paired speedup against
-  plain decoding through the same impl, predictions.
+- speculative: per (impl, draft, k): an a-priori prediction made before the loop runs, then
+  deterministic counts (seeded), paired speedup against plain decoding through the same impl,
+  and two after-the-fact models beside it: the write-ups' formula and the component model
+  (runner.speculative_costs says what each is).
+- choice: per impl, which (draft, k) the a-priori model picks, the measured best, and the
+  speedup lost by following the model.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import statistics
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from runner.decode import generate
+from runner.distribution_check import check_first_tokens
 from runner.drafts import MAX_NGRAM_ORDER, BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
 from runner.model import ModelConfig
 from runner.quantize import quantize_model
-from runner.speculative import (
-    SPECULATIVE_IMPLS,
-    Draft,
-    SpeculativeResult,
-    accept_rule,
-    probabilities,
-    speculative_decode,
-    target_pass,
-    verify,
+from runner.speculative import SPECULATIVE_IMPLS, Draft, probabilities, speculative_decode
+from runner.speculative_costs import (
+    COST_CALLS,
+    CostSession,
+    alpha_a_priori,
+    dry_run_passes,
+    expected_chars_per_pass,
+    held_out_windows,
+    middle_passes,
+    passes_of_run,
 )
+from runner.timing import Paired
 from runner.train import TrainConfig
 from store.records import MeasurementRecord
 
 DRAFTS = ("bigram", "ngram", "int8", "int4", "small")
-COST_CALLS = 16  # draft turns and verifications per cost session (one session after each timed pair)
-NOISE_CONFIDENCE = 0.999
+CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
 
 FIELDS = {
     "drafts": Field("str_list", list(DRAFTS), choices=DRAFTS),
@@ -67,19 +71,34 @@ FIELDS = {
 
 
 # Drafts built for a target, reused by every case that asks for the same one (an n-gram table
-# takes half a second to count; a draft's state is reset by start() at each use).
+# takes half a second to count; a draft's state is reset by start() at each use), and the
+# a-priori α of each (draft, temperature), which no k or impl changes.
 _DRAFTS: dict[tuple[Any, ...], Draft] = {}
+_ALPHAS: dict[tuple[Any, ...], float] = {}
 DRAFT_FIELDS = ("draft", "ngram_order", "small_draft_d_model", "small_draft_steps", "small_draft_distilled")
 
 
+def draft_key(case: dict[str, Any], context: ExperimentContext) -> tuple[Any, ...]:
+    return (id(context.model), context.model_record.weights_hash, *(case.get(field) for field in DRAFT_FIELDS))
+
+
 def make_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
-    target = (id(context.model), context.model_record.weights_hash)
-    key = (*target, *(case.get(field) for field in DRAFT_FIELDS))
+    key = draft_key(case, context)
     if key not in _DRAFTS:
-        if any(cached[:2] != target for cached in _DRAFTS):
+        if any(cached[:2] != key[:2] for cached in _DRAFTS):
             _DRAFTS.clear()  # one target at a time: do not keep drafts of earlier runs alive
+            _ALPHAS.clear()
         _DRAFTS[key] = build_draft(case, context)
     return _DRAFTS[key]
+
+
+def alpha_for(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> float:
+    key = (*draft_key(case, context), case["temperature"])
+    if key not in _ALPHAS:
+        _, held_out = context.corpus.split()
+        windows = held_out_windows(held_out, context.model.config.context_length)
+        _ALPHAS[key] = alpha_a_priori(context.model, draft, windows, case["temperature"])
+    return _ALPHAS[key]
 
 
 def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
@@ -111,41 +130,8 @@ def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
     raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")
 
 
-def total_variation(first: torch.Tensor, second: torch.Tensor) -> float:
-    return 0.5 * float((first - second).abs().sum())
-
-
-def empirical(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    return torch.bincount(tokens, minlength=vocab_size).double() / len(tokens)
-
-
-def tv_noise_bounds(p: torch.Tensor, samples: int, confidence: float = NOISE_CONFIDENCE) -> tuple[float, float]:
-    """For an empirical distribution of ``samples`` draws from p: an upper bound on the expected
-    TV (Jensen: ½ Σ √(p(1−p)/n)), and that plus a McDiarmid deviation, exceeded with probability
-    at most 1 − confidence (one draw moves the TV by at most 1/n)."""
-    expected = 0.5 * float(torch.sqrt(p.double() * (1 - p.double()) / samples).sum())
-    return expected, expected + math.sqrt(math.log(1 / (1 - confidence)) / (2 * samples))
-
-
-def speculative_first_tokens(
-    p: torch.Tensor, q: torch.Tensor, samples: int, generator: torch.Generator
-) -> torch.Tensor:
-    """``samples`` independent first characters from one context through the loop's accept rule."""
-    proposals = torch.multinomial(q, samples, replacement=True, generator=generator).tolist()
-    randoms = torch.rand(2 * samples, generator=generator, dtype=torch.float64).tolist()
-    p_row, q_row = p.tolist(), q.tolist()
-    return torch.tensor(
-        [
-            accept_rule(p_row, q_row, proposal, randoms[2 * index], randoms[2 * index + 1])[1]
-            for index, proposal in enumerate(proposals)
-        ]
-    )
-
-
-@dataclass(frozen=True)
-class PassCosts:
-    draft_turn_seconds: float
-    verify_seconds: float
+def relative_error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
 
 
 class SpeculativeExperiment:
@@ -176,6 +162,7 @@ class SpeculativeExperiment:
                 "draft": draft,
                 "samples": params["distribution_samples"],
                 "context_chars": params["context_chars"],
+                "temperature": params["temperature"],
                 **shape,
             }
             for draft in params["drafts"]
@@ -187,6 +174,7 @@ class SpeculativeExperiment:
                 for draft in params["drafts"]
                 for k in params["ks"]
             ]
+            cases.append({"part": "choice", "impl": impl, "drafts": params["drafts"], "ks": params["ks"], **shape})
         return cases
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
@@ -199,29 +187,29 @@ class SpeculativeExperiment:
     @torch.inference_mode()
     def _distribution(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         prompt = self._prompt(context, case["context_chars"])
-        draft = make_draft(case, context)
-        draft.start(prompt)
-        _, q = draft.propose(1, 1.0, torch.Generator().manual_seed(context.seed))
-        p = probabilities(context.model(torch.tensor([prompt], device=context.model.device))[0, -1].float(), 1.0)
-        p, q = p.double().cpu(), q[0].double().cpu()
-        generator = torch.Generator().manual_seed(context.seed)
-        samples = case["samples"]
-        speculative = speculative_first_tokens(p, q, samples, generator)
-        direct = torch.multinomial(p, samples, replacement=True, generator=generator)
-        tvd = total_variation(empirical(speculative, len(p)), p)
-        tvd_direct = total_variation(empirical(direct, len(p)), p)
-        expected, high = tv_noise_bounds(p, samples)
+        # Cases recorded before the check ran at the case's temperature ran at 1.
+        temperature = case.get("temperature", 1.0)
+        logits = context.model(torch.tensor([prompt], device=context.model.device))[0, -1].float()
+        p = probabilities(logits, temperature).double().cpu()
+        check = check_first_tokens(
+            make_draft(case, context), prompt, p, case["samples"], temperature, seed=context.seed
+        )
         return [
-            MeasurementRecord("tvd", tvd, "probability"),
-            MeasurementRecord("tvd_direct", tvd_direct, "probability"),
-            MeasurementRecord("tvd_expected_bound", expected, "probability"),
-            MeasurementRecord("tvd_noise_bound", high, "probability"),
-            MeasurementRecord("within_sampling_noise", tvd <= high, "bool"),
-            MeasurementRecord("direct_within_sampling_noise", tvd_direct <= high, "bool"),
-            MeasurementRecord("draft_target_tvd", total_variation(q, p), "probability"),
+            MeasurementRecord("tvd", check.tvd, "probability"),
+            MeasurementRecord("tvd_direct", check.tvd_direct, "probability"),
+            MeasurementRecord("tvd_broken_rule", check.tvd_broken_rule, "probability"),
+            MeasurementRecord("tvd_expected_bound", check.tvd_expected_bound, "probability"),
+            MeasurementRecord("tvd_noise_bound", check.tvd_noise_bound, "probability"),
+            MeasurementRecord("within_sampling_noise", check.within_sampling_noise, "bool"),
+            MeasurementRecord("direct_within_sampling_noise", check.tvd_direct <= check.tvd_noise_bound, "bool"),
+            MeasurementRecord("check_detects_broken_rule", check.detects_broken_rule, "bool"),
+            MeasurementRecord("chi2_pvalue", check.chi2_pvalue, "probability"),
+            MeasurementRecord("chi2_pvalue_direct", check.chi2_pvalue_direct, "probability"),
+            MeasurementRecord("chi2_pvalue_broken_rule", check.chi2_pvalue_broken_rule, "probability"),
+            MeasurementRecord("draft_target_tvd", check.draft_target_tvd, "probability"),
         ]
 
-    def _aa(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    def _baseline(self, case: dict[str, Any], context: ExperimentContext) -> Any:
         prompt, target = self._prompt(context), context.model
 
         def baseline() -> object:
@@ -234,11 +222,14 @@ class SpeculativeExperiment:
                 impl=case["impl"],
             )
 
-        paired = context.harness.paired(baseline, baseline, pairs=case["pairs"])
-        return self._speedup_measurements(paired)
+        return baseline
+
+    def _aa(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+        baseline = self._baseline(case, context)
+        return self._speedup_measurements(context.harness.paired(baseline, baseline, pairs=case["pairs"]))
 
     @staticmethod
-    def _speedup_measurements(paired: Any) -> list[MeasurementRecord]:
+    def _speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
         median, low, high = paired.measurements("speedup")
         return [
             MeasurementRecord("speedup_median", median.value, "ratio", median.samples),
@@ -246,71 +237,45 @@ class SpeculativeExperiment:
             MeasurementRecord("speedup_max", high.value, "ratio"),
         ]
 
-    @torch.inference_mode()
-    def _cost_session(
-        self, context: ExperimentContext, draft: Draft, case: dict[str, Any], prompt: list[int], run: SpeculativeResult
-    ) -> Callable[[], PassCosts]:
-        """A function timing one draft turn and one verification, called in turn as the loop calls
-        them, so each pays for what the other evicts from the caches.
-
-        The draft turns replay the loop's own passes from the middle of its text: propose k, then
-        commit what that pass accepted and emitted. So a draft follows the same contexts (an
-        n-gram's rows are as warm as in the loop) and feeds as many tokens per turn (after a pass
-        that accepted everything, two) as it did in the loop. The verification is the (k+1)-position
-        target pass and the accept rule at the middle of the text."""
-        target, k, temperature = context.model, case["k"], case["temperature"]
-        text = prompt + run.tokens
-        boundaries = list(
-            itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=len(prompt))
-        )
-        # Replay from the pass nearest the middle, leaving room for as many turns as we can.
-        first = min(len(run.accepted_per_pass) // 2, max(0, len(run.accepted_per_pass) - COST_CALLS - 1))
-        replayed = list(zip(run.accepted_per_pass, boundaries, boundaries[1:], strict=False))[first:]
-        rounds = max(1, min(COST_CALLS, len(replayed) - 1))
-        start = min(boundaries[first], target.config.context_length - k - 1)
-        run_target = target_pass(target, case["impl"])
-        cache = target.new_cache(capacity=start + k)
-        if start > 1:
-            run_target(text[: start - 1], cache)
-        generator = torch.Generator(device=target.device).manual_seed(context.seed)
-        draft.start(text[:start])
-        proposals, q = draft.propose(k, temperature, generator)
-        passes: Iterator[tuple[int, int, int]] = iter([])
-
-        def draft_turn() -> None:
-            draft.propose(k, temperature, generator)
-            accepted, begin, end = next(passes, replayed[-1])  # past the run's end: its last pass again
-            draft.commit(accepted, text[begin:end])
-
-        def verification() -> None:
-            cache.length = start - 1
-            verify(run_target, cache, text[start - 1], proposals, q, temperature, generator)
-
-        def follow_prompt() -> None:
-            nonlocal passes
-            passes = iter(replayed)
-            draft.start(text[:start])
-            draft_turn()  # a model draft feeds the whole prompt on its first turn
-
-        @torch.inference_mode()
-        def session() -> PassCosts:
-            draft_turns, verifications = context.harness.alternating(
-                (draft_turn, verification), rounds=rounds, repeats=1, setup=follow_prompt
-            )
-            return PassCosts(draft_turns.minimum, verifications.minimum)
-
-        return session
+    def _a_priori(self, case: dict[str, Any], context: ExperimentContext, draft: Draft) -> list[MeasurementRecord]:
+        """The prediction, made before the loop runs and from nothing the loop measures: α and
+        the costs come from held-out text, the plain step from generations timed now."""
+        target, k, n, temperature = context.model, case["k"], case["new_tokens"], case["temperature"]
+        alpha = alpha_for(case, context, draft)
+        expected = expected_chars_per_pass(alpha, k)
+        _, held_out = context.corpus.split()
+        # A verification's cost grows with its position: calibrate half way through a generation.
+        start = min(len(self._prompt(context)) + n // 2, target.config.context_length - k - 1)
+        text = held_out[: start + n].tolist()
+        passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
+        costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
+        # A typical step (the median), as the session costs are means over their rounds.
+        step = context.harness.min_of(self._baseline(case, context), repeats=CALIBRATION_REPEATS).median / n
+        cost_in_steps = (costs.verify_seconds + costs.draft_turn_seconds) / step
+        return [
+            MeasurementRecord("alpha_a_priori", alpha, "probability"),
+            MeasurementRecord("expected_chars_per_pass", expected, "chars"),
+            MeasurementRecord("a_priori_step_seconds", step, "seconds"),
+            MeasurementRecord("a_priori_verify_cost_ratio", costs.verify_seconds / step, "ratio"),
+            MeasurementRecord("a_priori_draft_cost_ratio", costs.draft_turn_seconds / k / step, "ratio"),
+            MeasurementRecord("predicted_speedup_a_priori", expected / cost_in_steps, "ratio"),
+        ]
 
     def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         target, prompt, k, impl = context.model, self._prompt(context), case["k"], case["impl"]
         n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
         draft = make_draft(case, context)
+        a_priori = self._a_priori(case, context, draft)
         counts = speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl)
-        # After each pair, the pass costs, so each pair's prediction sees the machine as its
-        # measured ratio did (on a shared 2-core VM the speed drifts by tens of percent).
-        cost_session, sessions = self._cost_session(context, draft, case, prompt, counts), []
+        # After each pair, the pass costs replaying the loop's own passes, so each pair's
+        # component model sees the machine as its measured ratio did.
+        passes = middle_passes(passes_of_run(counts, len(prompt)))
+        cost_session = CostSession(
+            target, impl, draft, k, temperature, prompt + counts.tokens, passes, seed, context.harness
+        )
+        sessions = []
         paired = context.harness.paired(
-            lambda: generate(target, prompt, n, temperature=temperature, seed=seed, impl=impl),
+            self._baseline(case, context),
             lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
             pairs=case["pairs"],
             between=lambda: sessions.append(cost_session()),
@@ -319,21 +284,20 @@ class SpeculativeExperiment:
         # Costs in units of that pair's plain decode step (target pass and sampling): a
         # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
         # and following the commit, calls included. The write-ups' formula takes a verification
-        # as one step; the refined one uses the measured verification.
+        # as one step; the component model uses the measured verification.
         steps = [seconds / n for seconds in paired.baseline_seconds]
         draft_costs = [costs.draft_turn_seconds / k / step for costs, step in zip(sessions, steps, strict=True)]
         verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
-        predicted = statistics.median(per_pass / (1 + k * draft) for draft in draft_costs)
-        refined = statistics.median(
+        writeup_formula = statistics.median(per_pass / (1 + k * draft) for draft in draft_costs)
+        component_model = statistics.median(
             per_pass / (verify + k * draft) for verify, draft in zip(verify_costs, draft_costs, strict=True)
         )
         measured = paired.median
-        step_seconds = statistics.median(steps)
-        verify_seconds = statistics.median(costs.verify_seconds for costs in sessions)
-        draft_seconds = statistics.median(costs.draft_turn_seconds for costs in sessions) / k
-        draft_cost, verify_cost = statistics.median(draft_costs), statistics.median(verify_costs)
+        predicted = next(record.value for record in a_priori if record.metric == "predicted_speedup_a_priori")
         decided = len(counts.total_variations)
         return [
+            *a_priori,
+            MeasurementRecord("a_priori_relative_error", relative_error(predicted, measured), "ratio"),
             MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
             MeasurementRecord("chars_per_target_pass", per_pass, "chars"),
             MeasurementRecord("target_passes", counts.target_passes, "passes"),
@@ -345,18 +309,53 @@ class SpeculativeExperiment:
                 MeasurementRecord(f"accepted_length_{length}", passes, "passes")
                 for length, passes in enumerate(counts.accepted_histogram)
             ),
-            MeasurementRecord("target_step_seconds", step_seconds, "seconds"),
-            MeasurementRecord("verify_seconds", verify_seconds, "seconds"),
-            MeasurementRecord("draft_seconds_per_char", draft_seconds, "seconds"),
-            MeasurementRecord("draft_cost_ratio", draft_cost, "ratio"),
-            MeasurementRecord("verify_cost_ratio", verify_cost, "ratio"),
+            MeasurementRecord("target_step_seconds", statistics.median(steps), "seconds"),
+            MeasurementRecord(
+                "verify_seconds", statistics.median(costs.verify_seconds for costs in sessions), "seconds"
+            ),
+            MeasurementRecord(
+                "draft_seconds_per_char",
+                statistics.median(costs.draft_turn_seconds for costs in sessions) / k,
+                "seconds",
+            ),
+            MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
+            MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
             *self._speedup_measurements(paired),
             MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
             MeasurementRecord("speculative_seconds", min(paired.candidate_seconds), "seconds"),
-            MeasurementRecord("predicted_speedup", predicted, "ratio"),
-            MeasurementRecord("predicted_speedup_refined", refined, "ratio"),
-            MeasurementRecord("predicted_relative_error", (predicted - measured) / measured, "ratio"),
-            MeasurementRecord("predicted_refined_relative_error", (refined - measured) / measured, "ratio"),
+            MeasurementRecord("writeup_formula_speedup", writeup_formula, "ratio"),
+            MeasurementRecord("writeup_formula_relative_error", relative_error(writeup_formula, measured), "ratio"),
+            MeasurementRecord("component_model_speedup", component_model, "ratio"),
+            MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
+        ]
+
+    def _choice(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+        """What following the a-priori model would have cost on this machine, for this impl. The
+        picks are decisions taken from timings (unit ``choice``): they may differ between runs."""
+        values: dict[tuple[str, int], dict[str, float]] = {}
+        for row in context.earlier(self.name):
+            if row.params.get("part") == "speculative" and row.params.get("impl") == case["impl"]:
+                values.setdefault((row.params["draft"], row.params["k"]), {})[row.metric] = row.value
+        wanted = {"predicted_speedup_a_priori", "speedup_median"}
+        candidates = {key: value for key, value in values.items() if wanted <= set(value)}
+        if not candidates:
+            raise RuntimeError(f"no speculative case of impl {case['impl']} recorded a prediction and a speedup")
+        chosen = max(candidates, key=lambda key: candidates[key]["predicted_speedup_a_priori"])
+        best = max(candidates, key=lambda key: candidates[key]["speedup_median"])
+        drafts = list(case["drafts"])
+        return [
+            MeasurementRecord("a_priori_choice_draft_index", drafts.index(chosen[0]), "choice"),
+            MeasurementRecord("a_priori_choice_k", chosen[1], "choice"),
+            MeasurementRecord("a_priori_choice_speedup", candidates[chosen]["speedup_median"], "ratio"),
+            MeasurementRecord("measured_best_draft_index", drafts.index(best[0]), "choice"),
+            MeasurementRecord("measured_best_k", best[1], "choice"),
+            MeasurementRecord("measured_best_speedup", candidates[best]["speedup_median"], "ratio"),
+            MeasurementRecord(
+                "a_priori_regret",
+                candidates[best]["speedup_median"] - candidates[chosen]["speedup_median"],
+                "ratio",
+            ),
+            MeasurementRecord("a_priori_chose_best", chosen == best, "choice"),
         ]
 
 

@@ -1,0 +1,49 @@
+"""What kind of number a metric is: the pages and the determinism checks ask here.
+
+A deterministic metric does not depend on the clock: with the same model, seed and code on the
+same machine it reproduces exactly (counts, bytes, seeded acceptance, losses, equality checks).
+Everything else is timed, or fitted or decided from timings, and carries noise.
+"""
+
+from __future__ import annotations
+
+# Units that only counters, byte sizes, seeded sampling or equality checks produce.
+DETERMINISTIC_UNITS = frozenset(
+    {
+        "multiplications",
+        "pairs",
+        "tokens",
+        "passes",
+        "bytes",
+        "bool",
+        "chars",
+        "parameters",
+        "probability",
+        "nats",
+        "count",
+        "logit",  # logit differences of seeded, single-process forwards
+        "value",
+    }
+)
+# Ratios of deterministic quantities (the unit "ratio" alone does not say).
+DETERMINISTIC_RATIOS = frozenset(
+    {
+        "acceptance_rate",
+        "acceptance_per_decided",
+        "one_minus_mean_tv",
+        "arithmetic_ratio",
+        "arithmetic_ratio_causal",
+        "arithmetic_ratio_with_lm_head",
+        "bytes_ratio_vs_fp32",
+        "cache_to_weight_ratio",
+        "quad_ratio",
+        "linear_ratio",
+    }
+)
+
+
+def is_deterministic(metric: str, unit: str) -> bool:
+    """Whether ``metric`` must reproduce exactly in a second identical run on one machine."""
+    if unit in DETERMINISTIC_UNITS:
+        return True
+    return unit == "ratio" and (metric in DETERMINISTIC_RATIOS or metric.startswith("cache_to_weight_ratio"))
