@@ -98,15 +98,16 @@ def test_a_read_only_store(store_copy: Path) -> None:
 
 
 def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    store_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A copy of a filled store (its model stored, one complete run) gets room for a few pages
+    more: the second run of the same spec starts, records what fits and fails on a full disk."""
     from sqlalchemy import event
 
     import store.store as store_module
     from runner.cli import main
 
-    url = f"sqlite:///{tmp_path / 'full.db'}"
-    Store(url).close()
+    url = f"sqlite:///{store_copy}"
     real_create = store_module.create_store_engine
 
     def on_a_tiny_disk(store_url: str):  # noqa: ANN202
@@ -114,9 +115,8 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
 
         @event.listens_for(engine, "connect")
         def limit(dbapi_connection, _record) -> None:  # noqa: ANN001
-            # Room for the tiny model (about 18 pages) and a few cases, then a full disk.
             pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
-            dbapi_connection.execute(f"PRAGMA max_page_count = {pages + 26}")
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages + 12}")
 
         return engine
 
@@ -129,11 +129,28 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     assert len(error_lines) == 1 and "full" in error_lines[0], error_lines
     monkeypatch.undo()
 
-    with sqlite3.connect(tmp_path / "full.db") as connection:
+    with sqlite3.connect(store_copy) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     store = Store(url)
-    runs = frames.runs(store)
-    if not runs.empty:  # the model fitted; the run failed part-way and says why
-        assert runs.iloc[0]["status"] == "failed" and "full" in runs.iloc[0]["error"]
-        measured = frames.measurements(store, int(runs.iloc[0]["run_id"]))
-        assert (measured.groupby("case_id")["metric"].count() > 0).all()
+    runs = frames.runs(store).sort_values("run_id")
+    assert len(runs) == 2, "the run row fitted"
+    complete, failed = (int(run_id) for run_id in runs["run_id"])
+    assert runs.iloc[1]["status"] == "failed" and "full" in runs.iloc[1]["error"]
+
+    def cases(run_id: int) -> dict[tuple[str, str], tuple[list[str], int]]:
+        """Per case: its metrics and how many raw samples stand behind them."""
+        rows = frames.measurements(store, run_id)
+        counts = frames.samples(store, rows["measurement_id"].tolist()).groupby("measurement_id").size()
+        return {
+            (experiment, str(sorted(group["params"].iloc[0].items()))): (
+                sorted(group["metric"]),
+                int(counts.reindex(group["measurement_id"], fill_value=0).sum()),
+            )
+            for (experiment, _), group in rows.groupby(["experiment", "case_id"])
+        }
+
+    whole, partial = cases(complete), cases(failed)
+    assert 0 < len(partial) < len(whole), "some cases fitted, not all"
+    # Every case the failed run kept is whole: the same metrics and samples as in the complete run.
+    assert all(partial[key] == whole[key] for key in partial)
+    store.close()
