@@ -1,4 +1,4 @@
-"""Count multiplications, do not guess them (EXPERIMENTS §1.2, seed kv-cache-counting-lab).
+"""Count multiplications, do not guess them (docs/experiments.md, KV cache: counter_check).
 
 A pure-Python reference path of attention and of a full transformer block in which every
 multiplication of the matrix products goes through ``mul`` and a counter, so counts are

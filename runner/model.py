@@ -59,7 +59,7 @@ def round_for_cache(x: torch.Tensor, rounding: str) -> torch.Tensor:
 class KVCache:
     """Per-block K and V for up to ``capacity`` positions, written in place.
 
-    ``rounding`` makes it lossy on purpose (EXPERIMENTS §1.7): K/V are rounded before they
+    ``rounding`` makes it lossy on purpose (docs/experiments.md, KV cache: rounded_cache): K/V are rounded before they
     are written, so the cached path no longer equals the uncached one.
     """
 

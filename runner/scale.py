@@ -1,4 +1,4 @@
-"""The cache at real scale (EXPERIMENTS §6, seed kv-cache-explainer): attention work with and
+"""The cache at real scale (docs/experiments.md, real scale): attention work with and
 without a cache for a prompt of P tokens and G new ones, and KV-cache bytes per token, per
 request and for N concurrent users.
 
@@ -49,7 +49,7 @@ NAMED_SHAPES: tuple[ModelShape, ...] = (
     ModelShape("Mistral 7B", 32, 4096, 32, 8, 128, source="released config: 8 kv heads"),
     ModelShape("Llama 3 8B", 32, 4096, 32, 8, 128, source="released config: 8 kv heads"),
     ModelShape("Qwen3 8B", 36, 4096, 32, 8, 128, source="released config: 36 layers, 8 kv heads"),
-    ModelShape("write-ups' d=4096, 32 blocks", 32, 4096, 32, 32, 128, source="the seeds' example, full heads"),
+    ModelShape("write-ups' d=4096, 32 blocks", 32, 4096, 32, 32, 128, source="the write-ups' example, full heads"),
 )
 
 

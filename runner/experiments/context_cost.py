@@ -1,11 +1,11 @@
-"""Context-length cost, counted rather than timed (EXPERIMENTS §4, seed context-cost-lab).
+"""Context-length cost, counted rather than timed (docs/experiments.md, context cost).
 
 Inside one layer two kinds of work mix: attention scores and mixing scan the whole context
 for every position (they grow with n²); the q/k/v/o projections and the feed-forward run
 once per position (they grow with n). A counter routes every multiplication, so every number
 here is an exact integer that any machine reproduces.
 
-The module keeps the seed's contract (names and semantics) so it can be imported and probed
+The module keeps the context-cost lab's contract (names and semantics) so it can be imported and probed
 directly, and it is also an experiment of the runner (``EXPERIMENT`` at the bottom).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from runner.fields import Field
 from store.records import MeasurementRecord
 
-# "Attention Is All You Need", base configuration: the seed's assumed shape.
+# "Attention Is All You Need", base configuration: the contract's assumed shape.
 D_MODEL = 512
 D_FF = 2048
 N_HEADS = 8

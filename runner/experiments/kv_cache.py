@@ -1,4 +1,4 @@
-"""KV cache (EXPERIMENTS §1): is it exact, what does the arithmetic promise, what does the
+"""KV cache (docs/experiments.md): is it exact, what does the arithmetic promise, what does the
 clock deliver, how does time grow with n, what does it cost in memory, and what happens when
 the cache is written lossily.
 

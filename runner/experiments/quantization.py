@@ -1,4 +1,4 @@
-"""Weight quantization (EXPERIMENTS §2): exact bytes, held-out loss, where generation
+"""Weight quantization (docs/experiments.md): exact bytes, held-out loss, where generation
 diverges from float32, and what it does to time per token.
 
 One case per (precision, kernel); float32 is the baseline case every other one is compared
