@@ -275,7 +275,7 @@ def bench(
 def report_context_cost(
     out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),
 ) -> None:
-    """The seed's context-cost report, every number computed by the counting module."""
+    """The context-cost lab's report, every number computed by the counting module."""
     from runner.reports import write_context_cost_report
 
     if not out.is_dir():

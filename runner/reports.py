@@ -17,7 +17,7 @@ GENERATED_TOKENS = 256
 
 
 def context_cost_report() -> dict[str, Any]:
-    """The seed's report: every number comes from calling the counting module."""
+    """The context-cost lab's report: every number comes from calling the counting module."""
     table = cost.cost_table(TABLE_LENGTHS, cost.D_MODEL, cost.D_FF)
     counter = cost.MulCount()
     per_position = cost.per_position_mults(cost.D_MODEL, cost.D_FF, counter)
