@@ -105,6 +105,8 @@ def head_token_cache(new_input: Vector, cache: tuple[Matrix, Matrix], weights: H
 
 
 def head_mults(n: int, d: int, cache: bool) -> int:
+    """One layer, one head, the n-th token: q/k/v for every position (or only the new one with
+    the cache), then one query over n keys."""
     return (3 * d * d if cache else 3 * n * d * d) + 2 * n * d
 
 
@@ -197,12 +199,51 @@ def block_step_cache(
     return _block_position(new_input, query, keys, values, len(keys), weights, counter)
 
 
+# ---- closed forms: the one home of decodelab's cost model -----------------------------------
+# Every count elsewhere (the KV-cache and overhead experiments, sweep estimates, benchmark
+# floors, the context-cost contract, the real-scale calculator) calls these.
+
+
+def attention_mults(t: int, d: int, causal: bool = False) -> int:
+    """Scores and mixing of t positions over each other in one layer (all heads: widths d/h sum
+    to d): dense 2·t²·d, the full t×t score matrix; causal d·t·(t+1), the visible pairs only."""
+    return d * t * (t + 1) if causal else 2 * t * t * d
+
+
+def projection_mults(positions: int, d: int, d_ff: int | None = None) -> int:
+    """q, k, v and the output projection (d×d each) and the feed-forward (d_ff×d, then d×d_ff)
+    for ``positions`` positions in one layer: positions·(4·d² + 2·d·d_ff), 12·d² a position at
+    GPT-2's d_ff = 4·d (one multiplication per weight of the block's linear layers)."""
+    return positions * (4 * d * d + 2 * d * (4 * d if d_ff is None else d_ff))
+
+
 def block_step_mults(t: int, d: int, cache: bool, causal: bool = False) -> int:
     """Per block at a step with t positions: 12·t·d² + 2·t²·d without cache (12·t·d² + d·t·(t+1)
-    causal), 12·d² + 2·t·d with."""
+    causal), 12·d² + 2·t·d with (one new query over t cached keys)."""
     if cache:
-        return 12 * d * d + 2 * t * d
-    return 12 * t * d * d + (d * t * (t + 1) if causal else 2 * t * t * d)
+        return projection_mults(1, d) + 2 * t * d
+    return projection_mults(t, d) + attention_mults(t, d, causal)
+
+
+def cached_step_mults(t: int, d: int, layers: int, vocab_size: int) -> int:
+    """One cached decode step over t positions, every block and the lm head."""
+    return layers * block_step_mults(t, d, cache=True) + vocab_size * d
+
+
+def mean_cached_step_mults(tokens: int, d: int, layers: int, vocab_size: int) -> float:
+    """The average cached step of a generation over contexts 1..tokens."""
+    return generation_mults(tokens, d, layers, cache=True, vocab_size=vocab_size) / tokens
+
+
+def weight_mults_per_token(d: int, layers: int, vocab_size: int) -> int:
+    """One multiplication per weight a token passes through (the blocks' linear layers and the
+    lm head), attention aside: the arithmetic a decode step cannot avoid."""
+    return layers * projection_mults(1, d) + vocab_size * d
+
+
+def cache_bytes(layers: int, kv_heads: int, tokens: int, head_dim: int, bytes_per_element: int) -> int:
+    """K and V of every layer and kv head: 2 × layers × kv_heads × tokens × head_dim × bytes."""
+    return 2 * layers * kv_heads * tokens * head_dim * bytes_per_element
 
 
 def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int = 0, causal: bool = False) -> int:
@@ -213,14 +254,14 @@ def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int =
     (32.9 … 579.9) matches the blocks plus a head of about 100 characters, while their
     headline 134.59 at n=256 counts the blocks alone.
     """
-    triangle = n * (n + 1) // 2
-    if cache:
-        return layers * (12 * d * d * n + 2 * d * triangle) + vocab_size * d * n
+    triangle = n * (n + 1) // 2  # positions pushed through without a cache: Σ_t t
+    if cache:  # Σ_t 2·t·d = 2·d·T(n)
+        return layers * (projection_mults(n, d) + 2 * d * triangle) + vocab_size * d * n
     if causal:  # Σ_t d·t·(t+1) = d·n(n+1)(n+2)/3
         attention = d * n * (n + 1) * (n + 2) // 3
     else:  # Σ_t 2·t²·d
         attention = 2 * d * (n * (n + 1) * (2 * n + 1) // 6)
-    return layers * (12 * d * d * triangle + attention) + vocab_size * d * triangle
+    return layers * (projection_mults(triangle, d) + attention) + vocab_size * d * triangle
 
 
 def arithmetic_ratio(n: int, d: int, layers: int, vocab_size: int = 0, causal: bool = False) -> float:

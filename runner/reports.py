@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from runner import context_cost as cost
 from runner import scale
-from runner.experiments import context_cost as cost
 
 ITEMSIZE = 2
 BUDGET_BYTES = 1 << 30

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import counting
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
@@ -205,9 +206,9 @@ STEP_OVERHEAD_SECONDS = 6e-4
 FLOPS_PER_SECOND = 1.5e10
 
 
-def _step_seconds(d_model: int, n_layer: int, positions: int = 1, context: int = 1) -> float:
-    flops = 2 * n_layer * (12 * d_model * d_model * positions + 2 * positions * context * d_model)
-    return STEP_OVERHEAD_SECONDS + flops / FLOPS_PER_SECOND
+def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) -> float:
+    """One decode step over t positions: the overhead plus two flops per multiplication."""
+    return STEP_OVERHEAD_SECONDS + 2 * n_layer * counting.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
 
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
@@ -217,13 +218,13 @@ def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
     total = 0.0
     if not model_stored:
         train = spec.raw["train"]
-        parameters = 12 * d * d * layers
+        parameters = layers * counting.projection_mults(1, d)  # one multiplication per linear weight
         total += train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
     for experiment, case in spec.plan():
         if experiment.name == "kv_cache" and case["part"] in ("timing", "width"):
             n, width = case["n"], case["d_model"]
-            uncached = sum(_step_seconds(width, layers, t, t) for t in range(1, n + 1))
-            total += (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, 1, n))
+            uncached = sum(_step_seconds(width, layers, t, cache=False) for t in range(1, n + 1))
+            total += (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, n))
         elif experiment.name == "quantization":
             tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
             total += 3 * tokens * _step_seconds(d, layers)

@@ -9,10 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from runner.experiments import context_cost as cost
+from runner import context_cost as cost
 from tests.conftest import run_decodelab
 
 RANDOM = random.Random(20261129)
+
+
+def test_the_contract_module_imports_no_torch() -> None:
+    """The contract promises a module of the standard library: importing it must not pull in torch
+    (checked in a fresh interpreter, where nothing else has imported it)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import runner.context_cost; "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'numpy', 'pandas')))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_constants() -> None:

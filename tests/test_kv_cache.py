@@ -110,6 +110,22 @@ def test_one_head_per_token_counts(d: int, n: int, seed: int) -> None:
     assert max(abs(a - b) for a, b in zip(expected, got, strict=True)) < 1e-9
 
 
+@pytest.mark.parametrize(("cache", "causal"), [(True, False), (False, False), (False, True)])
+def test_a_generations_closed_form_is_the_sum_of_its_steps(cache: bool, causal: bool) -> None:
+    for n, d, layers, vocab in [(1, 8, 1, 0), (9, 16, 2, 10), (64, 128, 3, 103)]:
+        positions = [1 if cache else t for t in range(1, n + 1)]  # pushed through at step t
+        steps = sum(
+            layers * counting.block_step_mults(t, d, cache, causal) + vocab * d * pushed
+            for t, pushed in zip(range(1, n + 1), positions, strict=True)
+        )
+        assert counting.generation_mults(n, d, layers, cache, vocab, causal) == steps
+        if cache:
+            mean = counting.mean_cached_step_mults(n, d, layers, vocab)
+            assert mean == pytest.approx(
+                sum(counting.cached_step_mults(t, d, layers, vocab) for t in range(1, n + 1)) / n
+            )
+
+
 def test_the_model_shaped_arithmetic_ratio() -> None:
     assert counting.arithmetic_ratio(256, 128, 3) == pytest.approx(134.59, abs=0.005)
     # Counting only the visible score pairs: blocks 3·(12·d²·T(n) + d·n(n+1)(n+2)/3) over the cache's.

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from runner import counting
-from runner.experiments.overhead import mults_per_token
 from runner.fitting import fit_line
 from store import frames
 
@@ -13,12 +11,6 @@ from store import frames
 def test_fit_line_recovers_a_line() -> None:
     intercept, slope, error = fit_line([1e4, 1e5, 1e6], [4e-4 + 2e-10 * x for x in (1e4, 1e5, 1e6)])
     assert intercept == pytest.approx(4e-4) and slope == pytest.approx(2e-10) and error < 1e-9
-
-
-def test_mults_per_token_is_the_cached_generation_average() -> None:
-    for tokens, d, layers, vocab in [(8, 16, 1, 10), (64, 128, 3, 103)]:
-        expected = counting.generation_mults(tokens, d, layers, cache=True, vocab_size=vocab) / tokens
-        assert mults_per_token(tokens, d, layers, vocab) == pytest.approx(expected)
 
 
 def test_the_overhead_experiment_records_a_fit_per_impl(filled_store_url: str) -> None:

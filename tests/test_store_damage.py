@@ -142,7 +142,7 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
         rows = frames.measurements(store, run_id)
         counts = frames.samples(store, rows["measurement_id"].tolist()).groupby("measurement_id").size()
         return {
-            (experiment, str(sorted(group["params"].iloc[0].items()))): (
+            (str(experiment), str(sorted(group["params"].iloc[0].items()))): (
                 sorted(group["metric"]),
                 int(counts.reindex(group["measurement_id"], fill_value=0).sum()),
             )

@@ -22,6 +22,12 @@ if opened and run_id is not None:
         left.metric("Crossover n", f"{int(row['crossover_n']):,}")
         middle.metric(f"Causal pairs at n = {int(row['n'])}", f"{int(row['causal_pairs']):,}")
         right.metric("Wasted pairs (masked)", f"{int(row['wasted_pairs']):,}")
+        if "quad_ratio" in summary.columns:
+            before, last = (int(n) for n in row["ratio_lengths"])
+            left, right = st.columns(2)
+            left.metric(f"Quadratic part, n = {last:,} over n = {before:,}", f"{row['quad_ratio']:.2f}×")
+            right.metric(f"Linear part, n = {last:,} over n = {before:,}", f"{row['linear_ratio']:.2f}×")
+            st.caption("Doubling the context quadruples the attention work and doubles the per-position work.")
         pairs = summary.melt(value_vars=["causal_pairs", "wasted_pairs"], var_name="pairs", value_name="count")
         ui.chart(charts.bars(pairs, "pairs", "count", "score pairs"))
         ui.table(summary, "context_cost_summary")

@@ -315,7 +315,7 @@ class KVCacheExperiment:
             cache.length = n
             measurements.append(_measure("cache_bytes_allocated", cache.cache_bytes(), "bytes"))
         for kv_heads in _divisors(config.n_head):
-            cache_bytes = 2 * config.n_layer * kv_heads * n * config.head_dim * bytes_per_element
+            cache_bytes = counting.cache_bytes(config.n_layer, kv_heads, n, config.head_dim, bytes_per_element)
             suffix = "" if kv_heads == config.n_head else f"_kv_heads_{kv_heads}"
             measurements += [
                 _measure(f"cache_bytes{suffix}", cache_bytes, "bytes"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from runner import counting
 from runner.decode import IMPLS, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
@@ -26,14 +27,6 @@ FIELDS = {
     "impls": Field("str_list", list(IMPLS), choices=IMPLS),
     "repeats": Field("int", 3, 1, 50),
 }
-
-
-def mults_per_token(tokens: int, d_model: int, n_layer: int, vocab_size: int) -> float:
-    """Average multiplications per cached step over contexts 1..tokens (blocks and lm head)."""
-    total = sum(
-        n_layer * (12 * d_model * d_model + 2 * t * d_model) + vocab_size * d_model for t in range(1, tokens + 1)
-    )
-    return total / tokens
 
 
 class OverheadExperiment:
@@ -84,7 +77,7 @@ class OverheadExperiment:
             timing.measurement("seconds_per_token", scale=1.0 / n),
             MeasurementRecord(
                 "mults_per_token",
-                mults_per_token(n, case["d_model"], case["n_layer"], base.vocab_size),
+                counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], base.vocab_size),
                 "multiplications",
             ),
         )
