@@ -128,6 +128,19 @@ def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+def copy_store(url: str, target: Path) -> str:
+    """A private copy of a SQLite store, its write-ahead log checkpointed into the one file first;
+    returns the copy's URL (tests that write start from the session's filled store this way)."""
+    import shutil
+    import sqlite3
+
+    source = Path(url.removeprefix("sqlite:///"))
+    with sqlite3.connect(source) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(source, target)
+    return f"sqlite:///{target}"
+
+
 def kill_job_workers(url: str) -> None:
     """Stop the worker processes that ran this store's jobs (started detached by the dashboard)."""
     import signal

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from store import frames
-from tests.conftest import TINY_SPEC, kill_job_workers
+from tests.conftest import TINY_SPEC, copy_store, kill_job_workers
 
 ROOT = Path(__file__).parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -70,16 +70,10 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str]]:
     require_browser()
-    from runner.execute import execute
-    from runner.sweeps import load_spec_file
-    from store.store import Store
-
-    url = f"sqlite:///{tmp_path / 'browser.db'}"
-    store = Store(url)
-    execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
-    store.close()
+    # A private copy of the session's filled store (one real tiny run): the test launches more.
+    url = copy_store(filled_store_url, tmp_path / "browser.db")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port)],

@@ -145,15 +145,12 @@ def test_power_law_fit_recovers_an_exact_power() -> None:
     assert slope == pytest.approx(1.8) and scale == pytest.approx(3e-6) and error < 1e-9
 
 
-def test_the_experiment_records_through_the_store(sqlite_url: str) -> None:
-    from runner.execute import execute
-    from runner.sweeps import load_spec_file
+def test_the_experiment_records_through_the_store(filled_store_url: str) -> None:
     from store.store import Store
-    from tests.conftest import TINY_SPEC
 
-    store = Store(sqlite_url)
-    outcome = execute(store, load_spec_file(TINY_SPEC), show_progress=False, log=lambda _: None)
-    rows = frames.measurements(store, outcome.run_id, "kv_cache")
+    store = Store(filled_store_url)
+    run_id = int(frames.runs(store)["run_id"].min())
+    rows = frames.measurements(store, run_id, "kv_cache")
     rows["part"] = rows["params"].map(lambda params: params["part"])
     metrics = set(rows["metric"])
     for required in (

@@ -3,7 +3,6 @@ compare page and the determinism checks treat as machine-independent of the cloc
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from dashboard.metrics import is_deterministic
@@ -12,13 +11,11 @@ from runner.sweeps import load_spec_file
 from store import frames
 from store.records import case_key
 from store.store import Store
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, copy_store
 
 
 def test_a_second_identical_run_reproduces_every_deterministic_metric(filled_store_url: str, tmp_path: Path) -> None:
-    copy = tmp_path / "again.db"
-    shutil.copy(filled_store_url.removeprefix("sqlite:///"), copy)
-    store = Store(f"sqlite:///{copy}")
+    store = Store(copy_store(filled_store_url, tmp_path / "again.db"))
     first = int(frames.runs(store)["run_id"].min())
     second = execute(store, load_spec_file(TINY_SPEC), show_progress=False, log=lambda _: None).run_id
 

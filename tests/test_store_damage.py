@@ -14,7 +14,7 @@ import pytest
 
 from store import frames
 from store.store import Store
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, copy_store
 
 ROOT = Path(__file__).parent.parent
 
@@ -45,11 +45,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 @pytest.fixture
 def store_copy(filled_store_url: str, tmp_path: Path) -> Path:
     """A private copy of a real store, checkpointed into one file."""
-    source = Path(filled_store_url.removeprefix("sqlite:///"))
-    with sqlite3.connect(source) as connection:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     target = tmp_path / "copy.db"
-    shutil.copy(source, target)
+    copy_store(filled_store_url, target)
     return target
 
 
