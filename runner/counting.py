@@ -31,6 +31,8 @@ Matrix = list[list[float]]
 class Counter:
     def __init__(self) -> None:
         self.mults = 0
+        # Positions whose K and V a block computed (the counting lab's 1 + 2 + … + n against n).
+        self.kv_computations = 0
 
 
 def mul(a: float, b: float, counter: Counter) -> float:
@@ -147,6 +149,7 @@ def _gelu(x: float) -> float:
 
 def _qkv(x: Vector, weights: BlockWeights, counter: Counter) -> tuple[Vector, Vector, Vector]:
     d = len(x)
+    counter.kv_computations += 1
     projected = matvec(weights.qkv, _layer_norm(x), counter)
     return projected[:d], projected[d : 2 * d], projected[2 * d :]
 
@@ -241,9 +244,21 @@ def weight_mults_per_token(d: int, layers: int, vocab_size: int) -> int:
     return layers * projection_mults(1, d) + vocab_size * d
 
 
+def cache_elements(layers: int, kv_heads: int, tokens: int, head_dim: int) -> int:
+    """K and V of every layer and kv head: 2 × layers × kv_heads × tokens × head_dim. The dtype
+    is only the last factor of the bytes."""
+    return 2 * layers * kv_heads * tokens * head_dim
+
+
 def cache_bytes(layers: int, kv_heads: int, tokens: int, head_dim: int, bytes_per_element: int) -> int:
-    """K and V of every layer and kv head: 2 × layers × kv_heads × tokens × head_dim × bytes."""
-    return 2 * layers * kv_heads * tokens * head_dim * bytes_per_element
+    return cache_elements(layers, kv_heads, tokens, head_dim) * bytes_per_element
+
+
+def kv_computations(n: int, layers: int, cache: bool) -> int:
+    """How many times some position's K and V are computed over n generated tokens: every
+    position again at every step without the cache (1 + 2 + … + n per layer), only the new
+    one with it (n per layer)."""
+    return layers * (n if cache else n * (n + 1) // 2)
 
 
 def generation_mults(n: int, d: int, layers: int, cache: bool, vocab_size: int = 0, causal: bool = False) -> int:

@@ -55,6 +55,11 @@ def uniforms(count: int, temperature: float, generator: torch.Generator | None) 
     return torch.rand(count, generator=generator, dtype=torch.float64, device=generator.device).cpu()
 
 
+def first_difference(first: list[int], second: list[int]) -> int:
+    """The first position (0-based) where two generations differ; their length if they never do."""
+    return next((index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
+
+
 IMPLS = ("naive", "static", "fast")
 
 
@@ -70,6 +75,7 @@ def generate(
     keep_logits: bool = False,
     cache_rounding: str | None = None,
     impl: str = "static",
+    causal_mask: bool = True,
 ) -> Generation:
     """Generate ``new_tokens`` after ``prompt``; temperature 0 is greedy.
 
@@ -97,6 +103,8 @@ def generate(
         )
     if cache_rounding is not None and (impl != "static" or not use_cache):
         raise ValueError("a rounded cache exists only on the static cached path")
+    if not causal_mask and (impl != "static" or use_cache):
+        raise ValueError("the mask can be removed only from the static no-cache path")
     device = model.device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     draws = uniforms(new_tokens, temperature, generator)
@@ -114,7 +122,7 @@ def generate(
     elif impl == "fast":
         next_logits = _fast_steps(model, prompt, positions) if use_cache else _fast_no_cache_steps(model, prompt)
     else:
-        next_logits = _static_steps(model, prompt, positions if use_cache else 0, cache_rounding)
+        next_logits = _static_steps(model, prompt, positions if use_cache else 0, cache_rounding, causal_mask)
     draw_list = draws.tolist()
     generated: list[torch.Tensor] = []
     kept: list[torch.Tensor] = []
@@ -134,11 +142,13 @@ def generate(
 Stepper = Generator[torch.Tensor, torch.Tensor, None]
 
 
-def _static_steps(model: CharGPT, prompt: list[int], capacity: int, rounding: str | None) -> Stepper:
+def _static_steps(
+    model: CharGPT, prompt: list[int], capacity: int, rounding: str | None, causal_mask: bool = True
+) -> Stepper:
     sequence = torch.tensor([prompt], dtype=torch.long, device=model.device)
     if capacity == 0:  # no cache: feed the whole sequence every step
         while True:
-            token = yield model(sequence)[:, -1, :]
+            token = yield model(sequence, causal=causal_mask)[:, -1, :]
             sequence = torch.cat([sequence, token], dim=1)
     cache = model.new_cache(capacity=capacity, rounding=rounding)
     step_input = sequence

@@ -63,8 +63,8 @@ def extension() -> Any:
 def flat_weights(model: CharGPT) -> torch.Tensor:
     """The model's float32 weights, flattened into one buffer in the order the C++ step reads them
     (one tensor to hand over per call instead of forty)."""
-    if model.device.type != "cpu" or hasattr(model, "quantization"):
-        raise ValueError("the fast path runs float32 models on the CPU")
+    if model.device.type != "cpu" or hasattr(model, "quantization") or not model.config.is_gpt2:
+        raise ValueError("the fast path runs float32 GPT-2 shaped models (tied lm head) on the CPU")
     tensors = [model.wte.weight, model.wpe.weight]
     for block in cast(list[Block], model.blocks):
         attention, mlp = block.attn, block.mlp

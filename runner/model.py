@@ -29,6 +29,10 @@ class ModelConfig:
     n_layer: int = 3
     n_head: int = 4
     context_length: int = 1024
+    # GPT-2 ties the lm head to the token embedding and gives it no bias; the write-ups' model
+    # had its own lm head with a bias (docs/experiments.md, memory).
+    tie_lm_head: bool = True
+    lm_head_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -38,8 +42,19 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+    @property
+    def is_gpt2(self) -> bool:
+        return self.tie_lm_head and not self.lm_head_bias
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, the lm-head options only where they differ from GPT-2's: a checkpoint's
+        recipe and weights hashes stay what they were before those options existed."""
+        fields = asdict(self)
+        if self.tie_lm_head:
+            del fields["tie_lm_head"]
+        if not self.lm_head_bias:
+            del fields["lm_head_bias"]
+        return fields
 
 
 CACHE_ROUNDINGS = ("bfloat16", "float16", "int8")
@@ -122,9 +137,9 @@ class CausalSelfAttention(nn.Module):
         batch, _, time, _ = y.shape
         return self.c_proj(y.transpose(1, 2).reshape(batch, time, self.n_head * self.head_dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor:
         q, k, v = self._heads(x)
-        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
     def forward_cached(self, x: torch.Tensor, layer: int, cache: KVCache) -> torch.Tensor:
         q, k, v = self._heads(x)
@@ -171,8 +186,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.d_model, eps=1e-5)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), causal)
         return x + self.mlp(self.ln_2(x))
 
     def forward_cached(self, x: torch.Tensor, layer: int, cache: KVCache) -> torch.Tensor:
@@ -188,8 +203,9 @@ class CharGPT(nn.Module):
         self.wpe = nn.Embedding(config.context_length, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model, eps=1e-5)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=config.lm_head_bias)
+        if config.tie_lm_head:
+            self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
         self.apply(self._init_weights)
         # GPT-2's scaled init of the residual projections.
         for name, parameter in self.named_parameters():
@@ -218,11 +234,12 @@ class CharGPT(nn.Module):
             raise ValueError(f"position {end - 1} is past the model context ({self.config.context_length})")
         return self.wte(idx) + self.wpe(torch.arange(start, end, device=idx.device))
 
-    def forward(self, idx: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
-        """Logits for every position of ``idx`` (batch, time), no cache."""
+    def forward(self, idx: torch.Tensor, position_offset: int = 0, causal: bool = True) -> torch.Tensor:
+        """Logits for every position of ``idx`` (batch, time), no cache. ``causal=False`` removes
+        the mask (every position sees every other): what breaks the cache's exactness."""
         x = self._embed(idx, position_offset)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, causal)
         return self.lm_head(self.ln_f(x))
 
     def forward_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -263,6 +280,8 @@ class CharGPT(nn.Module):
 
 def to_gpt2_state_dict(model: CharGPT) -> dict[str, torch.Tensor]:
     """The same weights under ``transformers.GPT2LMHeadModel``'s names (Conv1D is (in, out))."""
+    if not model.config.is_gpt2:
+        raise ValueError("only a GPT-2 shaped model (tied lm head, no head bias) maps onto GPT2LMHeadModel")
     state: dict[str, torch.Tensor] = {
         "transformer.wte.weight": model.wte.weight.detach(),
         "transformer.wpe.weight": model.wpe.weight.detach(),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runner import counting
 from runner.decode import generate
-from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE, comparable_difference
+from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
 from runner.fitting import fit_power_law
 from runner.model import CharGPT, ModelConfig
 from store import frames
@@ -45,6 +45,26 @@ def test_a_full_context_generation_uses_every_position(tiny_model: CharGPT) -> N
     assert len(generate(tiny_model, [1], 64, temperature=0.0).tokens) == 64
     with pytest.raises(ValueError, match="more than the model context"):
         generate(tiny_model, [1], 65)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_without_the_mask_the_cache_is_no_longer_exact_from_the_second_block_on(layers: int) -> None:
+    torch.manual_seed(0)
+    model = CharGPT(ModelConfig(vocab_size=13, d_model=32, n_layer=layers, n_head=4, context_length=64)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)
+    unmasked = generate(model, [1, 2], 30, use_cache=False, temperature=0.0, keep_logits=True, causal_mask=False)
+    cached = generate(model, [1, 2], 30, temperature=0.0, keep_logits=True)
+    difference, _ = comparable_difference(unmasked, cached)
+    if layers == 1:
+        # One block: the last position sees every position either way, and the earlier K/V come
+        # from the embeddings alone; nothing the mask changes reaches the next token.
+        assert difference <= EQUIVALENCE_TOLERANCE
+    else:
+        assert difference > 100 * EQUIVALENCE_TOLERANCE
+    with pytest.raises(ValueError, match="mask can be removed only"):
+        generate(model, [1], 3, causal_mask=False)
 
 
 @pytest.mark.parametrize("rounding", ["int8", "bfloat16"])
@@ -199,7 +219,29 @@ def test_the_experiment_records_through_the_store(filled_store_url: str) -> None
     assert value("counts", "mults_no_cache_causal") < value("counts", "mults_no_cache")
     assert value("counter_check", "counter_matches_closed_form") == 1.0
     assert value("rounded_cache", "exceeds_tolerance") == 1.0
-    assert value("memory", "cache_bytes") == 2 * 1 * 16 * 32 * 4  # 2 · layers · n · d · float32
+    memory = rows[rows["part"] == "memory"]
+    by_dtype = {
+        (params["n"], params["dtype"], metric): value
+        for params, metric, value in zip(memory["params"], memory["metric"], memory["value"], strict=True)
+    }
+    assert by_dtype[(16, "float32", "cache_elements")] == 2 * 1 * 16 * 32  # 2 · layers · n · d
+    assert by_dtype[(16, "float32", "cache_bytes")] == 2 * 1 * 16 * 32 * 4
+    assert by_dtype[(16, "int8", "cache_bytes")] == 2 * 1 * 16 * 32  # the dtype is only the last factor
+    assert by_dtype[(16, "int8", "cache_bytes_allocated")] == by_dtype[(16, "int8", "cache_bytes")]
+    # The counting lab's five tokens: K/V computed 1 + 2 + 3 + 4 + 5 times per layer, or 5.
+    assert value("recomputation", "kv_computations_no_cache_per_layer") == 15
+    assert value("recomputation", "kv_computations_cache_per_layer") == 5
+    assert value("recomputation", "counter_matches_closed_form") == 1.0
+    # The write-ups' own model, counted from its shape.
+    assert value("writeup_model", "parameter_count") == 637_156
+    assert value("writeup_model", "weight_bytes") == 637_156 * 4
+    assert "arithmetic_ratio_writeup_model" in metrics
+    prefill = rows[rows["part"] == "prefill"]
+    assert {(params["impl"], params["cache"]) for params in prefill["params"]} == {
+        (impl, cache) for impl in ("static", "fast") for cache in (True, False)
+    }
+    assert (prefill.loc[prefill["metric"] == "prefill_seconds", "value"] > 0).all()
+    assert {"no_mask", "equivalence"} <= set(rows["part"])
     assert value("memory", "cache_bytes_allocated") == value("memory", "cache_bytes")
     timing = rows[(rows["part"] == "timing") & (rows["metric"] == "received_fraction")]
     assert len(timing) == 4 and (timing["value"] > 0).all(), "two lengths, two impls"

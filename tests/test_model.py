@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 import torch
 
 from runner.corpus import load_corpus
-from runner.model import CharGPT, ModelConfig
+from runner.model import CharGPT, ModelConfig, to_gpt2_state_dict
 from runner.train import TrainConfig, deserialize, serialize, train
 
 
-def tiny_config(**overrides: int) -> ModelConfig:
-    return ModelConfig(
-        **{"vocab_size": 11, "d_model": 16, "n_layer": 2, "n_head": 2, "context_length": 32, **overrides}
+def tiny_config(**overrides: Any) -> ModelConfig:
+    return dataclasses.replace(
+        ModelConfig(vocab_size=11, d_model=16, n_layer=2, n_head=2, context_length=32), **overrides
     )
 
 
@@ -25,6 +28,19 @@ def test_forward_shapes_and_sizes() -> None:
     expected = vocab * d + context * d + layers * (12 * d * d + 13 * d) + 2 * d
     assert model.parameter_count() == expected
     assert model.weight_bytes() == 4 * expected
+
+
+def test_an_untied_lm_head_with_a_bias_is_the_write_ups_shape() -> None:
+    config = ModelConfig(vocab_size=100, d_model=128, n_layer=3, n_head=4, context_length=128)
+    untied = dataclasses.replace(config, tie_lm_head=False, lm_head_bias=True)
+    tied_count = CharGPT(config).parameter_count()
+    assert CharGPT(untied).parameter_count() == tied_count + 100 * 128 + 100 == 637_156
+    # The GPT-2 defaults stay out of the config's dict, so stored checkpoints keep their hashes.
+    assert "tie_lm_head" not in config.to_dict() and "lm_head_bias" not in config.to_dict()
+    assert untied.to_dict()["tie_lm_head"] is False and untied.to_dict()["lm_head_bias"] is True
+    assert ModelConfig(**untied.to_dict()) == untied
+    with pytest.raises(ValueError, match="GPT-2 shaped"):
+        to_gpt2_state_dict(CharGPT(untied))
 
 
 def test_cached_forward_matches_full_forward_in_chunks() -> None:

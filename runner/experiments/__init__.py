@@ -31,6 +31,10 @@ class ExperimentContext:
     # arguments: model config, train config, and optionally a teacher to distil from.
     train_model: Callable[..., CharGPT] | None = None
 
+    def prompt(self, chars: int = 1) -> list[int]:
+        """The corpus' first ``chars`` characters: the prompt every generation starts from."""
+        return self.corpus.encode(self.corpus.text[:chars])
+
 
 class Experiment(Protocol):
     name: str

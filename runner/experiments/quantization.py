@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decode import generate
+from runner.decode import first_difference, generate
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
@@ -27,11 +27,6 @@ FIELDS = {
     "timing_tokens": Field("int", 128, 1, "context_length"),
     "pairs": Field("int", 5, 3, 50),
 }
-
-
-def first_difference(first: list[int], second: list[int]) -> int:
-    """The first position where two generations differ; their length if they never do."""
-    return next((index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
 
 
 class QuantizationExperiment:

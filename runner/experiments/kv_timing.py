@@ -1,0 +1,135 @@
+"""What the clock delivers: the KV-cache experiment's timed parts (docs/experiments.md, KV
+cache). Each speedup is paired within one impl; the eager no-cache path is timed in the same
+rounds for the cross-impl figure; the first token (the prompt's forward) is timed apart from
+the tokens after it."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runner import counting
+from runner.decode import generate
+from runner.experiments import ExperimentContext
+from runner.experiments.kv_exactness import measure
+from runner.fitting import fit_power_law
+from runner.model import CharGPT, ModelConfig
+from runner.timing import Paired
+from store.records import MeasurementRecord
+
+
+def time_cache(model: CharGPT, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """Generation without the cache against generation with it, both through the case's impl,
+    in paired rounds; for an impl other than ``static`` the eager no-cache path runs in the
+    same rounds, so the compiler's gain and the cache's are reported apart."""
+    n, prompt, impl = case["n"], context.prompt(), case["impl"]
+    sides: dict[str, Callable[[], object]] = {
+        "no_cache": lambda: generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl),
+        "cache": lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
+    }
+    if impl != "static":
+        sides["eager_no_cache"] = lambda: generate(model, prompt, n, use_cache=False, temperature=0.0)
+    same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == (
+        generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
+    )
+    rounds = dict(zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"]), strict=True))
+    same_impl = Paired(rounds["no_cache"], rounds["cache"])
+    cross_impl = Paired(rounds.get("eager_no_cache", rounds["no_cache"]), rounds["cache"])
+    config = model.config
+    d, layers, vocab = config.d_model, config.n_layer, config.vocab_size
+    arithmetic = counting.arithmetic_ratio(n, d, layers)
+    arithmetic_causal = counting.arithmetic_ratio(n, d, layers, causal=True)
+    return [
+        measure("seconds_no_cache", min(same_impl.baseline_seconds), "seconds"),
+        measure("seconds_cache", min(same_impl.candidate_seconds), "seconds"),
+        measure("seconds_eager_no_cache", min(cross_impl.baseline_seconds), "seconds"),
+        measure("seconds_per_token_cache", min(same_impl.candidate_seconds) / n, "seconds"),
+        measure("tokens_identical_no_cache_vs_cache", same_tokens, "bool"),
+        *same_impl.measurements("measured_speedup"),
+        # The write-ups' method: the ratio of the minima of at least three runs of each side.
+        measure("min_ratio_speedup", min(same_impl.baseline_seconds) / min(same_impl.candidate_seconds), "ratio"),
+        *cross_impl.measurements("speedup_vs_eager_no_cache"),
+        measure("arithmetic_ratio", arithmetic, "ratio"),
+        measure("arithmetic_ratio_causal", arithmetic_causal, "ratio"),
+        measure("arithmetic_ratio_with_lm_head", counting.arithmetic_ratio(n, d, layers, vocab_size=vocab), "ratio"),
+        measure("received_fraction", same_impl.median / arithmetic, "ratio"),
+        measure("received_fraction_causal", same_impl.median / arithmetic_causal, "ratio"),
+        # What the overhead experiment's a + b·mults calibration needs to predict this point.
+        measure(
+            "mults_no_cache_with_lm_head", counting.generation_mults(n, d, layers, False, vocab), "multiplications"
+        ),
+        measure("mults_cache_with_lm_head", counting.generation_mults(n, d, layers, True, vocab), "multiplications"),
+    ]
+
+
+def untrained_model(context: ExperimentContext, d_model: int) -> CharGPT:
+    """The run model's shape at another width, untrained: timing needs no training."""
+    base = context.model.config
+    config = ModelConfig(
+        vocab_size=base.vocab_size,
+        d_model=d_model,
+        n_layer=base.n_layer,
+        n_head=base.n_head,
+        context_length=base.context_length,
+    )
+    torch.manual_seed(context.seed)
+    return CharGPT(config).to(context.device).eval()
+
+
+def timing(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    return time_cache(context.model, case, context)
+
+
+def width(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    return time_cache(untrained_model(context, case["d_model"]), case, context)
+
+
+def fit(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """time ∝ n^slope per mode, least squares on log–log axes over this run's timing cases."""
+    timings: dict[tuple[str, int], float] = {}
+    for row in context.earlier("kv_cache"):
+        params = row.params
+        if (
+            params.get("part") == "timing"
+            and params.get("impl") == case["impl"]
+            and row.metric in ("seconds_no_cache", "seconds_cache")
+        ):
+            timings[(row.metric, params["n"])] = row.value
+    measurements = []
+    for mode in ("no_cache", "cache"):
+        lengths = [n for n in case["lengths"] if (f"seconds_{mode}", n) in timings]
+        if len(lengths) < 2:
+            raise RuntimeError(f"the fit needs at least two timed lengths, this run has {lengths}")
+        slope, scale, error = fit_power_law(lengths, [timings[(f"seconds_{mode}", n)] for n in lengths])
+        measurements += [
+            measure(f"slope_{mode}", slope, "exponent"),
+            measure(f"fit_scale_{mode}", scale, "seconds"),
+            measure(f"max_fit_error_{mode}", error, "ratio"),
+        ]
+    return measurements
+
+
+def prefill(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """The first token (the prompt's full forward, nothing to reuse yet) against each token
+    after it, with or without the cache, through the case's impl: generations of 1 and of n
+    tokens in interleaved rounds, the decode time per token being their difference over n − 1."""
+    model, impl, use_cache, n = context.model, case["impl"], case["cache"], case["n"]
+    prompt = context.prompt(case["prompt_tokens"])
+
+    def run(tokens: int) -> Callable[[], object]:
+        return lambda: generate(model, prompt, tokens, use_cache=use_cache, temperature=0.0, impl=impl)
+
+    first, whole = context.harness.interleaved([run(1), run(n)], case["pairs"])
+    decode = [(total - single) / (n - 1) for single, total in zip(first, whole, strict=True)]
+    return [
+        measure("prefill_seconds", statistics.median(first), "seconds"),
+        measure("decode_seconds_per_token", statistics.median(decode), "seconds"),
+        measure(
+            "prefill_to_decode_ratio",
+            statistics.median(single / per_token for single, per_token in zip(first, decode, strict=True)),
+            "ratio",
+        ),
+    ]
