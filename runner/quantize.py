@@ -123,8 +123,11 @@ def _quantize_fake(model: CharGPT, precision: str, group_size: int, embeddings: 
         token_table = QuantizedTensor(model.wte.weight, precision, row_group)
         quantized.wte = QuantizedEmbedding(token_table)  # type: ignore[assignment]
         quantized.wpe = QuantizedEmbedding(QuantizedTensor(model.wpe.weight, precision, row_group))  # type: ignore[assignment]
-        # The lm head stays tied: it reads the same quantized table.
-        quantized.lm_head = QuantizedLinear(token_table, None)  # type: ignore[assignment]
+        if model.config.tie_lm_head:  # a tied lm head reads the same quantized table
+            quantized.lm_head = QuantizedLinear(token_table, model.lm_head.bias)  # type: ignore[assignment]
+        else:
+            head = QuantizedTensor(model.lm_head.weight, precision, row_group)
+            quantized.lm_head = QuantizedLinear(head, model.lm_head.bias)  # type: ignore[assignment]
     return quantized
 
 

@@ -74,6 +74,19 @@ def test_the_dynamic_int8_kernel_counts_its_packed_weights_exactly(model: CharGP
     assert counts == {expected}
 
 
+def test_an_untied_lm_head_is_quantized_on_its_own(model: CharGPT) -> None:
+    import dataclasses
+
+    torch.manual_seed(1)
+    untied = CharGPT(dataclasses.replace(CONFIG, tie_lm_head=False, lm_head_bias=True)).eval()
+    with torch.no_grad():
+        untied.lm_head.bias.uniform_(-1, 1)
+    quantized = quantize_model(untied, "int8")
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        assert (quantized(tokens) - untied(tokens)).abs().max() < 0.05
+
+
 def test_int8_logits_are_close_to_float32(model: CharGPT) -> None:
     tokens = torch.randint(0, 10, (1, 20), generator=torch.Generator().manual_seed(1))
     reference = model(tokens)
