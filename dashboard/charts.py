@@ -84,20 +84,46 @@ def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
     )
 
 
-def seconds_against_n(timing: pd.DataFrame) -> Figure:
-    """Time per generation for both modes on log–log axes (the slopes of the fit)."""
+def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> Figure:
+    """Time per generation for both modes on log–log axes, with each fitted power law drawn as
+    a dashed line whose legend names its exponent and largest relative error."""
     impl = timing["impl"] if "impl" in timing.columns else pd.Series("static", index=timing.index)
     long = timing.assign(impl=impl).melt(
         id_vars=["n", "impl"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
     )
     long["mode"] = long["mode"].str.removeprefix("seconds_") + " · " + long["impl"]
-    return (
+    points = (
         _base(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("n:Q", scale=LOG), y=alt.Y("seconds:Q", scale=LOG), color="mode:N", tooltip=["n", "mode", "seconds"]
         )
     )
+    if fit is None or fit.empty:
+        return points
+    lengths = sorted(long["n"].unique())
+    rows = []
+    for row in fit.to_dict("records"):
+        for mode in ("no_cache", "cache"):
+            label = (
+                f"fit {mode} · {row.get('impl') or 'static'}: n^{row[f'slope_{mode}']:.2f} "
+                f"(max error {row[f'max_fit_error_{mode}']:.0%})"
+            )
+            rows += [
+                {"n": n, "seconds": row[f"fit_scale_{mode}"] * n ** row[f"slope_{mode}"], "fit": label} for n in lengths
+            ]
+    legend = alt.Legend(orient="bottom", columns=1, title="fitted: time ∝ n^slope")
+    lines = (
+        _base(pd.DataFrame(rows))
+        .mark_line(color="gray")
+        .encode(
+            x=alt.X("n:Q", scale=LOG),
+            y=alt.Y("seconds:Q", scale=LOG),
+            strokeDash=alt.StrokeDash("fit:N", legend=legend),
+            tooltip=["fit", "n", "seconds"],
+        )
+    )
+    return alt.layer(points, lines)
 
 
 def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:

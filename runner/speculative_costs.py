@@ -27,6 +27,7 @@ from runner.speculative import Draft, SpeculativeResult, probabilities, target_p
 from runner.timing import Harness
 
 COST_CALLS = 16  # draft turns and verifications per cost session
+SINGLE_CALL_REPEATS = 5  # single calls timed for the write-ups' cost table (the minimum is kept)
 ALPHA_WINDOWS = 8  # held-out windows whose every position enters α
 ALPHA_WINDOW_LENGTH = 256
 
@@ -154,6 +155,41 @@ class CostSession:
             (self._draft_turn, self._verification), rounds=self._rounds, repeats=1, setup=self._follow_text
         )
         return PassCosts(draft_turns.minimum, verifications.minimum)
+
+
+@torch.inference_mode()
+def single_call_costs(
+    target: CharGPT,
+    impl: str,
+    draft: Draft,
+    text: list[int],
+    position: int,
+    temperature: float,
+    seed: int,
+    harness: Harness,
+) -> tuple[float, float]:
+    """The write-ups' cost table: one target pass over one token and one draft call for one
+    character, each timed on its own at ``position`` of ``text`` (the minimum of
+    SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
+    found this under-counts a cheap draft's share of the loop."""
+    run_target = target_pass(target, impl)
+    cache = target.new_cache(capacity=position + 1)
+    run_target(text[:position], cache)
+    generator = torch.Generator(device=target.device).manual_seed(seed)
+
+    def rewind() -> None:
+        cache.length = position
+
+    def follow() -> None:
+        draft.start(text[: position + 1])
+
+    (target_pass_seconds,) = harness.alternating(
+        (lambda: run_target([text[position]], cache),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=rewind
+    )
+    (draft_call_seconds,) = harness.alternating(
+        (lambda: draft.propose(1, temperature, generator),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=follow
+    )
+    return target_pass_seconds.minimum, draft_call_seconds.minimum
 
 
 def middle_passes(passes: list[Pass]) -> list[Pass]:

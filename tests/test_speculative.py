@@ -117,6 +117,9 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "check_detects_broken_rule",
         "chi2_pvalue",
         "a_priori_regret",
+        "target_pass_us",
+        "draft_call_us",
+        "draft_cost_ratio_writeup",
     }
     assert required <= set(rows["metric"])
     # The old names meant something else; a new run never writes them.

@@ -1,108 +1,175 @@
-"""KV cache: equivalence, counted arithmetic, measured speedup against it, slopes, widths."""
+"""KV cache: is it exact, what the arithmetic promises (counted), how much of it the clock
+delivers, how time grows with n, and what the first token costs against the ones after it."""
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui
 
-st.title("KV cache")
-st.caption("Is the cache exact, what does the arithmetic promise, and how much of it does the clock deliver?")
-opened = ui.open_store()
-run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
-if opened and run_id is not None:
-    cases = data.load_cases(opened[0], run_id, "kv_cache")
+YES_NO = {1.0: "yes", 0.0: "no"}
+
+
+def exactness(cases: pd.DataFrame) -> None:
     equivalence = data.with_impl(data.part(cases, "equivalence"))
-    if not equivalence.empty:
-        st.subheader("Is the cache exact?")
-        tolerance = equivalence["tolerance"].max()
+    if equivalence.empty:
+        return
+    st.subheader("Is the cache exact?")
+    tolerance = equivalence["tolerance"].max()
+    st.caption(
+        "Each impl's cached generation against the no-cache reference (the eager full forward), same seed: sampled "
+        f"and greedy text, the largest |logit difference| over the steps (tolerance {tolerance:.0e}: float sums in "
+        "another order, nothing more), the last step's (what the write-ups compared), and the smallest gap "
+        "between the top two logits of the greedy reference: how near a rounding came to flipping a choice."
+    )
+    shown = equivalence.assign(
+        sampled_identical=equivalence["strings_identical"].map(YES_NO),
+        greedy_text_identical=equivalence["greedy_identical"].map(YES_NO),
+    )
+    ui.table(
+        shown,
+        "kv_cache_equivalence",
+        [
+            "impl",
+            "sampled_identical",
+            "greedy_text_identical",
+            "max_logit_diff",
+            "last_logit_diff",
+            "top2_margin",
+            "top2_margin_step",
+        ],
+    )
+    unmasked = data.part(cases, "no_mask")
+    if not unmasked.empty:
+        row = unmasked.iloc[0]
         st.caption(
-            "Each impl's cached generation against the no-cache reference (the eager full forward), same seed: "
-            f"sampled and greedy text, and the largest |logit difference| (tolerance {tolerance:.0e}: "
-            "float sums in another order, nothing more)."
+            "The causal mask is what makes the cache exact. With it removed from the no-cache path, earlier "
+            "positions see later ones: sampled text identical "
+            f"{YES_NO[float(row['strings_identical'])]}, largest |logit difference| {row['max_logit_diff']:.2e}, "
+            f"first divergence at index {int(row['divergence_position_sampled'])} (0-based). With one block "
+            "nothing the mask changes reaches the next token; from the second block on it does."
         )
-        shown = equivalence.assign(
-            sampled_identical=equivalence["strings_identical"].map({1.0: "yes", 0.0: "no"}),
-            greedy_text_identical=equivalence["greedy_identical"].map({1.0: "yes", 0.0: "no"}),
+    recomputation = data.part(cases, "recomputation")
+    if not recomputation.empty:
+        row = recomputation.iloc[0]
+        st.caption(
+            f"K and V computed over {int(row['n'])} generated tokens, counted per layer: "
+            f"{int(row['kv_computations_no_cache_per_layer']):,} without the cache (1 + 2 + … + n), "
+            f"{int(row['kv_computations_cache_per_layer']):,} with it; "
+            f"{int(row['kv_computations_no_cache']):,} against {int(row['kv_computations_cache']):,} "
+            f"over {int(row['n_layer'])} layers."
         )
-        ui.table(
-            shown, "kv_cache_equivalence", ["impl", "sampled_identical", "greedy_text_identical", "max_logit_diff"]
-        )
+
+
+def timing_section(url: str, run_id: int, cases: pd.DataFrame) -> pd.DataFrame:
     timing = data.with_no_cache_path(data.part(cases, "timing"))
-    if not timing.empty:
-        st.subheader("Measured speedup against the arithmetic ratio")
-        st.caption(
-            "measured_speedup: generation without the cache over generation with it, both through the same impl "
-            "(paired median, min–max band). speedup_vs_eager_no_cache: the eager no-cache path over the impl's "
-            "cache, timed in the same rounds — it adds the impl's own gain (a compiler's, say) to the cache's."
+    if timing.empty:
+        return timing
+    st.subheader("Measured speedup against the arithmetic ratio")
+    st.caption(
+        "measured_speedup: generation without the cache over generation with it, both through the same impl "
+        "(the median of paired ratios, min–max band). min_ratio_speedup is the write-ups' method: the ratio of the "
+        "two sides' minima over at least three runs. speedup_vs_eager_no_cache: the eager no-cache path over the "
+        "impl's cache, timed in the same rounds — it adds the impl's own gain (a compiler's, say) to the cache's."
+    )
+    if (timing["baseline"] != "no cache, same impl").any():
+        st.warning(
+            "Some rows were recorded before per-impl baselines: their measured_speedup divides the eager "
+            "no-cache time by that impl's cached time (see the baseline column)."
         )
-        if (timing["baseline"] != "no cache, same impl").any():
-            st.warning(
-                "Some rows were recorded before per-impl baselines: their measured_speedup divides the eager "
-                "no-cache time by that impl's cached time (see the baseline column)."
-            )
-        ui.chart(charts.kv_speedup(timing))
-        st.subheader("Received fraction of the arithmetic promise")
-        st.caption(
-            "received_fraction = measured_speedup ÷ arithmetic_ratio, the write-ups' promise: their dense count, "
-            "in which the no-cache path forms the full t×t score matrix. PyTorch's causal attention kernel skips "
-            "the pairs above the diagonal; received_fraction_causal takes the promise against that smaller count "
-            "(arithmetic_ratio_causal)."
+    ui.chart(charts.kv_speedup(timing))
+    st.subheader("Received fraction of the arithmetic promise")
+    st.caption(
+        "received_fraction = measured_speedup ÷ arithmetic_ratio, the write-ups' promise: their dense count, in "
+        "which the no-cache path forms the full t×t score matrix. PyTorch's causal attention kernel skips the pairs "
+        "above the diagonal; received_fraction_causal takes the promise against that smaller count "
+        "(arithmetic_ratio_causal). arithmetic_ratio_with_lm_head also counts the lm head, as the write-ups' "
+        "timing table did."
+    )
+    ui.chart(charts.received_fraction(timing))
+    ui.table(
+        timing,
+        "kv_cache_timing",
+        [
+            "impl",
+            "n",
+            "baseline",
+            "seconds_no_cache",
+            "seconds_cache",
+            "measured_speedup",
+            "measured_speedup_low",
+            "measured_speedup_high",
+            "min_ratio_speedup",
+            "speedup_vs_eager_no_cache",
+            "arithmetic_ratio",
+            "arithmetic_ratio_with_lm_head",
+            "received_fraction",
+            "arithmetic_ratio_causal",
+            "received_fraction_causal",
+            "tokens_identical_no_cache_vs_cache",
+        ],
+    )
+    calibration(url, run_id, cases, timing)
+    return timing
+
+
+def calibration(url: str, run_id: int, cases: pd.DataFrame, timing: pd.DataFrame) -> None:
+    overhead_runs = data.load_experiment_runs(url, "overhead")
+    same_machine = overhead_runs[overhead_runs["machine"] == timing["machine"].iloc[0]]
+    chosen = (
+        run_id
+        if run_id in set(overhead_runs["run_id"])
+        else (int(same_machine["run_id"].iloc[0]) if not same_machine.empty else None)
+    )
+    st.subheader("Measured against the overhead calibration")
+    if chosen is None:
+        st.info(
+            "Run the overhead experiment on this machine (it is in the quick preset) to predict these "
+            "times from seconds per token = a + b·multiplications."
         )
-        ui.chart(charts.received_fraction(timing))
-        ui.table(
-            timing,
-            "kv_cache_timing",
-            [
-                "impl",
-                "n",
-                "baseline",
-                "seconds_no_cache",
-                "seconds_cache",
-                "measured_speedup",
-                "measured_speedup_low",
-                "measured_speedup_high",
-                "speedup_vs_eager_no_cache",
-                "arithmetic_ratio",
-                "received_fraction",
-                "arithmetic_ratio_causal",
-                "received_fraction_causal",
-                "tokens_identical_no_cache_vs_cache",
-            ],
-        )
-    if not timing.empty:
-        overhead_runs = data.load_experiment_runs(opened[0], "overhead")
-        same_machine = overhead_runs[overhead_runs["machine"] == timing["machine"].iloc[0]]
-        chosen = (
-            run_id
-            if run_id in set(overhead_runs["run_id"])
-            else (int(same_machine["run_id"].iloc[0]) if not same_machine.empty else None)
-        )
-        st.subheader("Measured against the overhead calibration")
-        if chosen is None:
-            st.info(
-                "Run the overhead experiment on this machine (it is in the quick preset) to predict these "
-                "times from seconds per token = a + b·multiplications."
-            )
-        else:
-            fits = data.part(data.load_cases(opened[0], chosen, "overhead"), "fit")
-            predicted = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
-            if predicted.empty:
-                st.info("This run's timing cases predate the calibration's inputs; run the sweep again.")
-            else:
-                st.caption(
-                    f"Calibration from run {chosen}: a per-token overhead plus a price per multiplication, "
-                    "per impl. The arithmetic ratio assumes a = 0; the measured speedup is what a ≠ 0 leaves."
-                )
-                ui.chart(charts.predicted_against_measured(predicted, "measured_speedup", "predicted_speedup"))
-                ui.table(predicted, "kv_cache_calibrated")
+        return
+    fits = data.part(data.load_cases(url, chosen, "overhead"), "fit")
+    predicted = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
+    if predicted.empty:
+        st.info("This run's timing cases predate the calibration's inputs; run the sweep again.")
+        return
+    st.caption(
+        f"Calibration from run {chosen}: a per-token overhead plus a price per multiplication, "
+        "per impl. The arithmetic ratio assumes a = 0; the measured speedup is what a ≠ 0 leaves."
+    )
+    ui.chart(charts.predicted_against_measured(predicted, "measured_speedup", "predicted_speedup"))
+    ui.table(predicted, "kv_cache_calibrated")
+
+
+def growth(cases: pd.DataFrame, timing: pd.DataFrame) -> None:
     fit = data.part(cases, "fit")
-    if not fit.empty:
+    if not fit.empty and not timing.empty:
         st.subheader("Time against n (log–log): time ∝ n^slope")
-        ui.chart(charts.seconds_against_n(timing))
+        ui.chart(charts.seconds_against_n(timing, data.with_impl(fit)))
         ui.table(
             fit,
             "kv_cache_fit",
             ["impl", "slope_no_cache", "max_fit_error_no_cache", "slope_cache", "max_fit_error_cache"],
+        )
+    prefill = data.with_impl(data.part(cases, "prefill"))
+    if not prefill.empty:
+        st.subheader("The first token against the ones after it")
+        st.caption(
+            "prefill_seconds: a generation of one token, the prompt's full forward with nothing to reuse yet. "
+            "decode_seconds_per_token: each token after it (generations of 1 and of n tokens in paired rounds). "
+            "The cache pays from the second token on."
+        )
+        ui.table(
+            prefill,
+            "kv_cache_prefill",
+            [
+                "impl",
+                "cache",
+                "prompt_tokens",
+                "n",
+                "prefill_seconds",
+                "decode_seconds_per_token",
+                "prefill_to_decode_ratio",
+            ],
         )
     width = data.part(cases, "width")
     if not width.empty:
@@ -121,45 +188,74 @@ if opened and run_id is not None:
                 "received_fraction",
             ],
         )
+
+
+def arithmetic(cases: pd.DataFrame) -> None:
     counts = data.part(cases, "counts")
+    if counts.empty:
+        return
+    st.subheader("Multiplications, counted")
     check = data.part(cases, "counter_check")
-    if not counts.empty:
-        st.subheader("Multiplications, counted")
-        if not check.empty:
-            matches = check.iloc[0]["counter_matches_closed_form"] == 1
-            st.write(
-                ("✅" if matches else "❌") + " the pure-Python counting path equals the closed forms "
-                f"({int(check.iloc[0]['counted_mults_no_cache']):,} and {int(check.iloc[0]['counted_mults_cache']):,}"
-                " multiplications at d=8, 2 blocks, n=10)."
-            )
-        ui.table(
-            counts,
-            "kv_cache_counts",
-            [
-                "n",
-                "d_model",
-                "n_layer",
-                "mults_no_cache",
-                "mults_no_cache_causal",
-                "mults_cache",
-                "arithmetic_ratio",
-                "arithmetic_ratio_causal",
-                "arithmetic_ratio_with_lm_head",
-            ],
+    if not check.empty:
+        row = check.iloc[0]
+        matches = row["counter_matches_closed_form"] == 1
+        st.write(
+            ("✅" if matches else "❌") + " the pure-Python counting path equals the closed forms "
+            f"({int(row['counted_mults_no_cache']):,} dense and {int(row['counted_mults_no_cache_causal']):,} "
+            f"causal without the cache, {int(row['counted_mults_cache']):,} with it, at d=8, 2 blocks, n=10)."
         )
+    st.caption(
+        "Per token, one layer and one head: 3·n·d² + 2·n·d without the cache, 3·d² + 2·n·d with it — the cache "
+        "removes the recomputation of q/k/v, not the attention, which still grows with n."
+    )
+    ui.table(
+        counts,
+        "kv_cache_counts",
+        [
+            "n",
+            "d_model",
+            "n_layer",
+            "mults_no_cache",
+            "mults_no_cache_causal",
+            "mults_cache",
+            "arithmetic_ratio",
+            "arithmetic_ratio_causal",
+            "arithmetic_ratio_with_lm_head",
+            "arithmetic_ratio_writeup_model",
+            "head_mults_per_token_no_cache",
+            "head_mults_per_token_cache",
+        ],
+    )
+
+
+def rounding(cases: pd.DataFrame) -> None:
     rounded = data.part(cases, "rounded_cache")
-    if not rounded.empty:
-        st.subheader("A rounded cache is an approximation")
-        ui.table(
-            rounded,
-            "kv_cache_rounded",
-            [
-                "rounding",
-                "max_logit_diff",
-                "tolerance",
-                "exceeds_tolerance",
-                "strings_identical",
-                "greedy_identical",
-                "divergence_position_sampled",
-            ],
-        )
+    if rounded.empty:
+        return
+    st.subheader("A rounded cache is an approximation")
+    ui.table(
+        rounded,
+        "kv_cache_rounded",
+        [
+            "rounding",
+            "max_logit_diff",
+            "tolerance",
+            "exceeds_tolerance",
+            "strings_identical",
+            "greedy_identical",
+            "divergence_position_sampled",
+        ],
+    )
+
+
+st.title("KV cache")
+st.caption("Is the cache exact, what does the arithmetic promise, and how much of it does the clock deliver?")
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
+if opened and run_id is not None:
+    cases = data.load_cases(opened[0], run_id, "kv_cache")
+    exactness(cases)
+    timing = timing_section(opened[0], run_id, cases)
+    growth(cases, timing)
+    arithmetic(cases)
+    rounding(cases)

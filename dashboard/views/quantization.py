@@ -17,7 +17,11 @@ if opened and run_id is not None:
         ui.chart(charts.bars(cases, "variant", "loss_increase", "held-out loss increase (nats)"))
     with right:
         ui.chart(charts.bars(cases, "variant", "seconds_per_token", "seconds per token"))
-        ui.chart(charts.bars(cases, "variant", "divergence_position_greedy", "greedy divergence position"))
+        ui.chart(charts.bars(cases, "variant", "divergence_position_greedy", "greedy divergence index (0-based)"))
+    st.caption(
+        "Divergence positions are 0-based indexes of the first generated character that differs from float32's "
+        '(same seed): the write-ups\' "22nd character" (1-based) is index 21 here.'
+    )
     ui.table(
         cases,
         "quantization",

@@ -74,6 +74,20 @@ if opened and run_id is not None:
                     "a_priori_relative_error",
                 ],
             )
+        if "target_pass_us" in speculative.columns:
+            st.subheader("What a call costs, as the write-ups timed it")
+            st.caption(
+                "One target pass over one token and one draft call for one character, each timed on its own; the "
+                "write-ups' c = draft call ÷ target pass. The project's c (draft_cost_ratio) is a draft character "
+                "in plain decode steps as the loop runs it, alternating with verifications: a single call on its "
+                "own leaves out a cheap draft's share of the loop's bookkeeping."
+            )
+            ui.table(
+                speculative.groupby("draft", as_index=False)[
+                    ["target_pass_us", "draft_call_us", "draft_cost_ratio_writeup", "draft_cost_ratio"]
+                ].median(),
+                "speculative_costs",
+            )
         st.subheader("After the run: two cost decompositions")
         st.caption(
             "Not forecasts: both take this run's own characters per pass (cpp) and costs timed after each pair. "

@@ -41,6 +41,7 @@ from runner.speculative_costs import (
     held_out_windows,
     middle_passes,
     passes_of_run,
+    single_call_costs,
 )
 from runner.timing import Paired
 from runner.train import TrainConfig
@@ -270,15 +271,17 @@ class SpeculativeExperiment:
         # After each pair, the pass costs replaying the loop's own passes, so each pair's
         # component model sees the machine as its measured ratio did.
         passes = middle_passes(passes_of_run(counts, len(prompt)))
-        cost_session = CostSession(
-            target, impl, draft, k, temperature, prompt + counts.tokens, passes, seed, context.harness
-        )
+        text = prompt + counts.tokens
+        cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
         sessions = []
         paired = context.harness.paired(
             self._baseline(case, context),
             lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
             pairs=case["pairs"],
             between=lambda: sessions.append(cost_session()),
+        )
+        target_pass_seconds, draft_call_seconds = single_call_costs(
+            target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
         )
         per_pass = counts.chars_per_target_pass
         # Costs in units of that pair's plain decode step (target pass and sampling): a
@@ -319,6 +322,10 @@ class SpeculativeExperiment:
                 "seconds",
             ),
             MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
+            # The write-ups' cost table: single calls timed on their own, and their c.
+            MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
+            MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
+            MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
             MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
             *self._speedup_measurements(paired),
             MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
