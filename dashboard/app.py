@@ -124,6 +124,7 @@ navigation = st.navigation(
             st.Page(PAGES / "speculative.py", title="Speculative decoding", url_path="speculative"),
             st.Page(PAGES / "context_cost.py", title="Context cost", url_path="context_cost"),
             st.Page(PAGES / "scale.py", title="Scale calculator", url_path="scale"),
+            st.Page(PAGES / "seeds.py", title="The write-ups, reproduced", url_path="seeds"),
         ],
     }
 )

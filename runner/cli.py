@@ -284,6 +284,28 @@ def report_context_cost(
         typer.echo(f"wrote {path}")
 
 
+@report_app.command("seeds")
+def report_seeds(
+    run_id: Annotated[
+        int, typer.Option("--run", help="The run to set beside the write-ups (a seed run fills every row).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for seed_report.json and .md.")] = Path("."),
+    db: DbOption = None,
+) -> None:
+    """Every figure of the five write-ups beside this run's, with its method and a verdict."""
+    from runner.seed_report import seed_rows, summary, write_seed_report
+
+    if not out.is_dir():
+        raise InputError(f"--out: {str(out)!r} is not a directory")
+    store = open_store(db)
+    if not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    rows = seed_rows(store.results, run_id)
+    for path in write_seed_report(rows, run_id, out):
+        typer.echo(f"wrote {path}")
+    typer.echo(summary(rows))
+
+
 @report_app.command("scale")
 def report_scale(
     prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 400,

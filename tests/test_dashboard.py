@@ -19,7 +19,7 @@ from store.store import Store
 from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
 
 DASHBOARD = Path(__file__).parent.parent / "dashboard"
-PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale"]
+PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale", "seeds"]
 
 
 def layers(chart: object) -> list[dict]:

@@ -1,0 +1,30 @@
+"""The write-ups' figures beside a run's: what reproduces exactly, what depends on the model,
+what on the machine (the same rows as `decodelab report seeds`)."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data, ui
+from runner.seed_report import seed_rows, summary
+
+st.title("The write-ups, reproduced")
+st.caption(
+    "One row per figure the five write-ups state. Exact figures (counts, closed-form ratios, bytes, the context-cost "
+    "and explainer numbers) must agree within the precision the write-up printed; sampled ones within their noise "
+    "bound; figures of another model or another machine are shown beside the write-up's, not judged."
+)
+opened = ui.open_store()
+run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
+if opened and run_id is not None:
+    records = seed_rows(data.store_for(opened[0]).results, run_id)
+    st.write(summary(records))
+    rows = pd.DataFrame(records)
+    if rows["run_value"].isna().any():
+        st.info("Some figures are not in this run: `decodelab run --preset seed` records every one.")
+    kinds = st.multiselect("Kinds", ["exact", "sampling", "model", "machine"], default=[], key="seeds_kinds")
+    shown = rows[rows["kind"].isin(kinds)] if kinds else rows
+    ui.table(
+        shown,
+        "seed_report",
+        ["writeup", "claim", "writeup_value", "run_value", "band_low", "band_high", "kind", "method", "verdict"],
+    )

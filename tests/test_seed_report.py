@@ -1,0 +1,106 @@
+"""The write-ups' report: every exact figure the counting parts of a seed-shaped run produce
+agrees with the write-ups, an altered figure is caught, and the command writes both files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from runner.experiments import context_cost, kv_cache
+from runner.seed_report import load_figures, seed_rows
+from runner.sweeps import load_preset
+from store.records import RecordedMeasurement
+from tests.conftest import run_decodelab
+
+COUNTED_PARTS = {"counts", "counter_check", "recomputation", "writeup_model"}
+
+
+class Recorded:
+    """A run held in memory: what store.results.measurements gives the report."""
+
+    def __init__(self, rows: dict[str, list[RecordedMeasurement]]) -> None:
+        self.rows = rows
+
+    def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]:
+        return self.rows.get(experiment, [])
+
+
+def counted_parts_of_the_seed_preset() -> dict[str, list[RecordedMeasurement]]:
+    """The seed preset's counted cases, measured by the real experiments (no timing, no training:
+    the counting parts need only the vocabulary size and the seed)."""
+    spec = load_preset("seed")
+    context: Any = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(vocab_size=103)), seed=spec.seed)
+    rows: dict[str, list[RecordedMeasurement]] = {"kv_cache": [], "context_cost": []}
+    for experiment, case in spec.plan():
+        if experiment.name == "kv_cache" and case["part"] in COUNTED_PARTS:
+            measured = kv_cache.EXPERIMENT.run_case(case, context)
+        elif experiment.name == "context_cost":
+            measured = context_cost.EXPERIMENT.run_case(case, context)
+        else:
+            continue
+        rows[experiment.name] += [RecordedMeasurement(case, m.metric, m.value, m.unit) for m in measured]
+    return rows
+
+
+def test_every_counted_figure_of_a_seed_run_agrees_with_the_write_ups() -> None:
+    recorded = counted_parts_of_the_seed_preset()
+    rows = seed_rows(Recorded(recorded), 1)
+    assert len(rows) == len(load_figures()) > 80
+    exact = [row for row in rows if row.kind == "exact"]
+    verdicts = {row.verdict for row in exact}
+    assert verdicts == {"agrees", "not in this run (run the seed preset)"}, "no exact figure differs"
+    assert sum(row.verdict == "agrees" for row in exact) == len(exact) - 8 >= 29
+    # What these counted parts leave out comes from generating text or timing: equality checks,
+    # the rounded and unmasked caches, and the width sweep's cases.
+    left_out = {row.claim for row in exact if row.run_value is None}
+    assert len(left_out) == 8
+    assert all(
+        ("identical" in claim or "tolerance" in claim or "differs" in claim or "d = " in claim) for claim in left_out
+    )
+
+
+def test_an_altered_figure_is_caught() -> None:
+    recorded = counted_parts_of_the_seed_preset()
+    recorded["kv_cache"] = [
+        RecordedMeasurement(row.params, row.metric, row.value + 1, row.unit)
+        if row.metric == "kv_computations_no_cache_per_layer"
+        else row
+        for row in recorded["kv_cache"]
+    ]
+    verdicts = {row.claim: row.verdict for row in seed_rows(Recorded(recorded), 1)}
+    assert verdicts["K/V computed over 5 tokens without the cache, per layer"] == "differs"
+
+
+def test_a_sampled_figure_is_judged_against_its_own_noise_bound() -> None:
+    def distribution(tvd: float) -> dict[str, list[RecordedMeasurement]]:
+        params = {"part": "distribution", "draft": "bigram"}
+        return {
+            "speculative": [
+                RecordedMeasurement(params, "tvd", tvd, "probability"),
+                RecordedMeasurement(params, "tvd_noise_bound", 0.02, "probability"),
+            ]
+        }
+
+    def verdict(tvd: float) -> str:
+        rows = seed_rows(Recorded(distribution(tvd)), 1)
+        return next(row.verdict for row in rows if row.claim.startswith("TV to the target, bigram"))
+
+    assert verdict(0.01) == "within sampling noise"
+    assert verdict(0.05) == "outside sampling noise"
+
+
+def test_the_report_command_writes_json_and_markdown(filled_store_url: str, tmp_path: Path) -> None:
+    result = run_decodelab(
+        "report", "seeds", "--run", "1", "--out", str(tmp_path), "--db", filled_store_url, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "seed_report.json").read_text())
+    assert len(rows) == len(load_figures())
+    assert "| write-up | claim |" in (tmp_path / "seed_report.md").read_text()
+    assert "exact figures agree" in result.stdout
+    missing = run_decodelab(
+        "report", "seeds", "--run", "999", "--out", str(tmp_path), "--db", filled_store_url, cwd=tmp_path
+    )
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "--run" in missing.stderr
