@@ -83,7 +83,7 @@ class QuantizationExperiment:
         length = context.model_record.config["train"]["sequence_length"]
         reference_loss = evaluate_loss(reference, validation, length)
         loss = evaluate_loss(model, validation, length)
-        prompt = context.corpus.encode(context.corpus.text[:1])
+        prompt = context.prompt()
         n = case["divergence_tokens"]
         greedy = [generate(m, prompt, n, temperature=0.0).tokens for m in (reference, model)]
         sampled = [generate(m, prompt, n, temperature=1.0, seed=context.seed).tokens for m in (reference, model)]

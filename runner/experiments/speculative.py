@@ -182,12 +182,9 @@ class SpeculativeExperiment:
         handler = getattr(self, f"_{case['part']}")
         return tuple(handler(case, context))
 
-    def _prompt(self, context: ExperimentContext, chars: int = 1) -> list[int]:
-        return context.corpus.encode(context.corpus.text[:chars])
-
     @torch.inference_mode()
     def _distribution(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        prompt = self._prompt(context, case["context_chars"])
+        prompt = context.prompt(case["context_chars"])
         # Cases recorded before the check ran at the case's temperature ran at 1.
         temperature = case.get("temperature", 1.0)
         logits = context.model(torch.tensor([prompt], device=context.model.device))[0, -1].float()
@@ -211,7 +208,7 @@ class SpeculativeExperiment:
         ]
 
     def _baseline(self, case: dict[str, Any], context: ExperimentContext) -> Any:
-        prompt, target = self._prompt(context), context.model
+        prompt, target = context.prompt(), context.model
 
         def baseline() -> object:
             return generate(
@@ -246,7 +243,7 @@ class SpeculativeExperiment:
         expected = expected_chars_per_pass(alpha, k)
         _, held_out = context.corpus.split()
         # A verification's cost grows with its position: calibrate half way through a generation.
-        start = min(len(self._prompt(context)) + n // 2, target.config.context_length - k - 1)
+        start = min(len(context.prompt()) + n // 2, target.config.context_length - k - 1)
         text = held_out[: start + n].tolist()
         passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
         costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
@@ -263,7 +260,7 @@ class SpeculativeExperiment:
         ]
 
     def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        target, prompt, k, impl = context.model, self._prompt(context), case["k"], case["impl"]
+        target, prompt, k, impl = context.model, context.prompt(), case["k"], case["impl"]
         n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
         draft = make_draft(case, context)
         a_priori = self._a_priori(case, context, draft)

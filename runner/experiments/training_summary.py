@@ -28,7 +28,7 @@ class TrainingSummary:
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
         record = context.model_record
-        prompt = context.corpus.encode(context.corpus.text[:1])
+        prompt = context.prompt()
         new_tokens = min(case["new_tokens"], context.model.config.context_length - len(prompt))
         timing = context.harness.min_of(
             lambda: generate(context.model, prompt, new_tokens, temperature=0.0), repeats=case["repeats"]
