@@ -75,8 +75,9 @@ def run(
         str | None, typer.Option(help="cpu or cuda: overrides the spec (on cuda, CPU-only impls are left out).")
     ] = None,
 ) -> None:
-    """Run a sweep in this process and record it (training the model first if needed). It
-    takes this machine's slot as a job of its own: it waits while a worker here is timing a
+    """Run a sweep in this process and record it (training the model first if needed).
+
+    It takes this machine's slot as a job of its own: it waits while a worker here is timing a
     job, and no worker here starts one until it is done."""
     from runner.execute import check_device
     from runner.sweeps import for_device, validate

@@ -35,8 +35,10 @@ def worker(
         typer.Option(min=1, max=86400, help="PostgreSQL: retry through an outage this long, then exit (code 75)."),
     ] = 300.0,
 ) -> None:
-    """Claim queued jobs from the store and run them, one at a time per machine, heartbeating
-    and reporting progress. SIGTERM and Ctrl-C requeue the running job for the next worker."""
+    """Claim queued jobs from the store and run them, one at a time per machine.
+
+    It heartbeats and reports progress; SIGTERM and Ctrl-C requeue the running job for the next
+    worker."""
     from runner.worker import work
 
     if stale_after_seconds < 3 * heartbeat_seconds:
@@ -81,8 +83,9 @@ def workers(
 
 
 def db_upgrade(db: DbOption = None) -> None:
-    """Upgrade the store's schema to this version of decodelab (the only command that migrates
-    a PostgreSQL store)."""
+    """Upgrade the store's schema to this version of decodelab.
+
+    The only command that migrates a PostgreSQL store."""
     from store.engine import current_revision, head_revision
 
     store = open_store(db, "db upgrade", upgrade=True)

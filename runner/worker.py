@@ -219,6 +219,9 @@ def work(
                     log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
                 waiting_for = busy
             time.sleep(poll_seconds)
+    except StoreDown:
+        store.outages.give_up()
+        raise
     finally:
         unregister(store, me)
 
@@ -253,5 +256,8 @@ def run_here(
             time.sleep(poll_seconds)
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             return execute(store, spec, preset=preset, job=job, show_progress=show_progress, log=log)
+    except StoreDown:
+        store.outages.give_up()
+        raise
     finally:
         unregister(store, me)

@@ -37,6 +37,11 @@ class OutageGuard:
     def enable(self, limit_seconds: float, log: Callable[[str], None]) -> None:
         self.limit_seconds, self._log = limit_seconds, log
 
+    def give_up(self) -> None:
+        """After StoreDown: the last writes on the way out (marking a worker stopped) try once
+        instead of waiting out the limit again."""
+        self.limit_seconds = None
+
     def run(self, operation: Callable[[], Result]) -> Result:
         if self.limit_seconds is None:
             return operation()
