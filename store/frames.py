@@ -189,12 +189,12 @@ def workers(store: Store, *, seen_within_hours: float = 24.0) -> pd.DataFrame:
             state.label("state"),
             Worker.started_at,
             Worker.last_seen_at,
-            Worker.current_job_id.label("job_id"),
+            Job.id.label("job_id"),
             Job.status.label("job_status"),
             Job.cases_done,
             Job.cases_total,
         )
-        .outerjoin(Job, Job.id == Worker.current_job_id)
+        .outerjoin(Job, (Job.worker_id == Worker.id) & (Job.status == "running"))
         .where(Worker.last_seen_at >= server_now(backend, -seen_within_hours * 3600))
         .order_by(Worker.last_seen_at.desc(), Worker.id.desc())
     )

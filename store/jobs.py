@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import ColumnElement, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from store.clock import server_now
@@ -33,20 +33,29 @@ MAX_STALE_RECLAIMS = 3
 JOB_END_STATUSES = ("done", "failed", "interrupted")
 
 
-def owned_job(session: Session, backend: str, claim: Claim, *, share: bool = False) -> Job:
-    """The claimed job, row-locked (for update, or shared), or ClaimLost when the claim no
-    longer holds."""
-    query = select(Job).where(
+def owned_by(claim: Claim) -> tuple[ColumnElement[bool], ...]:
+    """The job row that ``claim`` still owns."""
+    return (
         Job.id == claim.job_id,
         Job.worker_id == claim.worker_id,
         Job.attempts == claim.attempt,
         Job.status == "running",
     )
-    if backend == "postgresql":
-        query = query.with_for_update(read=share)
-    job = session.scalar(query)
-    if job is None:
+
+
+def check_claim(job: Job, claim: Claim) -> None:
+    """ClaimLost unless ``claim`` is the job's current claim."""
+    if (job.status, job.worker_id, job.attempts) != ("running", claim.worker_id, claim.attempt):
         raise ClaimLost(f"job {claim.job_id} is no longer this worker's (claim attempt {claim.attempt})")
+
+
+def owned_job(session: Session, backend: str, claim: Claim) -> Job:
+    """The claimed job, row-locked, or ClaimLost when the claim no longer holds."""
+    query = select(Job).where(Job.id == claim.job_id)
+    if backend == "postgresql":
+        query = query.with_for_update()
+    job = session.scalars(query).one()
+    check_claim(job, claim)
     return job
 
 
@@ -96,23 +105,33 @@ class JobQueue:
             select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine_name).limit(1)
         )
 
-    def _take(self, session: Session, job: Job, worker: WorkerRecord) -> JobRecord:
-        job.status = "running"
-        job.worker = worker.name
-        job.worker_id = worker.id
-        job.claimed_by_machine = worker.machine_name
-        job.claimed_at = self._now()
-        job.heartbeat_at = self._now()
-        job.attempts = (job.attempts or 0) + 1
-        session.flush()
-        session.execute(update(Worker).where(Worker.id == worker.id).values(current_job_id=job.id))
+    def _take(self, session: Session, candidate: Any, worker: WorkerRecord) -> JobRecord | None:
+        """Claim the job ``candidate`` selects (a job id, or a scalar subquery of one) in one
+        statement, UPDATE … RETURNING: a claim is one round trip, however busy the queue."""
+        now = self._now()
+        row = session.execute(
+            update(Job)
+            .where(Job.id == candidate)
+            .values(
+                status="running",
+                worker=worker.name,
+                worker_id=worker.id,
+                claimed_by_machine=worker.machine_name,
+                claimed_at=now,
+                heartbeat_at=now,
+                attempts=Job.attempts + 1,
+            )
+            .returning(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts)
+        ).one_or_none()
+        if row is None:
+            return None
         return JobRecord(
-            id=job.id,
-            spec=job.spec,
-            preset=job.preset,
-            machine_name=job.machine_name,
-            run_id=job.run_id,
-            attempts=job.attempts,
+            id=row.id,
+            spec=row.spec,
+            preset=row.preset,
+            machine_name=row.machine_name,
+            run_id=row.run_id,
+            attempts=row.attempts,
             worker_id=worker.id,
         )
 
@@ -120,20 +139,19 @@ class JobQueue:
     def claim(self, worker: WorkerRecord) -> JobRecord | None:
         """The oldest queued job this machine may run, or None when there is none or when a
         job already runs on this machine (the worker waits: one timing job per machine)."""
-        query = (
-            select(Job)
-            .where(Job.status == "queued", or_(Job.machine_name.is_(None), Job.machine_name == worker.machine_name))
+        machine = worker.machine_name
+        running_here = select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine).exists()
+        candidate = (
+            select(Job.id)
+            .where(Job.status == "queued", or_(Job.machine_name.is_(None), Job.machine_name == machine), ~running_here)
             .order_by(Job.created_at, Job.id)
             .limit(1)
         )
         if self._sessions.backend == "postgresql":
-            query = query.with_for_update(skip_locked=True)
+            candidate = candidate.with_for_update(skip_locked=True)
         with self._sessions.write() as session:
-            self._machine_lock(session, worker.machine_name)
-            if self._running_on(session, worker.machine_name) is not None:
-                return None
-            job = session.scalar(query)
-            return None if job is None else self._take(session, job, worker)
+            self._machine_lock(session, machine)
+            return self._take(session, candidate.scalar_subquery(), worker)
 
     @survives_outages
     def claim_new(
@@ -156,7 +174,7 @@ class JobQueue:
             )
             session.add(job)
             session.flush()
-            return self._take(session, job, worker)
+            return self._take(session, job.id, worker)
 
     @survives_outages
     def running_on(self, machine_name: str) -> int | None:
@@ -208,24 +226,20 @@ class JobQueue:
         """Refresh the job's heartbeat and its worker's last seen; False when the job is no
         longer this worker's (the worker must then stop that job at once)."""
         with self._sessions.write() as session:
-            result = session.execute(
-                update(Job)
-                .where(
-                    Job.id == claim.job_id,
-                    Job.worker_id == claim.worker_id,
-                    Job.attempts == claim.attempt,
-                    Job.status == "running",
-                )
-                .values(heartbeat_at=self._now())
-            )
+            result = session.execute(update(Job).where(*owned_by(claim)).values(heartbeat_at=self._now()))
             session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_seen_at=self._now()))
             return bool(getattr(result, "rowcount", 0))
 
     @survives_outages
     def progress(self, claim: Claim, cases_done: int, cases_total: int) -> None:
         with self._sessions.write() as session:
-            job = owned_job(session, self._sessions.backend, claim)
-            job.cases_done, job.cases_total, job.heartbeat_at = cases_done, cases_total, self._now()
+            result = session.execute(
+                update(Job)
+                .where(*owned_by(claim))
+                .values(cases_done=cases_done, cases_total=cases_total, heartbeat_at=self._now())
+            )
+            if not getattr(result, "rowcount", 0):
+                raise ClaimLost(f"job {claim.job_id} is no longer this worker's (claim attempt {claim.attempt})")
 
     @survives_outages
     def finish(self, claim: Claim, status: str, *, error: str | None = None, wall_seconds: float | None = None) -> None:
@@ -235,44 +249,48 @@ class JobQueue:
         if status not in JOB_END_STATUSES:
             raise ValueError(f"a job finishes as {', '.join(JOB_END_STATUSES)}, not {status!r}")
         with self._sessions.write() as session:
-            if self._already(session, claim, status):
-                return
-            job = owned_job(session, self._sessions.backend, claim)
-            self._end_run(session, job, status, error, wall_seconds)
-            job.status, job.error, job.finished_at = status, error, self._now()
-            self._release_worker(session, claim.worker_id)
+            # One conditional UPDATE (it locks the job row first, as everywhere): the common
+            # case is a single round trip, plus one for the run.
+            ended = session.execute(
+                update(Job)
+                .where(*owned_by(claim))
+                .values(status=status, error=error, finished_at=self._now())
+                .returning(Job.run_id)
+            ).one_or_none()
+            if ended is None:
+                job = self._locked(session, claim.job_id)
+                if (job.status, job.worker_id, job.attempts) == (status, claim.worker_id, claim.attempt):
+                    return
+                check_claim(job, claim)
+            elif ended.run_id is not None:
+                self._end_run(session, ended.run_id, status, error, wall_seconds)
 
     @survives_outages
     def requeue(self, claim: Claim, *, error: str, wall_seconds: float | None = None) -> None:
         """Give the claimed job back (a worker stopped by SIGTERM or Ctrl-C): its run is marked
         interrupted and the next worker to claim the job resumes that run."""
         with self._sessions.write() as session:
-            if self._already(session, claim, "queued"):
+            job = self._locked(session, claim.job_id)
+            # Already given back by this claim (a retry): the owner is cleared, the attempt kept.
+            if (job.status, job.worker_id, job.attempts) == ("queued", None, claim.attempt):
                 return
-            job = owned_job(session, self._sessions.backend, claim)
-            self._end_run(session, job, "interrupted", error, wall_seconds)
+            check_claim(job, claim)
+            if job.run_id is not None:
+                self._end_run(session, job.run_id, "interrupted", error, wall_seconds)
             job.status, job.error = "queued", error
             job.worker, job.worker_id, job.claimed_by_machine = None, None, None
-            self._release_worker(session, claim.worker_id)
 
-    def _already(self, session: Session, claim: Claim, status: str) -> bool:
-        """Whether this claim already left the job in ``status`` (ended or requeued by it)."""
-        row = session.execute(select(Job.status, Job.worker_id, Job.attempts).where(Job.id == claim.job_id)).one()
-        if status == "queued":
-            # A requeue clears the owner; the attempt count stays until the next claim.
-            return row.status == "queued" and row.worker_id is None and row.attempts == claim.attempt
-        return (row.status, row.worker_id, row.attempts) == (status, claim.worker_id, claim.attempt)
+    def _locked(self, session: Session, job_id: int) -> Job:
+        query = select(Job).where(Job.id == job_id)
+        if self._sessions.backend == "postgresql":
+            query = query.with_for_update()
+        return session.scalars(query).one()
 
-    def _end_run(self, session: Session, job: Job, status: str, error: str | None, wall: float | None) -> None:
-        if job.run_id is None:
-            return
+    def _end_run(self, session: Session, run_id: int, status: str, error: str | None, wall: float | None) -> None:
         values: dict[str, Any] = {"status": status, "error": error, "finished_at": self._now()}
         if wall is not None:
             values["wall_seconds"] = wall
-        session.execute(update(Run).where(Run.id == job.run_id).values(**values))
-
-    def _release_worker(self, session: Session, worker_id: int) -> None:
-        session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=None))
+        session.execute(update(Run).where(Run.id == run_id).values(**values))
 
     @survives_outages
     def reclaim_stale(self, stale_after_seconds: float) -> list[int]:
@@ -296,12 +314,6 @@ class JobQueue:
                         update(Run)
                         .where(Run.id == job.run_id, Run.status == "running")
                         .values(status="interrupted", error=message, finished_at=self._now())
-                    )
-                if job.worker_id is not None:
-                    session.execute(
-                        update(Worker)
-                        .where(and_(Worker.id == job.worker_id, Worker.current_job_id == job.id))
-                        .values(current_job_id=None)
                     )
                 job.stale_reclaims = (job.stale_reclaims or 0) + 1
                 if job.stale_reclaims >= MAX_STALE_RECLAIMS:

@@ -194,7 +194,8 @@ class Job(Base):
 
 class Worker(Base):
     """A process that claims jobs: a ``decodelab worker``, or a terminal ``decodelab run``
-    (kind "run"), with when it was last seen by the database server's clock."""
+    (kind "run"), with when it was last seen by the database server's clock. Its current job is
+    the running job whose worker_id is its id (read, never stored twice)."""
 
     __tablename__ = "worker"
 
@@ -209,6 +210,5 @@ class Worker(Base):
     # Silent for longer than this, it is dead (each worker says how often it is seen).
     stale_after_seconds: Mapped[float] = mapped_column(Float)
     stopped_at: Mapped[datetime | None] = mapped_column()
-    current_job_id: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_worker_machine_last_seen", "machine_name", "last_seen_at"),)

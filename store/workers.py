@@ -53,11 +53,7 @@ class Workers:
     def stop(self, worker_id: int) -> None:
         with self._sessions.write() as session:
             now = server_now(self._sessions.backend)
-            session.execute(
-                update(Worker)
-                .where(Worker.id == worker_id)
-                .values(stopped_at=now, last_seen_at=now, current_job_id=None)
-            )
+            session.execute(update(Worker).where(Worker.id == worker_id).values(stopped_at=now, last_seen_at=now))
 
     @survives_outages
     def live(self, machine_name: str, kind: str = "worker") -> list[int]:

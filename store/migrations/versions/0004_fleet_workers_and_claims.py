@@ -28,7 +28,6 @@ def upgrade() -> None:
         sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("stale_after_seconds", sa.Float, nullable=False),
         sa.Column("stopped_at", sa.DateTime(timezone=True)),
-        sa.Column("current_job_id", sa.Integer),
     )
     op.create_index("ix_worker_machine_last_seen", "worker", ["machine_name", "last_seen_at"])
     # Plain columns (no foreign key): adding one would make SQLite rebuild the job table.
