@@ -52,6 +52,9 @@ def worker(
         max_idle_seconds=max_idle_seconds,
         heartbeat_seconds=heartbeat_seconds,
         outage_limit_seconds=store_outage_limit_seconds,
+        # Progress bars only on a terminal: in a log (journald, kubectl logs, the dashboard's
+        # worker log) they are noise, and a line logged after one would not start a line.
+        show_progress=sys.stderr.isatty(),
     )
 
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from runner.sweeps import validate
 from store import frames
 from store.store import Store
-from tests.conftest import FIXTURES, rows_by, run_decodelab, start_decodelab
+from tests.conftest import FIXTURES, rows_by, start_decodelab
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +44,15 @@ def short_job(index: int) -> dict[str, Any]:
     ).raw
 
 
+# Cases of timed_job before its first timed one (equivalence, counter check, two counts).
+QUICK_CASES = 4
+
+
 def timed_job() -> dict[str, Any]:
     """The slow fixture cut down: a few cases of about a second each, after quick ones."""
     raw = tomllib.loads((FIXTURES / "slow.toml").read_text())
-    raw["experiments"]["kv_cache"].update(lengths=[20, 32, 44], widths=[16], impls=["static"], pairs=10)
+    raw["train"]["steps"] = 3
+    raw["experiments"]["kv_cache"].update(lengths=[20, 32], widths=[16], impls=["static"], pairs=6)
     return validate(raw).raw
 
 
@@ -134,9 +139,13 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
 
 def test_a_terminal_run_takes_the_machine_slot(sqlite_url: str, tmp_path: Path) -> None:
     store = Store(sqlite_url)
-    job = store.jobs.enqueue(timed_job())
-    busy = worker(sqlite_url, tmp_path, "--once")
-    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= 1, what="the worker's first case")
+    store.jobs.enqueue({"name": "busy"})
+    # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
+    busy = store.workers.register(
+        name="busy:1", kind="worker", machine_name="one-box", host="h", pid=1, stale_after_seconds=60
+    )
+    held = store.jobs.claim(busy)
+    assert held is not None
     spec = tmp_path / "short.toml"
     spec.write_text(
         "\n".join(
@@ -149,14 +158,19 @@ def test_a_terminal_run_takes_the_machine_slot(sqlite_url: str, tmp_path: Path) 
             ]
         )
     )
-    here = run_decodelab("run", "--spec", str(spec), "--db", sqlite_url, cwd=tmp_path, DECODELAB_MACHINE="one-box")
-    assert here.returncode == 0, here.stderr
-    assert f"waiting: job {job} is running on machine 'one-box'" in here.stderr
-    assert busy.finish() and busy.process.returncode == 0
+    here = Output(
+        start_decodelab("run", "--spec", str(spec), "--db", sqlite_url, cwd=tmp_path, DECODELAB_MACHINE="one-box")
+    )
+    here.wait_for(f"waiting: job {held.id} is running on machine 'one-box'")
+    assert len(frames.jobs(store)) == 1, "while it waits it holds no job"
+    store.jobs.finish(held.claim, "done")
+    output = here.finish()
+    assert here.process.returncode == 0, output
     rows = rows_by(frames.jobs(store), "job_id")
     mine = rows[max(rows)]
     assert (mine["status"], mine["machine_name"], mine["preset"]) == ("done", "one-box", None)
-    assert rows[job]["finished_at"] <= mine["claimed_at"], "the terminal run timed beside the worker"
+    assert rows[held.id]["finished_at"] <= mine["claimed_at"], "the terminal run timed beside the worker"
+    assert set(frames.workers(store).set_index("name")["kind"].items()) >= {("busy:1", "worker")}
     assert "run" in set(frames.workers(store)["kind"])
 
 
@@ -208,8 +222,8 @@ def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_p
     job = store.jobs.enqueue(timed_job())
     total = validate(timed_job()).cases_total()
     frozen = worker(store_url, tmp_path)
-    # Past the quick cases, inside a timed one, with cases still to come.
-    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= 7, what="seven cases")
+    # Past the quick cases and the first timed one, inside the next, with cases still to come.
+    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= QUICK_CASES + 1, what="a timed case")
     freeze_outside_a_transaction(frozen.process, store_url)
     try:
         wait_until(lambda: silent_for(store, job, 3), what="the frozen worker's job to go stale")
