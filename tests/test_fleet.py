@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +45,36 @@ def short_job(index: int) -> dict[str, Any]:
     ).raw
 
 
-# Cases of timed_job before its first timed one (equivalence, counter check, two counts).
-QUICK_CASES = 4
-
-
 def timed_job() -> dict[str, Any]:
     """The slow fixture cut down: a few cases of about a second each, after quick ones."""
     raw = tomllib.loads((FIXTURES / "slow.toml").read_text())
     raw["train"]["steps"] = 3
-    raw["experiments"]["kv_cache"].update(lengths=[20, 32], widths=[16], impls=["static"], pairs=6)
+    raw["experiments"]["kv_cache"].update(lengths=[20, 32, 44], widths=[16], impls=["static"], pairs=6)
     return validate(raw).raw
+
+
+# Cases of timed_job before its first timed one (equivalence, counter check, the counts).
+QUICK_CASES = [case.get("part") for _, case in validate(timed_job()).plan()].index("timing")
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_child_outlives_its_test() -> Iterator[None]:
+    """A failing test must not leave a worker running (or suspended) behind it."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(timeout=30)
 
 
 class Output:
     """A child's output lines, read as they come, so a test can wait on one."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
+        STARTED.append(process)
         self.process = process
         self.lines: list[str] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -222,9 +237,10 @@ def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_p
     job = store.jobs.enqueue(timed_job())
     total = validate(timed_job()).cases_total()
     frozen = worker(store_url, tmp_path)
-    # Past the quick cases and the first timed one, inside the next, with cases still to come.
-    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= QUICK_CASES + 1, what="a timed case")
+    # Past the quick cases, inside the timed ones, with seven cases still to come.
+    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= QUICK_CASES, what="the quick cases")
     freeze_outside_a_transaction(frozen.process, store_url)
+    assert rows_by(frames.jobs(store), "job_id")[job]["cases_done"] < total, "frozen too late: nothing left to fence"
     try:
         wait_until(lambda: silent_for(store, job, 3), what="the frozen worker's job to go stale")
         rescuer = worker(store_url, tmp_path, "--until-empty")
