@@ -17,13 +17,10 @@ import multiprocessing
 import os
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
+from scratch_store import scratch_schema
 
 from store import frames
 from store.store import Store
@@ -84,23 +81,6 @@ def claims_per_second(url: str, workers: int, jobs: int) -> float:
     busy = sum(1 for _, ids, _ in results if ids)
     print(f"  {workers} workers ({busy} claimed at least one), {jobs} jobs in {elapsed:.2f} s")
     return jobs / elapsed
-
-
-@contextmanager
-def scratch_schema(base_url: str) -> Iterator[str]:
-    """A schema of its own in the server's database, dropped afterwards (the benchmark never
-    touches a store someone uses)."""
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base_url)
-    with admin.begin() as connection:
-        connection.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    url = sa.engine.make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as connection:
-            connection.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def main() -> None:
