@@ -3,21 +3,38 @@
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip --disable-pip-version-check
 INSTALLED := $(VENV)/.installed
+LOCK := requirements.lock
+TORCH := torch==2.13.0
 DB ?= sqlite:///decodelab.db
 PORT ?= 8501
 
-.PHONY: demo test lint bench install
+.PHONY: demo test lint bench install lock
 
 install: $(INSTALLED)
 
 # torch first, pinned: the CPU wheel on local disk. Installing the project first would
-# let pip resolve torch itself and pull a multi-GB CUDA build.
-$(INSTALLED): pyproject.toml
+# let pip resolve torch itself and pull a multi-GB CUDA build. Then exactly the versions in
+# the lock (the ones the tests passed with), then the project without resolving anything.
+$(INSTALLED): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -r $(LOCK)
+	$(PIP) install --quiet --no-deps -e '.[dev,bench]'
+	$(PIP) check
 	touch $(INSTALLED)
+
+# Refresh the lock: every package to the newest version pyproject.toml allows, or only
+# PACKAGE=name. Resolved against torch's CPU build; torch and pip stay out of the lock.
+lock:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PIP) install --quiet 'pip-tools>=7.4'
+	CUSTOM_COMPILE_COMMAND="make lock" $(PYTHON) -m piptools compile --quiet --strip-extras --extra dev --extra bench \
+		--constraint constraints/torch-cpu.txt --unsafe-package torch --unsafe-package pip \
+		--no-emit-index-url --no-emit-find-links \
+		$(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade) --output-file $(LOCK) pyproject.toml
+	! grep -E '^(torch|nvidia-|triton)' $(LOCK)
 
 demo: $(INSTALLED)
 	$(VENV)/bin/decodelab run --preset quick --db '$(DB)'

@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scratch_store import scratch_schema
+
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord
 from store.store import Store
 
@@ -56,7 +58,8 @@ def main() -> None:
     print(f"sqlite      {sqlite_rate:12,.0f} samples/s  (target 50,000)")
     print(f"sqlite_samples_per_second={sqlite_rate:.0f}")
     if arguments.pg:
-        postgres_rate = samples_per_second(arguments.pg, arguments.samples)
+        with scratch_schema(arguments.pg) as url:
+            postgres_rate = samples_per_second(url, arguments.samples)
         print(f"postgresql  {postgres_rate:12,.0f} samples/s")
         print(f"postgresql_samples_per_second={postgres_rate:.0f}")
         print(f"sqlite_over_postgresql={sqlite_rate / postgres_rate:.2f}")

@@ -1,10 +1,13 @@
-"""decodelab's dashboard: navigation, the store in use, launching sweeps and their progress.
+"""decodelab's dashboard: navigation, the store in use, launching sweeps, their progress and
+the workers that run them.
 
-Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1).
+Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1); with
+``--read-only`` (DECODELAB_READ_ONLY=1) it shows no launch form and writes nothing.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -15,11 +18,15 @@ from dashboard.launch import LaunchRequest, launch, start_worker
 from runner.errors import InputError
 from store import frames
 from store.errors import StoreError
+from store.store import Store
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
 PAGES = Path(__file__).parent / "views"
 PRESETS = ("quick", "seed", "full")
 EXPERIMENTS = ("training_summary", "kv_cache", "quantization", "speculative", "context_cost")
+READ_ONLY = os.environ.get("DECODELAB_READ_ONLY") == "1"
+# Workers shown in the sidebar: those seen within this many hours.
+WORKERS_SEEN_WITHIN_HOURS = 1.0
 
 st.set_page_config(page_title="decodelab", layout="wide")
 
@@ -30,15 +37,21 @@ def worker_handles() -> dict[str, object]:
     return {}
 
 
-def ensure_worker(url: str, backend: str) -> str | None:
-    """With a SQLite store and no live worker of ours, start one (PostgreSQL stores are shared
-    by machines that run their own workers)."""
-    if backend != "sqlite":
+def ensure_worker(url: str, store: Store) -> str | None:
+    """With a SQLite store, start a worker unless one already serves this machine: one this
+    process started, or any live worker in the store (a dashboard restarted beside its old
+    worker, a terminal's). PostgreSQL stores are shared by machines that run their own."""
+    if READ_ONLY or store.backend != "sqlite":
         return None
+    from runner.machine import machine_name
+
     handles = worker_handles()
     running = handles.get(url)
     if running is not None and running.poll() is None:  # type: ignore[attr-defined]
         return None
+    machine = machine_name()
+    if store.workers.live(machine):
+        return f"A worker already serves machine {machine}."
     handles[url] = start_worker(url)
     return "Started a worker for this store."
 
@@ -51,6 +64,15 @@ def sidebar() -> None:
         st.sidebar.error(str(error))
         return
     st.sidebar.caption(f"Store: `{store.masked_url}`")
+    if READ_ONLY:
+        st.sidebar.caption("Read-only: this dashboard launches nothing.")
+    else:
+        launch_form(url, store)
+    with st.sidebar:
+        jobs_panel(url)
+
+
+def launch_form(url: str, store: Store) -> None:
     with st.sidebar.expander("Launch a sweep", expanded=False), st.form("launch", clear_on_submit=False):
         source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
         preset = st.selectbox("Preset", PRESETS, key="launch_preset")
@@ -85,16 +107,16 @@ def sidebar() -> None:
                 st.sidebar.success(
                     f"Job {launched.job_id} queued: {launched.cases} cases, roughly {max(minutes, 0.1):.1f} minutes."
                 )
-                started = ensure_worker(url, store.backend)
+                started = ensure_worker(url, store)
                 if started:
                     st.sidebar.caption(started)
-    with st.sidebar:
-        jobs_panel(url)
 
 
 @st.fragment(run_every=2)
 def jobs_panel(url: str) -> None:
-    jobs = frames.jobs(data.store_for(url), limit=8)
+    store = data.store_for(url)
+    workers_list(store)
+    jobs = frames.jobs(store, limit=8)
     if jobs.empty:
         st.caption("No job queued yet.")
         return
@@ -109,6 +131,20 @@ def jobs_panel(url: str) -> None:
         else:
             run = job["run_id"]
             st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
+
+
+def workers_list(store: Store) -> None:
+    """The workers `decodelab workers` lists: machine, state, job and its progress."""
+    workers = frames.workers(store, seen_within_hours=WORKERS_SEEN_WITHIN_HOURS)
+    if workers.empty:
+        st.caption("No worker seen in the last hour.")
+        return
+    st.caption("Workers")
+    for worker in workers.to_dict("records"):
+        label = f"{worker['machine']} · {worker['kind']} {worker['name']} · {worker['state']}"
+        if pd.notna(worker["job_id"]) and pd.notna(worker["cases_total"]):
+            label += f" · job {int(worker['job_id'])} · {int(worker['cases_done'])}/{int(worker['cases_total'])}"
+        st.caption(label)
 
 
 navigation = st.navigation(

@@ -28,7 +28,7 @@ def store_url() -> str:
 @st.cache_resource(show_spinner=False)
 def store_for(url: str) -> Store:
     # The dashboard never writes the schema: `decodelab dashboard` upgrades before it starts.
-    return Store(url, auto_upgrade=False)
+    return Store(url, upgrade=False)
 
 
 # ---- plain functions -----------------------------------------------------------------------

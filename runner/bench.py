@@ -34,6 +34,7 @@ BENCHMARKS = (
     Benchmark("store_write", "store_write.py"),
     Benchmark("decode_vs_transformers", "decode_vs_transformers.py", needs_store=True),
     Benchmark("dashboard_load", "dashboard_load.py", ("--runs", "300", "--samples", "300000")),
+    Benchmark("queue_throughput", "queue_throughput.py"),
 )
 
 

@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
+from runner import cli_fleet
+from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
 from store import frames
-from store.errors import StoreError
+from store.errors import ClaimLost, StoreDown, StoreError
 
 app = typer.Typer(
     help="Measure what KV caches, weight quantization and speculative decoding really buy.",
@@ -24,18 +25,8 @@ report_app = typer.Typer(help="Write reports computed by decodelab's modules.", 
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Store URL (else $DECODELAB_DB, else sqlite:///decodelab.db).", show_default=False),
-]
 PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed or full.")]
 SpecOption = Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")]
-
-
-def open_store(db: str | None):  # noqa: ANN201 - imported lazily to keep --help fast
-    from store.store import Store
-
-    return Store(db)
 
 
 def load_spec(preset: str | None, spec: Path | None):  # noqa: ANN201
@@ -63,7 +54,7 @@ def train(
     if corpus is not None:
         chosen = validate({**chosen.raw, "model": {**chosen.raw["model"], "corpus": corpus}})
     text = load_corpus(chosen.corpus, min_length=2 * chosen.raw["model"]["context_length"])
-    store = open_store(db)
+    store = open_store(db, "train")
     trained = train_or_reuse(
         store.results, chosen.model_config(len(text.vocabulary)), chosen.train_config(), text, log=log_to_stderr
     )
@@ -84,9 +75,13 @@ def run(
         str | None, typer.Option(help="cpu or cuda: overrides the spec (on cuda, CPU-only impls are left out).")
     ] = None,
 ) -> None:
-    """Run a sweep in this process and record it (training the model first if needed)."""
-    from runner.execute import check_device, execute
+    """Run a sweep in this process and record it (training the model first if needed).
+
+    It takes this machine's slot as a job of its own: it waits while a worker here is timing a
+    job, and no worker here starts one until it is done."""
+    from runner.execute import check_device
     from runner.sweeps import for_device, validate
+    from runner.worker import run_here
 
     chosen = load_spec(preset, spec)
     if device is not None:
@@ -94,7 +89,7 @@ def run(
             raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
         chosen = validate(for_device(chosen.raw, device))
     check_device(chosen.device)  # before the store is opened: a refused run writes nothing
-    outcome = execute(open_store(db), chosen, preset=preset)
+    outcome = run_here(open_store(db, "run"), chosen, preset=preset)
     typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
 
 
@@ -107,46 +102,9 @@ def enqueue(
 ) -> None:
     """Queue a sweep for any worker (or one machine's workers)."""
     chosen = load_spec(preset, spec)
-    store = open_store(db)
+    store = open_store(db, "enqueue")
     job_id = store.jobs.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
     typer.echo(f"job {job_id} queued ({chosen.cases_total()} cases){f' for machine {machine}' if machine else ''}")
-
-
-@app.command()
-def worker(
-    db: DbOption = None,
-    once: Annotated[bool, typer.Option("--once", help="Run at most one job, then exit.")] = False,
-    poll_seconds: Annotated[float, typer.Option(min=0.1, max=3600)] = 2.0,
-    stale_after_seconds: Annotated[
-        float, typer.Option(min=5, max=86400, help="Requeue a running job silent for this long.")
-    ] = 60.0,
-    max_idle_seconds: Annotated[float | None, typer.Option(min=1, help="Exit after this long without a job.")] = None,
-    heartbeat_seconds: Annotated[float, typer.Option(min=0.2, max=3600, help="How often a running job beats.")] = 5.0,
-) -> None:
-    """Claim queued jobs from the store and run them, heartbeating and reporting progress."""
-    from runner.worker import work
-
-    if stale_after_seconds < 3 * heartbeat_seconds:
-        typer.echo("warning: --stale-after-seconds below three heartbeats may requeue live jobs", err=True)
-    work(
-        open_store(db),
-        once=once,
-        poll_seconds=poll_seconds,
-        stale_after_seconds=stale_after_seconds,
-        max_idle_seconds=max_idle_seconds,
-        heartbeat_seconds=heartbeat_seconds,
-    )
-
-
-@db_app.command("upgrade")
-def db_upgrade(db: DbOption = None) -> None:
-    """Upgrade the store's schema to this version of decodelab."""
-    from store.engine import current_revision, head_revision
-
-    store = open_store(db)
-    typer.echo(
-        f"store {store.masked_url} is at schema revision {current_revision(store.engine)} (head {head_revision()})"
-    )
 
 
 @app.command()
@@ -164,7 +122,7 @@ def export(
 
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
-    store = open_store(db)
+    store = open_store(db, "export")
     if run_id is not None and not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     if not out.parent.exists():
@@ -189,47 +147,9 @@ def import_runs(
     if not file.is_file():
         raise InputError(f"FILE: {str(file)!r} is not a file")
     rows = read_export(file)
-    store = open_store(db)
+    store = open_store(db, "import")
     for uid, run_id, added in import_rows(store, rows):
         typer.echo(f"run {uid} → run {run_id} in {store.masked_url}: {added} cases added")
-
-
-@app.command()
-def dashboard(
-    db: DbOption = None,
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
-    host: Annotated[
-        str, typer.Option(help="Address to bind; anything but 127.0.0.1 exposes the dashboard to the network.")
-    ] = "127.0.0.1",
-) -> None:
-    """Serve the Streamlit dashboard for a store (on 127.0.0.1 unless --host says otherwise)."""
-    import os
-    import sys
-
-    store = open_store(db)  # upgrades an older schema, refuses a bad URL, before anything starts
-    app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-    command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(app_path),
-        "--server.address",
-        host,
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    typer.echo(f"dashboard for {store.masked_url} at http://{host}:{port}", err=True)
-    store.close()
-    # The URL travels in the environment, never on a command line another user could read. Exec
-    # rather than a child process: a signal sent to this command then stops the server itself.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, command, {**os.environ, "DECODELAB_DB": store.url})
 
 
 @app.command()
@@ -249,7 +169,7 @@ def bench(
     for name in chosen:
         if name not in known:
             raise InputError(f"--only: {name!r} is not a benchmark (allowed: {', '.join(known)})")
-    store = open_store(db)
+    store = open_store(db, "bench")
     run_id = store.results.start_run(
         machine_id=store.results.machine_id(fingerprint()),
         spec={"benchmarks": chosen},
@@ -319,20 +239,54 @@ def report_scale(
     typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
 
 
-def main() -> None:
+app.command()(cli_fleet.worker)
+app.command()(cli_fleet.workers)
+app.command()(cli_fleet.dashboard)
+db_app.command("upgrade")(cli_fleet.db_upgrade)
+db_app.command("current")(cli_fleet.db_current)
+
+# Exit codes: 2 bad input or usage (one line), 1 this process lost its job, 75 the store stayed
+# unreachable past the outage limit (EX_TEMPFAIL: a supervisor may start it again), 130 stopped.
+EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
+
+
+def one_line(message: str) -> str:
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def usage_message(error: typer.TyperException) -> str:
+    """A usage error or bad option value (typer's vendored click) as one line."""
+    context = getattr(error, "ctx", None)
+    command = getattr(context, "command", None)
+    # typer exports no name for "no command given" (its vendored click's NoArgsIsHelpError,
+    # whose construction already printed the help page to stdout); stderr gets one line.
+    if type(error).__name__ == "NoArgsIsHelpError" and context is not None and command is not None:
+        names = command.list_commands(context) if hasattr(command, "list_commands") else []
+        return f"{context.command_path}: a command is missing (allowed: {', '.join(names)})"
+    return one_line(error.format_message())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The entry point: every error a person can cause ends in one line on stderr."""
     try:
-        result = app(standalone_mode=False)
-    except click.exceptions.Exit as done:
+        result = app(args=argv, prog_name="decodelab", standalone_mode=False)
+    except typer.Exit as done:
         sys.exit(done.exit_code)
-    except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
+    except typer.TyperException as error:
+        typer.echo(f"error: {usage_message(error)}", err=True)
+        sys.exit(EXIT_USAGE)
+    except StoreDown as error:
+        typer.echo(f"error: {error}; stopping (the run is marked interrupted once the store is back)", err=True)
+        sys.exit(EXIT_STORE_DOWN)
     except (InputError, StoreError) as error:
-        typer.echo(f"error: {error}", err=True)
-        sys.exit(2)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+        typer.echo(f"error: {one_line(str(error))}", err=True)
+        sys.exit(EXIT_USAGE)
+    except ClaimLost as error:
+        typer.echo(f"error: {error}: another worker owns it now; nothing more was written", err=True)
+        sys.exit(EXIT_CLAIM_LOST)
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as error:
         # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database
         # error wherever it is first touched: one line, no SQL, no URL, non-zero exit.
@@ -342,7 +296,7 @@ def main() -> None:
             raise
         reason = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
         typer.echo(f"error: the store failed: {reason}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     sys.exit(result if isinstance(result, int) else 0)
 
 

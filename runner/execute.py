@@ -1,5 +1,8 @@
 """Execute a validated sweep spec into the store: train or reuse the model, then run every
-case of every experiment, one transaction per case, resuming a run without duplicates."""
+case of every experiment, one transaction per case, resuming a run without duplicates.
+
+Run under a job's claim, every write is the claim's: when the job stops being this process's
+(ClaimLost, from the store or the heartbeat) nothing more is written, not even the run's end."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
 from runner.train import train_or_reuse
+from store.errors import StoreDown
 from store.records import CaseRecord, JobRecord, case_key
 from store.store import Store
 
@@ -63,10 +67,12 @@ def execute(
     *,
     preset: str | None = None,
     job: JobRecord | None = None,
+    requeue_on_interrupt: bool = False,
     show_progress: bool = True,
     log: Log = log_to_stderr,
 ) -> RunOutcome:
-    """Run ``spec`` and record it; Ctrl-C or SIGTERM marks the run interrupted and re-raises."""
+    """Run ``spec`` and record it; Ctrl-C or SIGTERM marks the run interrupted and re-raises
+    (and, with ``requeue_on_interrupt``, gives its job back to the queue for the next worker)."""
     check_device(spec.device)
     started = time.perf_counter()
     model_spec = spec.raw["model"]
@@ -78,26 +84,26 @@ def execute(
     model = trained.model.to(spec.device).eval()
     machine_id = store.results.machine_id(fingerprint(spec.device))
 
-    if job is not None and job.run_id is not None:
-        run_id = job.run_id
-        store.results.resume_run(run_id)
-        log(f"resuming run {run_id}")
+    claim = job.claim if job is not None else None
+    run_fields: dict[str, Any] = {
+        "machine_id": machine_id,
+        "spec": spec.raw,
+        "code_version": code_version(),
+        "model_id": trained.record.id,
+        "preset": preset,
+    }
+    if claim is not None:
+        run_id, resumed = store.jobs.begin_run(claim, **run_fields)
+        if resumed:
+            log(f"resuming run {run_id}")
     else:
-        run_id = store.results.start_run(
-            machine_id=machine_id,
-            spec=spec.raw,
-            code_version=code_version(),
-            model_id=trained.record.id,
-            preset=preset,
-        )
-        if job is not None:
-            store.jobs.attach_run(job.id, run_id)
+        run_id = store.results.start_run(**run_fields)
     recorded = store.results.recorded_case_keys(run_id)
     plan = spec.plan()
     total = len(plan)
     done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
-    if job is not None:
-        store.jobs.progress(job.id, done, total)
+    if claim is not None:
+        store.jobs.progress(claim, done, total)
     context = ExperimentContext(
         model=model,
         model_record=trained.record,
@@ -121,32 +127,41 @@ def execute(
             progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
             torch.manual_seed(spec.seed)
             measurements = experiment.run_case(case, context)
-            if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements)) is not None:
+            if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements), claim) is not None:
                 recorded_now += 1
             done += 1
             progress.update(1)
-            if job is not None:
-                store.jobs.progress(job.id, done, total)
+            if claim is not None:
+                store.jobs.progress(claim, done, total)
     except KeyboardInterrupt:
         wall = time.perf_counter() - started
-        store.results.finish_run(run_id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)", wall_seconds=wall)
-        if job is not None:
-            store.jobs.finish(job.id, "interrupted", error="interrupted (Ctrl-C or SIGTERM)")
-        log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept")
+        reason = "interrupted (Ctrl-C or SIGTERM)"
+        if claim is None:
+            store.results.finish_run(run_id, "interrupted", error=reason, wall_seconds=wall)
+        elif requeue_on_interrupt:
+            store.jobs.requeue(claim, error=f"{reason}; requeued", wall_seconds=wall)
+        else:
+            store.jobs.finish(claim, "interrupted", error=reason, wall_seconds=wall)
+        requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
+        log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
         raise
+    except StoreDown:
+        raise  # nothing can be marked: the run is marked interrupted once the store is back
     except Exception as error:
         wall = time.perf_counter() - started
         message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        store.results.finish_run(run_id, "failed", error=message, wall_seconds=wall)
-        if job is not None:
-            store.jobs.finish(job.id, "failed", error=message)
+        if claim is None:
+            store.results.finish_run(run_id, "failed", error=message, wall_seconds=wall)
+        else:
+            store.jobs.finish(claim, "failed", error=message, wall_seconds=wall)
         raise
     finally:
         progress.close()
     wall = time.perf_counter() - started
-    store.results.finish_run(run_id, "done", wall_seconds=wall)
-    if job is not None:
-        store.jobs.finish(job.id, "done")
+    if claim is None:
+        store.results.finish_run(run_id, "done", wall_seconds=wall)
+    else:
+        store.jobs.finish(claim, "done", wall_seconds=wall)
     log(
         f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
         f"{wall:.1f} s wall time"

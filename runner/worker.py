@@ -1,119 +1,263 @@
-"""The worker: claims queued jobs from the store, heartbeats while it runs them, reports
-progress per case.
+"""The worker: registers itself, claims queued jobs from the store, heartbeats while it runs
+them, reports progress per case.
 
-A worker killed with -9 stops heartbeating; the next worker to look finds the job stale,
-marks its run interrupted and requeues the job, then (or another worker) claims it again
-and resumes the same run, skipping the cases already recorded. Ctrl-C and SIGTERM mark the
-run and the job interrupted at once (they are not requeued: someone stopped them on purpose).
+- One timing job per machine: a worker whose machine already runs a job waits for it (the
+  store's claim refuses while one runs there); so does a terminal ``decodelab run``, which takes
+  the machine's slot as a job of its own (``run_here``).
+- Fencing: a heartbeat the store refuses means the job is no longer this worker's (it went
+  silent past the stale limit and another worker reclaimed it): the job stops at once, in the
+  middle of a case if need be, and nothing more of it is written (ClaimLost).
+- A worker killed with -9 stops heartbeating; the next worker to look finds the job stale,
+  marks its run interrupted and requeues the job, and whoever claims it resumes the same run,
+  skipping the cases already recorded.
+- Ctrl-C and SIGTERM (a scheduler stopping the worker) mark the run interrupted and requeue
+  the job for the next worker, which resumes the run; a terminal ``decodelab run`` stopped so
+  marks its job interrupted instead (the person who started it stopped it).
+- On PostgreSQL the worker rides out an outage (retrying each store operation with backoff)
+  up to ``outage_limit_seconds``, then exits with StoreDown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import threading
 import time
+from types import FrameType
 
 from runner.errors import InputError
-from runner.execute import Log, execute, log_to_stderr
+from runner.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.machine import machine_name
-from runner.sweeps import validate
-from store.records import JobRecord
+from runner.sweeps import SweepSpec, validate
+from store.errors import ClaimLost, StoreDown
+from store.records import Claim, JobRecord, WorkerRecord
 from store.store import Store
 
 HEARTBEAT_SECONDS = 5.0
 STALE_AFTER_SECONDS = 60.0
+OUTAGE_LIMIT_SECONDS = 300.0
+# The signal the heartbeat thread sends the main thread to stop the job it runs.
+STOP_JOB_SIGNAL = signal.SIGUSR1
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class Heartbeat:
-    """Refreshes a job's heartbeat from a background thread while the job runs."""
+class MainThreadStop:
+    """Raises an exception chosen by another thread in the main thread, wherever it is (inside
+    a case's computation, a store call or a sleep): a real signal, so a sleep wakes too."""
 
-    def __init__(self, store: Store, job_id: int, worker: str, every_seconds: float) -> None:
-        self._store, self._job_id, self._worker, self._every = store, job_id, worker, every_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job_id}", daemon=True)
+    def __init__(self) -> None:
+        self._pending: BaseException | None = None
+        signal.signal(STOP_JOB_SIGNAL, self._raise_pending)
+
+    def _raise_pending(self, _signum: int, _frame: FrameType | None) -> None:
+        error, self._pending = self._pending, None
+        if error is not None:
+            raise error
+
+    def stop_with(self, error: BaseException) -> None:
+        self._pending = error
+        main = threading.main_thread().ident
+        if main is not None:
+            signal.pthread_kill(main, STOP_JOB_SIGNAL)
+
+
+class Heartbeat:
+    """Refreshes a claimed job's heartbeat from a background thread while the job runs; stops
+    the job in the main thread when the store says it is no longer this worker's, or when the
+    store stayed down past the outage limit."""
+
+    def __init__(self, store: Store, claim: Claim, every_seconds: float, stop: MainThreadStop, log: Log) -> None:
+        self._store, self._claim, self._every, self._stop, self._log = store, claim, every_seconds, stop, log
+        self._done = threading.Event()
+        # Held while deciding to stop the main thread, and by __exit__: once the job's block
+        # has ended, no stop can land in whatever the main thread does next.
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{claim.job_id}", daemon=True)
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._every):
+        while not self._done.wait(self._every):
+            error: BaseException | None = None
             try:
-                self._store.jobs.heartbeat(self._job_id, self._worker)
-            except Exception as error:  # a missed beat is not fatal; staleness takes many
-                log_to_stderr(f"heartbeat for job {self._job_id} failed: {error}")
+                if not self._store.jobs.heartbeat(self._claim):
+                    error = ClaimLost(f"job {self._claim.job_id}: the store refused this worker's heartbeat")
+            except StoreDown as down:
+                error = down
+            except Exception as failure:  # a missed beat is not fatal; staleness takes many
+                self._log(f"heartbeat for job {self._claim.job_id} failed: {failure}")
+            if error is not None:
+                with self._lock:
+                    if not self._done.is_set():
+                        self._done.set()
+                        self._stop.stop_with(error)
+                return
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
+        with self._lock:
+            self._done.set()
         self._thread.join(timeout=self._every + 1)
 
 
+def register(store: Store, kind: str, stale_after_seconds: float) -> WorkerRecord:
+    return store.workers.register(
+        name=worker_name(),
+        kind=kind,
+        machine_name=machine_name(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        stale_after_seconds=stale_after_seconds,
+    )
+
+
+def unregister(store: Store, worker: WorkerRecord) -> None:
+    # Never masks the error that ends the process: a worker row not marked stopped only
+    # turns "dead" once its stale limit passes.
+    with contextlib.suppress(Exception):
+        store.workers.stop(worker.id)
+
+
 def run_job(
-    store: Store, job: JobRecord, worker: str, *, heartbeat_seconds: float, show_progress: bool, log: Log
+    store: Store,
+    job: JobRecord,
+    worker: WorkerRecord,
+    stop: MainThreadStop,
+    *,
+    heartbeat_seconds: float,
+    show_progress: bool,
+    log: Log,
 ) -> None:
     try:
-        spec = validate(job.spec)
-    except InputError as error:
-        store.jobs.finish(job.id, "failed", error=str(error))
-        log(f"job {job.id} failed validation: {error}")
-        return
-    log(f"job {job.id}: running {spec.name} ({spec.cases_total()} cases) as {worker}")
-    with Heartbeat(store, job.id, worker, heartbeat_seconds):
-        try:
-            execute(store, spec, preset=job.preset, job=job, show_progress=show_progress, log=log)
-        except KeyboardInterrupt:
-            raise
-        except Exception as error:
-            # execute() already marked run and job failed when the run had started.
-            if store.jobs.status(job.id) == "running":
-                store.jobs.finish(job.id, "failed", error=str(error).splitlines()[0] if str(error) else repr(error))
-            log(f"job {job.id} failed: {error}")
+        with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
+            try:
+                spec = validate(job.spec)
+            except InputError as error:
+                store.jobs.finish(job.claim, "failed", error=str(error))
+                log(f"job {job.id} failed validation: {error}")
+                return
+            log(f"job {job.id}: running {spec.name} ({spec.cases_total()} cases) as {worker.name}")
+            try:
+                execute(
+                    store,
+                    spec,
+                    preset=job.preset,
+                    job=job,
+                    requeue_on_interrupt=True,
+                    show_progress=show_progress,
+                    log=log,
+                )
+            except StoreDown:
+                raise
+            except Exception as error:
+                # execute() already marked run and job failed when the run had started.
+                if store.jobs.status(job.id) == "running":
+                    message = str(error).splitlines()[0] if str(error) else repr(error)
+                    store.jobs.finish(job.claim, "failed", error=message)
+                log(f"job {job.id} failed: {error}")
+    except ClaimLost as lost:
+        log(f"job {job.id} is no longer this worker's ({lost}): stopped it without writing anything more")
 
 
 def work(
     store: Store,
     *,
     once: bool = False,
+    until_empty: bool = False,
     poll_seconds: float = 2.0,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     stale_after_seconds: float = STALE_AFTER_SECONDS,
     max_idle_seconds: float | None = None,
+    outage_limit_seconds: float = OUTAGE_LIMIT_SECONDS,
     show_progress: bool = True,
     log: Log = log_to_stderr,
 ) -> int:
-    """Claim and run jobs until none is left (``once``), idle too long, or interrupted.
-
-    Returns the number of jobs run.
-    """
-    # SIGTERM stops a worker the way Ctrl-C does: the current run is marked interrupted.
+    """Claim and run jobs until interrupted, idle too long, or (``once``: after one job;
+    ``until_empty``: once) no queued job is left for this machine. While another job runs on
+    this machine, queued jobs wait, and so does the worker. Returns the number of jobs run."""
+    # SIGTERM stops a worker the way Ctrl-C does: the current run is interrupted, its job requeued.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    name = worker_name()
-    machine = machine_name()
+    stop = MainThreadStop()
+    store.survive_outages(outage_limit_seconds, log)
+    me = register(store, "worker", stale_after_seconds)
+    log(f"worker {me.name} on machine {me.machine_name!r}, store {store.masked_url}")
     jobs_run = 0
     idle_since = time.monotonic()
-    log(f"worker {name} on machine {machine!r}, store {store.masked_url}")
-    while True:
-        for job_id in store.jobs.reclaim_stale(stale_after_seconds):
-            log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
-        job = store.jobs.claim(name, machine)
-        if job is None:
-            if once:
-                if jobs_run == 0:
-                    log("no queued job for this machine")
-                return jobs_run
-            if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
-                log(f"idle for {max_idle_seconds:.0f} s; stopping")
-                return jobs_run
+    waiting_for: int | None = None
+    try:
+        while True:
+            for job_id in store.jobs.reclaim_stale(stale_after_seconds):
+                log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
+            job = store.jobs.claim(me)
+            if job is not None:
+                waiting_for = None
+                run_job(store, job, me, stop, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log)
+                jobs_run += 1
+                idle_since = time.monotonic()
+                if once:
+                    return jobs_run
+                continue
+            store.workers.touch(me.id)
+            if store.jobs.queued_for(me.machine_name) == 0:
+                if once or until_empty:
+                    log("no queued job left for this machine" if jobs_run else "no queued job for this machine")
+                    return jobs_run
+                if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
+                    log(f"idle for {max_idle_seconds:.0f} s; stopping")
+                    return jobs_run
+            else:
+                # Queued work waits for the machine's running job: waiting is not idling.
+                idle_since = time.monotonic()
+                busy = store.jobs.running_on(me.machine_name)
+                if busy is not None and busy != waiting_for:
+                    log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
+                waiting_for = busy
             time.sleep(poll_seconds)
-            continue
-        run_job(store, job, name, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log)
-        jobs_run += 1
-        idle_since = time.monotonic()
-        if once:
-            return jobs_run
+    except StoreDown:
+        store.outages.give_up()
+        raise
+    finally:
+        unregister(store, me)
+
+
+def run_here(
+    store: Store,
+    spec: SweepSpec,
+    *,
+    preset: str | None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    stale_after_seconds: float = STALE_AFTER_SECONDS,
+    poll_seconds: float = 1.0,
+    outage_limit_seconds: float = OUTAGE_LIMIT_SECONDS,
+    show_progress: bool = True,
+    log: Log = log_to_stderr,
+) -> RunOutcome:
+    """``decodelab run``: the sweep in this process, as a job of its own pinned to this machine
+    and claimed at once, so no worker times beside it (and it waits for one that is timing)."""
+    stop = MainThreadStop()
+    store.survive_outages(outage_limit_seconds, log)
+    me = register(store, "run", stale_after_seconds)
+    waiting_for: int | None = None
+    try:
+        while (job := store.jobs.claim_new(spec.raw, me, preset=preset, cases_total=spec.cases_total())) is None:
+            for job_id in store.jobs.reclaim_stale(stale_after_seconds):
+                log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
+            busy = store.jobs.running_on(me.machine_name)
+            if busy is not None and busy != waiting_for:
+                log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
+            waiting_for = busy
+            store.workers.touch(me.id)
+            time.sleep(poll_seconds)
+        with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
+            return execute(store, spec, preset=preset, job=job, show_progress=show_progress, log=log)
+    except StoreDown:
+        store.outages.give_up()
+        raise
+    finally:
+        unregister(store, me)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,12 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 
-from store.errors import StoreError
+from store.errors import SchemaBehind, StoreError
 
 DEFAULT_URL = "sqlite:///decodelab.db"
 MIGRATIONS_DIRECTORY = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+IDLE_IN_TRANSACTION_MS = 60_000
 
 
 def resolve_url(explicit: str | None = None) -> str:
@@ -88,7 +90,18 @@ def create_store_engine(url: str) -> Engine:
         engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _configure_sqlite(engine)
         return engine
-    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    # A session idle inside a transaction (its worker suspended mid-heartbeat) would hold the
+    # job's row lock and block the reclaim for ever; the server ends such a session instead.
+    idle_limit = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    given = parsed.query.get("options")
+    options = f"{given} {idle_limit}" if given else idle_limit
+    connect_args = {
+        "connect_timeout": 10,
+        "options": options,
+        # Who is connected, for a DBA (and for the tests that wait on one process's sessions).
+        "application_name": str(parsed.query.get("application_name") or f"decodelab:{os.getpid()}"),
+    }
+    return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
 
 
 def alembic_config() -> Config:
@@ -132,8 +145,9 @@ def describe_connection_error(url: str, error: Exception) -> str:
     return f"cannot open store {mask_url(url)}: {safe}"
 
 
-def check_and_upgrade(engine: Engine, url: str, auto_upgrade: bool = True) -> None:
-    """Bring an older schema to head (or say the command); refuse a newer one."""
+def check_and_upgrade(engine: Engine, url: str, allow_upgrade: bool | None = None) -> Path | None:
+    """Refuse a newer schema; bring an older one to head where ``allow_upgrade`` allows it (None: only
+    SQLite, after copying the file aside). Returns the path of that copy, if one was made."""
     try:
         revision = current_revision(engine)
         has_tables = bool(inspect(engine).get_table_names())
@@ -141,7 +155,7 @@ def check_and_upgrade(engine: Engine, url: str, auto_upgrade: bool = True) -> No
         raise StoreError(describe_connection_error(url, error)) from None
     head = head_revision()
     if revision == head:
-        return
+        return None
     known = {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
     if revision is not None and revision not in known:
         raise StoreError(
@@ -150,9 +164,32 @@ def check_and_upgrade(engine: Engine, url: str, auto_upgrade: bool = True) -> No
         )
     if revision is None and has_tables:
         raise StoreError(f"store {mask_url(url)} holds tables that decodelab did not create")
-    if not auto_upgrade:
-        raise StoreError(
-            f"store {mask_url(url)} is at schema revision {revision}, older than {head}: "
+    sqlite = engine.dialect.name == "sqlite"
+    if allow_upgrade is False or (allow_upgrade is None and not sqlite):
+        state = "has no decodelab tables yet" if revision is None else f"is at schema revision {revision}"
+        raise SchemaBehind(
+            f"store {mask_url(url)} {state}, this decodelab needs {head}: "
             f"run `decodelab db upgrade --db {mask_url(url)}`"
         )
+    backup = backup_sqlite(engine) if sqlite and revision is not None else None
     upgrade(engine)
+    return backup
+
+
+def backup_sqlite(engine: Engine) -> Path | None:
+    """A consistent copy of a SQLite store (WAL included) beside it, before a migration."""
+    database = engine.url.database
+    if not database or database == ":memory:":
+        return None
+    revision = current_revision(engine)
+    source = Path(database)
+    target = source.with_name(f"{source.name}.{revision}.bak")
+    number = 1
+    while target.exists():
+        number += 1
+        target = source.with_name(f"{source.name}.{revision}.{number}.bak")
+    with sqlite3.connect(source) as reader, sqlite3.connect(target) as writer:
+        reader.backup(writer)
+    reader.close()
+    writer.close()
+    return target

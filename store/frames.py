@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import Select, select
+from sqlalchemy import Select, case, select
 from sqlalchemy.sql.expression import Selectable
 
-from store.schema import Case, Job, Machine, Measurement, Run, Sample
+from store.clock import server_now
+from store.schema import Case, Job, Machine, Measurement, Run, Sample, Worker
 
 if TYPE_CHECKING:
     from store.store import Store
@@ -152,14 +153,51 @@ def jobs(store: Store, status: str | None = None, limit: int = 200) -> pd.DataFr
             Job.attempts,
             Job.error,
             Job.created_at,
+            Job.claimed_at,
             Job.heartbeat_at,
             Job.finished_at,
+            Job.claimed_by_machine,
         )
         .order_by(Job.id.desc())
         .limit(limit)
     )
     if status is not None:
         query = query.where(Job.status == status)
+    with store.read() as session:
+        rows = session.execute(query).mappings().all()
+    return pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))
+
+
+def workers(store: Store, *, seen_within_hours: float = 24.0) -> pd.DataFrame:
+    """Workers seen within the window, newest first, with their state by the server's clock
+    (live: seen within its own stale limit; stopped: exited cleanly; dead: went silent) and
+    the job each is running, with its progress."""
+    backend = store.backend
+    state = case(
+        (Worker.stopped_at.is_not(None), "stopped"),
+        (Worker.last_seen_at >= server_now(backend, -Worker.stale_after_seconds), "live"),
+        else_="dead",
+    )
+    query = (
+        select(
+            Worker.id.label("worker_id"),
+            Worker.name,
+            Worker.kind,
+            Worker.machine_name.label("machine"),
+            Worker.host,
+            Worker.pid,
+            state.label("state"),
+            Worker.started_at,
+            Worker.last_seen_at,
+            Job.id.label("job_id"),
+            Job.status.label("job_status"),
+            Job.cases_done,
+            Job.cases_total,
+        )
+        .outerjoin(Job, (Job.worker_id == Worker.id) & (Job.status == "running"))
+        .where(Worker.last_seen_at >= server_now(backend, -seen_within_hours * 3600))
+        .order_by(Worker.last_seen_at.desc(), Worker.id.desc())
+    )
     with store.read() as session:
         rows = session.execute(query).mappings().all()
     return pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))

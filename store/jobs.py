@@ -1,22 +1,62 @@
-"""The job queue: enqueue a sweep, claim it atomically, heartbeat, progress, finish, reclaim.
+"""The job queue: enqueue a sweep, claim it, heartbeat, progress, finish or requeue, reclaim.
 
-No two workers ever hold the same job: PostgreSQL claims with ``SELECT … FOR UPDATE SKIP
-LOCKED``; SQLite claims inside a ``BEGIN IMMEDIATE`` transaction, which admits one writer.
+- One job, one worker: PostgreSQL claims with ``SELECT … FOR UPDATE SKIP LOCKED``; SQLite
+  claims inside a ``BEGIN IMMEDIATE`` transaction, which admits one writer.
+- One job per machine: a claim takes only while no job runs on the claimer's machine. On
+  PostgreSQL claims for one machine take a transaction-scoped advisory lock first, so two
+  claimers on one machine cannot both see it idle; on SQLite the write lock serializes them.
+- Fencing: a claim is (worker id, attempt). Every write about a claimed job or its run is
+  conditional on that claim and raises ClaimLost when it no longer holds, so a worker that
+  lost its job (frozen past the stale limit, reclaimed and finished by another) changes nothing.
+- Every time here is the database server's (store.clock), never a worker machine's.
+
+Rows are locked in one order everywhere (job, then run, then worker), so a reclaim and the
+owner's finish cannot deadlock.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, text, update
+from sqlalchemy.orm import Session
 
-from store.records import JobRecord
-from store.results import Sessions
-from store.schema import Job, Run, utc_now
+from store.clock import server_now
+from store.errors import ClaimLost
+from store.outage import survives_outages
+from store.records import Claim, JobRecord, WorkerRecord
+from store.results import Sessions, new_run
+from store.schema import Job, Run, Worker
 
-# A job whose worker died this many times is failed instead of requeued again.
-MAX_ATTEMPTS = 3
+# A job whose worker went silent this many times is failed instead of requeued again.
+MAX_STALE_RECLAIMS = 3
+JOB_END_STATUSES = ("done", "failed", "interrupted")
+
+
+def owned_by(claim: Claim) -> tuple[ColumnElement[bool], ...]:
+    """The job row that ``claim`` still owns."""
+    return (
+        Job.id == claim.job_id,
+        Job.worker_id == claim.worker_id,
+        Job.attempts == claim.attempt,
+        Job.status == "running",
+    )
+
+
+def check_claim(job: Job, claim: Claim) -> None:
+    """ClaimLost unless ``claim`` is the job's current claim."""
+    if (job.status, job.worker_id, job.attempts) != ("running", claim.worker_id, claim.attempt):
+        raise ClaimLost(f"job {claim.job_id} is no longer this worker's (claim attempt {claim.attempt})")
+
+
+def owned_job(session: Session, backend: str, claim: Claim) -> Job:
+    """The claimed job, row-locked, or ClaimLost when the claim no longer holds."""
+    query = select(Job).where(Job.id == claim.job_id)
+    if backend == "postgresql":
+        query = query.with_for_update()
+    job = session.scalars(query).one()
+    check_claim(job, claim)
+    return job
 
 
 class JobQueue:
@@ -25,6 +65,10 @@ class JobQueue:
     def __init__(self, sessions: Sessions) -> None:
         self._sessions = sessions
 
+    def _now(self, offset_seconds: float = 0.0) -> Any:
+        return server_now(self._sessions.backend, offset_seconds)
+
+    @survives_outages
     def enqueue(
         self,
         spec: dict[str, Any],
@@ -41,98 +85,249 @@ class JobQueue:
                 status="queued",
                 cases_total=cases_total,
                 cases_done=0,
+                created_at=self._now(),
             )
             session.add(job)
             session.flush()
             return job.id
 
-    def claim(self, worker: str, machine_name: str) -> JobRecord | None:
-        """Take the oldest queued job this machine may run, or None when there is none."""
-        query = (
-            select(Job)
-            .where(Job.status == "queued", or_(Job.machine_name.is_(None), Job.machine_name == machine_name))
+    def _machine_lock(self, session: Session, machine_name: str) -> None:
+        """Serialize claims for one machine (PostgreSQL; SQLite's BEGIN IMMEDIATE already
+        admits one writer). Scoped to the schema, so stores sharing a database do not wait."""
+        if self._sessions.backend == "postgresql":
+            session.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || :machine))"),
+                {"machine": machine_name},
+            )
+
+    def _running_on(self, session: Session, machine_name: str) -> int | None:
+        return session.scalar(
+            select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine_name).limit(1)
+        )
+
+    def _take(self, session: Session, candidate: Any, worker: WorkerRecord) -> JobRecord | None:
+        """Claim the job ``candidate`` selects (a job id, or a scalar subquery of one) in one
+        statement, UPDATE … RETURNING: a claim is one round trip, however busy the queue."""
+        now = self._now()
+        row = session.execute(
+            update(Job)
+            .where(Job.id == candidate)
+            .values(
+                status="running",
+                worker=worker.name,
+                worker_id=worker.id,
+                claimed_by_machine=worker.machine_name,
+                claimed_at=now,
+                heartbeat_at=now,
+                attempts=Job.attempts + 1,
+            )
+            .returning(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts)
+        ).one_or_none()
+        if row is None:
+            return None
+        return JobRecord(
+            id=row.id,
+            spec=row.spec,
+            preset=row.preset,
+            machine_name=row.machine_name,
+            run_id=row.run_id,
+            attempts=row.attempts,
+            worker_id=worker.id,
+        )
+
+    @survives_outages
+    def claim(self, worker: WorkerRecord) -> JobRecord | None:
+        """The oldest queued job this machine may run, or None when there is none or when a
+        job already runs on this machine (the worker waits: one timing job per machine)."""
+        machine = worker.machine_name
+        running_here = select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine).exists()
+        candidate = (
+            select(Job.id)
+            .where(Job.status == "queued", or_(Job.machine_name.is_(None), Job.machine_name == machine), ~running_here)
             .order_by(Job.created_at, Job.id)
             .limit(1)
         )
         if self._sessions.backend == "postgresql":
-            query = query.with_for_update(skip_locked=True)
+            candidate = candidate.with_for_update(skip_locked=True)
         with self._sessions.write() as session:
-            job = session.scalar(query)
-            if job is None:
+            self._machine_lock(session, machine)
+            return self._take(session, candidate.scalar_subquery(), worker)
+
+    @survives_outages
+    def claim_new(
+        self, spec: dict[str, Any], worker: WorkerRecord, *, preset: str | None = None, cases_total: int = 0
+    ) -> JobRecord | None:
+        """A job for a sweep run from a terminal, pinned to this machine and claimed at once,
+        so the machine's slot is taken as by any job; None while another job runs here."""
+        with self._sessions.write() as session:
+            self._machine_lock(session, worker.machine_name)
+            if self._running_on(session, worker.machine_name) is not None:
                 return None
-            now = utc_now()
-            job.status = "running"
-            job.worker = worker
-            job.claimed_at = now
-            job.heartbeat_at = now
-            job.attempts += 1
-            return JobRecord(
-                id=job.id,
-                spec=job.spec,
-                preset=job.preset,
-                machine_name=job.machine_name,
-                run_id=job.run_id,
-                attempts=job.attempts,
+            job = Job(
+                spec=spec,
+                preset=preset,
+                machine_name=worker.machine_name,
+                status="queued",
+                cases_total=cases_total,
+                cases_done=0,
+                created_at=self._now(),
+            )
+            session.add(job)
+            session.flush()
+            return self._take(session, job.id, worker)
+
+    @survives_outages
+    def running_on(self, machine_name: str) -> int | None:
+        """The job running on this machine, if any."""
+        with self._sessions.read() as session:
+            return self._running_on(session, machine_name)
+
+    @survives_outages
+    def queued_for(self, machine_name: str) -> int:
+        """How many queued jobs a worker on this machine may run."""
+        with self._sessions.read() as session:
+            return int(
+                session.scalar(
+                    select(func.count(Job.id)).where(
+                        Job.status == "queued", or_(Job.machine_name.is_(None), Job.machine_name == machine_name)
+                    )
+                )
+                or 0
             )
 
-    def attach_run(self, job_id: int, run_id: int) -> None:
+    @survives_outages
+    def begin_run(
+        self,
+        claim: Claim,
+        *,
+        machine_id: int,
+        spec: dict[str, Any],
+        code_version: str,
+        model_id: int | None,
+        preset: str | None = None,
+    ) -> tuple[int, bool]:
+        """The claimed job's run: the one it already has, set running again (a resume), or a
+        new one attached to it in the same transaction. Returns (run id, resumed)."""
         with self._sessions.write() as session:
-            session.execute(update(Job).where(Job.id == job_id).values(run_id=run_id))
+            job = owned_job(session, self._sessions.backend, claim)
+            if job.run_id is not None:
+                session.execute(
+                    update(Run).where(Run.id == job.run_id).values(status="running", error=None, finished_at=None)
+                )
+                return job.run_id, True
+            run_id = new_run(
+                session, machine_id=machine_id, spec=spec, code_version=code_version, model_id=model_id, preset=preset
+            )
+            job.run_id = run_id
+            return run_id, False
 
-    def heartbeat(self, job_id: int, worker: str) -> bool:
-        """Refresh the heartbeat; False when the job is no longer this worker's."""
+    @survives_outages
+    def heartbeat(self, claim: Claim) -> bool:
+        """Refresh the job's heartbeat and its worker's last seen; False when the job is no
+        longer this worker's (the worker must then stop that job at once)."""
+        with self._sessions.write() as session:
+            result = session.execute(update(Job).where(*owned_by(claim)).values(heartbeat_at=self._now()))
+            session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_seen_at=self._now()))
+            return bool(getattr(result, "rowcount", 0))
+
+    @survives_outages
+    def progress(self, claim: Claim, cases_done: int, cases_total: int) -> None:
         with self._sessions.write() as session:
             result = session.execute(
                 update(Job)
-                .where(Job.id == job_id, Job.worker == worker, Job.status == "running")
-                .values(heartbeat_at=utc_now())
+                .where(*owned_by(claim))
+                .values(cases_done=cases_done, cases_total=cases_total, heartbeat_at=self._now())
             )
-            return bool(getattr(result, "rowcount", 0))
+            if not getattr(result, "rowcount", 0):
+                raise ClaimLost(f"job {claim.job_id} is no longer this worker's (claim attempt {claim.attempt})")
 
-    def progress(self, job_id: int, cases_done: int, cases_total: int) -> None:
+    @survives_outages
+    def finish(self, claim: Claim, status: str, *, error: str | None = None, wall_seconds: float | None = None) -> None:
+        """End the claimed job (done, failed or interrupted) and its run with it, in one
+        transaction. Finishing a job this claim already finished the same way changes nothing
+        (a retry after a dropped connection); any other lost claim raises ClaimLost."""
+        if status not in JOB_END_STATUSES:
+            raise ValueError(f"a job finishes as {', '.join(JOB_END_STATUSES)}, not {status!r}")
         with self._sessions.write() as session:
-            session.execute(
+            # One conditional UPDATE (it locks the job row first, as everywhere): the common
+            # case is a single round trip, plus one for the run.
+            ended = session.execute(
                 update(Job)
-                .where(Job.id == job_id)
-                .values(cases_done=cases_done, cases_total=cases_total, heartbeat_at=utc_now())
-            )
+                .where(*owned_by(claim))
+                .values(status=status, error=error, finished_at=self._now())
+                .returning(Job.run_id)
+            ).one_or_none()
+            if ended is None:
+                job = self._locked(session, claim.job_id)
+                if (job.status, job.worker_id, job.attempts) == (status, claim.worker_id, claim.attempt):
+                    return
+                check_claim(job, claim)
+            elif ended.run_id is not None:
+                self._end_run(session, ended.run_id, status, error, wall_seconds)
 
-    def finish(self, job_id: int, status: str, error: str | None = None) -> None:
-        if status not in ("done", "failed", "interrupted"):
-            raise ValueError(f"a job finishes as done, failed or interrupted, not {status!r}")
+    @survives_outages
+    def requeue(self, claim: Claim, *, error: str, wall_seconds: float | None = None) -> None:
+        """Give the claimed job back (a worker stopped by SIGTERM or Ctrl-C): its run is marked
+        interrupted and the next worker to claim the job resumes that run."""
         with self._sessions.write() as session:
-            session.execute(
-                update(Job).where(Job.id == job_id).values(status=status, error=error, finished_at=utc_now())
-            )
+            job = self._locked(session, claim.job_id)
+            # Already given back by this claim (a retry): the owner is cleared, the attempt kept.
+            if (job.status, job.worker_id, job.attempts) == ("queued", None, claim.attempt):
+                return
+            check_claim(job, claim)
+            if job.run_id is not None:
+                self._end_run(session, job.run_id, "interrupted", error, wall_seconds)
+            job.status, job.error = "queued", error
+            job.worker, job.worker_id, job.claimed_by_machine = None, None, None
 
+    def _locked(self, session: Session, job_id: int) -> Job:
+        query = select(Job).where(Job.id == job_id)
+        if self._sessions.backend == "postgresql":
+            query = query.with_for_update()
+        return session.scalars(query).one()
+
+    def _end_run(self, session: Session, run_id: int, status: str, error: str | None, wall: float | None) -> None:
+        values: dict[str, Any] = {"status": status, "error": error, "finished_at": self._now()}
+        if wall is not None:
+            values["wall_seconds"] = wall
+        session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+    @survives_outages
     def reclaim_stale(self, stale_after_seconds: float) -> list[int]:
-        """Requeue running jobs whose heartbeat is older than the limit; their runs are marked
-        interrupted until a worker resumes them. A job that died MAX_ATTEMPTS times is failed."""
-        cutoff = utc_now() - timedelta(seconds=stale_after_seconds)
+        """Requeue running jobs whose heartbeat is older than the limit (by the server's clock);
+        their runs are marked interrupted until a worker resumes them. A job whose worker went
+        silent MAX_STALE_RECLAIMS times is failed. A job whose row is locked (its worker is in
+        a transaction right now) is not silent: it is skipped."""
+        query = (
+            select(Job)
+            .where(Job.status == "running", Job.heartbeat_at < self._now(-stale_after_seconds))
+            .order_by(Job.id)
+        )
+        if self._sessions.backend == "postgresql":
+            query = query.with_for_update(skip_locked=True)
         reclaimed: list[int] = []
         with self._sessions.write() as session:
-            stale = session.scalars(
-                select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff).order_by(Job.id)
-            ).all()
-            for job in stale:
+            for job in session.scalars(query).all():
                 message = f"worker {job.worker} stopped sending heartbeats"
                 if job.run_id is not None:
                     session.execute(
                         update(Run)
                         .where(Run.id == job.run_id, Run.status == "running")
-                        .values(status="interrupted", error=message, finished_at=utc_now())
+                        .values(status="interrupted", error=message, finished_at=self._now())
                     )
-                if job.attempts >= MAX_ATTEMPTS:
+                job.stale_reclaims = (job.stale_reclaims or 0) + 1
+                if job.stale_reclaims >= MAX_STALE_RECLAIMS:
                     job.status = "failed"
-                    job.error = f"{message}; gave up after {job.attempts} attempts"
-                    job.finished_at = utc_now()
+                    job.error = f"{message}; gave up after {job.stale_reclaims} silent workers"
+                    job.finished_at = self._now()
                 else:
                     job.status = "queued"
                     job.error = message
-                job.worker = None
+                job.worker, job.worker_id, job.claimed_by_machine = None, None, None
                 reclaimed.append(job.id)
         return reclaimed
 
+    @survives_outages
     def status(self, job_id: int) -> str | None:
         with self._sessions.read() as session:
             return session.scalar(select(Job.status).where(Job.id == job_id))

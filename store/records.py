@@ -69,6 +69,17 @@ class ModelRecord:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """What makes a worker a job's owner: its worker id and the claim's attempt number. Every
+    write about the job or its run is conditional on both, so a worker that lost the job (frozen
+    past the stale limit, then reclaimed by another) changes nothing."""
+
+    job_id: int
+    worker_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
 class JobRecord:
     id: int
     spec: dict[str, Any]
@@ -76,6 +87,21 @@ class JobRecord:
     machine_name: str | None
     run_id: int | None
     attempts: int
+    worker_id: int
+
+    @property
+    def claim(self) -> Claim:
+        return Claim(self.id, self.worker_id, self.attempts)
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A registered worker process (or a terminal `decodelab run`, kind "run")."""
+
+    id: int
+    name: str
+    machine_name: str
+    kind: str = "worker"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """What the runner writes and reads back: machines, models, runs and cases, as plain records
 (no pandas). One transaction per case: a case, its measurements and their samples are whole or
-absent."""
+absent. A run that a job owns takes cases and status changes only from that job's current
+claim (the job queue's fencing); a run without a job (a benchmark, a test) from anyone."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from sqlalchemy import Insert, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from store.records import CaseRecord, MachineRecord, ModelRecord, RecordedMeasurement, case_key
-from store.schema import Case, Machine, Measurement, Model, Run, Sample, utc_now
+from store.errors import ClaimLost
+from store.outage import OutageGuard, survives_outages
+from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
+from store.schema import Case, Job, Machine, Measurement, Model, Run, Sample, utc_now
 
 RUN_STATUSES = ("queued", "running", "done", "failed", "interrupted")
 
@@ -21,6 +24,7 @@ class Sessions(Protocol):
     """What a part of the store needs of it: transactions and the backend's name."""
 
     backend: str
+    outages: OutageGuard
 
     def read(self) -> AbstractContextManager[Session]: ...
 
@@ -40,6 +44,7 @@ class Results:
 
     # ---- machines and models -------------------------------------------------------------
 
+    @survives_outages
     def machine_id(self, machine: MachineRecord) -> int:
         """The id of this fingerprint, inserting it the first time it is seen."""
         fingerprint = machine.fingerprint()
@@ -51,6 +56,7 @@ class Results:
             )
             return session.scalars(select(Machine.id).where(Machine.fingerprint == fingerprint)).one()
 
+    @survives_outages
     def save_model(self, model: ModelRecord) -> int:
         """Store a checkpoint once by its weights hash; returns its id either way."""
         fields = {key: value for key, value in model.__dict__.items() if key != "id"}
@@ -60,6 +66,7 @@ class Results:
             )
             return session.scalars(select(Model.id).where(Model.weights_hash == model.weights_hash)).one()
 
+    @survives_outages
     def find_model(self, *, recipe_hash: str | None = None, weights_hash: str | None = None) -> ModelRecord | None:
         """The newest checkpoint with this training recipe, or with exactly these weights."""
         query = select(Model).order_by(Model.id.desc()).limit(1)
@@ -86,6 +93,7 @@ class Results:
 
     # ---- runs and cases ------------------------------------------------------------------
 
+    @survives_outages
     def start_run(
         self,
         *,
@@ -95,31 +103,22 @@ class Results:
         model_id: int | None,
         preset: str | None = None,
     ) -> int:
+        """A run of no job (a benchmark run, a test's); a job's run starts with jobs.begin_run."""
         with self._sessions.write() as session:
-            model_hash = session.scalar(select(Model.weights_hash).where(Model.id == model_id)) if model_id else None
-            run = Run(
-                machine_id=machine_id,
-                model_id=model_id,
-                model_hash=model_hash,
-                spec=spec,
-                code_version=code_version,
-                preset=preset,
-                status="running",
+            return new_run(
+                session, machine_id=machine_id, spec=spec, code_version=code_version, model_id=model_id, preset=preset
             )
-            session.add(run)
-            session.flush()
-            return run.id
 
-    def resume_run(self, run_id: int) -> None:
-        with self._sessions.write() as session:
-            session.execute(update(Run).where(Run.id == run_id).values(status="running", error=None, finished_at=None))
-
-    def record_case(self, run_id: int, case: CaseRecord) -> int | None:
+    @survives_outages
+    def record_case(self, run_id: int, case: CaseRecord, claim: Claim | None = None) -> int | None:
         """Write a case, its measurements and their samples in one transaction.
 
-        Returns the case id, or None when the run already holds this case (a resumed run).
+        Returns the case id, or None when the run already holds this case (a resumed run, or a
+        retry of a case whose commit the connection dropped). ClaimLost when a job owns the run
+        and ``claim`` is not its current claim: a worker that lost its job writes nothing.
         """
         with self._sessions.write() as session:
+            check_owner(session, self._sessions.backend, run_id, claim)
             case_id = session.scalar(
                 insert_or_skip(self._sessions.backend, Case, ["run_id", "experiment", "case_key"])
                 .values(
@@ -136,11 +135,13 @@ class Results:
             write_measurements(session, run_id, case_id, case)
             return case_id
 
+    @survives_outages
     def recorded_case_keys(self, run_id: int) -> set[tuple[str, str]]:
         with self._sessions.read() as session:
             rows = session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run_id))
             return {(experiment, key) for experiment, key in rows}
 
+    @survives_outages
     def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]:
         """What this run recorded for ``experiment`` so far, in order: how a summary case (a fit
         over lengths) sees the cases before it, also after a resume."""
@@ -153,20 +154,66 @@ class Results:
         with self._sessions.read() as session:
             return [RecordedMeasurement(*row) for row in session.execute(query)]
 
+    @survives_outages
     def finish_run(
         self, run_id: int, status: str, *, error: str | None = None, wall_seconds: float | None = None
     ) -> None:
+        """End a run of no job (a job's run ends with jobs.finish, under its claim)."""
         if status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
         with self._sessions.write() as session:
+            check_owner(session, self._sessions.backend, run_id, None)
             values: dict[str, Any] = {"status": status, "error": error, "finished_at": utc_now()}
             if wall_seconds is not None:
                 values["wall_seconds"] = wall_seconds
             session.execute(update(Run).where(Run.id == run_id).values(**values))
 
+    @survives_outages
     def run_exists(self, run_id: int) -> bool:
         with self._sessions.read() as session:
             return session.get(Run, run_id) is not None
+
+
+def new_run(
+    session: Session,
+    *,
+    machine_id: int,
+    spec: dict[str, Any],
+    code_version: str,
+    model_id: int | None,
+    preset: str | None,
+) -> int:
+    model_hash = session.scalar(select(Model.weights_hash).where(Model.id == model_id)) if model_id else None
+    run = Run(
+        machine_id=machine_id,
+        model_id=model_id,
+        model_hash=model_hash,
+        spec=spec,
+        code_version=code_version,
+        preset=preset,
+        status="running",
+    )
+    session.add(run)
+    session.flush()
+    return run.id
+
+
+def check_owner(session: Session, backend: str, run_id: int, claim: Claim | None) -> None:
+    """ClaimLost unless the writer may change this run: a run that a job owns only through
+    that job's current claim (its row share-locked until the write commits, so a reclaim waits
+    for the write instead of slipping in between check and write)."""
+    query = select(Job.id, Job.worker_id, Job.attempts, Job.status).where(Job.run_id == run_id)
+    if backend == "postgresql":
+        query = query.with_for_update(read=True)
+    owners = session.execute(query).all()
+    if not owners and claim is None:
+        return
+    if claim is not None and any(
+        tuple(owner) == (claim.job_id, claim.worker_id, claim.attempt, "running") for owner in owners
+    ):
+        return
+    held = f"job {owners[0][0]}" if owners else "no job"
+    raise ClaimLost(f"run {run_id} belongs to {held}; this writer holds {claim or 'no claim'}")
 
 
 def write_measurements(session: Session, run_id: int, case_id: int, case: CaseRecord) -> None:

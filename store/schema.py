@@ -1,4 +1,4 @@
-"""The experiment store's tables: machine, model, run, case, measurement, sample, job.
+"""The experiment store's tables: machine, model, run, case, measurement, sample, job, worker.
 
 Every schema change goes through an Alembic migration in ``store/migrations/versions``;
 these classes must always describe the head revision.
@@ -168,15 +168,47 @@ class Job(Base):
     preset: Mapped[str | None] = mapped_column(String(100))
     machine_name: Mapped[str | None] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(20), default="queued")
+    # The owner's name (host:pid), for people; ownership itself is (worker_id, attempts).
     worker: Mapped[str | None] = mapped_column(String(200))
+    worker_id: Mapped[int | None] = mapped_column(Integer)
+    # The machine the job runs on while running: a machine runs one job at a time.
+    claimed_by_machine: Mapped[str | None] = mapped_column(String(200))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id"))
     cases_done: Mapped[int] = mapped_column(Integer, default=0)
     cases_total: Mapped[int] = mapped_column(Integer, default=0)
+    # Claims so far: the claim's attempt number, part of the ownership check.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Times its worker went silent and another requeued it; past MAX_STALE_RECLAIMS it is failed.
+    stale_reclaims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     claimed_at: Mapped[datetime | None] = mapped_column()
     heartbeat_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
 
-    __table_args__ = (Index("ix_job_status_created_at", "status", "created_at"),)
+    __table_args__ = (
+        Index("ix_job_status_created_at", "status", "created_at"),
+        Index("ix_job_status_claimed_by_machine", "status", "claimed_by_machine"),
+    )
+
+
+class Worker(Base):
+    """A process that claims jobs: a ``decodelab worker``, or a terminal ``decodelab run``
+    (kind "run"), with when it was last seen by the database server's clock. Its current job is
+    the running job whose worker_id is its id (read, never stored twice)."""
+
+    __tablename__ = "worker"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    machine_name: Mapped[str] = mapped_column(String(200))
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column()
+    last_seen_at: Mapped[datetime] = mapped_column()
+    # Silent for longer than this, it is dead (each worker says how often it is seen).
+    stale_after_seconds: Mapped[float] = mapped_column(Float)
+    stopped_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (Index("ix_worker_machine_last_seen", "machine_name", "last_seen_at"),)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -77,7 +78,7 @@ def _postgres_url_or_skip() -> str:
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
+def empty_postgres_url() -> Iterator[str]:
     """A fresh, empty schema in the test server, dropped afterwards."""
     base = _postgres_url_or_skip()
     schema = f"t_{uuid.uuid4().hex[:12]}"
@@ -92,17 +93,36 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture
+def postgres_url(empty_postgres_url: str) -> str:
+    """A fresh schema brought to head, as `decodelab db upgrade` would (on PostgreSQL nothing
+    else migrates)."""
+    from store.store import Store
+
+    Store(empty_postgres_url, upgrade=True).close()
+    return empty_postgres_url
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Every store test runs against a SQLite file and a PostgreSQL server."""
+    """Every store test runs against a SQLite file and a PostgreSQL server (at head)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     request.applymarker(pytest.mark.postgres)
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store with no tables yet, on each backend: for migration tests."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    request.applymarker(pytest.mark.postgres)
+    return request.getfixturevalue("empty_postgres_url")
 
 
 @pytest.fixture
@@ -142,14 +162,15 @@ def copy_store(url: str, target: Path) -> str:
 
 
 def kill_job_workers(url: str) -> None:
-    """Stop the worker processes that ran this store's jobs (started detached by the dashboard)."""
+    """Stop the worker processes registered in this store (started detached by the dashboard)."""
     import signal
 
     from store.store import Store
 
     store = Store(url)
-    for worker in frames.jobs(store)["worker"].dropna().unique():
-        pid = int(str(worker).rsplit(":", 1)[1])
+    workers = frames.workers(store)
+    here = workers[(workers["host"] == socket.gethostname()) & (workers["state"] == "live")]
+    for pid in here["pid"].unique():
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(int(pid), signal.SIGTERM)
     store.close()

@@ -32,3 +32,28 @@ def test_bench_records_a_run(tmp_path: Path) -> None:
     assert measured["sqlite_samples_per_second"]["params"] == {"benchmark": "store_write"}
     refused = run_decodelab("bench", "--db", url, "--only", "warp", cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "--only: 'warp' is not a benchmark" in refused.stderr
+
+
+def test_the_queue_benchmark_claims_every_job_exactly_once(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    arguments = ["--workers", "3", "--jobs", "30"]
+    postgres = os.environ.get("DECODELAB_TEST_PG_URL")
+    if postgres:
+        arguments += ["--pg", postgres]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "queue_throughput.py"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    rates = parse_results(result.stdout)
+    assert rates["claims_per_second_sqlite"] > 0
+    assert not postgres or rates["claims_per_second_postgresql"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from store.engine import create_store_engine
@@ -80,3 +81,80 @@ def test_the_default_store_is_a_sqlite_file_in_the_working_directory(tmp_path: P
     result = decodelab("db", "upgrade", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "decodelab.db").exists()
+
+
+def test_usage_errors_and_bad_option_values_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The issue's four, through a real process: typer 0.29's vendored click no longer matched
+    `except click.ClickException`, and each printed a 50-line traceback."""
+    for args, fragment in (
+        (["nosuch"], "No such command 'nosuch'"),
+        (["run", "--nosuch"], "No such option: --nosuch"),
+        (["export", "--run", "abc", "--out", "x"], "'--run'"),
+        (["dashboard", "--port", "99999"], "'--port': Input should be less than or equal to 65535"),
+        (["db"], "decodelab db: a command is missing (allowed: upgrade, current)"),
+    ):
+        result = decodelab(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert_one_line_error(result, fragment)
+        assert "Traceback" not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_exposed_dashboard_must_be_read_only_or_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from runner.cli import main
+
+    url = f"sqlite:///{tmp_path / 'shown.db'}"
+    Store(url).close()
+    started: dict[str, dict[str, str]] = {}
+
+    def exec_streamlit(_path: str, _argv: list[str], environment: dict[str, str]) -> None:
+        started["environment"] = environment
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", exec_streamlit)
+    monkeypatch.setenv("DECODELAB_READ_ONLY", "1")  # inherited from somewhere: never trusted
+    for args, read_only in (
+        (["--host", "127.0.0.1"], False),
+        (["--host", "0.0.0.0", "--read-only"], True),
+        (["--host", "10.1.2.3", "--allow-remote-launch"], False),
+    ):
+        started.clear()
+        with pytest.raises(SystemExit) as exited:
+            main(["dashboard", "--db", url, *args])
+        assert exited.value.code == 0
+        assert (started["environment"].get("DECODELAB_READ_ONLY") == "1") == read_only, args
+    started.clear()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["dashboard", "--db", url, "--host", "0.0.0.0"])
+    assert exited.value.code == 2 and not started
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --host: 0.0.0.0 is reachable from the network"), lines
+
+
+def test_workers_and_db_current_report_the_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    store = Store(url)
+    busy = store.workers.register(
+        name="box-1:100", kind="worker", machine_name="box-1", host="box-1", pid=100, stale_after_seconds=60
+    )
+    store.jobs.enqueue({}, cases_total=5)
+    job = store.jobs.claim(busy)
+    assert job is not None
+    store.jobs.progress(job.claim, 2, 5)
+    gone = store.workers.register(
+        name="box-2:200", kind="worker", machine_name="box-2", host="box-2", pid=200, stale_after_seconds=60
+    )
+    store.workers.stop(gone.id)
+    store.close()
+    listed = run_decodelab("workers", "--db", url, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[1]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows["box-1"][2:6] == ["worker", "live", "box-1:100", str(job.id)] and "2/5" in rows["box-1"]
+    assert rows["box-2"][2:5] == ["worker", "stopped", "box-2:200"]
+    current = run_decodelab("db", "current", "--db", url, cwd=tmp_path)
+    assert current.returncode == 0 and "(up to date)" in current.stdout, current.stderr

@@ -42,7 +42,7 @@ def small_job(index: int) -> dict:
 
 def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
     """Read runs, jobs and each run's cases until told to stop; report what was seen."""
-    store = Store(url, auto_upgrade=False)
+    store = Store(url, upgrade=False)
     reads, problems = 0, []
     try:
         while not stop.is_set():
@@ -68,9 +68,20 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     stop, out = context.Event(), context.Queue()
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
     reader.start()
+    # Four machines (one timing job per machine at a time), so claims really race.
     workers = [
-        start_decodelab("worker", "--db", store_url, "--poll-seconds", "0.2", "--max-idle-seconds", "4", cwd=tmp_path)
-        for _ in range(WORKERS)
+        start_decodelab(
+            "worker",
+            "--db",
+            store_url,
+            "--poll-seconds",
+            "0.2",
+            "--max-idle-seconds",
+            "4",
+            cwd=tmp_path,
+            DECODELAB_MACHINE=f"machine-{number}",
+        )
+        for number in range(WORKERS)
     ]
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     stop.set()

@@ -369,3 +369,58 @@ def test_compare_page_shows_bands_and_compares_runs(filled_store_url: str, monke
     app.radio(key="compare_mode").set_value("runs").run()
     assert not app.exception, [exception.value for exception in app.exception]
     assert app.get("vega_lite_chart")
+
+
+def test_a_read_only_dashboard_shows_no_launch_form_and_writes_nothing(
+    filled_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import event
+
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
+    statements: list[str] = []
+    engine = data.store_for(filled_store_url).engine
+    listener = lambda _c, _cur, statement, *_rest: statements.append(statement.split()[0].upper())  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+        app.run()
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert not app.sidebar.button, "no launch button"
+    assert any("Read-only" in caption.value for caption in app.sidebar.caption)
+    assert not {"INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP"} & set(statements), set(statements)
+
+
+def test_the_dashboard_starts_no_worker_beside_a_live_one(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dashboard.launch
+
+    started: list[str] = []
+    monkeypatch.setattr(dashboard.launch, "start_worker", lambda url: started.append(url))
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    monkeypatch.setenv("DECODELAB_MACHINE", "dash-box")
+    store = Store(sqlite_url)
+    # A worker left running by an earlier dashboard (or started from a terminal) serves this machine.
+    store.workers.register(
+        name="old:1", kind="worker", machine_name="dash-box", host="h", pid=1, stale_after_seconds=60
+    )
+
+    def launch_tiny() -> AppTest:
+        app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+        app.run()
+        app.radio(key="launch_source").set_value("spec")
+        app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
+        app.sidebar.button[0].click().run()
+        assert not app.exception, [exception.value for exception in app.exception]
+        return app
+
+    app = launch_tiny()
+    captions = [caption.value for caption in app.sidebar.caption]
+    assert "A worker already serves machine dash-box." in captions and not started
+    assert any(caption.startswith("dash-box · worker old:1 · live") for caption in captions), captions
+    # Once it has stopped, the next launch starts one.
+    store.workers.stop(store.workers.live("dash-box")[0])
+    launch_tiny()
+    assert started == [sqlite_url]
+    assert len(frames.jobs(store)) == 2

@@ -156,3 +156,93 @@ def test_the_launch_form_raises_only_field_errors(
             "--preset",
         } or FIELD_MESSAGE.match(message), message
         assert "\n" not in message, message
+
+
+# ---- the command line, through its real entry point ----------------------------------------
+
+COMMANDS = [
+    [],
+    ["train"],
+    ["run"],
+    ["enqueue"],
+    ["export"],
+    ["import"],
+    ["bench"],
+    ["worker"],
+    ["workers"],
+    ["dashboard"],
+    ["db"],
+    ["db", "upgrade"],
+    ["db", "current"],
+    ["report"],
+    ["report", "scale"],
+    ["report", "context-cost"],
+    ["nosuch"],
+]
+OPTIONS = [
+    "--db", "--preset", "--spec", "--corpus", "--device", "--machine", "--once", "--until-empty", "--poll-seconds",
+    "--stale-after-seconds", "--max-idle-seconds", "--heartbeat-seconds", "--store-outage-limit-seconds", "--hours",
+    "--out", "--run", "--format", "--only", "--port", "--host", "--read-only", "--allow-remote-launch",
+    "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--nosuch", "-x", "--",
+]  # fmt: skip
+VALUES = [
+    "quick", "seed", "nope", "cpu", "cuda", "0", "-1", "1e309", "nan", "inf", "99999", "3.5", "abc", "",
+    "0.0.0.0", "127.0.0.1", "::1", "json", "csv", "store_write", "sqlite:///nowhere/x.db", "not a url",
+]  # fmt: skip
+
+
+class ReachedTheStore(BaseException):
+    """A valid invocation got as far as opening the store: where the fuzz stops it."""
+
+
+def refuse_to_open(*_args: Any, **_kwargs: Any) -> Any:
+    raise ReachedTheStore
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(
+    command=st.sampled_from(COMMANDS),
+    tokens=st.lists(st.one_of(st.sampled_from(OPTIONS), st.sampled_from(VALUES), st.text(max_size=8)), max_size=6),
+)
+@example(command=["nosuch"], tokens=[])
+@example(command=["run"], tokens=["--nosuch"])
+@example(command=["export"], tokens=["--run", "abc", "--out", "x"])
+@example(command=["dashboard"], tokens=["--port", "99999"])
+@example(command=["dashboard"], tokens=["--host", "0.0.0.0"])
+def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[str], tokens: list[str]) -> None:
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    import pytest
+
+    import store.engine
+    from runner import cli, cli_fleet
+
+    stderr = io.StringIO()
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        tempfile.TemporaryDirectory() as directory,
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(stderr),
+    ):
+        patch.chdir(directory)  # report context-cost --out . writes here
+        patch.delenv("DECODELAB_DB", raising=False)
+        for module in (cli, cli_fleet):
+            patch.setattr(module, "open_store", refuse_to_open)
+        patch.setattr(store.engine, "create_store_engine", refuse_to_open)
+        patch.setattr(os, "execve", refuse_to_open)
+        try:
+            cli.main([*command, *tokens])
+        except ReachedTheStore:
+            return
+        except SystemExit as exited:
+            code = exited.code
+        else:
+            raise AssertionError("main() returned without exiting")
+    if code == 0:
+        return
+    lines = stderr.getvalue().strip().splitlines()
+    assert code == 2, (code, stderr.getvalue())
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr.getvalue()

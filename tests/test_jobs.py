@@ -1,4 +1,5 @@
-"""The job queue: atomic claims across processes, heartbeats, progress, stale reclaims."""
+"""The job queue: atomic claims across processes, one job per machine, heartbeats, progress,
+fencing of a worker that lost its job, stale reclaims by the server's clock."""
 
 from __future__ import annotations
 
@@ -6,24 +7,36 @@ import multiprocessing
 import time
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from store import frames
+from store.clock import server_now
+from store.errors import ClaimLost
+from store.records import CaseRecord, MeasurementRecord, WorkerRecord
 from store.schema import Job, utc_now
 from store.store import Store
 
 JOBS = 50
 
 
+def a_worker(store: Store, name: str, machine: str = "m", stale_after_seconds: float = 60) -> WorkerRecord:
+    return store.workers.register(
+        name=name, kind="worker", machine_name=machine, host="test", pid=0, stale_after_seconds=stale_after_seconds
+    )
+
+
 def claim_until_empty(
     url: str, worker: str, start: multiprocessing.synchronize.Event, out: multiprocessing.Queue
 ) -> None:
     opened = Store(url)
+    # Each racer is a machine of its own: one machine runs one job at a time.
+    me = a_worker(opened, worker, machine=worker)
     start.wait()
     claimed = []
-    while (job := opened.jobs.claim(worker, "racer")) is not None:
+    while (job := opened.jobs.claim(me)) is not None:
         claimed.append(job.id)
-        opened.jobs.finish(job.id, "done")
+        opened.jobs.finish(job.claim, "done")
     out.put(claimed)
     opened.close()
 
@@ -53,52 +66,157 @@ def test_two_processes_racing_claim_each_job_exactly_once(store: Store) -> None:
 def test_pinned_jobs_go_only_to_their_machine(store: Store) -> None:
     pinned = store.jobs.enqueue({}, machine_name="gpu-box")
     anyone = store.jobs.enqueue({})
-    first = store.jobs.claim("w1", "laptop")
+    laptop, gpu_box = a_worker(store, "w1", "laptop"), a_worker(store, "w2", "gpu-box")
+    first = store.jobs.claim(laptop)
     assert first is not None and first.id == anyone
-    assert store.jobs.claim("w1", "laptop") is None
-    second = store.jobs.claim("w2", "gpu-box")
+    store.jobs.finish(first.claim, "done")
+    assert store.jobs.claim(laptop) is None
+    second = store.jobs.claim(gpu_box)
     assert second is not None and second.id == pinned
+
+
+def test_a_machine_runs_one_job_at_a_time(store: Store) -> None:
+    first_job, second_job = store.jobs.enqueue({}), store.jobs.enqueue({})
+    one, two, elsewhere = a_worker(store, "one"), a_worker(store, "two"), a_worker(store, "three", "other-box")
+    first = store.jobs.claim(one)
+    assert first is not None and first.id == first_job
+    assert store.jobs.claim(two) is None, "a second worker on the same machine waits"
+    assert store.jobs.running_on("m") == first_job and store.jobs.queued_for("m") == 1
+    # A terminal run on the busy machine waits too; another machine does not.
+    assert store.jobs.claim_new({"name": "here"}, two) is None
+    other = store.jobs.claim(elsewhere)
+    assert other is not None and other.id == second_job
+    store.jobs.finish(first.claim, "done")
+    here = store.jobs.claim_new({"name": "here"}, two, cases_total=3)
+    assert here is not None and here.machine_name == "m" and store.jobs.running_on("m") == here.id
 
 
 def test_heartbeat_progress_and_finish(store: Store) -> None:
     job_id = store.jobs.enqueue({}, cases_total=10)
-    job = store.jobs.claim("w", "m")
+    worker = a_worker(store, "w")
+    job = store.jobs.claim(worker)
     assert job is not None and job.attempts == 1
-    assert store.jobs.heartbeat(job_id, "w")
-    assert not store.jobs.heartbeat(job_id, "someone-else")
-    store.jobs.progress(job_id, 3, 10)
+    assert store.jobs.heartbeat(job.claim)
+    assert not store.jobs.heartbeat(type(job.claim)(job_id, worker.id + 1, 1)), "another worker's beat"
+    store.jobs.progress(job.claim, 3, 10)
     row = frames.jobs(store).iloc[0]
     assert (row["cases_done"], row["cases_total"], row["status"]) == (3, 10, "running")
-    store.jobs.finish(job_id, "failed", error="ValueError: bad")
+    assert frames.workers(store).iloc[0]["job_id"] == job_id
+    store.jobs.finish(job.claim, "failed", error="ValueError: bad")
+    store.jobs.finish(job.claim, "failed", error="ValueError: bad")  # a retry changes nothing
     row = frames.jobs(store).iloc[0]
     assert (row["status"], row["error"]) == ("failed", "ValueError: bad")
-    assert not store.jobs.heartbeat(job_id, "w"), "a finished job takes no heartbeat"
+    assert not store.jobs.heartbeat(job.claim), "a finished job takes no heartbeat"
+    assert frames.workers(store)["job_id"].isna().all()
+
+
+def go_stale(store: Store) -> None:
+    with store.write() as session:
+        session.execute(sa.update(Job).values(heartbeat_at=server_now(store.backend, -300)))
+
+
+def test_a_worker_that_lost_its_job_changes_nothing(store: Store) -> None:
+    from tests.test_store import MACHINE
+
+    store.jobs.enqueue({}, cases_total=2)
+    frozen, rescuer = a_worker(store, "frozen"), a_worker(store, "rescuer")
+    lost = store.jobs.claim(frozen)
+    assert lost is not None
+    machine_id = store.results.machine_id(MACHINE)
+    run_id, resumed = store.jobs.begin_run(lost.claim, machine_id=machine_id, spec={}, code_version="x", model_id=None)
+    assert not resumed
+    case = CaseRecord("kv_cache", {"n": 1}, (MeasurementRecord("m", 1.0, "ratio"),))
+    assert store.results.record_case(run_id, case, lost.claim) is not None
+    go_stale(store)
+    assert store.jobs.reclaim_stale(60) == [lost.id]
+    taken = store.jobs.claim(rescuer)
+    assert taken is not None and taken.attempts == 2 and taken.run_id == run_id
+    assert store.jobs.begin_run(taken.claim, machine_id=machine_id, spec={}, code_version="x", model_id=None) == (
+        run_id,
+        True,
+    )
+    store.jobs.finish(taken.claim, "done", wall_seconds=1.0)
+    finished = frames.jobs(store).iloc[0]
+
+    late = CaseRecord("kv_cache", {"n": 2}, (MeasurementRecord("m", 1.0, "ratio"),))
+    assert not store.jobs.heartbeat(lost.claim)
+    for stale_write in (
+        lambda: store.results.record_case(run_id, late, lost.claim),
+        lambda: store.results.record_case(run_id, late),  # no claim at all: a job owns this run
+        lambda: store.results.finish_run(run_id, "failed"),
+        lambda: store.jobs.progress(lost.claim, 2, 2),
+        lambda: store.jobs.finish(lost.claim, "done"),
+        lambda: store.jobs.requeue(lost.claim, error="SIGTERM"),
+        lambda: store.jobs.begin_run(lost.claim, machine_id=machine_id, spec={}, code_version="x", model_id=None),
+    ):
+        with pytest.raises(ClaimLost):
+            stale_write()
+    after = frames.jobs(store).iloc[0]
+    assert (after["status"], after["finished_at"], after["attempts"]) == ("done", finished["finished_at"], 2)
+    assert frames.runs(store).iloc[0]["status"] == "done"
+    assert len(store.results.recorded_case_keys(run_id)) == 1
+
+
+def test_sigterm_requeues_the_job_and_the_next_claim_resumes_its_run(store: Store) -> None:
+    from tests.test_store import MACHINE
+
+    store.jobs.enqueue({})
+    first = store.jobs.claim(a_worker(store, "stopped"))
+    assert first is not None
+    machine_id = store.results.machine_id(MACHINE)
+    run_id, _ = store.jobs.begin_run(first.claim, machine_id=machine_id, spec={}, code_version="x", model_id=None)
+    store.jobs.requeue(first.claim, error="interrupted (SIGTERM); requeued")
+    assert (frames.jobs(store).iloc[0]["status"], frames.runs(store).iloc[0]["status"]) == ("queued", "interrupted")
+    again = store.jobs.claim(a_worker(store, "next"))
+    assert again is not None and again.run_id == run_id and again.attempts == 2
 
 
 def test_a_stale_job_is_requeued_and_its_run_marked_interrupted(store: Store) -> None:
     from tests.test_store import MACHINE
 
     job_id = store.jobs.enqueue({})
-    assert store.jobs.claim("dead-worker", "m") is not None
-    run_id = store.results.start_run(
-        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    dead = store.jobs.claim(a_worker(store, "dead-worker"))
+    assert dead is not None
+    store.jobs.begin_run(
+        dead.claim, machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
     )
-    store.jobs.attach_run(job_id, run_id)
     assert store.jobs.reclaim_stale(60) == [], "a fresh heartbeat is not stale"
+    # A heartbeat stamped five minutes ago (written here by this process's clock, as an older
+    # worker would have) is stale by the server's clock.
     with store.write() as session:
         session.execute(sa.update(Job).values(heartbeat_at=utc_now() - timedelta(minutes=5)))
     assert store.jobs.reclaim_stale(60) == [job_id]
     assert frames.runs(store)["status"].tolist() == ["interrupted"]
-    again = store.jobs.claim("new-worker", "m")
-    assert again is not None and again.id == job_id and again.run_id == run_id and again.attempts == 2
+    assert frames.workers(store)["job_id"].isna().all(), "the dead worker no longer holds it"
+    again = store.jobs.claim(a_worker(store, "new-worker"))
+    assert again is not None and again.id == job_id and again.attempts == 2
 
 
-def test_a_job_that_keeps_dying_is_failed(store: Store) -> None:
+def test_a_job_whose_workers_keep_going_silent_is_failed(store: Store) -> None:
     job_id = store.jobs.enqueue({})
+    worker = a_worker(store, "w")
     for _ in range(3):
-        assert store.jobs.claim("w", "m") is not None
-        with store.write() as session:
-            session.execute(sa.update(Job).values(heartbeat_at=utc_now() - timedelta(minutes=5)))
+        assert store.jobs.claim(worker) is not None
+        go_stale(store)
         store.jobs.reclaim_stale(60)
     assert store.jobs.status(job_id) == "failed"
-    assert store.jobs.claim("w", "m") is None
+    assert store.jobs.claim(worker) is None
+
+
+def test_workers_are_live_stopped_or_dead_by_the_server_clock(store: Store) -> None:
+    from store.schema import Worker
+
+    live, stopped, dead = (
+        a_worker(store, "live"),
+        a_worker(store, "stopped"),
+        a_worker(store, "dead", stale_after_seconds=5),
+    )
+    store.workers.stop(stopped.id)
+    with store.write() as session:
+        session.execute(
+            sa.update(Worker).where(Worker.id == dead.id).values(last_seen_at=server_now(store.backend, -6))
+        )
+    states = frames.workers(store).set_index("name")["state"].to_dict()
+    assert states == {"live": "live", "stopped": "stopped", "dead": "dead"}
+    assert store.workers.live("m") == [live.id]
+    assert store.workers.live("other") == []

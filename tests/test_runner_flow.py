@@ -60,19 +60,23 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
 
     monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", interrupted_on_the_second)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
-    job = store.jobs.claim("test-worker", "test-machine")
+    worker = store.workers.register(
+        name="test-worker", kind="worker", machine_name="test-machine", host="h", pid=0, stale_after_seconds=60
+    )
+    job = store.jobs.claim(worker)
     assert job is not None
     with pytest.raises(KeyboardInterrupt):
-        execute(store, spec, job=job, show_progress=False, log=quiet)
+        execute(store, spec, job=job, requeue_on_interrupt=True, show_progress=False, log=quiet)
     run = frames.runs(store).iloc[0]
     assert run["status"] == "interrupted"
-    assert store.jobs.status(job_id) == "interrupted"
+    assert store.jobs.status(job_id) == "queued", "a worker stopped by a signal requeues its job"
     # Everything before the interrupted second context_cost case (context_cost runs last, three cases).
     assert len(store.results.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
     monkeypatch.undo()
 
-    # Resuming the same run (as a worker does after a reclaim) fills in only what is missing.
-    resumed_job = type(job)(**{**job.__dict__, "run_id": int(run["run_id"])})
+    # The next claim resumes the same run and fills in only what is missing.
+    resumed_job = store.jobs.claim(worker)
+    assert resumed_job is not None and resumed_job.run_id == int(run["run_id"])
     outcome = execute(store, spec, job=resumed_job, show_progress=False, log=quiet)
     assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, TINY_CASES - 2)
     assert len(store.results.recorded_case_keys(outcome.run_id)) == TINY_CASES

@@ -1,0 +1,268 @@
+"""Workers as a fleet, through the real CLI in child processes on both backends: one timing
+job per machine, a frozen worker that lost its job touches nothing when it wakes, SIGTERM
+requeues, --until-empty exits when the queue is empty, and the worker table shows them."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from runner.sweeps import validate
+from store import frames
+from store.store import Store
+from tests.conftest import FIXTURES, rows_by, start_decodelab
+
+pytestmark = pytest.mark.slow
+
+
+def short_job(index: int) -> dict[str, Any]:
+    """A job of three quick cases (a counting sweep on a model trained for three steps)."""
+    return validate(
+        {
+            "name": f"short-{index}",
+            "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
+            "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
+            "experiments": {
+                "context_cost": {
+                    "lengths": [8 + index, 100 + index],
+                    "d_model": 8,
+                    "d_ff": 16,
+                    "n_heads": 2,
+                    "reference_length": 16,
+                }
+            },
+        }
+    ).raw
+
+
+def timed_job() -> dict[str, Any]:
+    """The slow fixture cut down: a few cases of about a second each, after quick ones."""
+    raw = tomllib.loads((FIXTURES / "slow.toml").read_text())
+    raw["train"]["steps"] = 3
+    raw["experiments"]["kv_cache"].update(lengths=[20, 32, 44], widths=[16], impls=["static"], pairs=6)
+    return validate(raw).raw
+
+
+# Cases of timed_job before its first timed one (equivalence, counter check, the counts).
+QUICK_CASES = [case.get("part") for _, case in validate(timed_job()).plan()].index("timing")
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_child_outlives_its_test() -> Iterator[None]:
+    """A failing test must not leave a worker running (or suspended) behind it."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(timeout=30)
+
+
+class Output:
+    """A child's output lines, read as they come, so a test can wait on one."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        STARTED.append(process)
+        self.process = process
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, fragment: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                if fragment in line:
+                    return line
+            if self.process.poll() is not None and not self._thread.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no line with {fragment!r} in:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout: float = 120) -> str:
+        self.process.wait(timeout=timeout)
+        self._thread.join(timeout=10)
+        return "\n".join(self.lines)
+
+
+def wait_until(condition: Any, timeout: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def worker(url: str, tmp_path: Path, *extra: str, machine: str = "one-box") -> Output:
+    return Output(
+        start_decodelab(
+            "worker",
+            "--db",
+            url,
+            "--poll-seconds",
+            "0.2",
+            "--heartbeat-seconds",
+            "0.5",
+            "--stale-after-seconds",
+            "3",
+            *extra,
+            cwd=tmp_path,
+            DECODELAB_MACHINE=machine,
+        )
+    )
+
+
+def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
+    jobs = [store.jobs.enqueue(short_job(index), cases_total=3) for index in range(2)]
+    workers = [worker(store_url, tmp_path, "--until-empty") for _ in range(2)]
+    outputs = [one.finish(timeout=300) for one in workers]
+    for one, output in zip(workers, outputs, strict=True):
+        assert one.process.returncode == 0, output
+    rows = rows_by(frames.jobs(store), "job_id")
+    assert [rows[job]["status"] for job in jobs] == ["done", "done"], outputs
+    first, second = sorted((rows[job] for job in jobs), key=lambda row: row["claimed_at"])
+    assert first["finished_at"] <= second["claimed_at"], (
+        f"job {first['job_id']} ran {first['claimed_at']}..{first['finished_at']}, "
+        f"job {second['job_id']} from {second['claimed_at']}: both timed at once"
+    )
+    assert {row["claimed_by_machine"] for row in rows.values()} == {"one-box"}
+    # The worker that found the machine busy said why it waited (unless one worker took both).
+    busy = [line for output in outputs for line in output.splitlines() if "is running on machine 'one-box'" in line]
+    claimers = {line.split(" as ")[-1] for output in outputs for line in output.splitlines() if "running short" in line}
+    assert busy or len(claimers) == 1, outputs
+    assert set(frames.workers(store)["state"]) == {"stopped"}
+
+
+def test_a_terminal_run_takes_the_machine_slot(sqlite_url: str, tmp_path: Path) -> None:
+    store = Store(sqlite_url)
+    store.jobs.enqueue({"name": "busy"})
+    # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
+    busy = store.workers.register(
+        name="busy:1", kind="worker", machine_name="one-box", host="h", pid=1, stale_after_seconds=60
+    )
+    held = store.jobs.claim(busy)
+    assert held is not None
+    spec = tmp_path / "short.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                'name = "here"',
+                "[model]\nd_model = 16\nn_layer = 1\nn_head = 2\ncontext_length = 32",
+                "[train]\nsteps = 3\nbatch_size = 4\nsequence_length = 16",
+                "[experiments.context_cost]\nlengths = [8, 100]\nd_model = 8\nd_ff = 16\nn_heads = 2",
+                "reference_length = 16",
+            ]
+        )
+    )
+    here = Output(
+        start_decodelab("run", "--spec", str(spec), "--db", sqlite_url, cwd=tmp_path, DECODELAB_MACHINE="one-box")
+    )
+    here.wait_for(f"waiting: job {held.id} is running on machine 'one-box'")
+    assert len(frames.jobs(store)) == 1, "while it waits it holds no job"
+    store.jobs.finish(held.claim, "done")
+    output = here.finish()
+    assert here.process.returncode == 0, output
+    rows = rows_by(frames.jobs(store), "job_id")
+    mine = rows[max(rows)]
+    assert (mine["status"], mine["machine_name"], mine["preset"]) == ("done", "one-box", None)
+    assert rows[held.id]["finished_at"] <= mine["claimed_at"], "the terminal run timed beside the worker"
+    assert set(frames.workers(store).set_index("name")["kind"].items()) >= {("busy:1", "worker")}
+    assert "run" in set(frames.workers(store)["kind"])
+
+
+def silent_for(store: Store, job_id: int, seconds: float) -> bool:
+    """Whether the job's last heartbeat is older than ``seconds`` by the server's clock."""
+    from store.clock import server_now
+    from store.schema import Job
+
+    with store.read() as session:
+        query = sa.select(Job.id).where(Job.id == job_id, Job.heartbeat_at < server_now(store.backend, -seconds))
+        return session.scalar(query) is not None
+
+
+def no_transaction_open(url: str, pid: int) -> bool:
+    """Whether the (suspended) process holds no transaction: a worker frozen inside one would
+    hold a lock that no test, and no fleet, should wait on."""
+    if url.startswith("sqlite"):
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            probe.close()
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        open_transactions = connection.scalar(
+            sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND xact_start IS NOT NULL"),
+            {"name": f"decodelab:{pid}"},
+        )
+    engine.dispose()
+    return open_transactions == 0
+
+
+def freeze_outside_a_transaction(process: subprocess.Popen[str], url: str) -> None:
+    for _ in range(100):
+        process.send_signal(signal.SIGSTOP)
+        if no_transaction_open(url, process.pid):
+            return
+        process.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError("the worker was always inside a transaction")
+
+
+def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
+    job = store.jobs.enqueue(timed_job())
+    total = validate(timed_job()).cases_total()
+    frozen = worker(store_url, tmp_path)
+    # Past the quick cases, inside the timed ones, with seven cases still to come.
+    wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= QUICK_CASES, what="the quick cases")
+    freeze_outside_a_transaction(frozen.process, store_url)
+    assert rows_by(frames.jobs(store), "job_id")[job]["cases_done"] < total, "frozen too late: nothing left to fence"
+    try:
+        wait_until(lambda: silent_for(store, job, 3), what="the frozen worker's job to go stale")
+        rescuer = worker(store_url, tmp_path, "--until-empty")
+        rescued = rescuer.finish(timeout=300)
+        assert rescuer.process.returncode == 0, rescued
+        assert f"job {job}: its worker stopped heartbeating; requeued" in rescued
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+    done = rows_by(frames.jobs(store), "job_id")[job]
+    run_id = int(done["run_id"])
+    run = rows_by(frames.runs(store), "run_id")[run_id]
+    cases = frames.measurements(store, run_id)["case_id"].nunique()
+    assert (done["status"], done["attempts"], run["status"], cases) == ("done", 2, "done", total)
+
+    # Awake, the first worker learns at once that the job is not its own and stops it.
+    frozen.wait_for(f"job {job} is no longer this worker's")
+    frozen.process.send_signal(signal.SIGTERM)
+    output = frozen.finish()
+    assert frozen.process.returncode == 130, output
+    after = rows_by(frames.jobs(store), "job_id")[job]
+    assert (after["status"], after["finished_at"], after["cases_done"]) == ("done", done["finished_at"], total)
+    run_after = rows_by(frames.runs(store), "run_id")[run_id]
+    assert (run_after["status"], run_after["finished_at"]) == ("done", run["finished_at"])
+    assert frames.measurements(store, run_id)["case_id"].nunique() == total, "no case added or duplicated"
+    assert "run " not in output.split("is no longer this worker's")[-1], "it reported nothing more of the run"
