@@ -217,7 +217,7 @@ def report_seeds(
 
     if not out.is_dir():
         raise InputError(f"--out: {str(out)!r} is not a directory")
-    store = open_store(db)
+    store = open_store(db, "report seeds")
     if not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     rows = seed_rows(store.results, run_id)
