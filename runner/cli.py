@@ -158,10 +158,12 @@ def bench(
     only: Annotated[list[str] | None, typer.Option(help="Run just these benchmarks (repeatable).")] = None,
 ) -> None:
     """Run the side-by-side benchmarks and record them in the store as a run (experiment bench)."""
+    import subprocess
     import time
 
     from runner.bench import BENCHMARKS, run_benchmark
     from runner.execute import log_to_stderr
+    from runner.lifecycle import run_lifecycle
     from runner.machine import code_version, fingerprint
 
     known = {benchmark.name: benchmark for benchmark in BENCHMARKS}
@@ -179,15 +181,12 @@ def bench(
     )
     started = time.perf_counter()
     try:
-        for name in chosen:
-            store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
-    except KeyboardInterrupt:
-        store.results.finish_run(run_id, "interrupted", error="interrupted", wall_seconds=time.perf_counter() - started)
-        raise
-    except Exception as error:
-        store.results.finish_run(run_id, "failed", error=str(error), wall_seconds=time.perf_counter() - started)
-        raise InputError(str(error)) from None
-    store.results.finish_run(run_id, "done", wall_seconds=time.perf_counter() - started)
+        with run_lifecycle(store, run_id, started=started):
+            for name in chosen:
+                store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+        # A benchmark that failed or hung: the run is marked failed; one line here.
+        raise InputError(str(error).strip().splitlines()[0]) from None
     typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
 
 

@@ -19,11 +19,11 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
+from runner.lifecycle import run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
 from runner.train import train_or_reuse
-from store.errors import StoreDown
 from store.records import CaseRecord, JobRecord, case_key
 from store.store import Store
 
@@ -121,47 +121,27 @@ def execute(
         total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
     )
     try:
-        for experiment, case in plan:
-            if (experiment.name, case_key(case)) in recorded:
-                continue
-            progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
-            torch.manual_seed(spec.seed)
-            measurements = experiment.run_case(case, context)
-            if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements), claim) is not None:
-                recorded_now += 1
-            done += 1
-            progress.update(1)
-            if claim is not None:
-                store.jobs.progress(claim, done, total)
+        with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
+            for experiment, case in plan:
+                if (experiment.name, case_key(case)) in recorded:
+                    continue
+                progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
+                torch.manual_seed(spec.seed)
+                measurements = experiment.run_case(case, context)
+                record = CaseRecord(experiment.name, case, measurements)
+                if store.results.record_case(run_id, record, claim) is not None:
+                    recorded_now += 1
+                done += 1
+                progress.update(1)
+                if claim is not None:
+                    store.jobs.progress(claim, done, total)
     except KeyboardInterrupt:
-        wall = time.perf_counter() - started
-        reason = "interrupted (Ctrl-C or SIGTERM)"
-        if claim is None:
-            store.results.finish_run(run_id, "interrupted", error=reason, wall_seconds=wall)
-        elif requeue_on_interrupt:
-            store.jobs.requeue(claim, error=f"{reason}; requeued", wall_seconds=wall)
-        else:
-            store.jobs.finish(claim, "interrupted", error=reason, wall_seconds=wall)
         requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
         log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
-        raise
-    except StoreDown:
-        raise  # nothing can be marked: the run is marked interrupted once the store is back
-    except Exception as error:
-        wall = time.perf_counter() - started
-        message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        if claim is None:
-            store.results.finish_run(run_id, "failed", error=message, wall_seconds=wall)
-        else:
-            store.jobs.finish(claim, "failed", error=message, wall_seconds=wall)
         raise
     finally:
         progress.close()
     wall = time.perf_counter() - started
-    if claim is None:
-        store.results.finish_run(run_id, "done", wall_seconds=wall)
-    else:
-        store.jobs.finish(claim, "done", wall_seconds=wall)
     log(
         f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
         f"{wall:.1f} s wall time"

@@ -1,0 +1,68 @@
+"""How a run ends, in one place, for `decodelab run`, the worker and `decodelab bench`: done when
+its body returns, interrupted on Ctrl-C or SIGTERM, failed on an error.
+
+Under a job's claim every end is written through the claim (store.jobs: a worker that lost its
+job writes nothing), otherwise on the run itself (store.results). Two ends are not written at
+all: a lost claim (ClaimLost, a BaseException, passes through untouched: the job is another
+worker's now) and a store that is down (StoreDown: the run is marked interrupted once it is back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from store.errors import StoreDown
+from store.records import Claim
+from store.store import Store
+
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
+
+def one_line(error: BaseException) -> str:
+    """The error's type and the first line of its message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@contextmanager
+def run_lifecycle(
+    store: Store,
+    run_id: int,
+    claim: Claim | None = None,
+    *,
+    started: float | None = None,
+    requeue_on_interrupt: bool = False,
+) -> Iterator[None]:
+    """Marks ``run_id`` (or the claimed job and its run) done, interrupted or failed as the body
+    ends, with its wall time since ``started`` (a perf_counter reading; default: now), and
+    re-raises what ended it. ``requeue_on_interrupt`` gives an interrupted job back to the queue
+    for the next worker (a scheduler's SIGTERM says nothing about the job)."""
+    began = time.perf_counter() if started is None else started
+
+    def wall() -> float:
+        return time.perf_counter() - began
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        if claim is None:
+            store.results.finish_run(run_id, "interrupted", error=INTERRUPTED, wall_seconds=wall())
+        elif requeue_on_interrupt:
+            store.jobs.requeue(claim, error=f"{INTERRUPTED}; requeued", wall_seconds=wall())
+        else:
+            store.jobs.finish(claim, "interrupted", error=INTERRUPTED, wall_seconds=wall())
+        raise
+    except StoreDown:
+        raise
+    except Exception as error:
+        if claim is None:
+            store.results.finish_run(run_id, "failed", error=one_line(error), wall_seconds=wall())
+        else:
+            store.jobs.finish(claim, "failed", error=one_line(error), wall_seconds=wall())
+        raise
+    if claim is None:
+        store.results.finish_run(run_id, "done", wall_seconds=wall())
+    else:
+        store.jobs.finish(claim, "done", wall_seconds=wall())

@@ -1,0 +1,57 @@
+"""One run lifecycle for every way a run is executed: done, failed with its first line,
+interrupted, each written once, through the job's claim when there is one."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.lifecycle import run_lifecycle
+from store import frames
+from store.store import Store
+from tests.conftest import rows_by
+from tests.test_store import MACHINE
+
+
+def new_run(store: Store) -> int:
+    return store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+
+
+def status_of(store: Store, run_id: int) -> tuple[str, str | None, float | None]:
+    row = rows_by(frames.runs(store), "run_id")[run_id]
+    return row["status"], row["error"], row["wall_seconds"]
+
+
+def test_a_run_ends_done_failed_or_interrupted(store: Store) -> None:
+    done = new_run(store)
+    with run_lifecycle(store, done, started=0.0):
+        pass
+    status, error, wall = status_of(store, done)
+    assert (status, error) == ("done", None) and wall is not None and wall > 0
+
+    failed = new_run(store)
+    with pytest.raises(ValueError), run_lifecycle(store, failed):
+        raise ValueError("the disk vanished\nand a second line nobody needs")
+    assert status_of(store, failed)[:2] == ("failed", "ValueError: the disk vanished")
+
+    interrupted = new_run(store)
+    with pytest.raises(KeyboardInterrupt), run_lifecycle(store, interrupted):
+        raise KeyboardInterrupt
+    assert status_of(store, interrupted)[:2] == ("interrupted", "interrupted (Ctrl-C or SIGTERM)")
+
+
+def test_a_claimed_run_ends_through_its_job(store: Store) -> None:
+    job_id = store.jobs.enqueue({"name": "x"}, cases_total=1)
+    worker = store.workers.register(
+        name="w", kind="worker", machine_name="box", host="test", pid=0, stale_after_seconds=60
+    )
+    job = store.jobs.claim(worker)
+    assert job is not None and job.claim.job_id == job_id
+    run_id, _ = store.jobs.begin_run(
+        job.claim, machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None, preset=None
+    )
+    with pytest.raises(KeyboardInterrupt), run_lifecycle(store, run_id, job.claim, requeue_on_interrupt=True):
+        raise KeyboardInterrupt
+    assert store.jobs.status(job_id) == "queued", "given back for the next worker"
+    assert status_of(store, run_id)[0] == "interrupted"
