@@ -16,7 +16,7 @@ from tests.conftest import start_decodelab
 
 JOBS = 40
 WORKERS = 4
-CASE_METRICS = {"table": 3, "summary": 8}
+CASE_METRICS = {"table": 3, "summary": 10}
 
 pytestmark = pytest.mark.slow
 

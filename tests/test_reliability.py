@@ -18,13 +18,16 @@ from tests.conftest import rows_by, start_decodelab
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
 # Metrics a complete case of each kv_cache part holds.
 COMPLETE = {
-    "timing": 11,
-    "width": 11,
-    "counts": 6,
-    "equivalence": 4,
-    "counter_check": 8,
-    "memory": 6,
+    "equivalence": 7,
+    "no_mask": 5,
+    "counter_check": 10,
+    "counts": 8,
+    "recomputation": 5,
+    "timing": 19,
+    "width": 19,
     "fit": 6,
+    "prefill": 3,
+    "memory": 8,
     "rounded_cache": 5,
 }
 
