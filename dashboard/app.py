@@ -7,14 +7,14 @@ Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, ui
 from dashboard.launch import LaunchRequest, launch, start_worker
+from runner import catalog
 from runner.errors import InputError
 from store import frames
 from store.errors import StoreError
@@ -22,9 +22,7 @@ from store.store import Store
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
 PAGES = Path(__file__).parent / "views"
-PRESETS = ("quick", "seed", "full")
-EXPERIMENTS = ("training_summary", "kv_cache", "quantization", "speculative", "context_cost")
-READ_ONLY = os.environ.get("DECODELAB_READ_ONLY") == "1"
+READ_ONLY = ui.READ_ONLY
 # Workers shown in the sidebar: those seen within this many hours.
 WORKERS_SEEN_WITHIN_HOURS = 1.0
 
@@ -75,8 +73,13 @@ def sidebar() -> None:
 def launch_form(url: str, store: Store) -> None:
     with st.sidebar.expander("Launch a sweep", expanded=False), st.form("launch", clear_on_submit=False):
         source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
-        preset = st.selectbox("Preset", PRESETS, key="launch_preset")
-        experiments = st.multiselect("Experiments", EXPERIMENTS, default=list(EXPERIMENTS), key="launch_experiments")
+        preset = st.selectbox("Preset", catalog.preset_names(), key="launch_preset")
+        experiments = st.multiselect(
+            "Experiments",
+            catalog.experiment_names(),
+            default=list(catalog.experiment_names()),
+            key="launch_experiments",
+        )
         lengths = st.multiselect(
             "KV-cache lengths n (empty: the preset's)", [32, 64, 128, 256, 512, 1024], key="launch_lengths"
         )
@@ -147,10 +150,20 @@ def workers_list(store: Store) -> None:
         st.caption(label)
 
 
+def review_is_default() -> bool:
+    """The Review page opens first once the store holds two runs (a run and a baseline)."""
+    try:
+        return len(data.load_runs(data.store_url())) >= 2
+    except StoreError:
+        return False
+
+
+reviewing = review_is_default()
 navigation = st.navigation(
     {
         "Runs": [
-            st.Page(PAGES / "history.py", title="History", url_path="history", default=True),
+            st.Page(PAGES / "review.py", title="Review", url_path="review", default=reviewing),
+            st.Page(PAGES / "history.py", title="History", url_path="history", default=not reviewing),
             st.Page(PAGES / "compare.py", title="Compare machines", url_path="compare"),
         ],
         "Experiments": [

@@ -29,9 +29,17 @@ def band_with_median(
     y_title: str = "speedup (×)",
     log_x: bool = False,
     log_y: bool = False,
+    discrete_x: bool = False,
 ) -> Figure:
     """A median line with a shaded min–max band, one per ``color`` group."""
-    x_encoding = alt.X(f"{x}:Q", title=x_title or x, scale=LOG if log_x else alt.Undefined)
+    if discrete_x:
+        x_encoding = alt.X(f"{x}:O", title=x_title or x)
+    else:
+        # Ticks at the recorded values only: a length or width is a parameter point, not a continuum.
+        ticks = sorted(frame[x].dropna().unique().tolist()) if x in frame.columns else alt.Undefined
+        x_encoding = alt.X(
+            f"{x}:Q", title=x_title or x, scale=LOG if log_x else alt.Undefined, axis=alt.Axis(values=ticks)
+        )
     y_scale = LOG if log_y else alt.Undefined
     encodings = {"color": alt.Color(f"{color}:N")} if color else {}
     band = (
@@ -168,16 +176,24 @@ def bars(frame: pd.DataFrame, category: str, value: str, title: str | None = Non
 
 
 def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None = None) -> Figure:
+    """``y`` against a discrete parameter ``x`` (k, n, impl), one line per ``color`` group."""
     return (
         _base(frame)
         .mark_line(point=True)
-        .encode(x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q", title=title or y), color=f"{color}:N", tooltip=[x, y, color])
+        .encode(x=alt.X(f"{x}:O"), y=alt.Y(f"{y}:Q", title=title or y), color=f"{color}:N", tooltip=[x, y, color])
     )
 
 
 def speedup_bands(speculative: pd.DataFrame) -> Figure:
     chart = band_with_median(
-        speculative, "k", "speedup_median", "speedup_min", "speedup_max", color="draft", x_title="draft length k"
+        speculative,
+        "k",
+        "speedup_median",
+        "speedup_min",
+        "speedup_max",
+        color="draft",
+        x_title="draft length k",
+        discrete_x=True,
     )
     parity = _base(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray").encode(y="y:Q")
     return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
@@ -256,38 +272,28 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     return alt.layer(*layers).properties(title="quadratic vs linear multiplications (red: crossover)")
 
 
-def history(points: pd.DataFrame, y_title: str) -> Figure:
-    """A metric per machine over time with each machine's band; flagged runs drawn red."""
+# Time axes show dates: with one run on the axis Vega-Lite would otherwise label milliseconds.
+WHEN = alt.X("started_at:T", title="started", axis=alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30))
+
+
+def history(points: pd.DataFrame, y_title: str, color: str = "machine") -> Figure:
+    """A metric per ``color`` group over time with that group's band; change points (``outlier``)
+    drawn as red diamonds that link to the Review page (``review`` column) when it is given."""
+    tooltip = ["run_id", "machine", color, "value", "median", "started_at"] if color != "machine" else None
+    tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
     band = (
         _base(points)
         .mark_area(opacity=0.2)
-        .encode(x="started_at:T", y=alt.Y("low:Q", title=y_title), y2="high:Q", color="machine:N")
+        .encode(x=WHEN, y=alt.Y("low:Q", title=y_title), y2="high:Q", color=f"{color}:N")
     )
-    line = (
-        _base(points)
-        .mark_line(point=True)
-        .encode(x="started_at:T", y="value:Q", color="machine:N", tooltip=["run_id", "machine", "value", "median"])
-    )
+    line = _base(points).mark_line(point=True).encode(x=WHEN, y="value:Q", color=f"{color}:N", tooltip=tooltip)
+    flagged_encodings = {"href": "review:N"} if "review" in points.columns else {}
     flagged = (
         _base(points[points["outlier"]])
-        .mark_point(color="red", size=120, shape="diamond")
-        .encode(x="started_at:T", y="value:Q", tooltip=["run_id", "machine", "value"])
+        .mark_point(color="red", size=140, shape="diamond", filled=True)
+        .encode(x=WHEN, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
     )
     return alt.layer(band, line, flagged)
-
-
-def runs_over_time(runs: pd.DataFrame) -> Figure:
-    return (
-        _base(runs)
-        .mark_point(filled=True, size=70)
-        .encode(
-            x=alt.X("started_at:T", title="started"),
-            y=alt.Y("wall_seconds:Q", title="wall seconds"),
-            color="machine:N",
-            shape="status:N",
-            tooltip=["run_id", "machine", "preset", "status", "wall_seconds"],
-        )
-    )
 
 
 def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:

@@ -4,12 +4,16 @@ cached wrappers keyed by the store URL (the engine lives in ``st.cache_resource`
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
 from store import frames
 from store.store import Store
+
+if TYPE_CHECKING:
+    from dashboard.report import RunReport
 
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
@@ -213,6 +217,25 @@ def compare_table(frame: pd.DataFrame, key: list[str], deterministic: bool) -> p
     return wide.reset_index()
 
 
+def filter_runs(
+    runs: pd.DataFrame, machines: list[str], statuses: list[str], presets: list[str], tags: list[str]
+) -> pd.DataFrame:
+    """The runs on any of ``machines``, with any of ``statuses`` and ``presets`` ("custom" for a
+    spec's run) and every one of ``tags``; an empty list keeps everything."""
+    from dashboard.review import tag_set
+
+    shown = runs
+    if machines:
+        shown = shown[shown["machine"].isin(machines)]
+    if statuses:
+        shown = shown[shown["status"].isin(statuses)]
+    if presets:
+        shown = shown[shown["preset"].fillna("custom").isin(presets)]
+    if tags:
+        shown = shown[shown["tags"].map(lambda value: set(tags) <= tag_set(value))]
+    return shown
+
+
 # ---- cached wrappers --------------------------------------------------------------------------
 
 
@@ -234,6 +257,30 @@ def load_cases(url: str, run_id: int, experiment: str) -> pd.DataFrame:
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
     return frames.metric_across_runs(store_for(url), experiment, metric)
+
+
+@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the two runs…")
+def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool) -> RunReport:
+    """The Review page's comparison (shared, not copied: the page only reads it)."""
+    from dashboard.report import build_report
+
+    return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
+
+
+def forget_runs() -> None:
+    """After a write to runs (tags, notes): read them afresh on the next rerun."""
+    load_runs.clear()
+    load_experiment_runs.clear()
+    load_report.clear()
+    load_headline.clear()
+
+
+@st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
+def load_headline(url: str, name: str) -> pd.DataFrame:
+    from dashboard import headlines
+
+    series = next(series for series in headlines.SERIES if series.name == name)
+    return headlines.series_history(store_for(url), series)
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)

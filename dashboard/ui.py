@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import streamlit as st
 
@@ -10,6 +12,8 @@ from store.errors import StoreError
 from store.store import Store
 
 FILL_COMMAND = "decodelab run --preset quick"
+# `decodelab dashboard --read-only` sets it: no launch form, no tags or notes, nothing written.
+READ_ONLY = os.environ.get("DECODELAB_READ_ONLY") == "1"
 
 
 def open_store() -> tuple[str, Store] | None:
@@ -52,10 +56,14 @@ def pick_run(url: str, experiment: str, title: str) -> int | None:
     return int(run_id)
 
 
-def table(frame: pd.DataFrame, name: str, columns: list[str] | None = None) -> None:
-    """A table with its CSV download."""
+def table(
+    frame: pd.DataFrame, name: str, columns: list[str] | None = None, links: dict[str, str] | None = None
+) -> None:
+    """A table with its CSV download; ``links`` shows those columns (relative URLs) as links
+    with the given text."""
     shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
-    st.dataframe(shown, hide_index=True)
+    config = {column: st.column_config.LinkColumn(column, display_text=text) for column, text in (links or {}).items()}
+    st.dataframe(shown, hide_index=True, column_config=config)
     st.download_button(
         f"Download {name} (CSV)",
         shown.to_csv(index=False).encode("utf-8"),

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runner import cli_fleet
+from runner import cli_fleet, cli_review
 from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
 from store import frames
@@ -241,6 +241,9 @@ def report_scale(
 app.command()(cli_fleet.worker)
 app.command()(cli_fleet.workers)
 app.command()(cli_fleet.dashboard)
+app.command()(cli_review.tag)
+app.command()(cli_review.note)
+report_app.command("run")(cli_review.report_run)
 db_app.command("upgrade")(cli_fleet.db_upgrade)
 db_app.command("current")(cli_fleet.db_current)
 

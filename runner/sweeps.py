@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from runner import counting
+from runner.catalog import PRESET_DIRECTORY, preset_names
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
 from runner.model import ModelConfig
 from runner.train import TrainConfig
 
-PRESETS = ("quick", "seed", "full")
-PRESET_DIRECTORY = Path(__file__).parent / "presets"
+PRESETS = preset_names()
 
 TOP_FIELDS = {
     "name": Field("str", "custom"),

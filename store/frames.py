@@ -40,7 +40,8 @@ def runs(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> pd.DataFrame:
-    """One row per run, newest first, with its machine and model."""
+    """One row per run, newest first, with its machine, model, note and tags (sorted, joined
+    by ", "; empty for none)."""
     query = (
         select(
             Run.id.label("run_id"),
@@ -55,6 +56,7 @@ def runs(
             Machine.fingerprint.label("machine_fingerprint"),
             Run.model_hash,
             Run.uid,
+            Run.note,
         )
         .join(Machine, Machine.id == Run.machine_id)
         .order_by(Run.started_at.desc(), Run.id.desc())
@@ -69,7 +71,10 @@ def runs(
         query = query.where(Run.started_at <= until)
     if experiment is not None:
         query = query.where(select(Case.id).where(Case.run_id == Run.id, Case.experiment == experiment).exists())
-    return _frame(store, query)
+    frame = _frame(store, query)
+    tags = store.annotations.tags()
+    frame["tags"] = [", ".join(tags.get(int(run_id), [])) for run_id in frame["run_id"]]
+    return frame
 
 
 def _measurement_query() -> Select[Any]:

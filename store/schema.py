@@ -1,4 +1,5 @@
-"""The experiment store's tables: machine, model, run, case, measurement, sample, job, worker.
+"""The experiment store's tables: machine, model, run (with its tags), case, measurement, sample,
+job, worker.
 
 Every schema change goes through an Alembic migration in ``store/migrations/versions``;
 these classes must always describe the head revision.
@@ -93,6 +94,8 @@ class Run(Base):
     started_at: Mapped[datetime] = mapped_column(default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column()
     wall_seconds: Mapped[float | None] = mapped_column(Float)
+    # A reviewer's words about the run (free text), editable after it ended.
+    note: Mapped[str | None] = mapped_column(Text)
 
     machine: Mapped[Machine] = relationship()
     model: Mapped[Model | None] = relationship()
@@ -102,6 +105,23 @@ class Run(Base):
         Index("ix_run_started_at", "started_at"),
         Index("ix_run_machine_started_at", "machine_id", "started_at"),
         Index("ix_run_uid", "uid", unique=True),
+    )
+
+
+class RunTag(Base):
+    """A label on a run: ``baseline`` (pinned as the baseline of later runs), ``reviewed``,
+    ``suspect`` (left out of baselines and change detection), or a free one."""
+
+    __tablename__ = "run_tag"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "name", name="uq_run_tag_run_name"),
+        Index("ix_run_tag_name", "name"),
     )
 
 

@@ -4,6 +4,7 @@ and its transactions and is made of parts, each with one job:
 - ``store.results`` (store/results.py): what the runner writes and reads back as plain records;
 - ``store.jobs`` (store/jobs.py): the job queue;
 - ``store.workers`` (store/workers.py): the processes that claim jobs;
+- ``store.annotations`` (store/annotations.py): reviewers' tags and notes on runs;
 - ``store.frames`` (a module of functions of a Store): the dashboard's pandas reads.
 
 Only the store package speaks SQL.
@@ -18,6 +19,7 @@ from pathlib import Path
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from store.annotations import Annotations
 from store.engine import check_and_upgrade, create_store_engine, mask_url, resolve_url
 from store.errors import StoreError, StoreUnavailable
 from store.jobs import JobQueue
@@ -44,6 +46,7 @@ class Store:
         self.results = Results(self)
         self.jobs = JobQueue(self)
         self.workers = Workers(self)
+        self.annotations = Annotations(self)
 
     def close(self) -> None:
         self.engine.dispose()

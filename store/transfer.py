@@ -2,10 +2,11 @@
 the seven export columns first) with what an import needs beside it, and the import.
 
 Each row also carries its case key, its raw samples and its run (uid, machine fingerprint
-fields, model hash, spec, status, times). Importing recreates the machine by fingerprint, links
-the model where the target store holds it (the run keeps the hash either way), and writes each
-run in one transaction; a run whose uid is already there only gains the cases it lacks, so
-importing twice adds nothing.
+fields, model hash, spec, status, times, the reviewers' note and tags). Importing recreates the
+machine by fingerprint, links the model where the target store holds it (the run keeps the hash
+either way), and writes each run in one transaction; a run whose uid is already there only gains
+the cases it lacks, so importing twice adds nothing. Tags are merged; a note is taken where the
+run has none here.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 
 from sqlalchemy import select
 
+from store.annotations import check_tag
 from store.errors import StoreError
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
 from store.results import write_measurements
-from store.schema import Case, Machine, Measurement, Model, Run, Sample
+from store.schema import Case, Machine, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
 
 MACHINE_FIELDS = (
@@ -36,7 +38,7 @@ MACHINE_FIELDS = (
     "device",
     "gpu_name",
 )
-RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash")
+RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
 
 
 def _time(value: datetime | None) -> str | None:
@@ -58,6 +60,7 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
                 "started_at": _time(run.started_at),
                 "finished_at": _time(run.finished_at),
                 "machine": {field: getattr(machine, field) for field in MACHINE_FIELDS},
+                "tags": sorted(session.scalars(select(RunTag.name).where(RunTag.run_id == run.id))),
             }
             cases = session.execute(
                 select(Case, Measurement)
@@ -159,9 +162,18 @@ def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str
                 wall_seconds=meta.get("wall_seconds"),
                 started_at=_parse_time(meta.get("started_at"), "started_at"),
                 finished_at=_parse_time(meta.get("finished_at"), "finished_at"),
+                note=meta.get("note"),
             )
             session.add(run)
             session.flush()
+        elif run.note is None and meta.get("note"):
+            run.note = meta["note"]
+        tags = meta.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise StoreError(f"import: run {uid} has tags that are not a list of names")
+        held = set(session.scalars(select(RunTag.name).where(RunTag.run_id == run.id)))
+        for tag in sorted(set(tags) - held):
+            session.add(RunTag(run_id=run.id, name=check_tag(tag), created_at=utc_now()))
         present = {
             (experiment, key)
             for experiment, key in session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run.id))

@@ -92,3 +92,15 @@ def test_bad_toml_is_refused() -> None:
 def test_an_unknown_preset_is_refused() -> None:
     with pytest.raises(InputError, match="--preset: 'fast' is not a preset"):
         load_preset("fast")
+
+
+def test_the_launch_catalog_lists_every_preset_and_experiment_the_runner_knows() -> None:
+    """The dashboard's launch form reads the catalog (no torch import); it must not drift from
+    the runner's registry, as it once did when the form lacked `overhead`."""
+    from runner import catalog
+    from runner.experiments import registry
+
+    assert catalog.preset_names() == PRESETS
+    assert set(catalog.experiment_names()) == set(registry())
+    for name in PRESETS:
+        assert catalog.preset_experiments(name) == tuple(load_preset(name).raw["experiments"])

@@ -1,10 +1,12 @@
-"""History: every run, and a key metric per machine over time with a band that flags outliers."""
+"""History: the headline numbers per machine over time with their change points, every run with
+its tags and note, and any metric's history on request."""
 
 import json
 
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, data, headlines, ui
+from dashboard.review import tag_set
 
 st.title("History")
 opened = ui.open_store()
@@ -14,32 +16,52 @@ if opened:
     if runs.empty:
         st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}` or launch a sweep from the sidebar.")
     else:
-        left, middle, right = st.columns(3)
+        st.caption(
+            f"Change points: a run is marked (red diamond, a link to its review) when its value falls outside "
+            f"median ± {data.OUTLIER_MADS:g}·MAD (scaled to a standard deviation) of the previous "
+            f"{data.HISTORY_WINDOW} runs on the same machine fingerprint and impl, with at least three earlier "
+            "runs; runs tagged suspect are shown but neither marked nor counted."
+        )
+        columns = st.columns(2)
+        for index, series in enumerate(headlines.SERIES):
+            with columns[index % 2]:
+                st.markdown(f"#### {series.name}")
+                history = data.load_headline(url, series.name)
+                if history.empty:
+                    st.info(f"No run recorded it yet: `{ui.FILL_COMMAND}` does.")
+                    continue
+                st.caption(series.method)
+                ui.chart(charts.history(history, f"{series.name} ({series.unit})", color="series"))
+                changes = history[history["outlier"]]
+                if not changes.empty:
+                    st.warning(
+                        "Change points: "
+                        + ", ".join(f"[run {run}](review?run={run})" for run in changes["run_id"].tolist())
+                    )
+
+        st.subheader("Runs")
+        left, middle, right, last = st.columns(4)
         machines = sorted(runs["machine"].unique())
         statuses = sorted(runs["status"].unique())
+        presets = sorted(runs["preset"].fillna("custom").unique())
+        tags = sorted({tag for value in runs["tags"] for tag in tag_set(value)})
         chosen_machines = left.multiselect(
             "Machines", machines, default=[m for m in st.query_params.get_all("machine") if m in machines]
         )
         chosen_statuses = middle.multiselect(
             "Status", statuses, default=[s for s in st.query_params.get_all("status") if s in statuses]
         )
-        presets = sorted(runs["preset"].fillna("custom").unique())
         chosen_presets = right.multiselect(
             "Preset", presets, default=[p for p in st.query_params.get_all("preset") if p in presets]
         )
+        chosen_tags = last.multiselect("Tags", tags, default=[t for t in st.query_params.get_all("tag") if t in tags])
         st.query_params["machine"] = chosen_machines
         st.query_params["status"] = chosen_statuses
         st.query_params["preset"] = chosen_presets
-        shown = runs
-        if chosen_machines:
-            shown = shown[shown["machine"].isin(chosen_machines)]
-        if chosen_statuses:
-            shown = shown[shown["status"].isin(chosen_statuses)]
-        if chosen_presets:
-            shown = shown[shown["preset"].fillna("custom").isin(chosen_presets)]
-        ui.chart(charts.runs_over_time(shown))
+        st.query_params["tag"] = chosen_tags
+        shown = data.filter_runs(runs, chosen_machines, chosen_statuses, chosen_presets, chosen_tags)
         ui.table(
-            shown,
+            shown.assign(review="review?run=" + shown["run_id"].astype(str)),
             "runs",
             [
                 "run_id",
@@ -47,25 +69,25 @@ if opened:
                 "machine",
                 "preset",
                 "status",
+                "tags",
+                "note",
                 "wall_seconds",
                 "model_hash",
                 "code_version",
                 "error",
+                "review",
             ],
+            links={"review": "review"},
         )
 
-        st.subheader("A key metric per machine over time")
-        st.caption(
-            f"Rule: a run is flagged when its value falls outside median ± {data.OUTLIER_MADS:g}·MAD "
-            f"(scaled to a standard deviation) of the previous {data.HISTORY_WINDOW} runs on the same "
-            "machine fingerprint; at least three earlier runs are needed."
-        )
+        st.subheader("Any metric over time")
         experiments = ["bench", "training_summary", "kv_cache", "overhead", "quantization", "speculative"]
         left, right = st.columns(2)
         experiment = left.selectbox("Experiment", experiments, key="history_experiment")
         metrics = data.load_metric_names(url, experiment)
         if not metrics:
-            st.info(f"No run recorded {experiment} yet.")
+            command = "decodelab bench" if experiment == "bench" else ui.FILL_COMMAND
+            st.info(f"No run recorded {experiment} yet: `{command}` does.")
         else:
             preferred = ("fast_us_per_token", "seconds_per_token")
             default = next((name for name in preferred if name in metrics), metrics[0])
@@ -74,7 +96,7 @@ if opened:
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
             points = sorted(values["point"].unique())
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
-            flagged = data.flag_outliers(values[values["point"] == point])
+            flagged = headlines.change_points(values[values["point"] == point], runs)
             ui.chart(charts.history(flagged, metric))
             outliers = flagged[flagged["outlier"]]
             if outliers.empty:

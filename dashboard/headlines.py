@@ -1,0 +1,155 @@
+"""The History page's headline series: the few numbers a team watches per machine over time,
+read from every run, with change points marked by the rolling median ± 3·MAD rule (suspect runs
+are shown but never flagged, nor counted in another run's window).
+
+Plain functions of a Store (no Streamlit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dashboard.data import flag_outliers
+from dashboard.review import SUSPECT, tag_set
+from store import frames
+from store.store import Store
+
+# The length the write-ups quote the cache's received fraction at; the largest recorded one
+# stands in (and says so) where a run did not time it.
+HEADLINE_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    unit: str
+    method: str
+    read: Callable[[Store], pd.DataFrame]  # run_id, impl, value (one row per run and impl)
+
+
+def _param(frame: pd.DataFrame, key: str) -> pd.Series:
+    return frame["params"].map(lambda params: params.get(key))
+
+
+def _at_length(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows at n = HEADLINE_LENGTH, else each run's largest n, with ``n`` kept for the label."""
+    if frame.empty:
+        return frame
+    frame = frame.assign(n=_param(frame, "n"))
+    wanted = frame[frame["n"] == HEADLINE_LENGTH]
+    others = frame[~frame["run_id"].isin(wanted["run_id"])]
+    largest = others[others["n"] == others.groupby("run_id")["n"].transform("max")]
+    return pd.concat([wanted, largest])
+
+
+def _kv_timing(store: Store, metric: str) -> pd.DataFrame:
+    frame = frames.metric_across_runs(store, "kv_cache", metric)
+    if frame.empty:
+        return frame
+    frame = frame[_param(frame, "part") == "timing"]
+    return _at_length(frame.assign(impl=_param(frame, "impl").fillna("static")))
+
+
+def received_fraction(store: Store) -> pd.DataFrame:
+    frame = _kv_timing(store, "received_fraction")
+    if frame.empty:
+        return frame
+    return frame.assign(impl=frame["impl"] + " · n=" + frame["n"].astype(int).astype(str))
+
+
+def fast_microseconds_per_token(store: Store) -> pd.DataFrame:
+    frame = _kv_timing(store, "seconds_per_token_cache")
+    if frame.empty:
+        return frame
+    frame = frame[frame["impl"] == "fast"]
+    return frame.assign(value=frame["value"] * 1e6, impl="fast · n=" + frame["n"].astype(int).astype(str))
+
+
+def best_speculative_speedup(store: Store) -> pd.DataFrame:
+    frame = frames.metric_across_runs(store, "speculative", "speedup_median")
+    if frame.empty:
+        return frame
+    frame = frame[_param(frame, "part") == "speculative"]
+    frame = frame.assign(impl=_param(frame, "impl").fillna("static"))
+    return frame.loc[frame.groupby(["run_id", "impl"])["value"].idxmax()]
+
+
+def int8_loss_increase(store: Store) -> pd.DataFrame:
+    frame = frames.metric_across_runs(store, "quantization", "loss_increase")
+    if frame.empty:
+        return frame
+    frame = frame[(_param(frame, "precision") == "int8") & (_param(frame, "kernel") == "fake")]
+    return frame.assign(impl="int8 · fake-quantized")
+
+
+def quick_wall_seconds(store: Store) -> pd.DataFrame:
+    runs = frames.runs(store, status="done")
+    runs = runs[(runs["preset"] == "quick") & runs["wall_seconds"].notna()]
+    return pd.DataFrame({"run_id": runs["run_id"], "value": runs["wall_seconds"], "impl": "quick preset"})
+
+
+SERIES = (
+    Series(
+        "received fraction of the arithmetic promise",
+        "ratio",
+        "KV cache, same-impl measured speedup over the dense arithmetic ratio, at n = 256",
+        received_fraction,
+    ),
+    Series(
+        "best speculative speedup",
+        "ratio",
+        "speculative decoding, the best paired median over drafts and k, per target impl",
+        best_speculative_speedup,
+    ),
+    Series(
+        "fast µs per token",
+        "microseconds",
+        "KV cache timing, fast impl, cached decode, median seconds per token at n = 256",
+        fast_microseconds_per_token,
+    ),
+    Series(
+        "int8 loss increase",
+        "nats",
+        "quantization, int8 per channel (fake-quantized), held-out loss minus float32",
+        int8_loss_increase,
+    ),
+    Series(
+        "quick-sweep wall time", "seconds", "the run's wall time, done runs of the quick preset", quick_wall_seconds
+    ),
+)
+
+
+RUN_COLUMNS = ["run_id", "started_at", "machine", "machine_fingerprint", "tags"]
+
+
+def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``values`` (run_id, value, and the columns in ``by``) with each run's time, machine and
+    tags, ``suspect``, a ``review`` link, and the change-point columns of ``flag_outliers`` per
+    machine fingerprint (and ``by``): suspect runs are neither flagged nor in any window."""
+    if values.empty:
+        return pd.DataFrame()
+    own = values.drop(columns=[column for column in RUN_COLUMNS[1:] if column in values.columns])
+    frame = own.merge(runs[RUN_COLUMNS], on="run_id")
+    frame["suspect"] = frame["tags"].map(lambda tags: SUSPECT in tag_set(tags))
+    frame["started_at"] = pd.to_datetime(frame["started_at"])
+    pieces: list[pd.DataFrame] = []
+    for _, group in frame.groupby(["machine_fingerprint", *by]):
+        trusted = flag_outliers(group[~group["suspect"]])
+        suspect = group[group["suspect"]].assign(
+            median=float("nan"), low=float("nan"), high=float("nan"), outlier=False
+        )
+        pieces.extend(piece for piece in (trusted, suspect) if not piece.empty)
+    history: pd.DataFrame = pd.concat(pieces, ignore_index=True).sort_values("started_at")
+    history["review"] = "review?run=" + history["run_id"].astype(str)
+    return history.reset_index(drop=True)
+
+
+def series_history(store: Store, series: Series) -> pd.DataFrame:
+    """One headline series over every run, its change points per machine and impl, and a
+    ``series`` label (machine · impl) to draw each line by."""
+    history = change_points(series.read(store)[["run_id", "impl", "value"]], frames.runs(store), by=("impl",))
+    if history.empty:
+        return history
+    return history.assign(series=history["machine"] + " · " + history["impl"])

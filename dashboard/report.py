@@ -1,0 +1,232 @@
+"""A run against its baseline as a file to paste into a review: one self-contained HTML page
+(the verdict table and the key charts, drawn to inline SVG by vl-convert: opening it requests
+nothing from any network) or the same verdict table as Markdown for a pull request.
+
+Used by `decodelab report run` and the Review page's downloads.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from dashboard import review, review_charts
+from dashboard.charts import Figure
+from store import frames
+from store.store import Store
+
+REPORT_FORMATS = ("html", "md")
+
+
+@dataclass
+class RunReport:
+    run: dict[str, Any]
+    baseline: dict[str, Any]
+    table: pd.DataFrame
+    floors: dict[str, float]
+    warnings: list[str]
+    charts: list[Figure] = field(default_factory=list)
+
+
+def describe(run: Mapping[Any, Any]) -> str:
+    started = pd.Timestamp(run["started_at"]).strftime("%Y-%m-%d %H:%M")
+    tags = f" · tags: {run['tags']}" if run.get("tags") else ""
+    return f"run {run['run_id']} · {run['machine']} · {run['preset'] or 'custom'} · {run['status']} · {started}{tags}"
+
+
+def warnings_for(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """What makes a comparison weaker than it looks."""
+    found = []
+    if run["machine_fingerprint"] != baseline["machine_fingerprint"]:
+        found.append("the runs ran on different machines (fingerprints differ): timed verdicts compare machines too")
+    if run["model_hash"] != baseline["model_hash"]:
+        found.append("the runs used different model weights: deterministic metrics are expected to change")
+    if review.SUSPECT in review.tag_set(baseline.get("tags")):
+        found.append("the baseline is tagged suspect")
+    return found
+
+
+def chart_frames(measurements: pd.DataFrame, which: str) -> dict[str, pd.DataFrame]:
+    """The key charts' points of one run: KV-cache speedup against n, speculative speedup against k."""
+    if measurements.empty:
+        return {}
+    frame = measurements.copy()
+    params = frame["params"]
+    frame["part"] = params.map(lambda value: value.get("part"))
+    frame["impl"] = params.map(lambda value: value.get("impl", review.DEFAULT_IMPL))
+    kv = frame[
+        (frame["experiment"] == "kv_cache") & (frame["part"] == "timing") & (frame["metric"] == "measured_speedup")
+    ]
+    speculative = frame[
+        (frame["experiment"] == "speculative")
+        & (frame["part"] == "speculative")
+        & (frame["metric"] == "speedup_median")
+    ]
+    return {
+        "kv": kv.assign(n=kv["params"].map(lambda value: value["n"]), measured_speedup=kv["value"], which=which),
+        "speculative": speculative.assign(
+            k=speculative["params"].map(lambda value: value["k"]),
+            series=speculative["params"].map(lambda value: f"{value['draft']} · {value.get('impl', 'static')}"),
+            speedup_median=speculative["value"],
+            which=which,
+        ),
+    }
+
+
+def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: bool = True) -> RunReport:
+    runs = frames.runs(store).set_index("run_id", drop=False)
+    run: dict[str, Any] = {str(key): value for key, value in runs.loc[run_id].to_dict().items()}
+    baseline: dict[str, Any] = {str(key): value for key, value in runs.loc[baseline_id].to_dict().items()}
+    run_measurements = frames.measurements(store, run_id)
+    baseline_measurements = frames.measurements(store, baseline_id)
+    ids = [
+        int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
+    ]
+    table = review.compare(
+        run_measurements, baseline_measurements, frames.samples(store, ids), headline_only=headline_only
+    )
+    report = RunReport(
+        run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings_for(run, baseline)
+    )
+    if (table["kind"] == "timed").any():
+        report.charts.append(review_charts.timed_changes(table))
+    ours, theirs = (
+        chart_frames(run_measurements, f"run {run_id}"),
+        chart_frames(baseline_measurements, f"baseline {baseline_id}"),
+    )
+    kv = pd.concat([ours.get("kv", pd.DataFrame()), theirs.get("kv", pd.DataFrame())])
+    if not kv.empty:
+        report.charts.append(
+            review_charts.side_by_side(kv, "n", "measured_speedup", "impl", "KV cache: measured speedup (same impl)")
+        )
+    speculative = pd.concat([ours.get("speculative", pd.DataFrame()), theirs.get("speculative", pd.DataFrame())])
+    if not speculative.empty:
+        report.charts.append(
+            review_charts.side_by_side(speculative, "k", "speedup_median", "series", "speculative: measured speedup")
+        )
+    return report
+
+
+def formatted(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def table_cells(table: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for row in table.to_dict("records"):
+        change = "" if row["change"] is None or pd.isna(row["change"]) else f"{row['change']:+.1%}"
+        rows.append(
+            [
+                row["verdict"],
+                row["experiment"],
+                row["metric"],
+                row["point"],
+                formatted(row["baseline"]),
+                formatted(row["run"]),
+                change,
+                formatted(row["p_value"], 2),
+                "" if pd.isna(row["noise_floor"]) else f"±{math.expm1(row['noise_floor']):.1%}",
+            ]
+        )
+    return rows
+
+
+HEADER = ["verdict", "experiment", "metric", "point", "baseline", "run", "change", "p", "A/A floor"]
+METHOD = (
+    f"Deterministic metrics must be equal. Timed metrics: a two-sided Mann–Whitney U test on the raw samples of "
+    f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times) with p < {review.ALPHA:g}, and "
+    f"a shift of the medians beyond the A/A noise floor of the case's impl (the widest |log ratio| of an A/A pair in "
+    f"either run); otherwise within noise."
+)
+
+
+def to_markdown(report: RunReport) -> str:
+    lines = [
+        f"# decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}",
+        "",
+        f"- run: {describe(report.run)}",
+        f"- baseline: {describe(report.baseline)}",
+        f"- verdicts: {review.summary_line(report.table)}",
+        f"- A/A noise floor: {floors_line(report.floors)}",
+        *(f"- warning: {warning}" for warning in report.warnings),
+        *([f"- note: {report.run['note']}"] if report.run.get("note") else []),
+        "",
+        METHOD,
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
+    for cells in table_cells(report.table):
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def floors_line(floors: dict[str, float]) -> str:
+    if not floors:
+        return "no A/A case in either run (timed verdicts rest on the test alone)"
+    return ", ".join(f"{impl} ±{math.expm1(floor):.1%}" for impl, floor in sorted(floors.items()))
+
+
+def to_svg(chart: Figure) -> str:
+    import vl_convert
+
+    return str(vl_convert.vegalite_to_svg(chart.to_dict()))
+
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+td.verdict { font-weight: bold; }
+.warning { color: #b35900; }
+"""
+
+
+def to_html(report: RunReport) -> str:
+    """One page with everything inline: styles, tables and the charts as SVG."""
+    escape = html.escape
+    rows = []
+    for cells in table_cells(report.table):
+        color = review_charts.VERDICT_COLORS.get(cells[0], "#000")
+        rows.append(
+            f'<tr><td class="verdict" style="color:{color}">{escape(cells[0])}</td>'
+            + "".join(f"<td>{escape(cell)}</td>" for cell in cells[1:])
+            + "</tr>"
+        )
+    title = f"decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}"
+    notes = [f"<li class='warning'>warning: {escape(warning)}</li>" for warning in report.warnings]
+    if report.run.get("note"):
+        notes.append(f"<li>note: {escape(str(report.run['note']))}</li>")
+    charts = "".join(f"<figure>{to_svg(chart)}</figure>" for chart in report.charts)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<ul>
+<li>run: {escape(describe(report.run))}</li>
+<li>baseline: {escape(describe(report.baseline))}</li>
+<li>verdicts: {escape(review.summary_line(report.table))}</li>
+<li>A/A noise floor: {escape(floors_line(report.floors))}</li>
+{"".join(notes)}
+</ul>
+<p>{escape(METHOD)}</p>
+{charts}
+<table><thead><tr>{"".join(f"<th>{escape(name)}</th>" for name in HEADER)}</tr></thead>
+<tbody>{"".join(rows)}</tbody></table>
+</body></html>
+"""
+
+
+def render(report: RunReport, report_format: str) -> str:
+    if report_format not in REPORT_FORMATS:
+        raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
+    return to_html(report) if report_format == "html" else to_markdown(report)

@@ -1,0 +1,65 @@
+"""The Review page's and the run report's charts: pure functions of the verdict table and of the
+two runs' cases (no Streamlit), so the page and `decodelab report run` draw the same figures."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dashboard.charts import Figure
+from dashboard.review import VERDICT_ORDER
+
+VERDICT_COLORS = {
+    "regressed": "#d62728",
+    "changed": "#ff7f0e",
+    "improved": "#2ca02c",
+    "within noise": "#7f7f7f",
+    "too few samples": "#bcbd22",
+    "not judged": "#c7c7c7",
+    "only in run": "#9467bd",
+    "only in baseline": "#8c564b",
+    "unchanged": "#aec7e8",
+}
+VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verdict] for verdict in VERDICT_ORDER])
+# The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
+MOST_ROWS = 40
+
+
+def timed_changes(table: pd.DataFrame) -> Figure:
+    """Each timed metric's change of the median, run over baseline (log axis: ×2 and ÷2 are
+    the same distance), coloured by verdict, the largest changes first."""
+    timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
+    timed["ratio"] = 1.0 + timed["change"].astype(float)
+    timed = timed[timed["ratio"] > 0]
+    timed["row"] = timed["experiment"] + " · " + timed["metric"] + " · " + timed["point"]
+    timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
+    timed = timed.head(MOST_ROWS)
+    points = (
+        alt.Chart(timed)
+        .mark_point(filled=True, size=80)
+        .encode(
+            x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
+            y=alt.Y("row:N", sort=None, title=None),
+            color=alt.Color("verdict:N", scale=VERDICT_SCALE),
+            tooltip=["experiment", "metric", "point", "baseline", "run", "change", "p_value", "noise_floor", "verdict"],
+        )
+    )
+    one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
+    return alt.layer(one, points).properties(title="timed metrics: run against baseline", height=alt.Step(16))
+
+
+def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str) -> Figure:
+    """``value`` against a discrete ``x`` for the run and its baseline (``which``), one colour per
+    ``color`` group: the two runs' lines over the same parameter points."""
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:O", title=x),
+            y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
+            color=alt.Color(f"{color}:N"),
+            strokeDash=alt.StrokeDash("which:N", title="run"),
+            tooltip=["which", color, x, value],
+        )
+        .properties(title=title)
+    )

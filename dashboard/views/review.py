@@ -1,0 +1,114 @@
+"""Review: one run against its baseline, a verdict per headline metric (regressions first),
+the run's tags and note, and the report to paste into a review. ``?run=`` and ``?baseline=``
+hold the choice, so a link shows the same comparison."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data, report, review, ui
+from store.annotations import KNOWN_TAGS, check_note, check_tag
+from store.errors import StoreError
+
+st.title("Review")
+opened = ui.open_store()
+if opened:
+    url, store = opened
+    runs = data.load_runs(url)
+    if len(runs) < 2:
+        st.info(
+            f"A review sets a run beside a baseline; the store holds {len(runs)} run(s). "
+            f"Run `{ui.FILL_COMMAND}` again (or launch a sweep from the sidebar) to have two."
+        )
+        st.stop()
+    labels = {row["run_id"]: report.describe(row) for row in runs.to_dict("records")}
+    options = runs["run_id"].tolist()  # newest first
+    left, right = st.columns(2)
+    wanted = ui.query_int("run")
+    run_id = left.selectbox(
+        "Run", options, index=options.index(wanted) if wanted in options else 0, format_func=labels.__getitem__
+    )
+    default = review.default_baseline(runs, run_id)
+    others = [option for option in options if option != run_id]
+    wanted_baseline = ui.query_int("baseline")
+    chosen = wanted_baseline if wanted_baseline in others else default if default in others else others[0]
+    baseline_id = right.selectbox(
+        "Baseline", others, index=others.index(chosen), format_func=labels.__getitem__, key="review_baseline"
+    )
+    st.query_params["run"] = str(run_id)
+    st.query_params["baseline"] = str(baseline_id)
+    if default is None:
+        st.caption(
+            "No earlier done run of this preset on this machine (not tagged suspect): the baseline shown is "
+            "another run; pick the one to compare with."
+        )
+    elif baseline_id == default:
+        st.caption(
+            "Default baseline: the newest run tagged `baseline`, else the previous done run, of the same preset "
+            "on the same machine fingerprint (suspect runs never)."
+        )
+    headline_only = not st.toggle("Every metric, not only the headline ones", key="review_all_metrics")
+    built = data.load_report(url, int(run_id), int(baseline_id), headline_only)
+    for warning in built.warnings:
+        st.warning(warning)
+    table = built.table
+    counts = review.verdict_counts(table)
+    columns = st.columns(4)
+    for column, verdict in zip(columns, ("regressed", "changed", "improved", "within noise"), strict=True):
+        column.metric(verdict, counts.get(verdict, 0))
+    st.caption(f"A/A noise floor: {report.floors_line(built.floors)}. {report.METHOD}")
+
+    verdicts = [verdict for verdict in review.VERDICT_ORDER if verdict in counts]
+    left, right = st.columns(2)
+    chosen_verdicts = left.multiselect("Verdicts", verdicts, key="review_verdicts")
+    experiments = sorted(table["experiment"].unique()) if not table.empty else []
+    chosen_experiments = right.multiselect("Experiments", experiments, key="review_experiments")
+    shown = table
+    if chosen_verdicts:
+        shown = shown[shown["verdict"].isin(chosen_verdicts)]
+    if chosen_experiments:
+        shown = shown[shown["experiment"].isin(chosen_experiments)]
+    ui.table(shown, "review", review.COLUMNS)
+    for chart in built.charts:
+        ui.chart(chart)
+
+    markdown, page = st.columns(2)
+    name = f"decodelab-run-{run_id}-vs-{baseline_id}"
+    markdown.download_button(
+        "Download the report (Markdown)", report.to_markdown(built), file_name=f"{name}.md", mime="text/markdown"
+    )
+    page.download_button(
+        "Download the report (HTML)", lambda: report.to_html(built), file_name=f"{name}.html", mime="text/html"
+    )
+
+    st.subheader(f"Tags and note of run {run_id}")
+    run = runs.set_index("run_id").loc[run_id]
+    if ui.READ_ONLY:
+        st.write(f"Tags: {run['tags'] or 'none'}. Note: {run['note'] if pd.notna(run['note']) else 'none'}.")
+    else:
+        held = sorted(review.tag_set(run["tags"]))
+        known = sorted({*KNOWN_TAGS, *held, *(tag for value in runs["tags"] for tag in review.tag_set(value))})
+        with st.form("annotate"):
+            tags = st.multiselect("Tags", known, default=held, key=f"review_tags_{run_id}")
+            extra = st.text_input("Another tag (a-z, 0-9, . _ -)", key=f"review_new_tag_{run_id}")
+            note = st.text_area("Note", value=run["note"] if pd.notna(run["note"]) else "", key=f"review_note_{run_id}")
+            saved = st.form_submit_button("Save tags and note")
+        if saved:
+            wanted_tags = set(tags) | ({extra.strip()} if extra.strip() else set())
+            try:
+                for tag in wanted_tags:  # every name checked before anything is written
+                    check_tag(tag)
+                check_note(note)
+                for tag in sorted(wanted_tags - set(held)):
+                    store.annotations.add_tag(int(run_id), tag)
+                for tag in sorted(set(held) - wanted_tags):
+                    store.annotations.remove_tag(int(run_id), tag)
+                store.annotations.set_note(int(run_id), note)
+            except StoreError as error:
+                st.error(str(error))
+            else:
+                data.forget_runs()
+                st.rerun()
+        if st.button(f"Pin run {baseline_id} as a baseline (tag it `baseline`)", key="review_pin"):
+            store.annotations.add_tag(int(baseline_id), "baseline")
+            data.forget_runs()
+            st.rerun()
