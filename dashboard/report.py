@@ -120,10 +120,23 @@ def formatted(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def change_text(change: Any) -> str:
+    return "" if change is None or pd.isna(change) else f"{change:+.1%}"
+
+
+def one_line_row(row: Mapping[Any, Any]) -> str:
+    """A verdict row in words: ``regressed · speculative · speedup_median · draft=bigram: 1.3 → 1.1 (-15.4%)``."""
+    change = change_text(row["change"])
+    return (
+        f"{row['verdict']} · {row['experiment']} · {row['metric']} · {row['point']}: "
+        f"{formatted(row['baseline'])} → {formatted(row['run'])}{f' ({change})' if change else ''}"
+    )
+
+
 def table_cells(table: pd.DataFrame) -> list[list[str]]:
     rows = []
     for row in table.to_dict("records"):
-        change = "" if row["change"] is None or pd.isna(row["change"]) else f"{row['change']:+.1%}"
+        change = change_text(row["change"])
         rows.append(
             [
                 row["verdict"],

@@ -39,7 +39,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         .mark_point(filled=True, size=80)
         .encode(
             x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
-            y=alt.Y("row:N", sort=None, title=None),
+            y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=480)),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
             tooltip=["experiment", "metric", "point", "baseline", "run", "change", "p_value", "noise_floor", "verdict"],
         )

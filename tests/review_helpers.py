@@ -24,7 +24,9 @@ def slowed_copy(store: Store, run_id: int, *, slower_by: float = 10.0, hours_lat
         started = datetime.fromisoformat(meta["started_at"]) + timedelta(hours=hours_later)
         meta.update(uid=uid, started_at=started.isoformat(), tags=[], note=None)
         if meta.get("finished_at"):
-            meta["finished_at"] = (datetime.fromisoformat(meta["finished_at"]) + timedelta(hours=hours_later)).isoformat()
+            meta["finished_at"] = (
+                datetime.fromisoformat(meta["finished_at"]) + timedelta(hours=hours_later)
+            ).isoformat()
         row["run"] = meta
     by_case: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:

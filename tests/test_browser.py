@@ -5,6 +5,7 @@ Screenshots go to screenshots/ (ignored by git)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -31,7 +32,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# The default page (History) lives at the root URL.
+# With one run in the store the default page (History) lives at the root URL.
 PAGES = {
     "history": "",
     "compare": "compare",
@@ -69,15 +70,13 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str]]:
-    require_browser()
-    # A private copy of the session's filled store (one real tiny run): the test launches more.
-    url = copy_store(filled_store_url, tmp_path / "browser.db")
+@contextlib.contextmanager
+def serve_dashboard(url: str, cwd: Path) -> Iterator[str]:
+    """`decodelab dashboard` on ``url`` at a free port until the block ends; yields its address."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port)],
-        cwd=tmp_path,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -96,11 +95,20 @@ def dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str]
             if time.monotonic() > deadline or server.poll() is not None:
                 raise RuntimeError(f"the dashboard did not come up: {server.stdout.read() if server.stdout else ''}")
             time.sleep(0.3)
-        yield address, url
+        yield address
     finally:
         server.terminate()
         server.wait(timeout=20)
         kill_job_workers(url)
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str]]:
+    require_browser()
+    # A private copy of the session's filled store (one real tiny run): the test launches more.
+    url = copy_store(filled_store_url, tmp_path / "browser.db")
+    with serve_dashboard(url, tmp_path) as address:
+        yield address, url
 
 
 def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tuple[str, str]) -> None:
@@ -145,4 +153,79 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
         assert len(frames.runs(store)) == 2
         expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
+        browser.close()
+
+
+@pytest.fixture
+def reviewed_dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str, int]]:
+    """The dashboard on two quick-shaped runs: the session's real tiny run and a copy of it whose
+    speculative decodes were made 100 times slower (tests/review_helpers.py)."""
+    from store.store import Store
+    from tests.review_helpers import slowed_copy
+
+    require_browser()
+    url = copy_store(filled_store_url, tmp_path / "review.db")
+    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    with serve_dashboard(url, tmp_path) as address:
+        yield address, url, slowed
+
+
+def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_downloads_a_closed_report(
+    reviewed_dashboard: tuple[str, str, int], tmp_path: Path
+) -> None:
+    from playwright.sync_api import Route, expect, sync_playwright
+
+    from store.store import Store
+
+    address, url, slowed = reviewed_dashboard
+    SCREENSHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+        page.goto(f"{address}/")  # two runs: the Review page is the default
+        main = page.locator('[data-testid="stMain"]')
+        expect(main.get_by_role("heading", name="Review")).to_be_visible(timeout=60_000)
+        first = main.locator('[data-testid="stMarkdownContainer"]').filter(has_text="Look at these first:")
+        first = first.locator("li").first
+        expect(first).to_contain_text("regressed · speculative · speedup_median", timeout=120_000)
+        expect(main.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=60_000)
+        assert f"run={slowed}" in page.url and "baseline=1" in page.url, "the choice lives in the URL"
+        page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
+
+        main.get_by_role("textbox", name="Another tag (a-z, 0-9, . _ -)").fill("reviewed")
+        main.get_by_role("textbox", name="Note", exact=True).fill("slower on purpose: the browser test's fixture")
+        main.get_by_role("button", name="Save tags and note").click()
+        expect(main.get_by_text("Tags and note of run")).to_be_visible(timeout=30_000)
+        deadline = time.monotonic() + 30
+        store = Store(url)
+        while time.monotonic() < deadline and store.annotations.note(slowed) is None:
+            time.sleep(0.2)
+        page.reload()
+        expect(main.get_by_role("textbox", name="Note", exact=True)).to_have_value(
+            "slower on purpose: the browser test's fixture", timeout=60_000
+        )
+        expect(main.get_by_role("button", name="Remove reviewed")).to_be_visible()  # the tag's chip
+        assert frames.runs(store).set_index("run_id").loc[slowed, "tags"] == "reviewed"
+
+        with page.expect_download(timeout=120_000) as download:
+            main.get_by_role("button", name="Download the report (HTML)").click()
+        report_path = tmp_path / "report.html"
+        download.value.save_as(report_path)
+        document = report_path.read_text(encoding="utf-8")
+        assert "regressed" in document and "slower on purpose" in document
+
+        # Opened with every request refused: a self-contained report asks for nothing and still draws.
+        requested: list[str] = []
+
+        def refuse(route: Route) -> None:
+            requested.append(route.request.url)
+            route.abort()
+
+        closed = browser.new_page()
+        closed.route("**/*", refuse)
+        closed.set_content(document)
+        expect(closed.locator("svg").first).to_be_visible()
+        closed.wait_for_timeout(500)
+        assert requested == [], requested
+        assert closed.locator("svg").count() >= 2
         browser.close()

@@ -177,13 +177,18 @@ COMMANDS = [
     ["report"],
     ["report", "scale"],
     ["report", "context-cost"],
+    ["report", "run"],
+    ["report", "seeds"],
+    ["tag"],
+    ["note"],
     ["nosuch"],
 ]
 OPTIONS = [
     "--db", "--preset", "--spec", "--corpus", "--device", "--machine", "--once", "--until-empty", "--poll-seconds",
     "--stale-after-seconds", "--max-idle-seconds", "--heartbeat-seconds", "--store-outage-limit-seconds", "--hours",
     "--out", "--run", "--format", "--only", "--port", "--host", "--read-only", "--allow-remote-launch",
-    "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--nosuch", "-x", "--",
+    "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--baseline", "--remove",
+    "--all-metrics", "--nosuch", "-x", "--",
 ]  # fmt: skip
 VALUES = [
     "quick", "seed", "nope", "cpu", "cuda", "0", "-1", "1e309", "nan", "inf", "99999", "3.5", "abc", "",
@@ -209,6 +214,8 @@ def refuse_to_open(*_args: Any, **_kwargs: Any) -> Any:
 @example(command=["export"], tokens=["--run", "abc", "--out", "x"])
 @example(command=["dashboard"], tokens=["--port", "99999"])
 @example(command=["dashboard"], tokens=["--host", "0.0.0.0"])
+@example(command=["report", "run"], tokens=["--run", "1", "--out", "x.pdf", "--format", "pdf"])
+@example(command=["tag"], tokens=["--run", "abc", "suspect"])
 def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[str], tokens: list[str]) -> None:
     import contextlib
     import io
@@ -218,7 +225,7 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     import pytest
 
     import store.engine
-    from runner import cli, cli_fleet
+    from runner import cli, cli_fleet, cli_review
 
     stderr = io.StringIO()
     with (
@@ -229,7 +236,7 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     ):
         patch.chdir(directory)  # report context-cost --out . writes here
         patch.delenv("DECODELAB_DB", raising=False)
-        for module in (cli, cli_fleet):
+        for module in (cli, cli_fleet, cli_review):
             patch.setattr(module, "open_store", refuse_to_open)
         patch.setattr(store.engine, "create_store_engine", refuse_to_open)
         patch.setattr(os, "execve", refuse_to_open)

@@ -9,6 +9,9 @@ from dashboard import data, report, review, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
 
+# Regressions and changes spelled out above the table, the first of them.
+FIRST_ROWS = 5
+
 st.title("Review")
 opened = ui.open_store()
 if opened:
@@ -56,6 +59,12 @@ if opened:
     for column, verdict in zip(columns, ("regressed", "changed", "improved", "within noise"), strict=True):
         column.metric(verdict, counts.get(verdict, 0))
     st.caption(f"A/A noise floor: {report.floors_line(built.floors)}. {report.METHOD}")
+    first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
+    if not first.empty:
+        st.markdown(
+            "**Look at these first:**\n"
+            + "\n".join(f"- {report.one_line_row(row)}" for row in first.to_dict("records"))
+        )
 
     verdicts = [verdict for verdict in review.VERDICT_ORDER if verdict in counts]
     left, right = st.columns(2)

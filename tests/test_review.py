@@ -1,0 +1,273 @@
+"""The Review page's rules on constructed runs: a clear regression, pure noise, a shift inside the
+A/A noise floor, a changed deterministic metric, too few samples; which run is the baseline;
+tags and notes in the store (both backends), through the CLI, and across export and import;
+the report as Markdown and as HTML that names no network resource."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dashboard import report, review
+from store import frames
+from store.errors import StoreError
+from store.store import Store
+from tests.conftest import copy_store, run_decodelab
+from tests.review_helpers import slowed_copy
+
+PAIRED = {"part": "speculative", "draft": "bigram", "k": 4, "impl": "static"}
+AA = {"part": "aa", "draft": "none", "k": 0, "impl": "static"}
+
+
+def measurements(run_id: int, rows: list[tuple[dict[str, Any], str, float, str]]) -> pd.DataFrame:
+    """A frames.measurements-shaped frame: (params, metric, value, unit) per row, one case per params."""
+    cases: dict[str, int] = {}
+    records = []
+    for index, (params, metric, value, unit) in enumerate(rows):
+        case_id = cases.setdefault(json.dumps(params, sort_keys=True), len(cases) + run_id * 1000)
+        records.append(
+            {
+                "run_id": run_id,
+                "experiment": "speculative",
+                "case_id": case_id,
+                "params": params,
+                "metric": metric,
+                "value": value,
+                "unit": unit,
+                "measurement_id": run_id * 1000 + index,
+            }
+        )
+    return pd.DataFrame(records)
+
+
+def paired_samples(measurement_id: int, ratios: list[float], baseline_seconds: float = 1.0) -> list[dict[str, Any]]:
+    """Pairs whose ratio A/B is each of ``ratios``."""
+    rows = []
+    for pair, ratio in enumerate(ratios):
+        rows.append({"measurement_id": measurement_id, "pair_index": pair, "side": "A", "seconds": baseline_seconds})
+        rows.append(
+            {"measurement_id": measurement_id, "pair_index": pair, "side": "B", "seconds": baseline_seconds / ratio}
+        )
+    return rows
+
+
+def two_runs(
+    run_ratios: list[float],
+    baseline_ratios: list[float],
+    *,
+    aa_band: tuple[float, float] = (0.97, 1.03),
+    acceptance=(0.6, 0.6),
+) -> pd.DataFrame:
+    """Compare a run and a baseline holding one paired speedup, one A/A case and one seeded count."""
+    frames_by_run, samples = [], []
+    for run_id, ratios, accepted in ((2, run_ratios, acceptance[0]), (1, baseline_ratios, acceptance[1])):
+        frame = measurements(
+            run_id,
+            [
+                (PAIRED, "speedup_median", float(pd.Series(ratios).median()), "ratio"),
+                (PAIRED, "acceptance_rate", accepted, "ratio"),
+                (AA, "speedup_min", aa_band[0], "ratio"),
+                (AA, "speedup_max", aa_band[1], "ratio"),
+            ],
+        )
+        frames_by_run.append(frame)
+        samples += paired_samples(int(frame["measurement_id"].iloc[0]), ratios)
+    return review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples))
+
+
+def verdict_of(table: pd.DataFrame, metric: str) -> dict[Any, Any]:
+    return table[table["metric"] == metric].iloc[0].to_dict()
+
+
+def noisy(center: float, count: int, seed: int, spread: float = 0.02) -> list[float]:
+    generator = random.Random(seed)
+    return [center * (1 + generator.uniform(-spread, spread)) for _ in range(count)]
+
+
+def test_a_clear_regression_is_regressed_and_listed_first() -> None:
+    table = two_runs(noisy(1.2, 7, seed=1), noisy(1.6, 7, seed=2))
+    row = verdict_of(table, "speedup_median")
+    assert row["verdict"] == "regressed" and table.iloc[0]["metric"] == "speedup_median"
+    assert row["p_value"] < review.ALPHA and row["change"] == pytest.approx(1.2 / 1.6 - 1, abs=0.03)
+    assert verdict_of(table, "acceptance_rate")["verdict"] == "unchanged"
+
+
+def test_the_same_clear_shift_upwards_is_improved() -> None:
+    assert verdict_of(two_runs(noisy(1.6, 7, seed=3), noisy(1.2, 7, seed=4)), "speedup_median")["verdict"] == "improved"
+
+
+def test_pure_noise_is_within_noise() -> None:
+    table = two_runs(noisy(1.3, 7, seed=5, spread=0.1), noisy(1.3, 7, seed=6, spread=0.1))
+    row = verdict_of(table, "speedup_median")
+    assert row["verdict"] == "within noise" and row["p_value"] >= review.ALPHA
+
+
+def test_a_significant_shift_inside_the_aa_noise_floor_is_within_noise() -> None:
+    """Separated samples (p ≈ 0.0006) but a 5% shift, where A/A pairs alone moved a ratio by 10%."""
+    run, baseline = [1.00 + 0.001 * index for index in range(7)], [1.05 + 0.001 * index for index in range(7)]
+    wide = verdict_of(two_runs(run, baseline, aa_band=(0.9, 1.1)), "speedup_median")
+    assert wide["p_value"] < review.ALPHA and wide["verdict"] == "within noise"
+    assert verdict_of(two_runs(run, baseline, aa_band=(0.99, 1.01)), "speedup_median")["verdict"] == "regressed"
+
+
+def test_a_changed_deterministic_metric_is_changed() -> None:
+    table = two_runs(noisy(1.3, 7, seed=7), noisy(1.3, 7, seed=8), acceptance=(0.55, 0.6))
+    row = verdict_of(table, "acceptance_rate")
+    assert row["verdict"] == "changed" and row["kind"] == "deterministic"
+    assert row["change"] == pytest.approx(0.55 / 0.6 - 1)
+
+
+def test_three_pairs_can_never_reach_the_threshold_and_say_so() -> None:
+    assert review.smallest_p_value(3, 3) == pytest.approx(0.1)
+    row = verdict_of(two_runs([1.0, 1.01, 1.02], [2.0, 2.01, 2.02]), "speedup_median")
+    assert row["verdict"] == "too few samples" and row["p_value"] is None
+
+
+def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
+    def timed(run_id: int, seconds: list[float]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+        params = {"new_tokens": 64}
+        frame = measurements(run_id, [(params, "seconds_per_token", min(seconds), "seconds")])
+        frame["experiment"] = "training_summary"
+        ident = int(frame["measurement_id"].iloc[0])
+        return frame, [
+            {"measurement_id": ident, "pair_index": index, "side": "A", "seconds": value}
+            for index, value in enumerate(seconds)
+        ]
+
+    slower, slower_samples = timed(2, noisy(2.0, 7, seed=9))
+    faster, faster_samples = timed(1, noisy(1.0, 7, seed=10))
+    table = review.compare(slower, faster, pd.DataFrame(slower_samples + faster_samples))
+    assert verdict_of(table, "seconds_per_token")["verdict"] == "regressed"
+    table = review.compare(faster, slower, pd.DataFrame(slower_samples + faster_samples))
+    assert verdict_of(table, "seconds_per_token")["verdict"] == "improved"
+
+
+def runs_frame(rows: list[tuple[int, str, str, str, str, str]]) -> pd.DataFrame:
+    """(run_id, started, preset, fingerprint, status, tags) per run."""
+    return pd.DataFrame(
+        [
+            {
+                "run_id": run_id,
+                "started_at": pd.Timestamp(started),
+                "preset": preset,
+                "machine_fingerprint": fingerprint,
+                "status": status,
+                "tags": tags,
+            }
+            for run_id, started, preset, fingerprint, status, tags in rows
+        ]
+    )
+
+
+def test_the_default_baseline_is_the_pinned_or_previous_done_run_of_the_preset_on_the_machine() -> None:
+    runs = runs_frame(
+        [
+            (1, "2026-01-01", "quick", "laptop", "done", ""),
+            (2, "2026-01-02", "quick", "laptop", "done", "baseline"),
+            (3, "2026-01-03", "quick", "laptop", "done", ""),
+            (4, "2026-01-04", "quick", "laptop", "failed", ""),
+            (5, "2026-01-05", "seed", "laptop", "done", ""),
+            (6, "2026-01-06", "quick", "server", "done", ""),
+            (7, "2026-01-07", "quick", "laptop", "done", "suspect"),
+            (8, "2026-01-08", "quick", "laptop", "done", ""),
+        ]
+    )
+    assert review.default_baseline(runs, 8) == 2, "the pinned run wins over the previous one"
+    assert review.default_baseline(runs, 2) == 1
+    assert review.default_baseline(runs, 1) is None
+    assert review.default_baseline(runs, 6) is None, "another machine's runs are not its baseline"
+    unpinned = runs.assign(tags=runs["tags"].replace("baseline", ""))
+    assert review.default_baseline(unpinned, 8) == 3, "previous done run, the suspect one left out"
+
+
+def test_tags_and_notes_are_stored_refused_when_bad_and_listed_with_the_runs(
+    filled_store_url: str, store_url: str
+) -> None:
+    from store.transfer import export_json_rows, import_rows
+
+    source = Store(filled_store_url)
+    store = Store(store_url)
+    [(_, run_id, _)] = import_rows(store, export_json_rows(source, 1))
+    assert store.annotations.add_tag(run_id, "suspect") and not store.annotations.add_tag(run_id, "suspect")
+    assert store.annotations.add_tag(run_id, "reviewed")
+    store.annotations.set_note(run_id, "  the laptop was on battery  ")
+    for bad in ("Suspect", "", "a" * 41, "two words"):
+        with pytest.raises(StoreError, match="is not a tag name"):
+            store.annotations.add_tag(run_id, bad)
+    with pytest.raises(StoreError, match="no run 999"):
+        store.annotations.add_tag(999, "reviewed")
+    row = frames.runs(store).set_index("run_id").loc[run_id]
+    assert row["tags"] == "reviewed, suspect" and row["note"] == "the laptop was on battery"
+    assert store.annotations.remove_tag(run_id, "reviewed") and not store.annotations.remove_tag(run_id, "reviewed")
+    store.annotations.set_note(run_id, "")
+    assert store.annotations.note(run_id) is None
+    assert store.annotations.tags([run_id]) == {run_id: ["suspect"]}
+
+
+def test_tags_and_notes_travel_with_export_and_import(filled_store_url: str, tmp_path: Path) -> None:
+    from store.transfer import export_json_rows, import_rows
+
+    store = Store(copy_store(filled_store_url, tmp_path / "laptop.db"))
+    store.annotations.add_tag(1, "baseline")
+    store.annotations.set_note(1, "first quick run on the new kernel")
+    shared = Store(f"sqlite:///{tmp_path / 'shared.db'}")
+    [(_, run_id, _)] = import_rows(shared, export_json_rows(store, 1))
+    store.annotations.add_tag(1, "reviewed")
+    import_rows(shared, export_json_rows(store, 1))  # again, with one more tag: merged, nothing doubled
+    row = frames.runs(shared).set_index("run_id").loc[run_id]
+    assert row["tags"] == "baseline, reviewed" and row["note"] == "first quick run on the new kernel"
+
+
+def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: str, tmp_path: Path) -> None:
+    url = copy_store(filled_store_url, tmp_path / "review.db")
+    store = Store(url)
+    slowed = slowed_copy(store, 1, slower_by=100.0)
+    assert review.default_baseline(frames.runs(store), slowed) == 1
+    built = report.build_report(store, slowed, 1)
+    table = built.table
+    assert table.iloc[0]["verdict"] == "regressed" and table.iloc[0]["experiment"] == "speculative"
+    deterministic = table[table["kind"] == "deterministic"]
+    assert not deterministic.empty and set(deterministic["verdict"]) == {"unchanged"}, "an identical copy"
+    markdown = report.to_markdown(built)
+    assert markdown.count("\n| regressed |") == (table["verdict"] == "regressed").sum()
+    page = report.to_html(built)
+    assert page.count("<svg") == len(built.charts) >= 2
+    # Self-contained: no URL but the SVG and XLink namespaces, no script, no stylesheet link.
+    addresses = set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page))
+    assert addresses <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, addresses
+    assert "<script" not in page and "<link" not in page
+
+
+def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_line(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    url = copy_store(filled_store_url, tmp_path / "review.db")
+    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    tagged = run_decodelab("tag", "suspect", "--run", str(slowed), "--db", url, cwd=tmp_path)
+    noted = run_decodelab("note", "slower on purpose", "--run", str(slowed), "--db", url, cwd=tmp_path)
+    assert tagged.returncode == noted.returncode == 0, tagged.stderr + noted.stderr
+    written = run_decodelab("report", "run", "--run", str(slowed), "--out", "r.md", "--db", url, cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    assert "regressed" in written.stdout and "baseline 1" in written.stdout
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith(f"# decodelab: run {slowed} against baseline 1") and "note: slower on purpose" in text
+    written = run_decodelab("report", "run", "--run", str(slowed), "--out", "r.html", "--db", url, cwd=tmp_path)
+    assert written.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    for args, fragment in (
+        (["report", "run", "--run", "1", "--out", "x.html"], "--baseline: run 1 has no earlier done run"),
+        (["report", "run", "--run", "9", "--out", "x.html"], "--run: no run 9"),
+        (["report", "run", "--run", "1", "--baseline", "1", "--out", "x.md"], "--baseline: 1 is the run itself"),
+        (["report", "run", "--run", "2", "--out", "x.pdf", "--format", "pdf"], "--format: 'pdf'"),
+        (["tag", "Not A Tag", "--run", "1"], "tag: 'Not A Tag' is not a tag name"),
+        (["note", "x", "--run", "77"], "--run: no run 77"),
+    ):
+        result = run_decodelab(*args, "--db", url, cwd=tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and fragment in lines[0], (args, result.stderr)
+    assert not (tmp_path / "x.html").exists() and not (tmp_path / "x.md").exists()
