@@ -150,6 +150,21 @@ def workers_list(store: Store) -> None:
         st.caption(label)
 
 
+def require_login() -> None:
+    """With Streamlit's OIDC login configured (an ``[auth]`` section in .streamlit/secrets.toml,
+    docs/deploy.md), nothing is shown until the visitor has logged in."""
+    try:
+        configured = "auth" in st.secrets
+    except Exception:  # no secrets file at all: Streamlit raises its own not-found error
+        configured = False
+    # st.user lacks the key, rather than saying False, when nobody has logged in yet (and in AppTest).
+    if configured and not getattr(st.user, "is_logged_in", False):
+        st.title("decodelab")
+        st.write("This dashboard asks you to log in first.")
+        st.button("Log in", on_click=st.login)
+        st.stop()
+
+
 def review_is_default() -> bool:
     """The Review page opens first once the store holds two runs (a run and a baseline)."""
     try:
@@ -158,6 +173,7 @@ def review_is_default() -> bool:
         return False
 
 
+require_login()
 reviewing = review_is_default()
 navigation = st.navigation(
     {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
+from dashboard.metrics import RENAMED_METRICS
 from store import frames
 from store.store import Store
 
@@ -94,17 +95,6 @@ def with_no_cache_path(timing: pd.DataFrame) -> pd.DataFrame:
     frame.loc[old, "baseline"] = "eager no cache (old definition, before per-impl baselines)"
     frame.loc[~same & ~old, "baseline"] = "no cache through " + frame["no_cache_impl"]
     return frame
-
-
-# Metrics renamed when their name claimed more than they measure: old name → current name.
-# Old runs keep the names they were recorded under; pages show them under the current name
-# and say so.
-RENAMED_METRICS = {
-    "predicted_speedup": "writeup_formula_speedup",
-    "predicted_relative_error": "writeup_formula_relative_error",
-    "predicted_speedup_refined": "component_model_speedup",
-    "predicted_refined_relative_error": "component_model_relative_error",
-}
 
 
 def with_current_names(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:

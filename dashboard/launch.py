@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import InputError
+from runner.fields import check_machine
 from store.store import Store
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
-MACHINE_NAME_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -80,15 +80,6 @@ def build_spec(request: LaunchRequest) -> Any:
             raise InputError(f"spec: not valid TOML ({error})") from None
         return validate(raw)
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
-
-
-def check_machine(machine: str) -> str | None:
-    name = machine.strip()
-    if not name:
-        return None
-    if len(name) > MACHINE_NAME_LIMIT or not name.isprintable():
-        raise InputError(f"machine: a printable name of at most {MACHINE_NAME_LIMIT} characters (or empty for any)")
-    return name
 
 
 def launch(store: Store, request: LaunchRequest) -> Launched:

@@ -21,6 +21,8 @@ DETERMINISTIC_UNITS = frozenset(
         "probability",
         "nats",
         "count",
+        "computations",  # K/V projections counted
+        "elements",  # cache elements counted from shapes
         "logit",  # logit differences of seeded, single-process forwards
         "value",
     }
@@ -34,6 +36,7 @@ DETERMINISTIC_RATIOS = frozenset(
         "arithmetic_ratio",
         "arithmetic_ratio_causal",
         "arithmetic_ratio_with_lm_head",
+        "arithmetic_ratio_writeup_model",
         "bytes_ratio_vs_fp32",
         "cache_to_weight_ratio",
         "quad_ratio",
@@ -47,3 +50,14 @@ def is_deterministic(metric: str, unit: str) -> bool:
     if unit in DETERMINISTIC_UNITS:
         return True
     return unit == "ratio" and (metric in DETERMINISTIC_RATIOS or metric.startswith("cache_to_weight_ratio"))
+
+
+# Metrics renamed when their name claimed more than they measure: old name → current name.
+# Old runs keep the names they were recorded under; pages show them under the current name
+# and say so.
+RENAMED_METRICS = {
+    "predicted_speedup": "writeup_formula_speedup",
+    "predicted_relative_error": "writeup_formula_relative_error",
+    "predicted_speedup_refined": "component_model_speedup",
+    "predicted_refined_relative_error": "component_model_relative_error",
+}

@@ -17,6 +17,7 @@ import pandas as pd
 
 from dashboard import review, review_charts
 from dashboard.charts import Figure
+from dashboard.metrics import RENAMED_METRICS
 from store import frames
 from store.store import Store
 
@@ -90,9 +91,15 @@ def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: 
     table = review.compare(
         run_measurements, baseline_measurements, frames.samples(store, ids), headline_only=headline_only
     )
-    report = RunReport(
-        run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings_for(run, baseline)
-    )
+    warnings = warnings_for(run, baseline)
+    for which, measured in (("run", run_measurements), ("baseline", baseline_measurements)):
+        old = sorted(set(measured["metric"]) & set(RENAMED_METRICS))
+        if old:
+            renamed = ", ".join(f"{name} → {RENAMED_METRICS[name]}" for name in old)
+            warnings.append(
+                f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
+            )
+    report = RunReport(run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings)
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))
     ours, theirs = (

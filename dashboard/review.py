@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.metrics import is_deterministic
+from dashboard.metrics import RENAMED_METRICS, is_deterministic
 
 ALPHA = 0.01
 SUSPECT, PINNED = "suspect", "baseline"
@@ -195,6 +195,8 @@ def _keyed(measurements: pd.DataFrame, headline_only: bool, shared: dict[str, se
     if measurements.empty:
         return pd.DataFrame(columns=["experiment", "point", "metric", "unit", "value", "measurement_id", "impl"])
     frame = measurements.copy()
+    # An old run's renamed metrics meet the new run's under their current names.
+    frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
     frame["part"] = frame["params"].map(lambda params: params.get("part"))
     frame = frame[~frame["part"].isin(NOISE_PARTS)]
     if headline_only:

@@ -26,6 +26,22 @@ def open_store() -> tuple[str, Store] | None:
         return None
 
 
+def absent(what: str, command: str = FILL_COMMAND) -> None:
+    """One line where a section of the chosen run has no data: what is missing, what records it."""
+    st.info(f"This run recorded no {what}: `{command}` records it.")
+
+
+def old_name_note(metric: str) -> None:
+    """Say so when a metric picked by name is one recorded under a name since retired."""
+    from dashboard.metrics import RENAMED_METRICS
+
+    if metric in RENAMED_METRICS:
+        st.caption(
+            f"`{metric}` is the old name of `{RENAMED_METRICS[metric]}` (renamed because the old name claimed more "
+            "than it measured): older runs recorded it under this name, newer ones under the new."
+        )
+
+
 def query_int(name: str) -> int | None:
     value = st.query_params.get(name)
     try:

@@ -11,6 +11,7 @@ import typer
 from runner import cli_fleet, cli_review
 from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
+from runner.fields import check_machine
 from store import frames
 from store.errors import ClaimLost, StoreDown, StoreError
 
@@ -102,6 +103,10 @@ def enqueue(
 ) -> None:
     """Queue a sweep for any worker (or one machine's workers)."""
     chosen = load_spec(preset, spec)
+    if machine is not None:
+        machine = check_machine(machine, "--machine")
+        if machine is None:
+            raise InputError("--machine: an empty name is no machine (allowed: a printable name; omit it for any)")
     store = open_store(db, "enqueue")
     job_id = store.jobs.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
     typer.echo(f"job {job_id} queued ({chosen.cases_total()} cases){f' for machine {machine}' if machine else ''}")

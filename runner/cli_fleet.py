@@ -28,7 +28,9 @@ def worker(
     stale_after_seconds: Annotated[
         float, typer.Option(min=1, max=86400, help="Requeue a running job silent for this long.")
     ] = 60.0,
-    max_idle_seconds: Annotated[float | None, typer.Option(min=1, help="Exit after this long without a job.")] = None,
+    max_idle_seconds: Annotated[
+        float | None, typer.Option(min=1, max=30 * 86400, help="Exit after this long without a job.")
+    ] = None,
     heartbeat_seconds: Annotated[float, typer.Option(min=0.2, max=3600, help="How often a running job beats.")] = 5.0,
     store_outage_limit_seconds: Annotated[
         float,
@@ -108,10 +110,15 @@ def db_current(db: DbOption = None) -> None:
         head_revision,
         mask_url,
         resolve_url,
+        sqlite_path,
     )
     from store.errors import StoreError
 
     url = resolve_url(db)
+    sqlite_file = sqlite_path(url)
+    if sqlite_file is not None and not sqlite_file.exists():
+        # Looking must not create: SQLite would make an empty file at a mistyped path.
+        raise StoreError(f"store {mask_url(url)}: no such file {str(sqlite_file)!r}")
     engine = create_store_engine(url)
     try:
         revision = current_revision(engine)

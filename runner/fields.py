@@ -121,3 +121,16 @@ def check_section(path: str, raw: Any, fields: dict[str, Field], model: dict[str
         name: field.check(f"{path}.{name}", raw[name], model) if name in raw else field.default
         for name, field in fields.items()
     }
+
+
+MACHINE_NAME_LIMIT = 200
+
+
+def check_machine(machine: str, field: str = "machine") -> str | None:
+    """A machine name to pin a job to, stripped; None for empty (any machine)."""
+    name = machine.strip()
+    if not name:
+        return None
+    if len(name) > MACHINE_NAME_LIMIT or not name.isprintable():
+        raise InputError(f"{field}: a printable name of at most {MACHINE_NAME_LIMIT} characters (or empty for any)")
+    return name

@@ -75,12 +75,21 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store's URL; None for another backend or an in-memory store."""
+    parsed = parse_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    return Path(database)
+
+
 def create_store_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
-        if database and database != ":memory:":
-            path = Path(database)
+        path = sqlite_path(url)
+        if path is not None:
             if path.parent and not path.parent.exists():
                 raise StoreError(f"store directory {str(path.parent)!r} does not exist")
             if path.exists() and path.stat().st_size > 0:

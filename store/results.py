@@ -12,6 +12,7 @@ from sqlalchemy import Insert, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from store.clock import server_now
 from store.errors import ClaimLost
 from store.outage import OutageGuard, survives_outages
 from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
@@ -163,7 +164,11 @@ class Results:
             raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
         with self._sessions.write() as session:
             check_owner(session, self._sessions.backend, run_id, None)
-            values: dict[str, Any] = {"status": status, "error": error, "finished_at": utc_now()}
+            values: dict[str, Any] = {
+                "status": status,
+                "error": error,
+                "finished_at": server_now(self._sessions.backend),
+            }
             if wall_seconds is not None:
                 values["wall_seconds"] = wall_seconds
             session.execute(update(Run).where(Run.id == run_id).values(**values))
@@ -192,6 +197,8 @@ def new_run(
         code_version=code_version,
         preset=preset,
         status="running",
+        # The server's clock, as for jobs: runs of many machines are ordered by one clock.
+        started_at=server_now(session.get_bind().dialect.name),
     )
     session.add(run)
     session.flush()

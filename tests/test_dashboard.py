@@ -22,6 +22,8 @@ DASHBOARD = Path(__file__).parent.parent / "dashboard"
 PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale", "seeds"]
 # Pages whose content is a table, not a chart.
 TABLE_PAGES = {"seeds"}
+# Pages that show a store's runs (the scale calculator needs none): an empty store names the command.
+PAGES_WITH_DATA = [page for page in PAGES if page != "scale"] + ["review"]
 
 
 def layers(chart: object) -> list[dict]:
@@ -228,7 +230,7 @@ def test_every_page_renders_on_a_real_store(page: str, filled_store_url: str, mo
 def test_pages_show_an_empty_state_naming_the_command(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     Store(sqlite_url).close()
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
-    for page in ("kv_cache", "quantization", "speculative", "history"):
+    for page in PAGES_WITH_DATA:
         app = AppTest.from_file(str(DASHBOARD / "views" / f"{page}.py"), default_timeout=60)
         app.run()
         assert not app.exception
@@ -429,3 +431,40 @@ def test_the_dashboard_starts_no_worker_beside_a_live_one(sqlite_url: str, monke
     launch_tiny()
     assert started == [sqlite_url]
     assert len(frames.jobs(store)) == 2
+
+
+def test_with_an_oidc_login_configured_nothing_shows_before_logging_in(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Store(sqlite_url).close()
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
+    app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+    app.secrets["auth"] = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "x"}
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert [button.label for button in app.button] == ["Log in"]
+    assert not app.title or app.title[0].value == "decodelab"
+    open_app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
+    open_app.run()
+    assert "Log in" not in [button.label for button in open_app.button], "without [auth] there is no gate"
+
+
+def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
+    filled_store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import copy_store
+    from tests.review_helpers import slowed_copy
+
+    url = copy_store(filled_store_url, tmp_path / "review.db")
+    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    monkeypatch.setenv("DECODELAB_DB", url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "review.py"), default_timeout=120)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert app.query_params["run"] == str(slowed) and app.query_params["baseline"] == "1"
+    shown = {metric.label: metric.value for metric in app.metric}
+    assert int(shown["regressed"]) > 0
+    table = app.dataframe[0].value
+    assert table.iloc[0]["verdict"] == "regressed"
+    assert app.get("vega_lite_chart"), "the review draws its charts"

@@ -152,8 +152,8 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
     assert set(frames.workers(store)["state"]) == {"stopped"}
 
 
-def test_a_terminal_run_takes_the_machine_slot(sqlite_url: str, tmp_path: Path) -> None:
-    store = Store(sqlite_url)
+def test_a_terminal_run_takes_the_machine_slot(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
     store.jobs.enqueue({"name": "busy"})
     # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
     busy = store.workers.register(
@@ -174,7 +174,7 @@ def test_a_terminal_run_takes_the_machine_slot(sqlite_url: str, tmp_path: Path) 
         )
     )
     here = Output(
-        start_decodelab("run", "--spec", str(spec), "--db", sqlite_url, cwd=tmp_path, DECODELAB_MACHINE="one-box")
+        start_decodelab("run", "--spec", str(spec), "--db", store_url, cwd=tmp_path, DECODELAB_MACHINE="one-box")
     )
     here.wait_for(f"waiting: job {held.id} is running on machine 'one-box'")
     assert len(frames.jobs(store)) == 1, "while it waits it holds no job"

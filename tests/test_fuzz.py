@@ -10,8 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dashboard.launch import LaunchRequest, build_spec, check_machine
+from dashboard.launch import LaunchRequest, build_spec
 from runner.errors import InputError
+from runner.fields import check_machine
 from runner.sweeps import validate
 from tests.conftest import TINY_SPEC
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -220,3 +221,38 @@ def test_workers_are_live_stopped_or_dead_by_the_server_clock(store: Store) -> N
     assert states == {"live": "live", "stopped": "stopped", "dead": "dead"}
     assert store.workers.live("m") == [live.id]
     assert store.workers.live("other") == []
+
+
+@pytest.mark.parametrize("skew_hours", [-2.0, 2.0])
+def test_a_machine_whose_own_clock_is_hours_off_changes_no_claim_heartbeat_or_staleness(
+    store: Store, monkeypatch: pytest.MonkeyPatch, skew_hours: float
+) -> None:
+    """Every time workers compare is the database server's: a worker whose machine runs hours
+    fast or slow neither looks dead to the others nor makes their jobs look stale."""
+    from store import schema as schema_module
+    from tests.test_store import MACHINE
+    from tests.test_transfer import utc
+
+    class SkewedClock(datetime):
+        """This machine's clock: what store.schema.utc_now (every ORM default) reads."""
+
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=skew_hours)
+
+    monkeypatch.setattr(schema_module, "datetime", SkewedClock)
+    assert abs((schema_module.utc_now() - datetime.now(UTC)).total_seconds()) > 3600
+    me = a_worker(store, "skewed", stale_after_seconds=30)
+    job_id = store.jobs.enqueue({"x": 1})
+    job = store.jobs.claim(me)
+    assert job is not None and job.id == job_id
+    store.jobs.begin_run(
+        job.claim, machine_id=store.results.machine_id(MACHINE), spec={}, code_version="t", model_id=None
+    )
+    store.workers.touch(me.id)
+    assert store.jobs.heartbeat(job.claim)
+    assert store.jobs.reclaim_stale(stale_after_seconds=30) == [], "a fresh heartbeat looked stale"
+    assert store.workers.live("m") == [me.id], "a live worker looked dead"
+    run = frames.runs(store).iloc[0]
+    drift = abs((utc(run["started_at"]) - datetime.now(UTC)).total_seconds())
+    assert drift < 600, f"the run's start came from the machine's clock ({drift:.0f} s off)"

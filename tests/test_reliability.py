@@ -98,12 +98,12 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job(
-    sqlite_url: str, tmp_path: Path, stop_signal: signal.Signals
+    store_url: str, tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
-    store = Store(sqlite_url)
+    store = Store(store_url)
     spec = load_spec_file(SLOW_SPEC)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
-    worker = start_worker(sqlite_url, tmp_path)
+    worker = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, 16)
     time.sleep(0.3)
     worker.send_signal(stop_signal)

@@ -43,6 +43,7 @@ if opened:
             st.info(f"No run recorded {experiment} yet.")
         else:
             metric = middle.selectbox("Metric", metrics, key="compare_metric")
+            ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)
             band = band_of(metric, metrics)
             if band is not None:

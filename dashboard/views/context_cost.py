@@ -13,7 +13,9 @@ if opened and run_id is not None:
     table = data.part(cases, "table")
     summary = data.part(cases, "summary")
     crossover = float(summary["crossover_n"].iloc[0]) if not summary.empty else None
-    if not table.empty:
+    if table.empty:
+        ui.absent("cost table")
+    else:
         ui.chart(charts.quad_vs_linear(table, crossover))
         ui.table(table, "context_cost", ["n", "d_model", "d_ff", "quad_mults", "linear_mults", "total_mults"])
     if not summary.empty:

@@ -92,6 +92,7 @@ if opened:
             preferred = ("fast_us_per_token", "seconds_per_token")
             default = next((name for name in preferred if name in metrics), metrics[0])
             metric = right.selectbox("Metric", metrics, index=metrics.index(default), key="history_metric")
+            ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
             points = sorted(values["point"].unique())

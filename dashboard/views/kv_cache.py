@@ -12,6 +12,7 @@ YES_NO = {1.0: "yes", 0.0: "no"}
 def exactness(cases: pd.DataFrame) -> None:
     equivalence = data.with_impl(data.part(cases, "equivalence"))
     if equivalence.empty:
+        ui.absent("equivalence cases (cached against uncached)")
         return
     st.subheader("Is the cache exact?")
     tolerance = equivalence["tolerance"].max()
@@ -63,6 +64,7 @@ def exactness(cases: pd.DataFrame) -> None:
 def timing_section(url: str, run_id: int, cases: pd.DataFrame) -> pd.DataFrame:
     timing = data.with_no_cache_path(data.part(cases, "timing"))
     if timing.empty:
+        ui.absent("timing cases")
         return timing
     st.subheader("Measured speedup against the arithmetic ratio")
     st.caption(
@@ -193,6 +195,7 @@ def growth(cases: pd.DataFrame, timing: pd.DataFrame) -> None:
 def arithmetic(cases: pd.DataFrame) -> None:
     counts = data.part(cases, "counts")
     if counts.empty:
+        ui.absent("multiplication counts")
         return
     st.subheader("Multiplications, counted")
     check = data.part(cases, "counter_check")
@@ -231,6 +234,7 @@ def arithmetic(cases: pd.DataFrame) -> None:
 def rounding(cases: pd.DataFrame) -> None:
     rounded = data.part(cases, "rounded_cache")
     if rounded.empty:
+        ui.absent("rounded-cache cases")
         return
     st.subheader("A rounded cache is an approximation")
     ui.table(

@@ -118,7 +118,9 @@ if opened and run_id is not None:
             ],
         )
     distribution = data.part(cases, "distribution")
-    if not distribution.empty:
+    if distribution.empty:
+        ui.absent("distribution check")
+    else:
         st.subheader("Does the output keep the target's distribution?")
         ui.chart(charts.tvd(distribution))
         verdicts = data.distribution_verdicts(distribution)
