@@ -22,7 +22,7 @@ from store.store import Store
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
 PAGES = Path(__file__).parent / "views"
-READ_ONLY = ui.READ_ONLY
+READ_ONLY = ui.read_only()
 # Workers shown in the sidebar: those seen within this many hours.
 WORKERS_SEEN_WITHIN_HOURS = 1.0
 

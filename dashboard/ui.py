@@ -12,8 +12,12 @@ from store.errors import StoreError
 from store.store import Store
 
 FILL_COMMAND = "decodelab run --preset quick"
-# `decodelab dashboard --read-only` sets it: no launch form, no tags or notes, nothing written.
-READ_ONLY = os.environ.get("DECODELAB_READ_ONLY") == "1"
+
+
+def read_only() -> bool:
+    """`decodelab dashboard --read-only` (DECODELAB_READ_ONLY=1): no launch form, no tags or
+    notes, nothing written. Read at every script run, not once per process."""
+    return os.environ.get("DECODELAB_READ_ONLY") == "1"
 
 
 def open_store() -> tuple[str, Store] | None:

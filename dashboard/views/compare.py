@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 from dashboard.metrics import is_deterministic
+from dashboard.review import SUSPECT, tag_set
 
 BAND_NAMES = {"speedup_median": ("speedup_min", "speedup_max")}
 
@@ -45,6 +46,19 @@ if opened:
             metric = middle.selectbox("Metric", metrics, key="compare_metric")
             ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)
+            tags_of = runs.set_index("run_id")["tags"].to_dict()
+            values["tags"] = values["run_id"].map(tags_of).fillna("")
+            all_tags = sorted({tag for value in runs["tags"] for tag in tag_set(value)})
+            left, right = st.columns(2)
+            wanted_tags = left.multiselect(
+                "Only runs tagged", all_tags, default=[t for t in st.query_params.get_all("tag") if t in all_tags]
+            )
+            st.query_params["tag"] = wanted_tags
+            skip_suspect = right.checkbox("Leave out runs tagged suspect", value=True, key="compare_skip_suspect")
+            kept = values["tags"].map(
+                lambda value: set(wanted_tags) <= tag_set(value) and not (skip_suspect and SUSPECT in tag_set(value))
+            )
+            values = values[kept]
             band = band_of(metric, metrics)
             if band is not None:
                 for name, column in zip(band, ("low", "high"), strict=True):
@@ -64,7 +78,8 @@ if opened:
                 chosen_runs = st.multiselect("Runs", run_ids, default=wanted_runs or run_ids[:2])
                 st.query_params["runs"] = [str(run) for run in chosen_runs]
                 values = values[values["run_id"].isin(chosen_runs)].copy()
-                values["series"] = "run " + values["run_id"].astype(str) + " · " + values["machine"]
+                tagged = values["tags"].map(lambda value: f" · {value}" if value else "")
+                values["series"] = "run " + values["run_id"].astype(str) + " · " + values["machine"] + tagged
                 chosen = chosen_runs
             values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
             unit = values["unit"].iloc[0] if not values.empty else ""

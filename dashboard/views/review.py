@@ -91,7 +91,7 @@ if opened:
 
     st.subheader(f"Tags and note of run {run_id}")
     run = runs.set_index("run_id").loc[run_id]
-    if ui.READ_ONLY:
+    if ui.read_only():
         st.write(f"Tags: {run['tags'] or 'none'}. Note: {run['note'] if pd.notna(run['note']) else 'none'}.")
     else:
         held = sorted(review.tag_set(run["tags"]))
