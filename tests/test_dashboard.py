@@ -468,3 +468,9 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
     assert app.get("vega_lite_chart"), "the review draws its charts"
+    monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
+    shown_only = AppTest.from_file(str(DASHBOARD / "views" / "review.py"), default_timeout=120)
+    shown_only.run()
+    assert not shown_only.exception
+    labels = [button.label for button in shown_only.button]
+    assert not any("Save tags" in label or "Pin run" in label for label in labels), labels
