@@ -19,7 +19,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
-from runner.lifecycle import run_lifecycle
+from runner.lifecycle import check_stop, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
@@ -123,6 +123,7 @@ def execute(
     try:
         with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
             for experiment, case in plan:
+                check_stop()
                 if (experiment.name, case_key(case)) in recorded:
                     continue
                 progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")

@@ -9,15 +9,38 @@ worker's now) and a store that is down (StoreDown: the run is marked interrupted
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from store.errors import StoreDown
 from store.records import Claim
 from store.store import Store
 
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+_stop_requested = False
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    global _stop_requested
+    _stop_requested = True
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """SIGTERM (a scheduler stopping the process) and Ctrl-C raise KeyboardInterrupt, and are
+    remembered: an exception raised while a finalizer runs (tqdm's ``__del__``, for one) is
+    swallowed by Python, so loops call ``check_stop`` at their safe points as well."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if a stop was asked for, even one whose first raise was lost."""
+    if _stop_requested:
+        raise KeyboardInterrupt
 
 
 def one_line(error: BaseException) -> str:

@@ -29,6 +29,7 @@ from types import FrameType
 
 from runner.errors import InputError
 from runner.execute import Log, RunOutcome, execute, log_to_stderr
+from runner.lifecycle import check_stop, stop_on_signals
 from runner.machine import machine_name
 from runner.sweeps import SweepSpec, validate
 from store.errors import ClaimLost, StoreDown
@@ -182,7 +183,7 @@ def work(
     ``until_empty``: once) no queued job is left for this machine. While another job runs on
     this machine, queued jobs wait, and so does the worker. Returns the number of jobs run."""
     # SIGTERM stops a worker the way Ctrl-C does: the current run is interrupted, its job requeued.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop_on_signals()
     stop = MainThreadStop()
     store.survive_outages(outage_limit_seconds, log)
     me = register(store, "worker", stale_after_seconds)
@@ -192,6 +193,7 @@ def work(
     waiting_for: int | None = None
     try:
         while True:
+            check_stop()
             for job_id in store.jobs.reclaim_stale(stale_after_seconds):
                 log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
             job = store.jobs.claim(me)
@@ -218,6 +220,7 @@ def work(
                 if busy is not None and busy != waiting_for:
                     log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
                 waiting_for = busy
+            check_stop()
             time.sleep(poll_seconds)
     except StoreDown:
         store.outages.give_up()
@@ -241,6 +244,7 @@ def run_here(
     """``decodelab run``: the sweep in this process, as a job of its own pinned to this machine
     and claimed at once, so no worker times beside it (and it waits for one that is timing)."""
     stop = MainThreadStop()
+    stop_on_signals()
     store.survive_outages(outage_limit_seconds, log)
     me = register(store, "run", stale_after_seconds)
     waiting_for: int | None = None
@@ -253,6 +257,7 @@ def run_here(
                 log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
             waiting_for = busy
             store.workers.touch(me.id)
+            check_stop()
             time.sleep(poll_seconds)
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             return execute(store, spec, preset=preset, job=job, show_progress=show_progress, log=log)

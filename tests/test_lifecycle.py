@@ -3,6 +3,10 @@ interrupted, each written once, through the job's claim when there is one."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from runner.lifecycle import run_lifecycle
@@ -55,3 +59,34 @@ def test_a_claimed_run_ends_through_its_job(store: Store) -> None:
         raise KeyboardInterrupt
     assert store.jobs.status(job_id) == "queued", "given back for the next worker"
     assert status_of(store, run_id)[0] == "interrupted"
+
+
+def test_a_stop_swallowed_by_a_finalizer_is_still_seen_at_the_next_safe_point(tmp_path: Path) -> None:
+    """A SIGTERM whose KeyboardInterrupt lands in a ``__del__`` (tqdm's, as a worker saw it) is
+    dropped by Python with "Exception ignored"; the worker's loops still stop at check_stop."""
+    script = """
+import os, signal, sys
+from runner.lifecycle import check_stop, stop_on_signals
+stop_on_signals()
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):
+            pass
+Finalized()
+print("still running", flush=True)
+try:
+    check_stop()
+except KeyboardInterrupt:
+    sys.exit(42)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(Path(__file__).parent.parent), "PATH": "/usr/bin:/bin"},
+    )
+    assert "Exception ignored" in result.stderr and "still running" in result.stdout, result.stderr
+    assert result.returncode == 42, result.stderr
