@@ -53,6 +53,9 @@ def library(march: str = "native") -> ctypes.CDLL:
     loaded.dl_sample.restype = _int32
     loaded.dl_sample.argtypes = [_pointer, _pointer, _int64, _int64, _int64, _double, _pointer]
     loaded.dl_sample.argtypes += [_pointer, _pointer, _int64, _int32, _pointer, _pointer]
+    loaded.dl_verify.restype = _int64
+    loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
+    loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer]
     return loaded
 
 
@@ -167,6 +170,45 @@ class FastDecoder:
         """Logits (vocab) after feeding ``token`` at position ``cache.length``."""
         return self.forward([token], cache)[0]
 
+    def verify(
+        self, tokens: list[int], cache: KVCache, q: torch.Tensor, temperature: float, randoms: torch.Tensor
+    ) -> tuple[int, list[int], list[float]]:
+        """A speculative verification in one call: ``tokens`` (the last committed token, then the k
+        proposals) fed from ``cache.length`` and the accept rule against the draft's distributions ``q``
+        (k × vocab) with 2k + 1 ``randoms``, as runner.speculative.verify does in Python. Returns the
+        proposals kept, the emitted tokens and TV(p, q) of each decided position. The cache keeps all
+        k + 1 new positions (the caller rolls it back)."""
+        keys, values, capacity = self._cache_pointers(cache)
+        fed = self._tokens(tokens)
+        k = len(fed) - 1
+        q = q.float().contiguous()
+        if q.shape != (k, self.vocab_size) or q.device.type != "cpu":
+            raise RuntimeError(f"q must be a {k} × {self.vocab_size} CPU tensor")
+        if randoms.dtype != torch.float64 or randoms.device.type != "cpu" or randoms.numel() < 2 * k + 1:
+            raise RuntimeError(f"need {2 * k + 1} float64 CPU uniforms")
+        randoms = randoms.contiguous()
+        self._positions_fit(cache.length, len(fed), capacity)
+        emitted = torch.empty(k + 1, dtype=torch.int64)
+        variations = torch.empty(max(k, 1))
+        accepted = self._library.dl_verify(
+            self._handle,
+            fed.buffer_info()[0],
+            k,
+            cache.length,
+            keys,
+            values,
+            capacity,
+            q.data_ptr(),
+            temperature,
+            randoms.data_ptr(),
+            emitted.data_ptr(),
+            variations.data_ptr(),
+        )
+        assert accepted >= 0, "the checks above admit only what the library accepts"
+        cache.length += len(fed)
+        decided = min(accepted + 1, k)
+        return accepted, emitted[: accepted + 1].tolist(), variations[:decided].tolist()
+
     def _sample(
         self,
         feed: list[int],
@@ -235,7 +277,12 @@ _DECODERS: weakref.WeakKeyDictionary[CharGPT, tuple[tuple[Any, ...], FastDecoder
 
 
 def _state_versions(model: CharGPT) -> tuple[Any, ...]:
-    return tuple(tensor._version for tensor in (*model.parameters(), *model.buffers()))
+    # Tensors made under inference mode (a model quantized there) keep no version counter: their
+    # storage stands in (an in-place change under inference mode goes unnoticed).
+    return tuple(
+        tensor.data_ptr() if tensor.is_inference() else tensor._version
+        for tensor in (*model.parameters(), *model.buffers())
+    )
 
 
 def decoder_for(model: CharGPT) -> FastDecoder:
@@ -247,3 +294,11 @@ def decoder_for(model: CharGPT) -> FastDecoder:
         cached = (versions, FastDecoder(model))
         _DECODERS[model] = cached
     return cached[1]
+
+
+def logits_through_fast_path(model: CharGPT, inputs: torch.Tensor) -> torch.Tensor:
+    """Logits (batch × time × vocab) of every position of ``inputs`` (batch × time), each row fed from
+    position 0 in one fast pass: what the fast kernels compute, for a loss measured through them."""
+    decoder = decoder_for(model)
+    rows = [decoder.forward(row, model.new_cache(capacity=len(row))) for row in inputs.tolist()]
+    return torch.stack(rows)
