@@ -18,8 +18,9 @@ from tests.conftest import TINY_SPEC, run_decodelab
 
 # training_summary 1; kv_cache 25 (two impls: equivalence 2, no_mask, counter_check, recomputation,
 # counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache); overhead 9;
-# quantization 4; speculative 29 (distribution 5, per impl aa + 10 + choice); context_cost 3
-TINY_CASES = 71
+# quantization 6 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast); speculative 34 (distribution 6,
+# per impl aa + 12 + choice); context_cost 3
+TINY_CASES = 78
 
 
 def quiet(_: str) -> None:
