@@ -1,6 +1,7 @@
 """The fast path's kernels: every instruction set they are built for computes the same logits, the
 int8 and bfloat16 formats compute what their eager modules compute, a multi-position pass equals
-the same positions fed one by one, and the build cache tells CPUs apart."""
+the same positions fed one by one, the build cache tells CPUs apart, and the compiled impl draws
+the same tokens as the others."""
 
 from __future__ import annotations
 
@@ -107,3 +108,13 @@ def test_the_build_cache_is_keyed_by_the_cpu(monkeypatch: pytest.MonkeyPatch) ->
     assert native_build.build_key("fast_decode.cpp", "haswell", "c++") != here
     monkeypatch.setattr(native_build, "cpu_flags_key", lambda: "another-cpu")
     assert native_build.build_key("fast_decode.cpp", "native", "c++") != here
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
+    model = trained_looking(SHAPES[1])
+    compiled = generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="compiled").tokens
+    assert compiled == generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="static").tokens
+    with pytest.raises(ValueError, match="exact cache only"):
+        generate(model, [1], 4, use_cache=False, impl="compiled")
