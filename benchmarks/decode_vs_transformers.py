@@ -170,7 +170,7 @@ def main() -> None:
 
 def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
     from runner.compiled_decode import call_overhead_seconds
-    from runner.fast_decode import instruction_set
+    from runner.fast_decode import instruction_set, set_threads
 
     verify = verify_in_steps(model, prompt, n, harness, pairs)
     print(
@@ -188,6 +188,21 @@ def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness
         print(f"{kernel}: {paired.median:.2f}x fast float32 [{paired.low:.2f}-{paired.high:.2f}]")
         ratios[f"{kernel}_us_per_token"] = min(paired.candidate_seconds) / n * 1e6
         ratios[f"{kernel}_speedup_vs_fp32"] = paired.median
+    cores = os.cpu_count() or 1
+    if cores > 1:
+
+        def on_threads(count: int) -> Callable[[], object]:
+            def run() -> object:
+                set_threads(count)
+                return generate(model, prompt, n, temperature=0.0, impl="fast")
+
+            return run
+
+        paired = harness.paired(on_threads(1), on_threads(cores), pairs=pairs)
+        set_threads(1)
+        print(f"fast on {cores} threads: {paired.median:.2f}x one thread [{paired.low:.2f}-{paired.high:.2f}]")
+        ratios["fast_all_threads_us_per_token"] = min(paired.candidate_seconds) / n * 1e6
+        ratios["fast_all_threads_speedup"] = paired.median
     overhead = call_overhead_seconds()
     print(f"an empty compiled call (guards, dispatch, its output) costs {overhead * 1e6:.1f} us")
     ratios["compiled_call_overhead_us"] = overhead * 1e6

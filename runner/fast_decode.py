@@ -56,12 +56,26 @@ def library(march: str = "native") -> ctypes.CDLL:
     loaded.dl_verify.restype = _int64
     loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
     loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer]
+    loaded.dl_set_threads.argtypes = [_int32]
+    loaded.dl_threads.restype = _int32
     return loaded
 
 
 def instruction_set(march: str = "native") -> str:
     """What the kernels were built for, e.g. ``avx512+vnni+bf16``."""
     return cast(bytes, library(march).dl_isa()).decode()
+
+
+def set_threads(threads: int) -> None:
+    """How many threads each pass of the fast path uses, this one included: rows of every layer and
+    the attention heads are shared with helpers (runner/csrc/pool.h). 1 by default: a helper the OS
+    does not schedule, on a machine busy with other work, stalls the passes that wait for it
+    (benchmarks/decode_vs_transformers.py times two threads against one, paired)."""
+    library().dl_set_threads(threads)
+
+
+def threads() -> int:
+    return int(library().dl_threads())
 
 
 def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
@@ -123,9 +137,14 @@ class FastDecoder:
             pointers,
         )
         weakref.finalize(self, self._library.dl_model_free, self._handle)
+        self._checked_cache: tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]] | None = None
 
     def _cache_pointers(self, cache: KVCache) -> tuple[int, int, int]:
-        """The cache's K and V addresses and capacity, after checking that the C++ may write there."""
+        """The cache's K and V addresses and capacity, after checking that the C++ may write there
+        (once per pair of tensors: a speculative loop hands the same cache over every pass)."""
+        checked = self._checked_cache
+        if checked is not None and checked[0] is cache.keys and checked[1] is cache.values:
+            return checked[2]
         for tensor in (cache.keys, cache.values):
             if tensor.device.type != "cpu" or tensor.dtype != torch.float32 or not tensor.is_contiguous():
                 raise RuntimeError("keys/values: contiguous float32 CPU tensors")
@@ -136,7 +155,10 @@ class FastDecoder:
                 raise RuntimeError(f"the cache's shape {tuple(tensor.shape)} does not match the model's")
         if cache.keys.shape != cache.values.shape:
             raise RuntimeError("keys and values differ in shape")
-        return cache.keys.data_ptr(), cache.values.data_ptr(), cache.keys.shape[3]
+        pointers = (cache.keys.data_ptr(), cache.values.data_ptr(), cache.keys.shape[3])
+        # The tensors are kept, so their ids cannot be reused by others while the entry stands.
+        self._checked_cache = (cache.keys, cache.values, pointers)
+        return pointers
 
     def _tokens(self, tokens: list[int]) -> array.array[int]:
         if not tokens:
@@ -188,8 +210,8 @@ class FastDecoder:
             raise RuntimeError(f"need {2 * k + 1} float64 CPU uniforms")
         randoms = randoms.contiguous()
         self._positions_fit(cache.length, len(fed), capacity)
-        emitted = torch.empty(k + 1, dtype=torch.int64)
-        variations = torch.empty(max(k, 1))
+        emitted = array.array("q", bytes(8 * (k + 1)))
+        variations = array.array("f", bytes(4 * max(k, 1)))
         accepted = self._library.dl_verify(
             self._handle,
             fed.buffer_info()[0],
@@ -201,8 +223,8 @@ class FastDecoder:
             q.data_ptr(),
             temperature,
             randoms.data_ptr(),
-            emitted.data_ptr(),
-            variations.data_ptr(),
+            emitted.buffer_info()[0],
+            variations.buffer_info()[0],
         )
         assert accepted >= 0, "the checks above admit only what the library accepts"
         cache.length += len(fed)

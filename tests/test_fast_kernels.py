@@ -118,3 +118,21 @@ def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
     assert compiled == generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="static").tokens
     with pytest.raises(ValueError, match="exact cache only"):
         generate(model, [1], 4, use_cache=False, impl="compiled")
+
+
+def test_helper_threads_change_nothing_but_the_time() -> None:
+    from runner.fast_decode import set_threads, threads
+
+    model = trained_looking(SHAPES[1])
+    tokens = tokens_for(SHAPES[1], 60)
+    alone = FastDecoder(model).forward(tokens, model.new_cache())
+    sampled_alone = generate(model, [1, 2], 50, temperature=1.0, seed=3, impl="fast").tokens
+    set_threads(2)
+    try:
+        assert threads() == 2
+        # Each chunk of rows and each head is computed whole by one thread: the same sums in the same order.
+        assert torch.equal(FastDecoder(model).forward(tokens, model.new_cache()), alone)
+        assert generate(model, [1, 2], 50, temperature=1.0, seed=3, impl="fast").tokens == sampled_alone
+    finally:
+        set_threads(1)
+    assert threads() == 1

@@ -224,10 +224,16 @@ void dl_model_free(void* model) {
   delete static_cast<Model*>(model);
 }
 
-// Threads a pass may use, this one included (1: no helpers). Not to be called during a pass.
+// Threads a pass may use, this one included (1: no helpers, the default). Not to be called during a pass.
 void dl_set_threads(int32_t threads) {
-  helpers.reset();
-  if (threads > 1) helpers = std::make_unique<pool::Pool>(threads - 1);
+  if (!helpers || helpers->helpers() != threads - 1) {
+    helpers.reset();
+    if (threads > 1) helpers = std::make_unique<pool::Pool>(threads - 1);
+  }
+}
+
+int32_t dl_threads() {
+  return helpers ? helpers->helpers() + 1 : 1;
 }
 
 // Logits (m x vocab) of m tokens fed from cache position `start`. 0, or -1 for positions past the cache.
