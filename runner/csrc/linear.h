@@ -207,28 +207,36 @@ inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* wo
     uint32_t* out = words + j * layer.words;
     if (layer.format == kFloat32) {
       std::memcpy(out, row, cols * 4);
-    } else if (layer.format == kBfloat16) {
-      for (int64_t w = 0; w < layer.words; ++w) {
-        const uint32_t low = to_bfloat16(row[2 * w]);
-        const uint32_t high = 2 * w + 1 < cols ? to_bfloat16(row[2 * w + 1]) : 0u;
-        out[w] = low | (high << 16);
-      }
-    } else {
-      float largest = 0.f;
-      for (int64_t i = 0; i < cols; ++i) largest = std::max(largest, std::fabs(row[i]));
-      const float scale = std::max(largest, 1e-12f) / 127.f;
-      row_scales[j] = scale;
-      for (int64_t w = 0; w < layer.words; ++w) {
-        uint32_t word = 0;
-        for (int e = 0; e < 4; ++e) {
-          const int64_t col = 4 * w + e;
-          int value = 0;
-          if (col < cols) value = static_cast<int>(std::min(127.f, std::max(-127.f, std::nearbyint(row[col] / scale))));
-          const uint32_t byte = kUnsignedActivations ? static_cast<uint32_t>(value + 128) : static_cast<uint8_t>(value);
-          word |= (byte & 0xffu) << (8 * e);
-        }
-        out[w] = word;
-      }
+      continue;
+    }
+    // Padding past the last column meets zero weights; zeroed, so that it is no bfloat16 NaN.
+    out[layer.words - 1] = 0;
+    if (layer.format == kBfloat16) {
+      uint16_t* halves = reinterpret_cast<uint16_t*>(out);
+      int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+      for (; i + 16 <= cols; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(halves + i), (__m256i)_mm512_cvtneps_pbh(simd::load(row + i)));
+#endif
+      for (; i < cols; ++i) halves[i] = to_bfloat16(row[i]);
+      continue;
+    }
+    const float scale = std::max(simd::max_abs(row, cols), 1e-12f) / 127.f;
+    row_scales[j] = scale;
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(out);
+    int64_t i = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    const __m512 divisor = _mm512_set1_ps(scale), low = _mm512_set1_ps(-127.f), high = _mm512_set1_ps(127.f);
+    for (; i + 16 <= cols; i += 16) {
+      const __m512 rounded = simd::round_nearest(_mm512_div_ps(simd::load(row + i), divisor));
+      __m128i values = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(rounded, low), high)));
+      if (kUnsignedActivations) values = _mm_xor_si128(values, _mm_set1_epi8(static_cast<char>(0x80)));  // + 128
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + i), values);
+    }
+#endif
+    for (; i < cols; ++i) {
+      const int value = static_cast<int>(std::min(127.f, std::max(-127.f, std::nearbyint(row[i] / scale))));
+      bytes[i] = kUnsignedActivations ? static_cast<uint8_t>(value + 128) : static_cast<uint8_t>(value);
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -299,6 +300,18 @@ inline float dot(const float* a, const float* b, int64_t n) {
   for (; i + kLanes <= n; i += kLanes) acc = fmadd(load(a + i), load(b + i), acc);
   if (i < n) acc = fmadd(load_tail(a + i, n - i, 0.f), load_tail(b + i, n - i, 0.f), acc);
   return reduce_add(acc);
+}
+
+inline float max_abs(const float* x, int64_t n) {
+  float largest = 0.f;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) acc = _mm512_max_ps(acc, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  largest = _mm512_reduce_max_ps(acc);
+#endif
+  for (; i < n; ++i) largest = std::max(largest, std::fabs(x[i]));
+  return largest;
 }
 
 inline float max_of(const float* x, int64_t n) {
