@@ -35,6 +35,7 @@ TOP_FIELDS = {
     "description": Field("str", ""),
     "device": Field("str", "cpu", choices=("cpu", "cuda")),
     "seed": Field("int", 1234, 0, 2**31 - 1),
+    "threads": Field("int", 0, 0, 1024, help="torch threads while the experiments run (0: torch's default)"),
 }
 MODEL_FIELDS = {
     "d_model": Field("int", 128, 8, 2048),

@@ -28,10 +28,19 @@ def quiet(_: str) -> None:
 
 
 def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) -> None:
+    import sqlite3
+
+    import torch
+
     store = Store(sqlite_url)
     spec = load_spec_file(TINY_SPEC)
+    threads_before = torch.get_num_threads()
     first = execute(store, spec, show_progress=False, log=quiet)
     assert first.cases_recorded == spec.cases_total() == TINY_CASES
+    # The experiments ran on the spec's one thread, recorded with the machine; torch is left as it was.
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as connection:
+        assert connection.execute("SELECT threads FROM machine").fetchall() == [(spec.raw["threads"],)] == [(1,)]
+    assert torch.get_num_threads() == threads_before
     run = frames.runs(store).to_dict("records")[0]
     assert run["status"] == "done" and run["wall_seconds"] > 0
     measured = frames.measurements(store, first.run_id)
