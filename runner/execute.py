@@ -48,14 +48,21 @@ DEFAULT_THREADS = torch.get_num_threads()
 
 
 @contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """Torch uses ``threads`` threads inside the block (0: DEFAULT_THREADS), then what it used before."""
-    before = torch.get_num_threads()
+def torch_threads(threads: int, fast_path: bool = False) -> Iterator[None]:
+    """Torch uses ``threads`` threads inside the block (0: DEFAULT_THREADS), then what it used
+    before; with ``fast_path`` the fast decode path does too (0: its default, one)."""
+    from runner import fast_decode
+
+    before, fast_before = torch.get_num_threads(), fast_decode._threads_wanted
     torch.set_num_threads(threads or DEFAULT_THREADS)
+    if fast_path:
+        fast_decode.set_threads(threads or 1)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+        if fast_path:
+            fast_decode.set_threads(fast_before)
 
 
 def train_side_model(
@@ -99,7 +106,7 @@ def execute(
     )
     model = trained.model.to(spec.device).eval()
     # The experiments run on the spec's threads, and the machine is recorded with that count.
-    with torch_threads(spec.raw.get("threads", 0)):
+    with torch_threads(spec.raw.get("threads", 0), fast_path=True):
         machine_id = store.results.machine_id(fingerprint(spec.device))
 
         claim = job.claim if job is not None else None

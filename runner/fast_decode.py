@@ -58,6 +58,7 @@ def library(march: str = "native") -> ctypes.CDLL:
     loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer]
     loaded.dl_set_threads.argtypes = [_int32]
     loaded.dl_threads.restype = _int32
+    loaded.dl_set_threads(_threads_wanted)
     return loaded
 
 
@@ -66,12 +67,19 @@ def instruction_set(march: str = "native") -> str:
     return cast(bytes, library(march).dl_isa()).decode()
 
 
+_threads_wanted = 1
+
+
 def set_threads(threads: int) -> None:
     """How many threads each pass of the fast path uses, this one included: rows of every layer and
     the attention heads are shared with helpers (runner/csrc/pool.h). 1 by default: a helper the OS
     does not schedule, on a machine busy with other work, stalls the passes that wait for it
-    (benchmarks/decode_vs_transformers.py times two threads against one, paired)."""
-    library().dl_set_threads(threads)
+    (benchmarks/decode_vs_transformers.py times two threads against one, paired). Applied when the
+    library loads, so setting it builds nothing."""
+    global _threads_wanted
+    _threads_wanted = max(1, threads)
+    if library.cache_info().currsize:
+        library().dl_set_threads(_threads_wanted)
 
 
 def threads() -> int:

@@ -35,7 +35,9 @@ TOP_FIELDS = {
     "description": Field("str", ""),
     "device": Field("str", "cpu", choices=("cpu", "cuda")),
     "seed": Field("int", 1234, 0, 2**31 - 1),
-    "threads": Field("int", 0, 0, 1024, help="torch threads while the experiments run (0: torch's default)"),
+    "threads": Field(
+        "int", 0, 0, 1024, help="threads of torch and of the fast path while the experiments run (0: their defaults)"
+    ),
 }
 MODEL_FIELDS = {
     "d_model": Field("int", 128, 8, 2048),
