@@ -4,8 +4,9 @@ At d=128 a decode step is about 0.6 million multiply-adds, microseconds of arith
 PyTorch spends hundreds of microseconds dispatching its ~40 small ops. This path does the same
 arithmetic (embedding, pre-LayerNorm blocks with cached attention, tanh GELU, tied lm head) over
 weights packed for vector kernels (runner/csrc/linear.h: each lane one output row, so a row's sum
-runs in column order whatever the number of positions in the pass), single-threaded, in a library
-built on first use (runner.native_build) and loaded with ctypes. Logits agree with the eager path to
+runs in column order whatever the number of positions in the pass), on one thread unless
+``set_threads`` says otherwise, in a library built on first use (runner.native_build) and loaded
+with ctypes. Logits agree with the eager path to
 float rounding, not bit for bit.
 
 Three weight formats run through the same loop: float32 (the model as trained), and the blocks'
@@ -16,7 +17,8 @@ Entry points: ``forward`` feeds m positions in one pass over the weights (a prom
 speculative verification of k + 1 positions); ``sample`` runs a whole generation, choosing each
 token in C++ from a given uniform (inverse CDF, as the eager loops choose); ``sample_no_cache``
 does the same without a cache, feeding the whole sequence again every step (the compiled path's own
-no-cache baseline); ``step`` is ``forward`` of one token.
+no-cache baseline); ``step`` is ``forward`` of one token; ``verify`` is a speculative verification
+(the pass and the accept rule) in one call.
 """
 
 from __future__ import annotations
