@@ -46,7 +46,7 @@ test: $(INSTALLED)
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
-	$(VENV)/bin/clang-format --dry-run -Werror runner/csrc/*.cpp
+	$(VENV)/bin/clang-format --dry-run -Werror runner/csrc/*.cpp runner/csrc/*.h
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/store_write.py

@@ -2,7 +2,10 @@
 
 The quick model (trained, or reused from the store) is loaded into
 ``transformers.GPT2LMHeadModel``; each impl and ``generate(use_cache=True)`` produce 256 greedy
-tokens, timed with the paired method. Ends with ``name=value`` lines. Needs the bench extra.
+tokens, timed with the paired method. Then, on the CPU, three ratios of the fast path, each paired
+in one run: a speculative verification of k + 1 = 5 positions against a plain step (in plain
+steps), the int8 and bfloat16 kernels against float32, and what a compiled call costs before its
+arithmetic. Ends with ``name=value`` lines. Needs the bench extra.
 
     python benchmarks/decode_vs_transformers.py [--db URL] [--tokens 256] [--pairs 5]
 """
@@ -11,36 +14,78 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import time
+from collections.abc import Callable
 
 import torch
 
 from runner.corpus import load_corpus
-from runner.decode import IMPLS, generate
-from runner.model import to_transformers
+from runner.decode import COMPILED, IMPLS, generate
+from runner.model import CharGPT, to_transformers
+from runner.quantize import quantize_model
 from runner.sweeps import load_preset
-from runner.timing import Harness
+from runner.timing import Harness, Paired
 from runner.train import train_or_reuse
 from store.store import Store
 
+VERIFY_K = 4
 
-def machine_floors(mults_per_token: int, weight_bytes: int) -> tuple[float, float]:
-    """Microseconds per token if only arithmetic (at this machine's big-matmul rate) or only
-    reading the weights once (at its copy bandwidth) cost time."""
+
+def seconds_per_pass(function: Callable[[], object], repeats: int = 10) -> float:
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def machine_floors(mults_per_token: int, weight_bytes: int) -> dict[str, float]:
+    """Microseconds per token if only one cost counted: the arithmetic at this machine's big-matmul
+    rate; reading the weights once at the rate a buffer of their size streams from the caches (one
+    thread, and torch's threads); reading them once from DRAM (a 64 MB copy, which no cache holds)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    flops = 10 * 2 * 1024**3 / (time.perf_counter() - start)
+    flops = 2 * 1024**3 / seconds_per_pass(lambda: a @ b)
+    weights = torch.randn(weight_bytes // 4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    one_thread = seconds_per_pass(weights.sum, repeats=200)
+    torch.set_num_threads(os.cpu_count() or 1)
+    all_threads = seconds_per_pass(weights.sum, repeats=200)
+    torch.set_num_threads(threads)
     source = torch.randn(16 * 2**20)
     target = torch.empty_like(source)
-    target.copy_(source)
-    start = time.perf_counter()
-    for _ in range(10):
-        target.copy_(source)
-    bandwidth = 10 * 2 * source.numel() * 4 / (time.perf_counter() - start)
-    return 2 * mults_per_token / flops * 1e6, weight_bytes / bandwidth * 1e6
+    dram_bandwidth = 2 * source.numel() * 4 / seconds_per_pass(lambda: target.copy_(source))
+    return {
+        "arithmetic_floor_us_per_token": 2 * mults_per_token / flops * 1e6,
+        "weights_stream_floor_us_per_token": one_thread * 1e6,
+        "weights_stream_floor_all_threads_us_per_token": all_threads * 1e6,
+        "dram_floor_us_per_token": weight_bytes / dram_bandwidth * 1e6,
+    }
+
+
+def verify_in_steps(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> Paired:
+    """Plain fast decoding of n tokens against n verifications of k + 1 positions, one at each
+    position the plain steps fed (the cache rolled back after each): paired, the ratio of the
+    candidate's time to the baseline's is a verification's cost in plain steps."""
+    from runner.fast_decode import decoder_for
+
+    decoder = decoder_for(model)
+    text = generate(model, prompt, n + VERIFY_K, temperature=0.0, impl="fast").tokens
+    cache = model.new_cache(capacity=len(prompt) + n + VERIFY_K)
+    decoder.forward(prompt + text[: n + VERIFY_K - 1], cache)
+    q = torch.full((VERIFY_K, model.config.vocab_size), 1.0 / model.config.vocab_size)
+    randoms = torch.zeros(2 * VERIFY_K + 1, dtype=torch.float64)
+
+    def verifications() -> None:
+        for position in range(len(prompt) - 1, len(prompt) - 1 + n):
+            cache.length = position
+            sequence = (prompt + text)[position : position + VERIFY_K + 1]
+            decoder.verify(sequence, cache, q, 0.0, randoms)
+
+    return harness.paired(lambda: generate(model, prompt, n, temperature=0.0, impl="fast"), verifications, pairs=pairs)
 
 
 def main() -> None:
@@ -49,8 +94,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (the fast path runs on one; so does this, by default)"
+    )
     arguments = parser.parse_args()
     device = arguments.device
+    torch.set_num_threads(arguments.threads)
     spec = load_preset("quick")
     corpus = load_corpus()
     trained = train_or_reuse(
@@ -70,8 +119,8 @@ def main() -> None:
 
     reference = transformers_generate()[0, len(prompt) :].tolist()
     harness = Harness(device=device)
-    # The compiled fast step runs on the CPU only.
-    impls = [impl for impl in IMPLS if device == "cpu" or impl != "fast"]
+    # The fast path and the compiled step run on the CPU only.
+    impls = [impl for impl in (*IMPLS, COMPILED) if device == "cpu" or impl not in ("fast", COMPILED)]
     print(
         f"model {trained.record.weights_hash[:12]}: d={model.config.d_model}, {model.config.n_layer} blocks, "
         f"{model.config.n_head} heads; {n} greedy tokens, {arguments.pairs} pairs; torch threads "
@@ -79,7 +128,9 @@ def main() -> None:
     )
     results = {}
     for impl in impls:
+        started = time.perf_counter()
         tokens = generate(model, prompt, n, temperature=0.0, impl=impl).tokens
+        first_call = time.perf_counter() - started
         paired = harness.paired(
             transformers_generate,
             functools.partial(generate, model, prompt, n, temperature=0.0, impl=impl),
@@ -89,27 +140,73 @@ def main() -> None:
         print(
             f"{impl:8} {min(paired.candidate_seconds) / n * 1e6:8.1f} us/token   transformers "
             f"{min(paired.baseline_seconds) / n * 1e6:8.1f} us/token   speedup {paired.median:5.2f}x "
-            f"[{paired.low:.2f}-{paired.high:.2f}]   same tokens as transformers: {tokens == reference}"
+            f"[{paired.low:.2f}-{paired.high:.2f}]   same tokens as transformers: {tokens == reference}   "
+            f"first call {first_call:.1f} s"
         )
     best = max(results, key=lambda impl: results[impl].median)
     best_us = min(results[best].candidate_seconds) / n * 1e6
     transformers_us = min(min(paired.baseline_seconds) for paired in results.values()) / n * 1e6
     d, layers = model.config.d_model, model.config.n_layer
     mults = layers * 12 * d * d + model.config.vocab_size * d  # per token, attention aside
-    arithmetic_us, memory_us = machine_floors(mults, 4 * (layers * 12 * d * d + model.config.vocab_size * d))
+    floors = machine_floors(mults, 4 * (layers * 12 * d * d + model.config.vocab_size * d))
+    stream = floors["weights_stream_floor_us_per_token"]
     print(
-        f"floors: arithmetic {arithmetic_us:.1f} us/token, reading the weights once {memory_us:.1f} us/token; "
-        f"{best} is {best_us / arithmetic_us:.0f}x the arithmetic floor and {best_us / memory_us:.1f}x the memory one"
+        f"floors: arithmetic {floors['arithmetic_floor_us_per_token']:.1f} us/token, streaming the weights once "
+        f"{stream:.1f} (one thread) / {floors['weights_stream_floor_all_threads_us_per_token']:.1f} (all), from "
+        f"DRAM {floors['dram_floor_us_per_token']:.1f}; {best} is {best_us / stream:.1f}x the one-thread "
+        "streaming floor"
     )
-    print(f"transformers_us_per_token={transformers_us:.1f}")
+    lines: dict[str, float | str] = {"transformers_us_per_token": transformers_us}
     for impl, paired in results.items():
-        print(f"{impl}_us_per_token={min(paired.candidate_seconds) / n * 1e6:.1f}")
-        print(f"{impl}_speedup_vs_transformers={paired.median:.2f}")
-    print(f"best_impl={best}")
-    print(f"speedup_vs_transformers={results[best].median:.2f}")
-    print(f"best_us_per_token={best_us:.1f}")
-    print(f"arithmetic_floor_us_per_token={arithmetic_us:.2f}")
-    print(f"memory_floor_us_per_token={memory_us:.2f}")
+        lines[f"{impl}_us_per_token"] = min(paired.candidate_seconds) / n * 1e6
+        lines[f"{impl}_speedup_vs_transformers"] = paired.median
+    lines.update(best_impl=best, speedup_vs_transformers=results[best].median, best_us_per_token=best_us)
+    lines.update(floors)
+    if device == "cpu":
+        lines.update(fast_path_ratios(model, prompt, n, harness, arguments.pairs))
+    for name, value in lines.items():
+        print(f"{name}={value:.6g}" if isinstance(value, float) else f"{name}={value}")
+
+
+def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
+    from runner.compiled_decode import call_overhead_seconds
+    from runner.fast_decode import instruction_set, set_threads
+
+    verify = verify_in_steps(model, prompt, n, harness, pairs)
+    print(
+        f"fast verification of {VERIFY_K + 1} positions: {1 / verify.median:.2f} plain steps "
+        f"[{1 / verify.high:.2f}-{1 / verify.low:.2f}] (kernels: {instruction_set()})"
+    )
+    ratios = {f"fast_verify_k{VERIFY_K}_steps": 1 / verify.median}
+    for precision, kernel in (("int8", "fast_int8"), ("bf16", "fast_bf16")):
+        quantized = quantize_model(model, precision, kernel=kernel)
+        paired = harness.paired(
+            lambda: generate(model, prompt, n, temperature=0.0, impl="fast"),
+            functools.partial(generate, quantized, prompt, n, temperature=0.0, impl="fast"),
+            pairs=pairs,
+        )
+        print(f"{kernel}: {paired.median:.2f}x fast float32 [{paired.low:.2f}-{paired.high:.2f}]")
+        ratios[f"{kernel}_us_per_token"] = min(paired.candidate_seconds) / n * 1e6
+        ratios[f"{kernel}_speedup_vs_fp32"] = paired.median
+    cores = os.cpu_count() or 1
+    if cores > 1:
+
+        def on_threads(count: int) -> Callable[[], object]:
+            def run() -> object:
+                set_threads(count)
+                return generate(model, prompt, n, temperature=0.0, impl="fast")
+
+            return run
+
+        paired = harness.paired(on_threads(1), on_threads(cores), pairs=pairs)
+        set_threads(1)
+        print(f"fast on {cores} threads: {paired.median:.2f}x one thread [{paired.low:.2f}-{paired.high:.2f}]")
+        ratios["fast_all_threads_us_per_token"] = min(paired.candidate_seconds) / n * 1e6
+        ratios["fast_all_threads_speedup"] = paired.median
+    overhead = call_overhead_seconds()
+    print(f"an empty compiled call (guards, dispatch, its output) costs {overhead * 1e6:.1f} us")
+    ratios["compiled_call_overhead_us"] = overhead * 1e6
+    return ratios
 
 
 if __name__ == "__main__":

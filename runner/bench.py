@@ -39,7 +39,7 @@ BENCHMARKS = (
 
 
 def unit_of(metric: str) -> str:
-    if metric.endswith("_us_per_token"):
+    if metric.endswith(("_us_per_token", "_us")):
         return "microseconds"
     if metric.endswith("_per_second"):
         return "per_second"

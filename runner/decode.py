@@ -60,7 +60,10 @@ def first_difference(first: list[int], second: list[int]) -> int:
     return next((index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
 
 
-IMPLS = ("naive", "static", "fast")
+IMPLS = ("naive", "static", "fast")  # each with a cache and without one
+# torch.compile of the static-cache step (runner.compiled_decode): cached decoding only, and
+# outside the presets (it compiles for tens of seconds first).
+COMPILED = "compiled"
 
 
 @torch.inference_mode()
@@ -89,10 +92,13 @@ def generate(
     new input tensor from Python ints every step (the write-ups' loop); ``static`` writes into
     a preallocated cache (its no-cache path is the eager full forward); ``fast`` runs the
     whole generation in compiled C++ (runner.fast_decode), its no-cache path a compiled
-    full-prefix forward per step.
+    full-prefix forward per step; ``compiled`` (cached only) runs each step through
+    torch.compile's code for the static-cache step (runner.compiled_decode).
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl not in (*IMPLS, COMPILED):
+        raise ValueError(f"impl must be one of {(*IMPLS, COMPILED)}, got {impl!r}")
+    if impl == COMPILED and (not use_cache or cache_rounding is not None):
+        raise ValueError("the compiled impl decodes with an exact cache only")
     if not prompt:
         raise ValueError("prompt must hold at least one token")
     positions = len(prompt) + new_tokens - 1
@@ -117,7 +123,11 @@ def generate(
             return Generation(tokens=decoder.sample_no_cache(prompt, new_tokens, temperature, draws), logits=None)
         tokens, _ = decoder.sample(prompt, new_tokens, temperature, draws, model.new_cache(capacity=positions))
         return Generation(tokens=tokens, logits=None)
-    if impl == "naive":
+    if impl == COMPILED:
+        from runner.compiled_decode import compiled_steps
+
+        next_logits = compiled_steps(model, prompt, positions)
+    elif impl == "naive":
         next_logits = _naive_steps(model, prompt) if use_cache else _naive_no_cache_steps(model, prompt)
     elif impl == "fast":
         next_logits = _fast_steps(model, prompt, positions) if use_cache else _fast_no_cache_steps(model, prompt)

@@ -6,10 +6,11 @@ Run under a job's claim, every write is the claim's: when the job stops being th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +43,35 @@ class RunOutcome:
     wall_seconds: float
 
 
+# Torch's own thread count, before any spec changed it: what training uses.
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int, fast_path: bool = False) -> Iterator[None]:
+    """Torch uses ``threads`` threads inside the block (0: DEFAULT_THREADS), then what it used
+    before; with ``fast_path`` the fast decode path does too (0: its default, one)."""
+    from runner import fast_decode
+
+    before, fast_before = torch.get_num_threads(), fast_decode._threads_wanted
+    torch.set_num_threads(threads or DEFAULT_THREADS)
+    if fast_path:
+        fast_decode.set_threads(threads or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if fast_path:
+            fast_decode.set_threads(fast_before)
+
+
 def train_side_model(
     store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log, teacher: Any = None
 ) -> Any:
     """Train (or reuse) another model for an experiment, e.g. a small draft, optionally distilled
     from ``teacher``. Experiments may ask from inside ``torch.inference_mode``; training needs
     autograd back (and the teacher on the CPU beside the corpus)."""
-    with torch.inference_mode(False), torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad(), torch_threads(0):
         cpu_teacher = None if teacher is None else copy.deepcopy(teacher).cpu()
         trained = train_or_reuse(
             store.results, model_config, train_config, corpus, show_progress=False, log=log, teacher=cpu_teacher
@@ -82,66 +105,68 @@ def execute(
         store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
     )
     model = trained.model.to(spec.device).eval()
-    machine_id = store.results.machine_id(fingerprint(spec.device))
+    # The experiments run on the spec's threads, and the machine is recorded with that count.
+    with torch_threads(spec.raw.get("threads", 0), fast_path=True):
+        machine_id = store.results.machine_id(fingerprint(spec.device))
 
-    claim = job.claim if job is not None else None
-    run_fields: dict[str, Any] = {
-        "machine_id": machine_id,
-        "spec": spec.raw,
-        "code_version": code_version(),
-        "model_id": trained.record.id,
-        "preset": preset,
-    }
-    if claim is not None:
-        run_id, resumed = store.jobs.begin_run(claim, **run_fields)
-        if resumed:
-            log(f"resuming run {run_id}")
-    else:
-        run_id = store.results.start_run(**run_fields)
-    recorded = store.results.recorded_case_keys(run_id)
-    plan = spec.plan()
-    total = len(plan)
-    done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
-    if claim is not None:
-        store.jobs.progress(claim, done, total)
-    context = ExperimentContext(
-        model=model,
-        model_record=trained.record,
-        corpus=corpus,
-        harness=Harness(device=spec.device),
-        device=spec.device,
-        seed=spec.seed,
-        earlier=lambda experiment: store.results.measurements(run_id, experiment),
-        train_model=lambda model_config, train_config, teacher=None: train_side_model(
-            store, model_config, train_config, corpus, spec.device, log, teacher
-        ),
-    )
-    recorded_now = 0
-    progress = tqdm(
-        total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
-    )
-    try:
-        with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
-            for experiment, case in plan:
-                check_stop()
-                if (experiment.name, case_key(case)) in recorded:
-                    continue
-                progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
-                torch.manual_seed(spec.seed)
-                measurements = experiment.run_case(case, context)
-                record = CaseRecord(experiment.name, case, measurements)
-                if store.results.record_case(run_id, record, claim) is not None:
-                    recorded_now += 1
-                done += 1
-                progress.update(1)
-                if claim is not None:
-                    store.jobs.progress(claim, done, total)
-    except KeyboardInterrupt:
-        requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
-        log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
-        raise
-    finally:
-        progress.close()
+        claim = job.claim if job is not None else None
+        run_fields: dict[str, Any] = {
+            "machine_id": machine_id,
+            "spec": spec.raw,
+            "code_version": code_version(),
+            "model_id": trained.record.id,
+            "preset": preset,
+        }
+        if claim is not None:
+            run_id, resumed = store.jobs.begin_run(claim, **run_fields)
+            if resumed:
+                log(f"resuming run {run_id}")
+        else:
+            run_id = store.results.start_run(**run_fields)
+        recorded = store.results.recorded_case_keys(run_id)
+        plan = spec.plan()
+        total = len(plan)
+        done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
+        if claim is not None:
+            store.jobs.progress(claim, done, total)
+        context = ExperimentContext(
+            model=model,
+            model_record=trained.record,
+            corpus=corpus,
+            harness=Harness(device=spec.device),
+            device=spec.device,
+            seed=spec.seed,
+            earlier=lambda experiment: store.results.measurements(run_id, experiment),
+            train_model=lambda model_config, train_config, teacher=None: train_side_model(
+                store, model_config, train_config, corpus, spec.device, log, teacher
+            ),
+        )
+        recorded_now = 0
+        progress = tqdm(
+            total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
+        )
+        try:
+            with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
+                for experiment, case in plan:
+                    check_stop()
+                    if (experiment.name, case_key(case)) in recorded:
+                        continue
+                    progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
+                    torch.manual_seed(spec.seed)
+                    measurements = experiment.run_case(case, context)
+                    record = CaseRecord(experiment.name, case, measurements)
+                    if store.results.record_case(run_id, record, claim) is not None:
+                        recorded_now += 1
+                    done += 1
+                    progress.update(1)
+                    if claim is not None:
+                        store.jobs.progress(claim, done, total)
+        except KeyboardInterrupt:
+            requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
+            log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
+            raise
+        finally:
+            progress.close()
     wall = time.perf_counter() - started
     log(
         f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "

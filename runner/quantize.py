@@ -11,6 +11,12 @@ Kernels:
   Saves memory, not time.
 - ``dynamic_int8``: PyTorch's dynamic int8 linear (a real int8 CPU kernel: activations are
   quantized on the fly), for the blocks' linear layers; embeddings and lm head stay float32.
+- ``fast_int8`` and ``fast_bf16``: the blocks' linear layers for the fast path's own kernels
+  (runner.fast_decode): int8 weights with one scale per output row and activations quantized
+  symmetrically per position (integer dot products: VNNI where the CPU has it), or bfloat16 weights
+  and activations summed in float32. Embeddings and lm head stay float32. The modules' eager forward
+  does the same arithmetic, so the other impls (and the loss) see the numbers the kernel computes, to
+  float rounding.
 """
 
 from __future__ import annotations
@@ -26,8 +32,15 @@ from torch.nn import functional as F
 
 from runner.model import CharGPT
 
-PRECISIONS = ("fp32", "int8", "int4")
-KERNELS = ("float32", "fake", "dynamic_int8")
+PRECISIONS = ("fp32", "int8", "int4", "bf16")
+KERNELS = ("float32", "fake", "dynamic_int8", "fast_int8", "fast_bf16")
+# The precisions each quantizing kernel runs.
+KERNEL_PRECISIONS = {
+    "fake": ("int8", "int4"),
+    "dynamic_int8": ("int8",),
+    "fast_int8": ("int8",),
+    "fast_bf16": ("bf16",),
+}
 LEVELS = {"int8": 127, "int4": 7}  # symmetric: q ∈ [−levels, levels]
 
 
@@ -107,6 +120,54 @@ class QuantizedEmbedding(nn.Module):
         return self.weight_quantized.dequantize_rows(idx)
 
 
+class Int8DynamicLinear(nn.Module):
+    """int8 weights (one scale per output row, as ``QuantizedTensor``) times activations rounded to
+    int8 per position (scale max |x| / 127): the fast_int8 kernel's arithmetic. The integer sums are
+    below 2^24, so the float32 matmul of the integer values is exact, as the kernel's int32 sums are."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        quantized = QuantizedTensor(linear.weight, "int8", linear.in_features)
+        self.weight_int8: torch.Tensor
+        self.weight_scales: torch.Tensor
+        self.bias: torch.Tensor
+        self.register_buffer("weight_int8", quantized.data)
+        self.register_buffer("weight_scales", quantized.scales.reshape(-1).contiguous())
+        self.register_buffer("bias", linear.bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / 127.0
+        integers = (x / scale).round().clamp(-127, 127)
+        return F.linear(integers, self.weight_int8.float()) * (scale * self.weight_scales) + self.bias
+
+
+class Bfloat16Linear(nn.Module):
+    """bfloat16 weights times activations rounded to bfloat16, summed in float32: the fast_bf16
+    kernel's arithmetic (the products of two bfloat16 values are exact in float32)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight_bfloat16: torch.Tensor
+        self.bias: torch.Tensor
+        self.register_buffer("weight_bfloat16", linear.weight.detach().to(torch.bfloat16).contiguous())
+        self.register_buffer("bias", linear.bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.to(torch.bfloat16).float(), self.weight_bfloat16.float(), self.bias)
+
+
+def _quantize_for_fast_path(model: CharGPT, kernel: str) -> CharGPT:
+    quantized = copy.deepcopy(model)
+    layer = Int8DynamicLinear if kernel == "fast_int8" else Bfloat16Linear
+    for block in quantized.blocks:
+        for parent in (block.attn, block.mlp):
+            for name in ("c_attn", "c_fc", "c_proj"):
+                linear = getattr(parent, name, None)
+                if isinstance(linear, nn.Linear):
+                    setattr(parent, name, layer(linear))
+    return quantized
+
+
 def _quantize_fake(model: CharGPT, precision: str, group_size: int, embeddings: bool) -> CharGPT:
     quantized = copy.deepcopy(model)
     for block in quantized.blocks:
@@ -145,21 +206,26 @@ def quantize_model(
     """A quantized copy of ``model`` with the same decode API; ``model`` is left untouched."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision != "fp32" and kernel not in KERNEL_PRECISIONS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if precision != "fp32" and precision not in KERNEL_PRECISIONS[kernel]:
+        raise ValueError(f"the {kernel} kernel runs {' or '.join(KERNEL_PRECISIONS[kernel])} only")
     if precision == "fp32":
         result = copy.deepcopy(model)
         info = QuantizationInfo("fp32", None, "float32", False)
+    elif kernel in ("fast_int8", "fast_bf16"):
+        if not model.config.is_gpt2:
+            raise ValueError(f"the {kernel} kernel runs GPT-2 shaped models (tied lm head) only")
+        result = _quantize_for_fast_path(model, kernel)
+        info = QuantizationInfo(precision, None, kernel, False)
     elif kernel == "fake":
         if precision == "int4" and model.config.d_model % group_size:
             raise ValueError(f"group_size {group_size} must divide d_model {model.config.d_model}")
         result = _quantize_fake(model, precision, group_size, embeddings)
         info = QuantizationInfo(precision, group_size if precision == "int4" else None, "fake", embeddings)
-    elif kernel == "dynamic_int8":
-        if precision != "int8":
-            raise ValueError("the dynamic_int8 kernel runs int8 only")
+    else:
         result = _quantize_dynamic_int8(model)
         info = QuantizationInfo("int8", None, "dynamic_int8", False)
-    else:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     result.quantization = info  # type: ignore[assignment]
     return result.eval()
 

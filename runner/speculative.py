@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch.nn import functional as F
@@ -24,11 +24,25 @@ SPECULATIVE_IMPLS = ("static", "fast")
 TargetPass = Callable[[list[int], KVCache], torch.Tensor]
 
 
-def target_pass(model: CharGPT, impl: str) -> TargetPass:
-    if impl == "fast":
+class CompiledTarget:
+    """The fast impl's target: its pass, and a verification that runs the pass and the accept rule in
+    one C++ call (Python's accept rule costs more than the pass it judges)."""
+
+    def __init__(self, model: CharGPT) -> None:
         from runner.fast_decode import decoder_for
 
-        return decoder_for(model).forward
+        self.decoder = decoder_for(model)
+
+    def __call__(self, tokens: list[int], cache: KVCache) -> torch.Tensor:
+        return self.decoder.forward(tokens, cache)
+
+    def verify(self, *arguments: Any) -> tuple[int, list[int], list[float]]:
+        return self.decoder.verify(*arguments)
+
+
+def target_pass(model: CharGPT, impl: str) -> TargetPass:
+    if impl == "fast":
+        return CompiledTarget(model)
     if impl == "static":
 
         def eager(tokens: list[int], cache: KVCache) -> torch.Tensor:
@@ -120,6 +134,9 @@ def verify(
     Leaves the k + 1 new positions in ``cache``; the caller rolls it back to what was kept.
     """
     k = len(proposals)
+    if isinstance(run_target, CompiledTarget):
+        draws = uniforms(2 * k + 1, temperature, generator)
+        return Verdict(*run_target.verify([last, *proposals], cache, q, temperature, draws))
     p_rows = probabilities(run_target([last, *proposals], cache).float(), temperature).cpu()
     q_rows = q.float().cpu()
     # TV at every proposed position in one op (only the decided ones are kept).

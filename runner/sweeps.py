@@ -35,6 +35,9 @@ TOP_FIELDS = {
     "description": Field("str", ""),
     "device": Field("str", "cpu", choices=("cpu", "cuda")),
     "seed": Field("int", 1234, 0, 2**31 - 1),
+    "threads": Field(
+        "int", 0, 0, 1024, help="threads of torch and of the fast path while the experiments run (0: their defaults)"
+    ),
 }
 MODEL_FIELDS = {
     "d_model": Field("int", 128, 8, 2048),
@@ -137,23 +140,27 @@ def validate(raw: Any) -> SweepSpec:
     return spec
 
 
-# What runs on the CPU only: the compiled fast step and PyTorch's dynamic int8 kernel.
+# What runs on the CPU only: the compiled fast path (its impl, its kernels, the draft proposing
+# through it) and PyTorch's dynamic int8 kernel.
 CPU_ONLY = {
-    ("kv_cache", "impls"): "fast",
-    ("overhead", "impls"): "fast",
-    ("speculative", "impls"): "fast",
-    ("quantization", "kernels"): "dynamic_int8",
+    ("kv_cache", "impls"): ("fast",),
+    ("overhead", "impls"): ("fast",),
+    ("speculative", "impls"): ("fast",),
+    ("speculative", "drafts"): ("fast_int8",),
+    ("quantization", "kernels"): ("dynamic_int8", "fast_int8", "fast_bf16"),
 }
 
 
 def _check_cuda_fields(experiments: dict[str, Any]) -> None:
-    for (experiment, field), value in CPU_ONLY.items():
-        if value in experiments.get(experiment, {}).get(field, []):
-            allowed = [item for item in experiments[experiment][field] if item != value]
-            raise InputError(
-                f"experiments.{experiment}.{field}: {value!r} runs on the CPU only "
-                f"(allowed with device cuda: {', '.join(allowed) or 'the others'})"
-            )
+    for (experiment, field), values in CPU_ONLY.items():
+        chosen = experiments.get(experiment, {}).get(field, [])
+        for value in values:
+            if value in chosen:
+                allowed = [item for item in chosen if item not in values]
+                raise InputError(
+                    f"experiments.{experiment}.{field}: {value!r} runs on the CPU only "
+                    f"(allowed with device cuda: {', '.join(allowed) or 'the others'})"
+                )
 
 
 def for_device(raw: dict[str, Any], device: str) -> dict[str, Any]:
@@ -164,10 +171,10 @@ def for_device(raw: dict[str, Any], device: str) -> dict[str, Any]:
         "experiments": {name: dict(params) for name, params in raw.get("experiments", {}).items()},
     }
     if device == "cuda":
-        for (experiment, field), value in CPU_ONLY.items():
+        for (experiment, field), values in CPU_ONLY.items():
             params = moved["experiments"].get(experiment)
             if params and field in params:
-                params[field] = [item for item in params[field] if item != value]
+                params[field] = [item for item in params[field] if item not in values]
     return moved
 
 

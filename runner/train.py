@@ -83,8 +83,14 @@ def _learning_rate(step: int, config: TrainConfig) -> float:
 
 
 @torch.inference_mode()
-def evaluate_loss(model: CharGPT, tokens: torch.Tensor, sequence_length: int) -> float:
-    """Mean next-character loss over fixed, non-overlapping windows (deterministic)."""
+def evaluate_loss(
+    model: CharGPT,
+    tokens: torch.Tensor,
+    sequence_length: int,
+    logits_through: Callable[[CharGPT, torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """Mean next-character loss over fixed, non-overlapping windows (deterministic); the logits from
+    the model's forward, or from ``logits_through(model, inputs)`` (another path through it)."""
     windows = min(EVALUATION_WINDOWS, (len(tokens) - 1) // sequence_length)
     if windows < 1:
         raise ValueError("evaluation text is shorter than one window")
@@ -92,7 +98,7 @@ def evaluate_loss(model: CharGPT, tokens: torch.Tensor, sequence_length: int) ->
     device = model.device
     inputs = torch.stack([tokens[start : start + sequence_length] for start in starts]).to(device)
     targets = torch.stack([tokens[start + 1 : start + 1 + sequence_length] for start in starts]).to(device)
-    logits = model(inputs)
+    logits = model(inputs) if logits_through is None else logits_through(model, inputs)
     return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
 
 

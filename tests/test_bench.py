@@ -18,6 +18,7 @@ def test_results_are_parsed_from_name_value_lines() -> None:
         "seconds",
         "ratio",
     )
+    assert (unit_of("compiled_call_overhead_us"), unit_of("fast_verify_k4_steps")) == ("microseconds", "ratio")
 
 
 def test_bench_records_a_run(tmp_path: Path) -> None:

@@ -22,6 +22,20 @@ def test_cpu_only_choices_are_refused_on_cuda() -> None:
     assert "dynamic_int8" not in moved["experiments"]["quantization"]["kernels"]
     assert moved["experiments"]["speculative"]["impls"] == ["static"]
     assert moved["device"] == "cuda"
+    fast_kernels = {**raw, "experiments": {**raw["experiments"]}}
+    fast_kernels["experiments"]["quantization"] = {"precisions": ["int8", "bf16"], "kernels": ["fake", "fast_int8"]}
+    fast_kernels["experiments"]["speculative"] = {**raw["experiments"]["speculative"], "impls": ["static"]}
+    fast_kernels["experiments"]["speculative"]["drafts"] = ["bigram", "fast_int8"]
+    with pytest.raises(InputError, match="experiments.quantization.kernels: 'fast_int8' runs on the CPU only"):
+        validate(
+            {
+                **fast_kernels,
+                "device": "cuda",
+                "experiments": {"quantization": fast_kernels["experiments"]["quantization"]},
+            }
+        )
+    moved = validate(for_device(fast_kernels, "cuda")).raw["experiments"]
+    assert moved["quantization"]["kernels"] == ["fake"] and moved["speculative"]["drafts"] == ["bigram"]
 
 
 def test_the_device_side_token_choice_matches_the_cpu_one() -> None:

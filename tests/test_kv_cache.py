@@ -273,17 +273,23 @@ def test_the_compiled_entry_points_refuse_bad_tensors(tiny_model: CharGPT) -> No
 
     decoder = FastDecoder(tiny_model)
     cache = tiny_model.new_cache()
+    doubled = tiny_model.new_cache()
+    doubled.keys, doubled.values = doubled.keys.double(), doubled.values.double()
     with pytest.raises(RuntimeError, match="float32"):
-        decoder._forward([1], 0, decoder.weights.double(), 13, 64, cache.keys, cache.values)
+        decoder.forward([1], doubled)
     with pytest.raises(RuntimeError, match="batch 1"):
-        batched = tiny_model.new_cache(batch_size=2)
-        decoder._forward([1], 0, decoder.weights, 13, 64, batched.keys, batched.values)
-    with pytest.raises(RuntimeError, match="do not match"):
-        decoder._forward([1], 0, decoder.weights[:-1], 13, 64, cache.keys, cache.values)
+        decoder.forward([1], tiny_model.new_cache(batch_size=2))
+    narrow = tiny_model.new_cache()
+    narrow.keys, narrow.values = narrow.keys[..., :-1].contiguous(), narrow.values[..., :-1].contiguous()
+    with pytest.raises(RuntimeError, match="does not match"):
+        decoder.forward([1], narrow)
     with pytest.raises(RuntimeError, match="uniforms"):
         decoder.sample([1], 3, 1.0, torch.zeros(3, dtype=torch.float32), cache)
     with pytest.raises(RuntimeError, match="vocabulary"):
         decoder.forward([99], cache)
+    with pytest.raises(RuntimeError, match="past the cache"):
+        decoder.forward([1] * 3, tiny_model.new_cache(capacity=2))
+    assert cache.length == 0, "a refused call leaves the cache as it was"
 
 
 def test_the_fast_step_matches_the_eager_logits(tiny_model: CharGPT) -> None:

@@ -133,3 +133,22 @@ def test_a_group_size_that_does_not_divide_the_width_is_refused_by_the_validator
 
     with pytest.raises(InputError, match="experiments.quantization.group_size: 48 does not divide d_model 128"):
         validate({"experiments": {"quantization": {"group_size": 48}}})
+
+
+def test_the_fast_kernels_are_measured_through_the_fast_path(filled_store_url: str) -> None:
+    from store import frames
+    from store.store import Store
+
+    store = Store(filled_store_url)
+    rows = frames.measurements(store, int(frames.runs(store)["run_id"].min()), "quantization")
+    rows["kernel"] = rows["params"].map(lambda params: params["kernel"])
+    assert set(rows["kernel"]) == {"float32", "fake", "dynamic_int8", "fast_int8", "fast_bf16"}
+    for kernel, precision in (("fast_int8", "int8"), ("fast_bf16", "bf16")):
+        case = rows[rows["kernel"] == kernel]
+        assert {(params["impl"], params["precision"]) for params in case["params"]} == {("fast", precision)}
+        values = case.set_index("metric")["value"]
+        assert values["speedup_vs_fp32"] > 0 and values["seconds_per_token_fp32"] > 0
+        assert 0 <= values["divergence_position_greedy"] <= 20
+        assert abs(values["loss_increase"]) < 0.5
+        assert values["bytes_ratio_vs_fp32"] < 1
+    assert "impl" not in rows.loc[rows["kernel"] == "fake", "params"].iloc[0], "the eager kernels' cases are as before"

@@ -18,8 +18,9 @@ from tests.conftest import TINY_SPEC, run_decodelab
 
 # training_summary 1; kv_cache 25 (two impls: equivalence 2, no_mask, counter_check, recomputation,
 # counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache); overhead 9;
-# quantization 4; speculative 29 (distribution 5, per impl aa + 10 + choice); context_cost 3
-TINY_CASES = 71
+# quantization 6 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast); speculative 34 (distribution 6,
+# per impl aa + 12 + choice); context_cost 3
+TINY_CASES = 78
 
 
 def quiet(_: str) -> None:
@@ -27,10 +28,22 @@ def quiet(_: str) -> None:
 
 
 def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) -> None:
+    import sqlite3
+
+    import torch
+
     store = Store(sqlite_url)
     spec = load_spec_file(TINY_SPEC)
+    threads_before = torch.get_num_threads()
     first = execute(store, spec, show_progress=False, log=quiet)
     assert first.cases_recorded == spec.cases_total() == TINY_CASES
+    # The experiments ran on the spec's one thread, recorded with the machine; torch is left as it was.
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as connection:
+        assert connection.execute("SELECT threads FROM machine").fetchall() == [(spec.raw["threads"],)] == [(1,)]
+    assert torch.get_num_threads() == threads_before
+    from runner import fast_decode
+
+    assert fast_decode._threads_wanted == 1, "the fast path is back on its default"
     run = frames.runs(store).to_dict("records")[0]
     assert run["status"] == "done" and run["wall_seconds"] > 0
     measured = frames.measurements(store, first.run_id)

@@ -3,6 +3,8 @@ accepted, the output keeps the target's distribution, and counts reach the store
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -127,7 +129,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
     # The old names meant something else; a new run never writes them.
     assert not {"predicted_speedup", "predicted_speedup_refined"} & set(rows["metric"])
     speculative = rows[rows["part"] == "speculative"]
-    assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small"}
+    assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small", "fast_int8"}
     assert {params["k"] for params in speculative["params"]} == {1, 3}
     assert (rows.loc[rows["metric"] == "within_sampling_noise", "value"] == 1.0).all()
     choice = rows[rows["part"] == "choice"].set_index("metric")["value"]
@@ -138,7 +140,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         cases = speculative[speculative["impl"] == impl].pivot_table(
             index=["draft", "k"], columns="metric", values="value", aggfunc="first"
         )
-        picked = cases["predicted_speedup_a_priori"].idxmax()
+        picked: Any = cases["predicted_speedup_a_priori"].idxmax()
         best = cases["speedup_median"].max()
         recorded = rows[(rows["part"] == "choice") & (rows["impl"] == impl)].set_index("metric")["value"]
         assert recorded["a_priori_choice_k"] == picked[1]
@@ -186,3 +188,53 @@ def test_speculative_decoding_gives_the_same_tokens_through_either_impl(target: 
     assert outputs[0].accepted_histogram == outputs[1].accepted_histogram
     with pytest.raises(ValueError, match="impl must be one of"):
         speculative_decode(target, small, 3, [3, 1, 4], 10, impl="naive")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_the_compiled_verification_decides_as_the_python_rule(target: CharGPT, temperature: float) -> None:
+    from runner.speculative import CompiledTarget, verify
+
+    compiled = CompiledTarget(target)
+    text = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    outcomes = set()
+    for trial in range(40):
+        generator = torch.Generator().manual_seed(trial)
+        k = 1 + trial % 5
+        q = torch.softmax(torch.randn(k, VOCAB, generator=generator) * 2, dim=-1)
+        # Half the trials propose the target's own continuation, so that some proposals are kept.
+        proposals = (
+            generate(target, text[:20], k, temperature=0.0).tokens
+            if trial % 2
+            else torch.multinomial(q, 1, generator=generator)[:, 0].tolist()
+        )
+        if temperature == 0.0:
+            q = torch.nn.functional.one_hot(torch.tensor(proposals), VOCAB).float()
+        verdicts = []
+        for run_target in (compiled, compiled.decoder.forward):  # C++ rule, then Python's on the same pass
+            cache = target.new_cache()
+            compiled.decoder.forward(text[:19], cache)
+            verdicts.append(
+                verify(
+                    run_target, cache, text[19], proposals, q, temperature, torch.Generator().manual_seed(99 + trial)
+                )
+            )
+            assert cache.length == 19 + k + 1
+        ours, python = verdicts
+        assert (ours.accepted, ours.emitted) == (python.accepted, python.emitted)
+        assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-5)
+        outcomes.add(ours.accepted == k)
+    assert outcomes == {True, False}, "both branches of the rule ran"
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_greedy_speculative_output_through_the_fast_path_is_its_greedy_output(target: CharGPT, k: int) -> None:
+    expected = generate(target, [3, 1, 4], 60, temperature=0.0, impl="fast").tokens
+    fast_int8 = ModelDraft(quantize_model(target, "int8", kernel="fast_int8"), "fast_int8", fast=True)
+    for draft in (*drafts(target)[:2], fast_int8):
+        result = speculative_decode(target, draft, k, [3, 1, 4], 60, temperature=0.0, impl="fast")
+        assert result.tokens == expected, draft.name
+    # The int8 draft proposes through the int8 kernel what its eager module proposes.
+    eager_int8 = ModelDraft(fast_int8.model, "eager_int8")
+    for draft in (fast_int8, eager_int8):
+        draft.start([1, 2, 3])
+    assert fast_int8.propose(6, 0.0, None)[0] == eager_int8.propose(6, 0.0, None)[0]

@@ -2,25 +2,30 @@
 diverges from float32, and what it does to time per token.
 
 One case per (precision, kernel); float32 is the baseline case every other one is compared
-with. Time is paired against float32 in the same case, so drift cancels in the ratio.
+with. Time is paired against float32 in the same case, so drift cancels in the ratio. The fast
+path's own kernels (fast_int8, fast_bf16) are measured through that path (case param ``impl``):
+loss from its logits, divergence and time against float32 through the same fast path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from runner.decode import first_difference, generate
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
 from runner.model import CharGPT
-from runner.quantize import quantize_model, weight_bytes
+from runner.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
 from runner.train import evaluate_loss
 from store.records import MeasurementRecord
 
 FIELDS = {
-    "precisions": Field("str_list", ["int8", "int4"], choices=("int8", "int4")),
-    "kernels": Field("str_list", ["fake", "dynamic_int8"], choices=("fake", "dynamic_int8")),
+    "precisions": Field("str_list", ["int8", "int4"], choices=("int8", "int4", "bf16")),
+    "kernels": Field("str_list", ["fake", "dynamic_int8"], choices=tuple(KERNEL_PRECISIONS)),
     "group_size": Field("int", 32, 2, 2048, help="4-bit values per scale; must divide d_model"),
     "quantize_embeddings": Field("bool", True, help="also quantize token/position embeddings (fake kernel)"),
     "divergence_tokens": Field("int", 200, 1, "context_length"),
@@ -52,19 +57,19 @@ class QuantizationExperiment:
         ]
         for precision in params["precisions"]:
             for kernel in params["kernels"]:
-                if kernel == "dynamic_int8" and precision != "int8":
-                    continue  # PyTorch's dynamic kernel is int8 only
+                if precision not in KERNEL_PRECISIONS[kernel]:
+                    continue  # e.g. PyTorch's dynamic kernel is int8 only
                 embeddings = params["quantize_embeddings"] and kernel == "fake"
                 group = params["group_size"] if precision == "int4" else None
-                cases.append(
-                    {
-                        "precision": precision,
-                        "kernel": kernel,
-                        "group_size": group,
-                        "embeddings_quantized": embeddings,
-                        **shared,
-                    }
-                )
+                case: dict[str, Any] = {
+                    "precision": precision,
+                    "kernel": kernel,
+                    "group_size": group,
+                    "embeddings_quantized": embeddings,
+                }
+                if kernel.startswith("fast_"):
+                    case["impl"] = "fast"
+                cases.append({**case, **shared})
         return cases
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
@@ -79,18 +84,26 @@ class QuantizationExperiment:
                 kernel=case["kernel"],
                 embeddings=case["embeddings_quantized"],
             )
+        impl = case.get("impl", "static")
         _, validation = context.corpus.split()
         length = context.model_record.config["train"]["sequence_length"]
-        reference_loss = evaluate_loss(reference, validation, length)
-        loss = evaluate_loss(model, validation, length)
+        through: Callable[[CharGPT, torch.Tensor], torch.Tensor] | None = None
+        if impl == "fast":
+            from runner.fast_decode import logits_through_fast_path
+
+            through = logits_through_fast_path
+        reference_loss = evaluate_loss(reference, validation, length, through)
+        loss = evaluate_loss(model, validation, length, through)
         prompt = context.prompt()
         n = case["divergence_tokens"]
-        greedy = [generate(m, prompt, n, temperature=0.0).tokens for m in (reference, model)]
-        sampled = [generate(m, prompt, n, temperature=1.0, seed=context.seed).tokens for m in (reference, model)]
+        greedy = [generate(m, prompt, n, temperature=0.0, impl=impl).tokens for m in (reference, model)]
+        sampled = [
+            generate(m, prompt, n, temperature=1.0, seed=context.seed, impl=impl).tokens for m in (reference, model)
+        ]
         timing_tokens = case["timing_tokens"]
         paired = context.harness.paired(
-            lambda: generate(reference, prompt, timing_tokens, temperature=0.0),
-            lambda: generate(model, prompt, timing_tokens, temperature=0.0),
+            lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
+            lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
             pairs=case["pairs"],
         )
         reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)

@@ -1,0 +1,138 @@
+"""The fast path's kernels: every instruction set they are built for computes the same logits, the
+int8 and bfloat16 formats compute what their eager modules compute, a multi-position pass equals
+the same positions fed one by one, the build cache tells CPUs apart, and the compiled impl draws
+the same tokens as the others."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runner.decode import generate
+from runner.fast_decode import FastDecoder, logits_through_fast_path
+from runner.model import CharGPT, ModelConfig
+from runner.quantize import quantization_of, quantize_model, weight_bytes
+
+# Widths off the vector length (24: head_dim 8 and a partial vector everywhere) and on it.
+SHAPES = [
+    ModelConfig(vocab_size=37, d_model=24, n_layer=2, n_head=3, context_length=96),
+    ModelConfig(vocab_size=50, d_model=64, n_layer=1, n_head=2, context_length=96),
+]
+
+
+def trained_looking(config: ModelConfig, seed: int = 0) -> CharGPT:
+    torch.manual_seed(seed)
+    model = CharGPT(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)  # off GPT-2's zero biases and unit norms
+    return model
+
+
+def tokens_for(config: ModelConfig, count: int, seed: int = 1) -> list[int]:
+    return torch.randint(0, config.vocab_size, (count,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("config", SHAPES)
+def test_a_pass_of_many_positions_equals_them_fed_one_by_one(config: ModelConfig) -> None:
+    model = trained_looking(config)
+    decoder = FastDecoder(model)
+    tokens = tokens_for(config, 70)
+    whole = decoder.forward(tokens, model.new_cache())
+    cache = model.new_cache()
+    steps = torch.stack([decoder.step(token, cache) for token in tokens])
+    split_cache = model.new_cache()
+    decoder.forward(tokens[:40], split_cache)
+    verification = decoder.forward(tokens[40:45], split_cache)
+    # Each output row is summed in column order whatever the pass: bit for bit the same.
+    assert torch.equal(whole, steps)
+    assert torch.equal(verification, steps[40:45])
+    with torch.inference_mode():
+        eager = model(torch.tensor([tokens]))[0]
+    assert (whole - eager).abs().max().item() < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("march", ["haswell", "x86-64"])
+def test_every_instruction_set_computes_the_same_logits(march: str) -> None:
+    # haswell: the AVX2 kernels; x86-64: the plain loops. The native build is AVX-512 where the CPU has it.
+    config = SHAPES[0]
+    tokens = tokens_for(config, 50)
+    for model in (trained_looking(config), quantize_model(trained_looking(config), "bf16", kernel="fast_bf16")):
+        native = FastDecoder(model).forward(tokens, model.new_cache())
+        other = FastDecoder(model, march=march).forward(tokens, model.new_cache())
+        assert (native - other).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize(("precision", "kernel"), [("int8", "fast_int8"), ("bf16", "fast_bf16")])
+def test_the_low_precision_kernels_compute_what_their_modules_compute(precision: str, kernel: str) -> None:
+    config = SHAPES[0]
+    reference = trained_looking(config)
+    model = quantize_model(reference, precision, kernel=kernel)
+    assert (quantization_of(model).precision, quantization_of(model).kernel) == (precision, kernel)
+    tokens = tokens_for(config, 60)
+    fast = FastDecoder(model).forward(tokens, model.new_cache())
+    with torch.inference_mode():
+        eager = model(torch.tensor([tokens]))[0]
+        full_precision = reference(torch.tensor([tokens]))[0]
+    # Float rounding may move an activation across a rounding boundary of the int8 or bfloat16 grid,
+    # which changes that position's logits by a grid step: nearly every logit agrees to float
+    # rounding, and every one far closer than the quantization moves them from float32.
+    close = (fast - eager).abs() < 1e-4
+    assert close.float().mean().item() > 0.98
+    assert (fast - eager).abs().max() < 0.5 * (eager - full_precision).abs().max()
+    assert (eager - full_precision).abs().max() > 1e-3, "the kernel does round"
+    assert generate(model, [1, 2], 30, temperature=0.0, impl="fast").tokens == (
+        generate(model, [1, 2], 30, temperature=0.0, impl="static").tokens
+    )
+    inputs = torch.tensor([tokens[:30], tokens[30:]])
+    assert torch.allclose(logits_through_fast_path(model, inputs)[0], fast[:30])
+    assert weight_bytes(model) < weight_bytes(reference)
+
+
+def test_models_the_fast_path_does_not_run_are_refused() -> None:
+    model = trained_looking(SHAPES[0])
+    for other in (quantize_model(model, "int8", kernel="fake"), quantize_model(model, "int8", kernel="dynamic_int8")):
+        with pytest.raises(ValueError, match="the fast path runs"):
+            FastDecoder(other)
+    with pytest.raises(ValueError, match="fast_bf16 kernel runs bf16 only"):
+        quantize_model(model, "int8", kernel="fast_bf16")
+    with pytest.raises(ValueError, match="fake kernel runs int8 or int4 only"):
+        quantize_model(model, "bf16", kernel="fake")
+
+
+def test_the_build_cache_is_keyed_by_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner import native_build
+
+    here = native_build.build_key("fast_decode.cpp", "native", "c++")
+    assert native_build.build_key("fast_decode.cpp", "haswell", "c++") != here
+    monkeypatch.setattr(native_build, "cpu_flags_key", lambda: "another-cpu")
+    assert native_build.build_key("fast_decode.cpp", "native", "c++") != here
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
+    model = trained_looking(SHAPES[1])
+    compiled = generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="compiled").tokens
+    assert compiled == generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="static").tokens
+    with pytest.raises(ValueError, match="exact cache only"):
+        generate(model, [1], 4, use_cache=False, impl="compiled")
+
+
+def test_helper_threads_change_nothing_but_the_time() -> None:
+    from runner.fast_decode import set_threads, threads
+
+    model = trained_looking(SHAPES[1])
+    tokens = tokens_for(SHAPES[1], 60)
+    alone = FastDecoder(model).forward(tokens, model.new_cache())
+    sampled_alone = generate(model, [1, 2], 50, temperature=1.0, seed=3, impl="fast").tokens
+    set_threads(2)
+    try:
+        assert threads() == 2
+        # Each chunk of rows and each head is computed whole by one thread: the same sums in the same order.
+        assert torch.equal(FastDecoder(model).forward(tokens, model.new_cache()), alone)
+        assert generate(model, [1, 2], 50, temperature=1.0, seed=3, impl="fast").tokens == sampled_alone
+    finally:
+        set_threads(1)
+    assert threads() == 1
