@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.metrics import RENAMED_METRICS
+from dashboard.review import HISTORY_WINDOW, OUTLIER_MADS
 from store import frames
 from store.store import Store
 
@@ -19,9 +20,8 @@ if TYPE_CHECKING:
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
 # History flags: a value outside median ± OUTLIER_MADS · MAD of the last HISTORY_WINDOW runs
-# of the same machine fingerprint (MAD scaled by 1.4826 to estimate a standard deviation).
-OUTLIER_MADS = 3.0
-HISTORY_WINDOW = 20
+# of the same machine fingerprint (MAD scaled by 1.4826 to estimate a standard deviation); the
+# review's between-run floor uses the same rule.
 
 
 def store_url() -> str:

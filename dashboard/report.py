@@ -31,6 +31,7 @@ class RunReport:
     table: pd.DataFrame
     floors: dict[str, float]
     warnings: list[str]
+    earlier_runs: int  # how many the between-run floors were taken over
     charts: list[Figure] = field(default_factory=list)
 
 
@@ -79,6 +80,21 @@ def chart_frames(measurements: pd.DataFrame, which: str) -> dict[str, pd.DataFra
     }
 
 
+def between_run_history(store: Store, run: pd.DataFrame, earlier: list[int]) -> pd.DataFrame:
+    """The timed headline metrics of the run's experiments over the ``earlier`` runs."""
+    if not earlier or run.empty:
+        return pd.DataFrame()
+    present = set(zip(run["experiment"], run["metric"], strict=True))
+    wanted = [
+        headline
+        for headline in review.HEADLINES
+        if headline.better and (headline.experiment, headline.metric) in present
+    ]
+    pieces = [frames.metric_across_runs(store, headline.experiment, headline.metric) for headline in wanted]
+    history = pd.concat(pieces) if pieces else pd.DataFrame()
+    return history[history["run_id"].isin(earlier)] if not history.empty else history
+
+
 def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: bool = True) -> RunReport:
     runs = frames.runs(store).set_index("run_id", drop=False)
     run: dict[str, Any] = {str(key): value for key, value in runs.loc[run_id].to_dict().items()}
@@ -88,8 +104,15 @@ def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: 
     ids = [
         int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
     ]
+    earlier = review.earlier_comparable_runs(runs.reset_index(drop=True), run_id)
+    history = between_run_history(store, run_measurements, earlier)
+    between = review.between_run_floors(history)
     table = review.compare(
-        run_measurements, baseline_measurements, frames.samples(store, ids), headline_only=headline_only
+        run_measurements,
+        baseline_measurements,
+        frames.samples(store, ids),
+        headline_only=headline_only,
+        between_runs=between,
     )
     warnings = warnings_for(run, baseline)
     for which, measured in (("run", run_measurements), ("baseline", baseline_measurements)):
@@ -99,7 +122,16 @@ def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: 
             warnings.append(
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )
-    report = RunReport(run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings)
+    timed = table[table["kind"] == "timed"]
+    if not timed.empty and not between:
+        warnings.append(
+            f"fewer than three earlier done runs of {run['preset'] or 'this spec'} on this machine: how far a timing "
+            "moves between runs is unknown, and a verdict may be the machine drifting between the two runs "
+            "(run the preset again to learn it)"
+        )
+    report = RunReport(
+        run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings, len(earlier)
+    )
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))
     ours, theirs = (
@@ -164,8 +196,10 @@ HEADER = ["verdict", "experiment", "metric", "point", "baseline", "run", "change
 METHOD = (
     f"Deterministic metrics must be equal. Timed metrics: a two-sided Mann–Whitney U test on the raw samples of "
     f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times) with p < {review.ALPHA:g}, and "
-    f"a shift of the medians beyond the A/A noise floor of the case's impl (the widest |log ratio| of an A/A pair in "
-    f"either run); otherwise within noise."
+    f"a shift of the medians beyond the noise floor: the wider of the A/A floor of the case's impl (the widest "
+    f"|log ratio| of an A/A pair in either run) and, given three or more earlier done runs of the preset on this "
+    f"machine, the between-run floor ({review.OUTLIER_MADS:g}·MAD of the case's log value over them); otherwise "
+    f"within noise."
 )
 
 

@@ -7,9 +7,10 @@ Verdicts:
   dashboard.metrics) are ``unchanged`` or ``changed``: they must reproduce exactly;
 - timed metrics are decided from the raw samples of both runs: per-pair ratios A/B for a paired
   speedup, the raw seconds for a min-of-N time. ``improved`` or ``regressed`` needs both a
-  two-sided Mann–Whitney U p-value below ALPHA *and* a shift of the medians larger than the A/A
-  noise floor (the widest |log ratio| of an A/A pair, both sides the same decode, in either run);
-  otherwise ``within noise``. Too few samples for the test ever to reach ALPHA says so;
+  two-sided Mann–Whitney U p-value below ALPHA *and* a shift of the medians larger than the
+  noise floor: the wider of the A/A floor (the widest |log ratio| of an A/A pair, both sides the
+  same decode, in either run) and the between-run floor (how far the case's value moved over the
+  earlier runs of the preset on the machine, where there are three); otherwise ``within noise``. Too few samples for the test ever to reach ALPHA says so;
 - a metric with neither (fitted or derived values, benchmark lines) is ``not judged``.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,9 @@ import pandas as pd
 from dashboard.metrics import RENAMED_METRICS, is_deterministic
 
 ALPHA = 0.01
+# The between-run floor: as History's change points, 3·MAD over the newest 20 earlier runs.
+OUTLIER_MADS = 3.0
+HISTORY_WINDOW = 20
 SUSPECT, PINNED = "suspect", "baseline"
 # Regressions first: what a reviewer must look at, then what moved, then the rest.
 VERDICT_ORDER = (
@@ -112,20 +117,11 @@ def tag_set(tags: Any) -> set[str]:
 def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
     """The newest run pinned with the tag ``baseline``, else the previous done run, of the same
     preset on the same machine fingerprint, started before ``run_id``; suspect runs never."""
-    by_id = runs.set_index("run_id")
-    if run_id not in by_id.index:
+    if run_id not in set(runs["run_id"]):
         return None
-    run = by_id.loc[run_id]
-    tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
-    same = runs[
-        (runs["machine_fingerprint"] == run["machine_fingerprint"])
-        & (runs["preset"].fillna("custom") == ("custom" if pd.isna(run["preset"]) else run["preset"]))
-        & (runs["status"] == "done")
-        & (runs["run_id"] != run_id)
-        & (pd.to_datetime(runs["started_at"]) <= pd.to_datetime(run["started_at"]))
-        & ~tags.map(lambda names: SUSPECT in names)
-    ].sort_values(["started_at", "run_id"], ascending=False)
-    pinned = same[tags.loc[same.index].map(lambda names: PINNED in names)]
+    earlier = runs[runs["run_id"].isin(earlier_comparable_runs(runs, run_id))]
+    same = earlier.sort_values(["started_at", "run_id"], ascending=False)
+    pinned = same[same["tags"].map(lambda tags: PINNED in tag_set(tags))] if "tags" in same.columns else same.iloc[:0]
     chosen = pinned if not pinned.empty else same
     return None if chosen.empty else int(chosen["run_id"].iloc[0])
 
@@ -154,6 +150,58 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[str, float]:
             impl = params.get("impl", DEFAULT_IMPL)
             floors[impl] = max(floors.get(impl, 0.0), abs(math.log(value)))
     return floors
+
+
+def params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """How far a timed value moves from run to run on its own: per (experiment, metric, params),
+    OUTLIER_MADS · MAD (scaled to a standard deviation) of its log over ``history``, the earlier
+    runs it may be judged against (the same preset on the same machine fingerprint, done, not
+    suspect, the newest HISTORY_WINDOW), where there are at least three. Between-run drift (a
+    shared VM slowing down for minutes) is invisible to the A/A pairs inside one run."""
+    floors: dict[tuple[str, str, str], float] = {}
+    if history.empty:
+        return floors
+    frame = history[history["value"] > 0].sort_values("started_at")
+    keys = frame["params"].map(params_key)
+    for (experiment, metric, key), group in frame.groupby([frame["experiment"], frame["metric"], keys]):
+        logs = pd.Series([math.log(value) for value in group["value"].tail(HISTORY_WINDOW)])
+        if len(logs) >= 3:
+            floors[(str(experiment), str(metric), str(key))] = (
+                OUTLIER_MADS * 1.4826 * float((logs - logs.median()).abs().median())
+            )
+    return floors
+
+
+def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
+    """The runs a run's between-run floor is taken over: done, not suspect, of its preset on its
+    machine fingerprint, started before it."""
+    by_id = runs.set_index("run_id")
+    run = by_id.loc[run_id]
+    tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
+    chosen = runs[
+        (runs["machine_fingerprint"] == run["machine_fingerprint"])
+        & (runs["preset"].fillna("custom") == ("custom" if pd.isna(run["preset"]) else run["preset"]))
+        & (runs["status"] == "done")
+        & (runs["run_id"] != run_id)
+        & (pd.to_datetime(runs["started_at"]) <= pd.to_datetime(run["started_at"]))
+        & ~tags.map(lambda names: SUSPECT in names)
+    ]
+    return [int(value) for value in chosen["run_id"]]
+
+
+def row_floor(row: Mapping[Any, Any], aa: dict[str, float], between: dict[tuple[str, str, str], float]) -> float | None:
+    """A timed row's noise floor: the wider of its impl's A/A floor and its between-run floor."""
+    key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
+    known = [
+        floor
+        for floor in (aa.get(row["impl"]), between.get((row["experiment"], row["metric"], key)))
+        if floor is not None
+    ]
+    return max(known) if known else None
 
 
 def sample_statistic(samples: pd.DataFrame) -> list[float]:
@@ -193,7 +241,9 @@ def timed_verdict(
 
 def _keyed(measurements: pd.DataFrame, headline_only: bool, shared: dict[str, set[str]]) -> pd.DataFrame:
     if measurements.empty:
-        return pd.DataFrame(columns=["experiment", "point", "metric", "unit", "value", "measurement_id", "impl"])
+        return pd.DataFrame(
+            columns=["experiment", "point", "metric", "unit", "value", "measurement_id", "impl", "params_key"]
+        )
     frame = measurements.copy()
     # An old run's renamed metrics meet the new run's under their current names.
     frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
@@ -207,7 +257,8 @@ def _keyed(measurements: pd.DataFrame, headline_only: bool, shared: dict[str, se
         for group, params in zip(frame["experiment"] + "/" + frame["part"].fillna(""), frame["params"], strict=True)
     ]
     frame["impl"] = frame["params"].map(lambda params: params.get("impl", DEFAULT_IMPL))
-    return frame[["experiment", "point", "metric", "unit", "value", "measurement_id", "impl"]]
+    frame["params_key"] = frame["params"].map(params_key)
+    return frame[["experiment", "point", "metric", "unit", "value", "measurement_id", "impl", "params_key"]]
 
 
 def shared_params(*measurements: pd.DataFrame) -> dict[str, set[str]]:
@@ -242,11 +293,14 @@ def compare(
     samples: pd.DataFrame,
     *,
     headline_only: bool = True,
+    between_runs: dict[tuple[str, str, str], float] | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
-    ``samples`` holds the raw samples of both (store.frames.samples)."""
+    ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
+    between-run floors of ``between_run_floors``, where the store has them."""
     floors = noise_floors(run, baseline)
+    between = between_runs or {}
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
     shared = shared_params(run, baseline)
@@ -270,7 +324,7 @@ def compare(
             "run": row["value_run"],
             "change": None,
             "p_value": None,
-            "noise_floor": None if deterministic else floors.get(row["impl"]),
+            "noise_floor": None if deterministic else row_floor(row, floors, between),
         }
         if pd.isna(row["value_baseline"]):
             entry["verdict"] = "only in run"
@@ -291,7 +345,7 @@ def compare(
                     entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
             else:
                 entry["verdict"], entry["p_value"], entry["change"] = timed_verdict(
-                    run_samples, base_samples, direction, floors.get(row["impl"])
+                    run_samples, base_samples, direction, entry["noise_floor"]
                 )
         rows.append(entry)
     table = pd.DataFrame(rows, columns=COLUMNS)

@@ -6,6 +6,7 @@ the report as Markdown and as HTML that names no network resource."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -271,3 +272,32 @@ def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_lin
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and fragment in lines[0], (args, result.stderr)
     assert not (tmp_path / "x.html").exists() and not (tmp_path / "x.md").exists()
+
+
+def test_a_shift_inside_the_between_run_floor_is_within_noise() -> None:
+    """Within each run the pairs agree to 1% and the A/A floor is 1%, so a 10% shift is significant
+    inside the run; but over five earlier runs the case moved by about 20% between runs, so it is
+    the machine drifting, not a regression."""
+    run, baseline = [1.00 + 0.001 * index for index in range(7)], [1.10 + 0.001 * index for index in range(7)]
+    assert verdict_of(two_runs(run, baseline, aa_band=(0.99, 1.01)), "speedup_median")["verdict"] == "regressed"
+    history = measurements(3, [(PAIRED, "speedup_median", value, "ratio") for value in (1.0, 1.25, 0.9, 1.2, 1.05)])
+    history["started_at"] = pd.date_range("2026-01-01", periods=len(history), freq="D")
+    floors = review.between_run_floors(history)
+    assert list(floors) == [("speculative", "speedup_median", review.params_key(PAIRED))]
+    assert floors[next(iter(floors))] > abs(math.log(1.0 / 1.1))
+    frames_by_run, samples = [], []
+    for run_id, ratios in ((2, run), (1, baseline)):
+        frame = measurements(
+            run_id,
+            [
+                (PAIRED, "speedup_median", float(pd.Series(ratios).median()), "ratio"),
+                (AA, "speedup_min", 0.99, "ratio"),
+                (AA, "speedup_max", 1.01, "ratio"),
+            ],
+        )
+        frames_by_run.append(frame)
+        samples += paired_samples(int(frame["measurement_id"].iloc[0]), ratios)
+    table = review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), between_runs=floors)
+    row = verdict_of(table, "speedup_median")
+    assert row["verdict"] == "within noise" and row["p_value"] < review.ALPHA
+    assert row["noise_floor"] == floors[next(iter(floors))]
