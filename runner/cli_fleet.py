@@ -186,6 +186,9 @@ def dashboard(
         "true",
         "--browser.gatherUsageStats",
         "false",
+        # A team's dashboard, not a script being written: no "Deploy" button, no developer menu.
+        "--client.toolbarMode",
+        "viewer",
     ]
     mode = " (read-only)" if read_only else ""
     typer.echo(f"dashboard for {store.masked_url} at http://{host}:{port}{mode}", err=True)
