@@ -298,11 +298,13 @@ def history(points: pd.DataFrame, y_title: str, color: str = "machine") -> Figur
 
 def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:
     """Side-by-side values per parameter point; a min–max band where the metric has one."""
+    # Cases in the order they ran, their labels whole (a case's label is short, never its JSON).
+    axis = alt.X(f"{x}:N", sort=None, title=x, axis=alt.Axis(labelAngle=-30, labelLimit=400))
     columns = (
         _base(frame)
         .mark_bar()
         .encode(
-            x=alt.X(f"{x}:N"),
+            x=axis,
             xOffset=f"{series}:N",
             y=alt.Y("value:Q", title=metric),
             color=f"{series}:N",
@@ -314,7 +316,7 @@ def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "ma
     band = (
         _base(frame)
         .mark_rule(strokeWidth=2, color="black")
-        .encode(x=alt.X(f"{x}:N"), xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
+        .encode(x=axis, xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
     )
     return alt.layer(columns, band)
 

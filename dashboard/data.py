@@ -15,6 +15,7 @@ from store import frames
 from store.store import Store
 
 if TYPE_CHECKING:
+    from dashboard.machines_report import MachinesReport
     from dashboard.report import RunReport
 
 RUNS_TTL_SECONDS = 5
@@ -257,11 +258,22 @@ def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool) ->
     return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
 
 
+@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the machines…")
+def load_machines_report(
+    url: str, preset: str, machines: tuple[str, ...], reference: str, pinned: tuple[tuple[str, int], ...]
+) -> MachinesReport:
+    """The Compare page's matrix, fingerprints and audit (shared, not copied: the page only reads it)."""
+    from dashboard.machines_report import build_machines_report
+
+    return build_machines_report(store_for(url), preset, machines, reference=reference, pinned=dict(pinned))
+
+
 def forget_runs() -> None:
     """After a write to runs (tags, notes): read them afresh on the next rerun."""
     load_runs.clear()
     load_experiment_runs.clear()
     load_report.clear()
+    load_machines_report.clear()
     load_headline.clear()
 
 

@@ -10,7 +10,8 @@ Verdicts:
   two-sided Mann–Whitney U p-value below ALPHA *and* a shift of the medians larger than the
   noise floor: the wider of the A/A floor (the widest |log ratio| of an A/A pair, both sides the
   same decode, in either run) and the between-run floor (how far the case's value moved over the
-  earlier runs of the preset on the machine, where there are three); otherwise ``within noise``. Too few samples for the test ever to reach ALPHA says so;
+  earlier runs of the preset on the machine, where there are three); otherwise ``within noise``.
+  Too few samples for the test ever to reach ALPHA says so;
 - a metric with neither (fitted or derived values, benchmark lines) is ``not judged``.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard.metrics import RENAMED_METRICS, is_deterministic
+from runner.labels import short_label
 
 ALPHA = 0.01
 # The between-run floor: as History's change points, 3·MAD over the newest 20 earlier runs.
@@ -130,8 +132,8 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
 
 
 def point_label(params: dict[str, Any]) -> str:
-    """A case's parameters in a line: ``part=timing · impl=fast · n=256``."""
-    return " · ".join(f"{key}={params[key]}" for key in sorted(params, key=lambda key: (key != "part", key)))
+    """A case's parameters in a line: ``timing · fast · n=256``."""
+    return short_label(params)
 
 
 def noise_floors(*measurements: pd.DataFrame) -> dict[str, float]:

@@ -249,6 +249,7 @@ app.command()(cli_fleet.dashboard)
 app.command()(cli_review.tag)
 app.command()(cli_review.note)
 report_app.command("run")(cli_review.report_run)
+report_app.command("machines")(cli_review.report_machines)
 db_app.command("upgrade")(cli_fleet.db_upgrade)
 db_app.command("current")(cli_fleet.db_current)
 

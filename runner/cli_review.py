@@ -1,4 +1,5 @@
-"""The review commands: `decodelab tag`, `decodelab note` and `decodelab report run`."""
+"""The review commands: `decodelab tag`, `decodelab note`, `decodelab report run` and
+`decodelab report machines`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from store.store import Store
 
 RunOption = Annotated[
@@ -101,3 +104,85 @@ def report_run(
     temporary.write_text(report.render(built, chosen_format), encoding="utf-8")
     temporary.replace(out)
     typer.echo(f"wrote {out}: run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}")
+
+
+def report_machines(
+    out: Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")],
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="The preset whose runs are compared, custom for runs of a spec file (default: the one run on "
+            "most machines).",
+        ),
+    ] = None,
+    machine_names: Annotated[
+        str | None,
+        typer.Option("--machines", help="Comma-separated machine names (default: every machine with a done run)."),
+    ] = None,
+    reference: Annotated[
+        str | None, typer.Option("--reference", help="The machine ratios divide by (default: the first).")
+    ] = None,
+    pins: Annotated[
+        list[str] | None,
+        typer.Option("--pin", help="MACHINE=RUN: compare that run instead of the machine's newest (repeatable)."),
+    ] = None,
+    report_format: Annotated[
+        str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Machines side by side: fingerprints, a determinism audit and every headline figure with
+    its band and ratio to a reference machine, in one file."""
+    from dashboard import machines, machines_report, report
+    from store import frames
+
+    chosen_format = report_format or ("md" if out.suffix.lower() == ".md" else "html")
+    if chosen_format not in report.REPORT_FORMATS:
+        raise InputError(f"--format: {chosen_format!r} is not a report format (allowed: html, md)")
+    if not out.parent.exists():
+        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    store = open_store(db, "report machines")
+    runs = frames.runs(store)
+    presets = machines.presets_by_machines(runs)
+    if not presets:
+        raise InputError(f"--preset: {store.masked_url} holds no done run to compare")
+    preset = preset or presets[0]
+    if preset not in presets:
+        raise InputError(f"--preset: no done run of {preset!r} (allowed: {', '.join(presets)})")
+    available = sorted(machines.candidate_runs(runs, preset)["machine"].unique())
+    chosen = [name.strip() for name in machine_names.split(",") if name.strip()] if machine_names else available
+    unknown = [name for name in chosen if name not in available]
+    if unknown or not chosen:
+        raise InputError(
+            f"--machines: no done run of {preset} on {', '.join(unknown) or 'any machine given'} "
+            f"(allowed: {', '.join(available)})"
+        )
+    if reference is not None and reference not in chosen:
+        raise InputError(f"--reference: {reference!r} is not among the machines compared ({', '.join(chosen)})")
+    pinned = parse_pins(pins or [], runs, preset, chosen)
+    built = machines_report.build_machines_report(store, preset, chosen, reference=reference, pinned=pinned)
+    temporary = out.with_name(out.name + ".partial")
+    temporary.write_text(machines_report.render(built, chosen_format), encoding="utf-8")
+    temporary.replace(out)
+    audit = "; ".join(built.audit.lines()) or "one machine, nothing audited"
+    typer.echo(f"wrote {out}: {machines_report.runs_line(built)}; audit: {audit}")
+
+
+def parse_pins(pins: list[str], runs: pd.DataFrame, preset: str, chosen: list[str]) -> dict[str, int]:
+    """``MACHINE=RUN`` pins, each checked to name a done run of the preset on that machine."""
+    from dashboard import machines
+
+    candidates = machines.candidate_runs(runs, preset)
+    pinned: dict[str, int] = {}
+    for pin in pins:
+        machine, _, run = pin.partition("=")
+        if machine not in chosen or not run.isdigit():
+            raise InputError(f"--pin: {pin!r} is not MACHINE=RUN with MACHINE one of {', '.join(chosen)}")
+        own = candidates[candidates["machine"] == machine]["run_id"].tolist()
+        if int(run) not in own:
+            raise InputError(
+                f"--pin: run {run} is not a done {preset} run on {machine} (allowed: {', '.join(map(str, own))})"
+            )
+        pinned[machine] = int(run)
+    return pinned

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
+from runner.labels import short_label, varying_keys
 from runner.lifecycle import check_stop, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
@@ -84,6 +85,19 @@ def check_device(device: str) -> None:
         raise InputError("device: 'cuda' was asked for but this machine has no CUDA device (allowed: cpu)")
 
 
+def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, str], str]:
+    """What the progress bar says of each case: its experiment and the parameters that vary
+    within it (``kv_cache · timing · static · n=256``)."""
+    by_experiment: dict[str, list[dict[str, Any]]] = {}
+    for experiment, case in plan:
+        by_experiment.setdefault(experiment.name, []).append(case)
+    keys = {name: varying_keys(cases) for name, cases in by_experiment.items()}
+    return {
+        (experiment.name, case_key(case)): f"{experiment.name} · {short_label(case, keys[experiment.name])}"
+        for experiment, case in plan
+    }
+
+
 def execute(
     store: Store,
     spec: SweepSpec,
@@ -142,6 +156,7 @@ def execute(
             ),
         )
         recorded_now = 0
+        labels = case_progress_labels(plan)
         progress = tqdm(
             total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
         )
@@ -151,7 +166,7 @@ def execute(
                     check_stop()
                     if (experiment.name, case_key(case)) in recorded:
                         continue
-                    progress.set_postfix_str(f"{experiment.name} {case_key(case)[:60]}")
+                    progress.set_postfix_str(labels[(experiment.name, case_key(case))])
                     torch.manual_seed(spec.seed)
                     measurements = experiment.run_case(case, context)
                     record = CaseRecord(experiment.name, case, measurements)

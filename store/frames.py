@@ -77,6 +77,39 @@ def runs(
     return frame
 
 
+def run_details(store: Store, run_ids: Sequence[int]) -> pd.DataFrame:
+    """Per run: its machine's whole fingerprint, its code version, model hash and the spec's seed
+    (what the machines comparison sets side by side)."""
+    query = (
+        select(
+            Run.id.label("run_id"),
+            Run.started_at,
+            Run.code_version,
+            Run.model_hash,
+            Run.preset,
+            Run.spec,
+            Machine.name.label("machine"),
+            Machine.fingerprint.label("machine_fingerprint"),
+            Machine.cpu_model,
+            Machine.cores,
+            Machine.memory_bytes,
+            Machine.os,
+            Machine.python_version,
+            Machine.torch_version,
+            Machine.threads,
+            Machine.device,
+            Machine.gpu_name,
+        )
+        .join(Machine, Machine.id == Run.machine_id)
+        .where(Run.id.in_(list(run_ids)))
+        .order_by(Run.id)
+    )
+    frame = _frame(store, query)
+    specs = frame["spec"].map(lambda spec: json.loads(spec) if isinstance(spec, str) else spec)
+    frame["seed"] = specs.map(lambda spec: (spec or {}).get("seed"))
+    return frame.drop(columns=["spec"])
+
+
 def _measurement_query() -> Select[Any]:
     return (
         select(

@@ -318,7 +318,9 @@ def test_compare_page_puts_two_machines_side_by_side(sqlite_url: str, monkeypatc
         [i.value for i in app.info],
         app.dataframe[0].value if app.dataframe else None,
     )
-    table = app.dataframe[0].value
+    # The one-figure table, below the machines matrix (which has no headline figure of this store).
+    table = app.dataframe[-1].value
+    assert list(table["case"]) == ["n=128", "n=64"]
     assert list(table["server / laptop"]) == [1.0, 1.0]
 
 

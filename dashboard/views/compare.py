@@ -1,22 +1,31 @@
-"""Compare machines (or runs): one experiment and metric side by side, with bands where the
-metric has them and ratios to the first; deterministic metrics must agree and are flagged
-when they do not."""
-
-import json
+"""Compare machines: for a preset, each machine's newest done run (or a pinned one) side by side:
+fingerprints with the differing fields highlighted, a determinism audit, and one row per
+headline figure with its band and its ratio to a reference machine; one figure across machines
+or runs below. ``?preset=``, ``?machines=``, ``?reference=`` and ``?pin=machine:run`` hold the
+choice, so a link shows the same comparison."""
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, ui
-from dashboard.metrics import is_deterministic
-from dashboard.review import SUSPECT, tag_set
+from dashboard import data, machines, machines_report, one_figure, ui
 
-BAND_NAMES = {"speedup_median": ("speedup_min", "speedup_max")}
+# Machines shown at first: a matrix wider than this stops being readable.
+DEFAULT_MACHINES = 4
 
 
-def band_of(metric: str, known: list[str]) -> tuple[str, str] | None:
-    low, high = BAND_NAMES.get(metric, (f"{metric}_low", f"{metric}_high"))
-    return (low, high) if low in known and high in known else None
+def pinned_from_url(candidates: pd.DataFrame) -> dict[str, int]:
+    pinned = {}
+    for value in st.query_params.get_all("pin"):
+        machine, _, run = value.rpartition(":")
+        if run.isdigit() and ((candidates["machine"] == machine) & (candidates["run_id"] == int(run))).any():
+            pinned[machine] = int(run)
+    return pinned
+
+
+def highlighted(fingerprints: pd.DataFrame) -> "pd.io.formats.style.Styler":
+    return fingerprints.style.apply(
+        lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1
+    )
 
 
 st.title("Compare machines")
@@ -24,72 +33,88 @@ opened = ui.open_store()
 if opened:
     url = opened[0]
     runs = data.load_runs(url)
-    if runs.empty:
-        st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}`.")
-    else:
-        left, middle, right = st.columns(3)
-        experiments = [
-            "kv_cache",
-            "overhead",
-            "quantization",
-            "speculative",
-            "bench",
-            "training_summary",
-            "context_cost",
-        ]
-        experiment = left.selectbox("Experiment", experiments, key="compare_experiment")
-        metrics = data.load_metric_names(url, experiment)
-        mode = right.radio("Compare", ["machines", "runs"], horizontal=True, key="compare_mode")
-        if not metrics:
-            st.info(f"No run recorded {experiment} yet.")
-        else:
-            metric = middle.selectbox("Metric", metrics, key="compare_metric")
-            ui.old_name_note(metric)
-            values = data.load_metric(url, experiment, metric)
-            tags_of = runs.set_index("run_id")["tags"].to_dict()
-            values["tags"] = values["run_id"].map(tags_of).fillna("")
-            all_tags = sorted({tag for value in runs["tags"] for tag in tag_set(value)})
-            left, right = st.columns(2)
-            wanted_tags = left.multiselect(
-                "Only runs tagged", all_tags, default=[t for t in st.query_params.get_all("tag") if t in all_tags]
+    presets = machines.presets_by_machines(runs)
+    if not presets:
+        st.info(f"The store holds no done run yet. Fill it with `{ui.FILL_COMMAND}` on each machine.")
+        st.stop()
+    left, middle, right = st.columns([1, 2, 1])
+    wanted_preset = st.query_params.get("preset")
+    preset = left.selectbox(
+        "Preset", presets, index=presets.index(wanted_preset) if wanted_preset in presets else 0, key="machines_preset"
+    )
+    candidates = machines.candidate_runs(runs, preset)
+    available = sorted(candidates["machine"].unique())
+    wanted = [m for m in st.query_params.get_all("machines") if m in available] or available[:DEFAULT_MACHINES]
+    chosen = middle.multiselect("Machines (a done run of the preset on each)", available, default=wanted)
+    if not chosen:
+        st.info("Choose at least one machine.")
+        st.stop()
+    wanted_reference = st.query_params.get("reference")
+    reference = right.selectbox(
+        "Reference machine",
+        chosen,
+        index=chosen.index(wanted_reference) if wanted_reference in chosen else 0,
+        key="machines_reference",
+    )
+    pinned = pinned_from_url(candidates)
+    with st.expander("Pin a run per machine (default: the newest done run, not tagged suspect)"):
+        columns = st.columns(min(len(chosen), DEFAULT_MACHINES))
+        for index, machine in enumerate(chosen):
+            own = candidates[candidates["machine"] == machine]
+            options = own["run_id"].tolist()
+            describe = {
+                row["run_id"]: f"run {row['run_id']} · {pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
+                + (f" · {row['tags']}" if row["tags"] else "")
+                for row in own.to_dict("records")
+            }
+            picked = columns[index % len(columns)].selectbox(
+                machine,
+                options,
+                index=options.index(pinned[machine]) if machine in pinned else 0,
+                format_func=describe.__getitem__,
+                key=f"machines_pin_{machine}",
             )
-            st.query_params["tag"] = wanted_tags
-            skip_suspect = right.checkbox("Leave out runs tagged suspect", value=True, key="compare_skip_suspect")
-            kept = values["tags"].map(
-                lambda value: set(wanted_tags) <= tag_set(value) and not (skip_suspect and SUSPECT in tag_set(value))
-            )
-            values = values[kept]
-            band = band_of(metric, metrics)
-            if band is not None:
-                for name, column in zip(band, ("low", "high"), strict=True):
-                    extra = data.load_metric(url, experiment, name).set_index("case_id")["value"]
-                    values[column] = values["case_id"].map(extra)
-            if mode == "machines":
-                machines = sorted(values["machine"].unique())
-                wanted = [m for m in st.query_params.get_all("machines") if m in machines] or machines[:4]
-                chosen = st.multiselect("Machines (the newest run of each)", machines, default=wanted)
-                st.query_params["machines"] = chosen
-                newest = values.groupby("machine")["run_id"].transform("max")
-                values = values[(values["run_id"] == newest) & values["machine"].isin(chosen)].copy()
-                values["series"] = values["machine"]
+            if picked == options[0]:
+                pinned.pop(machine, None)
             else:
-                run_ids = sorted(values["run_id"].unique().tolist(), reverse=True)
-                wanted_runs = [int(r) for r in st.query_params.get_all("runs") if r.isdigit() and int(r) in run_ids]
-                chosen_runs = st.multiselect("Runs", run_ids, default=wanted_runs or run_ids[:2])
-                st.query_params["runs"] = [str(run) for run in chosen_runs]
-                values = values[values["run_id"].isin(chosen_runs)].copy()
-                tagged = values["tags"].map(lambda value: f" · {value}" if value else "")
-                values["series"] = "run " + values["run_id"].astype(str) + " · " + values["machine"] + tagged
-                chosen = chosen_runs
-            values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
-            unit = values["unit"].iloc[0] if not values.empty else ""
-            deterministic = is_deterministic(metric, unit)
-            ui.chart(charts.compare_machines(values, "point", metric, series="series"))
-            table = data.compare_table(values.assign(machine=values["series"]), ["point"], deterministic)
-            if deterministic and "equal" in table and not bool(table["equal"].all()):
-                models = values.groupby("series")["model_hash"].first()
-                note = " (they used different models)" if models.nunique() > 1 else ""
-                st.warning(f"{metric} is deterministic for a model and seed, but differs between {mode}{note}.")
-            elif deterministic and len(chosen) > 1:
-                st.success(f"{metric} is deterministic and equal on every one of the {mode} chosen.")
-            ui.table(pd.DataFrame(table), "compare")
+                pinned[machine] = int(picked)
+    st.query_params["preset"] = preset
+    st.query_params["machines"] = chosen
+    st.query_params["reference"] = reference
+    st.query_params["pin"] = [f"{machine}:{run}" for machine, run in sorted(pinned.items())]
+
+    built = data.load_machines_report(url, preset, tuple(chosen), reference, tuple(sorted(pinned.items())))
+    st.caption(machines_report.runs_line(built))
+    st.subheader("Fingerprints")
+    st.caption("Fields that differ between the machines are highlighted.")
+    st.table(highlighted(built.fingerprints))
+
+    st.subheader("Determinism audit")
+    st.caption(machines_report.AUDIT_NOTE)
+    if len(chosen) == 1:
+        st.info("One machine chosen: nothing to audit it against.")
+    for audit in built.audit.audits:
+        if audit.differences.empty and audit.compared:
+            st.success(audit.line())
+        else:
+            st.warning(audit.line())
+            ui.table(audit.differences, "determinism-differences")
+    for line in built.audit.left_out:
+        st.info(line)
+
+    st.subheader("Headline figures")
+    st.caption(machines_report.MATRIX_NOTE)
+    ui.table(built.wide(), "machines-matrix")
+    left, right = st.columns(2)
+    for column, report_format, label in ((left, "html", "HTML"), (right, "md", "Markdown")):
+        column.download_button(
+            f"Download the comparison ({label})",
+            machines_report.render(built, report_format).encode("utf-8"),
+            file_name=f"machines-{preset}.{report_format}",
+            mime="text/html" if report_format == "html" else "text/markdown",
+            key=f"download-machines-{report_format}",
+        )
+
+    st.divider()
+    st.subheader("One figure across machines or runs")
+    one_figure.show(url, runs)

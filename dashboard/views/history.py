@@ -1,12 +1,11 @@
 """History: the headline numbers per machine over time with their change points, every run with
 its tags and note, and any metric's history on request."""
 
-import json
-
 import streamlit as st
 
 from dashboard import charts, data, headlines, ui
 from dashboard.review import tag_set
+from runner.labels import case_labels
 
 st.title("History")
 opened = ui.open_store()
@@ -94,8 +93,8 @@ if opened:
             metric = right.selectbox("Metric", metrics, index=metrics.index(default), key="history_metric")
             ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)
-            values["point"] = values["params"].map(lambda params: json.dumps(params, sort_keys=True))
-            points = sorted(values["point"].unique())
+            values["point"] = case_labels(values["params"].tolist())
+            points = list(dict.fromkeys(values["point"]))
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
             flagged = headlines.change_points(values[values["point"] == point], runs)
             ui.chart(charts.history(flagged, metric))

@@ -1,0 +1,159 @@
+"""Machines compared, as a file: the fingerprints side by side, the determinism audit and the
+matrix of headline figures, as self-contained HTML (nothing requested from any network) or
+Markdown. Used by `decodelab report machines` and the Compare page's downloads."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dashboard import machines as machines_module
+from dashboard.report import STYLE
+from store import frames
+from store.store import Store
+
+MATRIX_NOTE = (
+    "Each machine is the run that stands for it (the newest done run of the preset that is not tagged "
+    "suspect, unless one was pinned). Values are the run's recorded figure with its min–max band over the "
+    "timing pairs where it has one; a ratio divides a machine's value by the reference machine's. Timed "
+    "figures on different machines differ by the machines and by each machine's noise: read a ratio against "
+    "the bands."
+)
+AUDIT_NOTE = (
+    "The audit compares every deterministic figure (counts, bytes, seeded acceptance, losses, equality checks) "
+    "case by case between machines whose runs used one model and one seed: exactly equal, or listed."
+)
+
+
+@dataclass
+class MachinesReport:
+    preset: str
+    machines: list[str]
+    reference: str
+    runs: dict[str, int]
+    fingerprints: pd.DataFrame
+    matrix: pd.DataFrame  # machines.matrix, long
+    audit: machines_module.AuditResult
+
+    def wide(self) -> pd.DataFrame:
+        return machines_module.wide_matrix(self.matrix, self.machines, self.reference)
+
+
+def build_machines_report(
+    store: Store,
+    preset: str,
+    machines: Sequence[str],
+    *,
+    reference: str | None = None,
+    pinned: Mapping[str, int] | None = None,
+) -> MachinesReport:
+    """The comparison of ``machines`` (each through its chosen run of ``preset``); ``reference``
+    defaults to the first machine that has a run."""
+    runs = frames.runs(store)
+    chosen = machines_module.chosen_runs(runs, preset, machines, pinned)
+    shown = list(chosen)
+    reference = reference if reference in chosen else (shown[0] if shown else "")
+    measurements = {machine: frames.measurements(store, run_id) for machine, run_id in chosen.items()}
+    details = frames.run_details(store, list(chosen.values()))
+    return MachinesReport(
+        preset=preset,
+        machines=shown,
+        reference=reference,
+        runs=chosen,
+        fingerprints=machines_module.fingerprints(details, shown),
+        matrix=machines_module.matrix(measurements, reference),
+        audit=machines_module.audit(measurements, details),
+    )
+
+
+def title(report: MachinesReport) -> str:
+    return f"decodelab: {', '.join(report.machines)} on {report.preset}"
+
+
+def runs_line(report: MachinesReport) -> str:
+    return ", ".join(f"{machine}: run {run_id}" for machine, run_id in report.runs.items())
+
+
+def markdown_table(frame: pd.DataFrame) -> list[str]:
+    header = [str(column) for column in frame.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |")
+    return lines
+
+
+def to_markdown(report: MachinesReport) -> str:
+    fingerprints = report.fingerprints.assign(
+        differs=report.fingerprints["differs"].map({True: "**differs**", False: ""})
+    )
+    return (
+        "\n".join(
+            [
+                f"# {title(report)}",
+                "",
+                f"- runs: {runs_line(report)}",
+                f"- reference machine: {report.reference}",
+                "",
+                "## Fingerprints",
+                "",
+                *markdown_table(fingerprints),
+                "",
+                "## Determinism audit",
+                "",
+                AUDIT_NOTE,
+                "",
+                *(f"- {line}" for line in report.audit.lines() or ["one machine: nothing to audit against"]),
+                "",
+                "## Headline figures",
+                "",
+                MATRIX_NOTE,
+                "",
+                *markdown_table(report.wide()),
+            ]
+        )
+        + "\n"
+    )
+
+
+def html_table(frame: pd.DataFrame, marked: Sequence[bool] | None = None) -> str:
+    escape = html.escape
+    head = "".join(f"<th>{escape(str(column))}</th>" for column in frame.columns)
+    body = []
+    for index, row in enumerate(frame.itertuples(index=False)):
+        css = ' class="differs"' if marked is not None and marked[index] else ""
+        body.append(f"<tr{css}>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def to_html(report: MachinesReport) -> str:
+    escape = html.escape
+    differs = report.fingerprints["differs"].tolist()
+    audit = "".join(f"<li>{escape(line)}</li>" for line in report.audit.lines() or ["one machine: nothing to audit"])
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title(report))}</title>
+<style>{STYLE} tr.differs td {{ background: #fff3cd; }}</style></head>
+<body>
+<h1>{escape(title(report))}</h1>
+<ul><li>runs: {escape(runs_line(report))}</li><li>reference machine: {escape(report.reference)}</li></ul>
+<h2>Fingerprints</h2>
+<p>Fields that differ between the machines are highlighted.</p>
+{html_table(report.fingerprints.drop(columns=["differs"]), differs)}
+<h2>Determinism audit</h2>
+<p>{escape(AUDIT_NOTE)}</p>
+<ul>{audit}</ul>
+<h2>Headline figures</h2>
+<p>{escape(MATRIX_NOTE)}</p>
+{html_table(report.wide())}
+</body></html>
+"""
+
+
+def render(report: MachinesReport, report_format: str) -> str:
+    from dashboard.report import REPORT_FORMATS
+
+    if report_format not in REPORT_FORMATS:
+        raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
+    return to_html(report) if report_format == "html" else to_markdown(report)

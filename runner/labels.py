@@ -1,0 +1,52 @@
+"""Short readable labels for cases: built from the parameters that vary among the cases shown
+(``static · n=256``), never a case's JSON. The names that say what a case is (its part, impl,
+draft, kernel, precision, dtype) stand bare; every other value carries its key, since ``256``
+alone does not say what it counts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# Parameters read first in a label, in this order, their values bare; the rest follow by name.
+LEADING = ("part", "impl", "draft", "kernel", "precision", "dtype", "rounding", "cache")
+
+
+def ordered_keys(keys: Iterable[str]) -> list[str]:
+    return sorted(keys, key=lambda key: (LEADING.index(key) if key in LEADING else len(LEADING), key))
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(value_text(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def short_label(params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """``params`` in a line, only ``keys`` where given: ``static · n=256``; ``all`` when none is left."""
+    chosen = ordered_keys(params if keys is None else [key for key in keys if key in params])
+    pieces = [value_text(params[key]) if key in LEADING else f"{key}={value_text(params[key])}" for key in chosen]
+    return " · ".join(pieces) or "all"
+
+
+def varying_keys(cases: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The parameters that do not hold one same value in every case given (a parameter missing
+    from some cases varies)."""
+    listed = list(cases)
+    seen: dict[str, set[str]] = {}
+    holding: dict[str, int] = {}
+    for params in listed:
+        for key, value in params.items():
+            seen.setdefault(key, set()).add(json.dumps(value, sort_keys=True))
+            holding[key] = holding.get(key, 0) + 1
+    return ordered_keys(key for key, values in seen.items() if len(values) > 1 or holding[key] < len(listed))
+
+
+def case_labels(cases: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One label per case, from the parameters that vary among them: two different cases always
+    differ in one of those, so their labels differ too."""
+    keys = varying_keys(cases)
+    return [short_label(params, keys) for params in cases]
