@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pandas as pd
@@ -18,19 +18,10 @@ import pandas as pd
 from dashboard.metrics import RENAMED_METRICS, is_deterministic
 from dashboard.review import HEADLINES, NOISE_PARTS, SUSPECT, tag_set
 from runner import labels
+from store.records import MachineRecord
 
-# A machine's fields as recorded with every run (store.schema.Machine), in reading order.
-FINGERPRINT_FIELDS = (
-    "cpu_model",
-    "cores",
-    "memory_bytes",
-    "os",
-    "python_version",
-    "torch_version",
-    "threads",
-    "device",
-    "gpu_name",
-)
+# A machine's fields as recorded with every run (its name aside), in reading order.
+FINGERPRINT_FIELDS = tuple(item.name for item in fields(MachineRecord) if item.name != "name")
 # The chosen run's fields shown under the machine's: what else may explain a difference.
 RUN_FIELDS = ("run_id", "started_at", "code_version", "model_hash", "seed")
 # Where a metric's band lives: the paired speedups' min and max, else METRIC_low / METRIC_high.

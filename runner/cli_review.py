@@ -56,6 +56,25 @@ def note(
     typer.echo(f"run {run_id}: note {'set' if text.strip() else 'removed'}")
 
 
+def checked_format(out: Path, report_format: str | None) -> str:
+    """The report's format (given, else from the file's suffix), refused before anything is read."""
+    from dashboard import report
+
+    chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
+    if chosen not in report.REPORT_FORMATS:
+        raise InputError(f"--format: {chosen!r} is not a report format (allowed: html, md)")
+    if not out.parent.exists():
+        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    return chosen
+
+
+def write_file(out: Path, text: str) -> None:
+    """Written whole or not at all: a reader never finds half a report."""
+    temporary = out.with_name(out.name + ".partial")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(out)
+
+
 def report_run(
     run_id: RunOption,
     out: Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")],
@@ -79,11 +98,7 @@ def report_run(
     from dashboard import report, review
     from store import frames
 
-    chosen_format = report_format or ("md" if out.suffix.lower() == ".md" else "html")
-    if chosen_format not in report.REPORT_FORMATS:
-        raise InputError(f"--format: {chosen_format!r} is not a report format (allowed: html, md)")
-    if not out.parent.exists():
-        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    chosen_format = checked_format(out, report_format)
     store = open_store(db, "report run")
     check_run(store, run_id)
     runs = frames.runs(store)
@@ -100,9 +115,7 @@ def report_run(
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
     built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
-    temporary = out.with_name(out.name + ".partial")
-    temporary.write_text(report.render(built, chosen_format), encoding="utf-8")
-    temporary.replace(out)
+    write_file(out, report.render(built, chosen_format))
     typer.echo(f"wrote {out}: run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}")
 
 
@@ -134,14 +147,10 @@ def report_machines(
 ) -> None:
     """Machines side by side: fingerprints, a determinism audit and every headline figure with
     its band and ratio to a reference machine, in one file."""
-    from dashboard import machines, machines_report, report
+    from dashboard import machines, machines_report
     from store import frames
 
-    chosen_format = report_format or ("md" if out.suffix.lower() == ".md" else "html")
-    if chosen_format not in report.REPORT_FORMATS:
-        raise InputError(f"--format: {chosen_format!r} is not a report format (allowed: html, md)")
-    if not out.parent.exists():
-        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    chosen_format = checked_format(out, report_format)
     store = open_store(db, "report machines")
     runs = frames.runs(store)
     presets = machines.presets_by_machines(runs)
@@ -162,9 +171,7 @@ def report_machines(
         raise InputError(f"--reference: {reference!r} is not among the machines compared ({', '.join(chosen)})")
     pinned = parse_pins(pins or [], runs, preset, chosen)
     built = machines_report.build_machines_report(store, preset, chosen, reference=reference, pinned=pinned)
-    temporary = out.with_name(out.name + ".partial")
-    temporary.write_text(machines_report.render(built, chosen_format), encoding="utf-8")
-    temporary.replace(out)
+    write_file(out, machines_report.render(built, chosen_format))
     audit = "; ".join(built.audit.lines()) or "one machine, nothing audited"
     typer.echo(f"wrote {out}: {machines_report.runs_line(built)}; audit: {audit}")
 

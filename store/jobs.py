@@ -78,18 +78,7 @@ class JobQueue:
         cases_total: int = 0,
     ) -> int:
         with self._sessions.write() as session:
-            job = Job(
-                spec=spec,
-                preset=preset,
-                machine_name=machine_name,
-                status="queued",
-                cases_total=cases_total,
-                cases_done=0,
-                created_at=self._now(),
-            )
-            session.add(job)
-            session.flush()
-            return job.id
+            return self._add_queued(session, spec, preset, machine_name, cases_total).id
 
     def _machine_lock(self, session: Session, machine_name: str) -> None:
         """Serialize claims for one machine (PostgreSQL; SQLite's BEGIN IMMEDIATE already
@@ -163,18 +152,24 @@ class JobQueue:
             self._machine_lock(session, worker.machine_name)
             if self._running_on(session, worker.machine_name) is not None:
                 return None
-            job = Job(
-                spec=spec,
-                preset=preset,
-                machine_name=worker.machine_name,
-                status="queued",
-                cases_total=cases_total,
-                cases_done=0,
-                created_at=self._now(),
-            )
-            session.add(job)
-            session.flush()
+            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total)
             return self._take(session, job.id, worker)
+
+    def _add_queued(
+        self, session: Session, spec: dict[str, Any], preset: str | None, machine_name: str | None, cases_total: int
+    ) -> Job:
+        job = Job(
+            spec=spec,
+            preset=preset,
+            machine_name=machine_name,
+            status="queued",
+            cases_total=cases_total,
+            cases_done=0,
+            created_at=self._now(),
+        )
+        session.add(job)
+        session.flush()
+        return job
 
     @survives_outages
     def running_on(self, machine_name: str) -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,7 @@ from store.results import write_measurements
 from store.schema import Case, Machine, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
 
-MACHINE_FIELDS = (
-    "name",
-    "cpu_model",
-    "cores",
-    "memory_bytes",
-    "os",
-    "python_version",
-    "torch_version",
-    "threads",
-    "device",
-    "gpu_name",
-)
+MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
 RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
 
 

@@ -21,6 +21,8 @@ from store import frames
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"
+# The machine names the tiny spec is run under for the machines comparison (DECODELAB_MACHINE).
+MACHINE_NAMES = ("alpha", "beta")
 ROOT = Path(__file__).parent.parent
 
 
@@ -145,6 +147,18 @@ def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     store = Store(url)
     execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
     store.close()
+    return url
+
+
+@pytest.fixture(scope="session")
+def two_machines_url(filled_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny spec run through `decodelab run` once as alpha and once as beta, into a copy of the
+    session's filled store (which holds the tiny model, so neither run trains)."""
+    directory = tmp_path_factory.mktemp("machines")
+    url = copy_store(filled_store_url, directory / "machines.db")
+    for name in MACHINE_NAMES:
+        result = run_decodelab("run", "--spec", str(TINY_SPEC), "--db", url, cwd=ROOT, DECODELAB_MACHINE=name)
+        assert result.returncode == 0, result.stderr
     return url
 
 

@@ -229,3 +229,53 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
         assert requested == [], requested
         assert closed.locator("svg").count() >= 2
         browser.close()
+
+
+@pytest.fixture
+def machines_dashboard(tmp_path: Path, two_machines_url: str) -> Iterator[str]:
+    """The dashboard on the tiny spec run as two machines (alpha and beta, tests/conftest.py)."""
+    require_browser()
+    url = copy_store(two_machines_url, tmp_path / "machines.db")
+    with serve_dashboard(url, tmp_path) as address:
+        yield address
+
+
+def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit_that_finds_them_equal(
+    machines_dashboard: str,
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    SCREENSHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(f"{machines_dashboard}/compare")
+        main = page.locator('[data-testid="stMain"]')
+        expect(main.get_by_role("heading", name="Compare machines")).to_be_visible(timeout=60_000)
+        # The preset run on most machines is chosen: the spec's runs ("custom"), on alpha and beta.
+        expect(main.get_by_text("deterministic figures, all equal")).to_be_visible(timeout=120_000)
+        audit = main.locator('[data-testid="stAlertContentSuccess"]').first.inner_text()
+        assert audit.startswith("alpha, beta (model "), audit
+
+        fingerprints = main.locator('[data-testid="stTable"]').first
+        expect(fingerprints.locator("thead th").last).to_have_text("differs", timeout=30_000)
+        header = [cell.strip() for cell in fingerprints.locator("thead th").all_inner_texts()]
+        assert header[-3:] == ["alpha", "beta", "differs"], header
+        fields = fingerprints.locator("tbody tr").all_inner_texts()
+        assert any(row.startswith("cpu_model") for row in fields) and any(row.startswith("seed") for row in fields)
+        assert any(row.startswith("run_id") and row.rstrip().endswith("differs") for row in fields)
+
+        # st.dataframe draws on a canvas; its accessibility table holds the cells it shows.
+        matrix = main.locator('[data-testid="stDataFrame"]').first
+        expect(matrix.locator('th[role="columnheader"]').filter(has_text="beta / alpha")).to_have_count(1)
+        matrix_header = [cell.strip() for cell in matrix.locator('th[role="columnheader"]').all_inner_texts()]
+        assert matrix_header[:6] == ["experiment", "metric", "case", "alpha", "beta", "beta / alpha"], matrix_header
+        expect(main.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=60_000)
+        page.wait_for_timeout(500)
+        cells = []
+        for table in main.locator('[data-testid="stDataFrame"], [data-testid="stTable"]').all():
+            cells += table.locator('td, [role="gridcell"]').all_inner_texts()
+        assert len(cells) > 50 and not [cell for cell in cells if "{" in cell or "}" in cell]
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(SCREENSHOTS / "compare-machines.png"), full_page=True)
+        browser.close()

@@ -9,35 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.sweeps import validate
 from store import frames
 from store.store import Store
 from tests.conftest import start_decodelab
+from tests.shared_parts import counting_job
 
 JOBS = 40
 WORKERS = 4
 CASE_METRICS = {"table": 3, "summary": 10}
 
 pytestmark = pytest.mark.slow
-
-
-def small_job(index: int) -> dict:
-    return validate(
-        {
-            "name": f"small-{index}",
-            "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
-            "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
-            "experiments": {
-                "context_cost": {
-                    "lengths": [8 + index, 100 + index],
-                    "d_model": 8,
-                    "d_ff": 16,
-                    "n_heads": 2,
-                    "reference_length": 16,
-                }
-            },
-        }
-    ).raw
 
 
 def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
@@ -63,7 +44,7 @@ def poll_like_the_dashboard(url: str, stop: multiprocessing.synchronize.Event, o
 def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     for index in range(JOBS):
-        store.jobs.enqueue(small_job(index), cases_total=3)
+        store.jobs.enqueue(counting_job("small", index), cases_total=3)
     context = multiprocessing.get_context("spawn")
     stop, out = context.Event(), context.Queue()
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))

@@ -21,28 +21,9 @@ from runner.sweeps import validate
 from store import frames
 from store.store import Store
 from tests.conftest import FIXTURES, rows_by, start_decodelab
+from tests.shared_parts import counting_job
 
 pytestmark = pytest.mark.slow
-
-
-def short_job(index: int) -> dict[str, Any]:
-    """A job of three quick cases (a counting sweep on a model trained for three steps)."""
-    return validate(
-        {
-            "name": f"short-{index}",
-            "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
-            "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
-            "experiments": {
-                "context_cost": {
-                    "lengths": [8 + index, 100 + index],
-                    "d_model": 8,
-                    "d_ff": 16,
-                    "n_heads": 2,
-                    "reference_length": 16,
-                }
-            },
-        }
-    ).raw
 
 
 def timed_job() -> dict[str, Any]:
@@ -139,7 +120,7 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
     )
     held = store.jobs.claim(holder)
     assert held is not None
-    jobs = [store.jobs.enqueue(short_job(index), cases_total=3) for index in range(2)]
+    jobs = [store.jobs.enqueue(counting_job("short", index), cases_total=3) for index in range(2)]
     workers = [worker(store_url, tmp_path, "--until-empty", "--stale-after-seconds", "600") for _ in range(2)]
     for one in workers:
         one.wait_for(f"waiting: job {held.id} is running on machine 'one-box'")

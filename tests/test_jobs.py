@@ -4,7 +4,6 @@ fencing of a worker that lost its job, stale reclaims by the server's clock."""
 from __future__ import annotations
 
 import multiprocessing
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +32,7 @@ def claim_until_empty(
     opened = Store(url)
     # Each racer is a machine of its own: one machine runs one job at a time.
     me = a_worker(opened, worker, machine=worker)
+    out.put("ready")
     start.wait()
     claimed = []
     while (job := opened.jobs.claim(me)) is not None:
@@ -52,7 +52,8 @@ def test_two_processes_racing_claim_each_job_exactly_once(store: Store) -> None:
     ]
     for process in processes:
         process.start()
-    time.sleep(1.5)  # both have opened the store and wait at the gate
+    # Both have opened the store and wait at the gate before either may claim.
+    assert [out.get(timeout=120) for _ in processes] == ["ready", "ready"]
     start.set()
     claimed = [out.get(timeout=120) for _ in processes]
     for process in processes:

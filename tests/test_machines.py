@@ -16,9 +16,7 @@ from runner.labels import case_labels, short_label
 from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord
 from store.store import Store
-from tests.conftest import copy_store, run_decodelab
-
-MACHINE_NAMES = ("alpha", "beta")
+from tests.conftest import MACHINE_NAMES, copy_store, run_decodelab
 
 
 def test_case_labels_name_what_varies_and_never_show_json() -> None:
@@ -114,20 +112,6 @@ def test_runs_of_different_seeds_are_not_audited_against_each_other(sqlite_url: 
     assert audit.machines == ["laptop", "desk"] and audit.compared == 1 and audit.differences.empty
     [left_out] = report.audit.left_out
     assert left_out.startswith("server: not audited") and "seed 8" in left_out
-
-
-@pytest.fixture(scope="module")
-def two_machines_url(filled_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tiny spec run through `decodelab run` once as alpha and once as beta, into a copy of the
-    session's filled store (which holds the tiny model, so neither run trains)."""
-    directory = tmp_path_factory.mktemp("machines")
-    url = copy_store(filled_store_url, directory / "machines.db")
-    for name in MACHINE_NAMES:
-        result = run_decodelab(
-            "run", "--spec", "tests/fixtures/tiny.toml", "--db", url, cwd=Path.cwd(), DECODELAB_MACHINE=name
-        )
-        assert result.returncode == 0, result.stderr
-    return url
 
 
 def test_two_machines_running_one_spec_agree_on_every_deterministic_figure(two_machines_url: str) -> None:

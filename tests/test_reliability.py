@@ -31,6 +31,9 @@ COMPLETE = {
     "rounded_cache": 5,
 }
 
+# The workers' stale limit: a heartbeat older than this lets the next worker take the job.
+STALE_AFTER_SECONDS = 5
+
 pytestmark = pytest.mark.slow
 
 
@@ -43,7 +46,7 @@ def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]
         "--heartbeat-seconds",
         "0.5",
         "--stale-after-seconds",
-        "5",
+        str(STALE_AFTER_SECONDS),
         *extra,
         cwd=tmp_path,
         DECODELAB_MACHINE="test-box",
@@ -57,6 +60,28 @@ def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 12
             return
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not reach {at_least} cases")
+
+
+def wait_until_stale(store: Store, job_id: int, seconds: float, timeout: float = 60) -> None:
+    """Until the job's last heartbeat is older than ``seconds`` by the database server's clock
+    (the condition the next worker's claim tests)."""
+    from sqlalchemy import func, select
+
+    from store.clock import server_now
+    from store.schema import Job
+
+    stale = (
+        select(func.count())
+        .select_from(Job)
+        .where(Job.id == job_id, Job.heartbeat_at < server_now(store.backend, -seconds))
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with store.read() as session:
+            if session.scalar(stale):
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id}'s heartbeat did not go stale")
 
 
 def assert_only_whole_cases(store: Store, run_id: int) -> int:
@@ -85,7 +110,7 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     recorded = assert_only_whole_cases(store, run_id)
     assert recorded >= 16
 
-    time.sleep(5.5)  # its heartbeat goes stale
+    wait_until_stale(store, job_id, STALE_AFTER_SECONDS)
     second = start_worker(store_url, tmp_path)
     output, _ = second.communicate(timeout=300)
     assert second.returncode == 0, output

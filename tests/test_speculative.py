@@ -15,18 +15,12 @@ from runner.model import CharGPT, ModelConfig
 from runner.quantize import quantize_model
 from runner.speculative import accept_rule, speculative_decode
 from store import frames
-
-VOCAB = 12
+from tests.shared_parts import VOCAB, peaked_target
 
 
 @pytest.fixture(scope="module")
 def target() -> CharGPT:
-    torch.manual_seed(0)
-    model = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, context_length=128))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(4.0)  # peaked, trained-looking distributions
-    return model.eval()
+    return peaked_target()
 
 
 def drafts(target: CharGPT) -> list:  # noqa: ANN201

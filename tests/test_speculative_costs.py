@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runner.drafts import BigramDraft, ModelDraft
-from runner.model import CharGPT, ModelConfig
+from runner.model import CharGPT
 from runner.speculative import speculative_decode
 from runner.speculative_costs import (
     CostSession,
@@ -18,18 +18,12 @@ from runner.speculative_costs import (
     passes_of_run,
 )
 from runner.timing import Harness
-
-VOCAB = 12
+from tests.shared_parts import VOCAB, peaked_target
 
 
 @pytest.fixture(scope="module")
 def target() -> CharGPT:
-    torch.manual_seed(0)
-    model = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, context_length=128))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(4.0)
-    return model.eval()
+    return peaked_target()
 
 
 def test_expected_chars_per_pass_is_the_geometric_sum() -> None:

@@ -23,9 +23,9 @@ def pinned_from_url(candidates: pd.DataFrame) -> dict[str, int]:
 
 
 def highlighted(fingerprints: pd.DataFrame) -> "pd.io.formats.style.Styler":
-    return fingerprints.style.apply(
-        lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1
-    )
+    """The fingerprints with the rows that differ between the machines marked and shaded."""
+    shown = fingerprints.assign(differs=fingerprints["differs"].map({True: "differs", False: ""}))
+    return shown.style.apply(lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1)
 
 
 st.title("Compare machines")
