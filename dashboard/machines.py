@@ -247,7 +247,12 @@ class Audit:
             return f"{who}: no deterministic figure is on every one of these runs"
         unmatched = f" ({self.unmatched} more on only some of the runs, not compared)" if self.unmatched else ""
         if self.differences.empty:
-            return f"{who}: {self.compared} deterministic figures, all equal{unmatched}"
+            counted = (
+                "1 deterministic figure, equal"
+                if self.compared == 1
+                else f"{self.compared} deterministic figures, all equal"
+            )
+            return f"{who}: {counted}{unmatched}"
         return (
             f"{who}: {len(self.differences)} of {self.compared} deterministic figures differ{unmatched}: "
             + "; ".join(difference_line(row, self.machines) for row in self.differences.to_dict("records"))

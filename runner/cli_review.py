@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
     from store.store import Store
 
+OutOption = Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")]
+FormatOption = Annotated[
+    str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
+]
 RunOption = Annotated[
     int, typer.Option("--run", help="The run's id (see the dashboard's History or `decodelab workers`).")
 ]
@@ -77,7 +81,7 @@ def write_file(out: Path, text: str) -> None:
 
 def report_run(
     run_id: RunOption,
-    out: Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")],
+    out: OutOption,
     baseline_id: Annotated[
         int | None,
         typer.Option(
@@ -86,9 +90,7 @@ def report_run(
             "the same machine).",
         ),
     ] = None,
-    report_format: Annotated[
-        str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
-    ] = None,
+    report_format: FormatOption = None,
     all_metrics: Annotated[
         bool, typer.Option("--all-metrics", help="Every metric, not only the headline ones.")
     ] = False,
@@ -120,7 +122,7 @@ def report_run(
 
 
 def report_machines(
-    out: Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")],
+    out: OutOption,
     preset: Annotated[
         str | None,
         typer.Option(
@@ -138,11 +140,11 @@ def report_machines(
     ] = None,
     pins: Annotated[
         list[str] | None,
-        typer.Option("--pin", help="MACHINE=RUN: compare that run instead of the machine's newest (repeatable)."),
+        typer.Option(
+            "--pin", metavar="MACHINE=RUN", help="Compare that run instead of the machine's newest (repeatable)."
+        ),
     ] = None,
-    report_format: Annotated[
-        str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
-    ] = None,
+    report_format: FormatOption = None,
     db: DbOption = None,
 ) -> None:
     """Machines side by side: fingerprints, a determinism audit and every headline figure with

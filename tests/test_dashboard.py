@@ -476,3 +476,25 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     assert not shown_only.exception
     labels = [button.label for button in shown_only.button]
     assert not any("Save tags" in label or "Pin run" in label for label in labels), labels
+
+
+def test_the_compare_page_keeps_a_pinned_run_and_the_reference_in_the_url(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_machines import recorded_run
+
+    store = Store(sqlite_url)
+    first = recorded_run(store, "laptop", {64: 2.0})
+    recorded_run(store, "laptop", {64: 2.5})
+    server = recorded_run(store, "server", {64: 3.0})
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "compare.py"), default_timeout=60)
+    app.query_params["pin"] = f"laptop:{first}"
+    app.query_params["reference"] = "server"
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert f"laptop: run {first}, server: run {server}" in [caption.value for caption in app.caption]
+    matrix = app.dataframe[0].value.set_index(["metric", "case"])
+    # One case per part: labelled by its part alone.
+    assert matrix.loc[("measured_speedup", "timing"), "laptop / server"] == "×0.667"  # the pinned run's 2.0 against 3.0
+    assert any(success.value.endswith("1 deterministic figure, equal") for success in app.success)

@@ -180,6 +180,7 @@ COMMANDS = [
     ["report", "context-cost"],
     ["report", "run"],
     ["report", "seeds"],
+    ["report", "machines"],
     ["tag"],
     ["note"],
     ["nosuch"],
@@ -189,7 +190,7 @@ OPTIONS = [
     "--stale-after-seconds", "--max-idle-seconds", "--heartbeat-seconds", "--store-outage-limit-seconds", "--hours",
     "--out", "--run", "--format", "--only", "--port", "--host", "--read-only", "--allow-remote-launch",
     "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--baseline", "--remove",
-    "--all-metrics", "--nosuch", "-x", "--",
+    "--all-metrics", "--machines", "--reference", "--pin", "--nosuch", "-x", "--",
 ]  # fmt: skip
 VALUES = [
     "quick", "seed", "nope", "cpu", "cuda", "0", "-1", "1e309", "nan", "inf", "99999", "3.5", "abc", "",
@@ -217,6 +218,7 @@ def refuse_to_open(*_args: Any, **_kwargs: Any) -> Any:
 @example(command=["dashboard"], tokens=["--host", "0.0.0.0"])
 @example(command=["report", "run"], tokens=["--run", "1", "--out", "x.pdf", "--format", "pdf"])
 @example(command=["tag"], tokens=["--run", "abc", "suspect"])
+@example(command=["report", "machines"], tokens=["--out", "x.md", "--format", "pdf"])
 def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[str], tokens: list[str]) -> None:
     import contextlib
     import io
