@@ -86,16 +86,18 @@ def check_device(device: str) -> None:
 
 
 def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, str], str]:
-    """What the progress bar says of each case: its experiment and the parameters that vary
-    within it (``kv_cache · timing · static · n=256``)."""
-    by_experiment: dict[str, list[dict[str, Any]]] = {}
+    """What the progress bar says of each case: its experiment and part, and the parameters that
+    vary within that part (``kv_cache · timing · static · n=256``)."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for experiment, case in plan:
-        by_experiment.setdefault(experiment.name, []).append(case)
-    keys = {name: varying_keys(cases) for name, cases in by_experiment.items()}
-    return {
-        (experiment.name, case_key(case)): f"{experiment.name} · {short_label(case, keys[experiment.name])}"
-        for experiment, case in plan
-    }
+        groups.setdefault((experiment.name, case.get("part")), []).append(case)
+    keys = {group: [key for key in varying_keys(cases) if key != "part"] for group, cases in groups.items()}
+    labels = {}
+    for experiment, case in plan:
+        part = case.get("part")
+        words = [experiment.name, *([part] if part else []), short_label(case, keys[(experiment.name, part)])]
+        labels[(experiment.name, case_key(case))] = " · ".join(word for word in words if word != "all")
+    return labels
 
 
 def execute(

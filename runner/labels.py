@@ -9,7 +9,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# Parameters read first in a label, in this order, their values bare; the rest follow by name.
+# Parameters read first in a label, in this order, their names (strings) bare; the rest follow
+# by name, as key=value.
 LEADING = ("part", "impl", "draft", "kernel", "precision", "dtype", "rounding", "cache")
 
 
@@ -28,7 +29,12 @@ def value_text(value: Any) -> str:
 def short_label(params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
     """``params`` in a line, only ``keys`` where given: ``static · n=256``; ``all`` when none is left."""
     chosen = ordered_keys(params if keys is None else [key for key in keys if key in params])
-    pieces = [value_text(params[key]) if key in LEADING else f"{key}={value_text(params[key])}" for key in chosen]
+    pieces = [
+        value_text(params[key])
+        if key in LEADING and isinstance(params[key], str)
+        else f"{key}={value_text(params[key])}"
+        for key in chosen
+    ]
     return " · ".join(pieces) or "all"
 
 

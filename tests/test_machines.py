@@ -16,7 +16,7 @@ from runner.labels import case_labels, short_label
 from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord
 from store.store import Store
-from tests.conftest import MACHINE_NAMES, copy_store, run_decodelab
+from tests.conftest import MACHINE_NAMES, ROOT, copy_store, run_decodelab
 
 
 def test_case_labels_name_what_varies_and_never_show_json() -> None:
@@ -197,3 +197,15 @@ def test_report_machines_refuses_bad_input_in_one_line(
     assert result.returncode == 2
     assert result.stderr.strip().startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_progress_bar_names_every_case_of_a_preset_apart_in_words() -> None:
+    from runner.execute import case_progress_labels
+    from runner.sweeps import load_spec_file
+
+    plan = load_spec_file(ROOT / "runner" / "presets" / "quick.toml").plan()
+    labels = case_progress_labels(plan)
+    assert len(set(labels.values())) == len(plan)
+    assert not [label for label in labels.values() if "{" in label or "}" in label]
+    assert "kv_cache · timing · static · n=256 · no_cache_impl=static" in labels.values()
+    assert "kv_cache · prefill · fast · cache=False" in labels.values()
