@@ -54,6 +54,13 @@ def fingerprint(device: str = "cpu") -> MachineRecord:
     )
 
 
+def git(root: Path, *arguments: str) -> str:
+    """A git command's output in the checkout at ``root`` (raises if git fails or is absent)."""
+    return subprocess.run(
+        ["git", "-C", str(root), *arguments], capture_output=True, text=True, timeout=5, check=True
+    ).stdout.strip()
+
+
 @cache
 def code_version() -> str:
     """The git commit of the checkout (with ``+dirty`` if modified), else the package version."""
@@ -61,20 +68,8 @@ def code_version() -> str:
 
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        commit = git(root, "rev-parse", "--short=12", "HEAD")
+        dirty = git(root, "status", "--porcelain", "--untracked-files=no")
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         try:

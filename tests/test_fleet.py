@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from runner.sweeps import validate
 from store import frames
+from store.records import JobRecord
 from store.store import Store
 from tests.conftest import FIXTURES, rows_by, start_decodelab
 from tests.shared_parts import counting_job
@@ -111,15 +112,26 @@ def worker(url: str, tmp_path: Path, *extra: str, machine: str = "one-box") -> O
     )
 
 
-def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path: Path) -> None:
-    store = Store(store_url)
-    # The machine is busy first (a job held here, its worker alive), so both workers must wait.
+def hold_machine(store: Store, worker_name: str, *, stale_after_seconds: float) -> JobRecord:
+    """Machine one-box made busy: a job claimed by a registered worker that stays alive."""
     store.jobs.enqueue({"name": "held"})
     holder = store.workers.register(
-        name="holder:1", kind="worker", machine_name="one-box", host="h", pid=1, stale_after_seconds=600
+        name=worker_name,
+        kind="worker",
+        machine_name="one-box",
+        host="h",
+        pid=1,
+        stale_after_seconds=stale_after_seconds,
     )
     held = store.jobs.claim(holder)
     assert held is not None
+    return held
+
+
+def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path: Path) -> None:
+    store = Store(store_url)
+    # The machine is busy first (a job held here, its worker alive), so both workers must wait.
+    held = hold_machine(store, "holder:1", stale_after_seconds=600)
     jobs = [store.jobs.enqueue(counting_job("short", index), cases_total=3) for index in range(2)]
     workers = [worker(store_url, tmp_path, "--until-empty", "--stale-after-seconds", "600") for _ in range(2)]
     for one in workers:
@@ -143,13 +155,8 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
 
 def test_a_terminal_run_takes_the_machine_slot(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
-    store.jobs.enqueue({"name": "busy"})
     # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
-    busy = store.workers.register(
-        name="busy:1", kind="worker", machine_name="one-box", host="h", pid=1, stale_after_seconds=60
-    )
-    held = store.jobs.claim(busy)
-    assert held is not None
+    held = hold_machine(store, "busy:1", stale_after_seconds=60)
     spec = tmp_path / "short.toml"
     spec.write_text(
         "\n".join(
