@@ -255,11 +255,8 @@ def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_p
     frozen.wait_for(f"job {job} is no longer this worker's")
     frozen.process.send_signal(signal.SIGTERM)
     output = frozen.finish()
-    # Stopped by the signal: 130 from the CLI's handler. In about 1 of 25 runs here the process
-    # ended by SIGINT instead (-2, Python's exit for an interrupt it could not hand to a handler),
-    # printing nothing more; the cause is not found yet, and what this test is for (nothing
-    # written by the worker that lost its job) is checked below either way.
-    assert frozen.process.returncode in (130, -signal.SIGINT), output
+    # 130, wherever the signal lands (runner.lifecycle.StopRequested says why that needs care).
+    assert frozen.process.returncode == 130, output
     after = rows_by(frames.jobs(store), "job_id")[job]
     assert (after["status"], after["finished_at"], after["cases_done"]) == ("done", done["finished_at"], total)
     run_after = rows_by(frames.runs(store), "run_id")[run_id]

@@ -90,3 +90,32 @@ except KeyboardInterrupt:
     )
     assert "Exception ignored" in result.stderr and "still running" in result.stdout, result.stderr
     assert result.returncode == 42, result.stderr
+
+
+STOPPED_IN_EXEC = """
+import sys
+from runner.lifecycle import stop_on_signals
+stop_on_signals()
+try:
+    # The signal lands while code run by exec() of a string executes (as in SQLAlchemy's compile).
+    exec("import os, signal\\nos.kill(os.getpid(), signal.{signal})\\nfor _ in range(10**6):\\n    pass")
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("stop_signal", ["SIGTERM", "SIGINT"])
+def test_a_stop_landing_in_exec_code_still_ends_with_the_exit_code(tmp_path: Path, stop_signal: str) -> None:
+    # Run as `python -m`, as the dashboard starts its worker: with a bare KeyboardInterrupt,
+    # CPython 3.11 would end this process by SIGINT (-2) after the handler's sys.exit(130).
+    (tmp_path / "stopped_in_exec.py").write_text(STOPPED_IN_EXEC.replace("{signal}", stop_signal))
+    root = Path(__file__).parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "stopped_in_exec"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 130, (result.returncode, result.stderr)
