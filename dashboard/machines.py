@@ -7,7 +7,6 @@ Plain functions of DataFrames (no Streamlit), used by the Compare page and
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -15,9 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.metrics import RENAMED_METRICS, is_deterministic
-from dashboard.review import HEADLINES, NOISE_PARTS, SUSPECT, tag_set
-from runner import labels
+from dashboard.metrics import is_deterministic
+from dashboard.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
 from store.records import MachineRecord
 
 # A machine's fields as recorded with every run (its name aside), in reading order.
@@ -103,41 +101,14 @@ def field_text(name: str, value: Any) -> str:
 # ---- the matrix -------------------------------------------------------------------------------
 
 
-def _current_names(measurements: pd.DataFrame) -> pd.DataFrame:
-    frame = measurements.copy()
-    # Old runs' renamed metrics meet the new runs' under their current names.
-    frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
-    frame["part"] = frame["params"].map(lambda params: params.get("part"))
-    frame["params_key"] = frame["params"].map(lambda params: json.dumps(params, sort_keys=True))
-    return frame[~frame["part"].isin(NOISE_PARTS)]
-
-
-def case_labels(measurements: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], str]:
-    """(experiment, params key) → a short label from the parameters that vary within the
-    experiment's part (``static · n=256``) over every machine's cases."""
-    cases: dict[str, dict[str, dict[str, Any]]] = {}
-    for frame in measurements.values():
-        for experiment, key, params in zip(frame["experiment"], frame["params_key"], frame["params"], strict=True):
-            cases.setdefault(f"{experiment}/{params.get('part') or ''}", {})[key] = params
-    found: dict[tuple[str, str], str] = {}
-    for group, by_key in cases.items():
-        experiment = group.split("/", 1)[0]
-        keys = [key for key in labels.varying_keys(by_key.values()) if key != "part"]
-        for key, params in by_key.items():
-            part = params.get("part")
-            label = labels.short_label(params, keys)
-            found[(experiment, key)] = f"{part} · {label}" if part and label != "all" else (part or label)
-    return found
-
-
 def matrix(measurements: Mapping[str, pd.DataFrame], reference: str) -> pd.DataFrame:
     """Every headline figure of every case, one row per machine (MATRIX_COLUMNS): its value,
     its band where the metric has one, and its ratio to the ``reference`` machine's value.
     ``measurements`` maps machine → store.frames.measurements of the run that stands for it."""
-    named = {machine: _current_names(frame) for machine, frame in measurements.items() if not frame.empty}
+    named = {machine: current_names(frame) for machine, frame in measurements.items() if not frame.empty}
     if not named:
         return pd.DataFrame(columns=MATRIX_COLUMNS)
-    label_of = case_labels(named)
+    label_of = case_points(*named.values())
     order = {(headline.experiment, headline.metric): index for index, headline in enumerate(HEADLINES)}
     rows = []
     for machine, frame in named.items():
@@ -297,8 +268,8 @@ def audit(measurements: Mapping[str, pd.DataFrame], details: pd.DataFrame) -> Au
 
 def audit_group(measurements: Mapping[str, pd.DataFrame], model_hash: str, seed: str) -> Audit:
     machines = list(measurements)
-    named = {machine: _current_names(frame) for machine, frame in measurements.items()}
-    label_of = case_labels(named)
+    named = {machine: current_names(frame) for machine, frame in measurements.items()}
+    label_of = case_points(*named.values())
     values: dict[tuple[str, str, str], dict[str, Any]] = {}
     for machine, frame in named.items():
         kept = frame[[is_deterministic(m, u) for m, u in zip(frame["metric"], frame["unit"], strict=True)]]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dashboard import machines as machines_module
-from dashboard.report import STYLE
+from dashboard.report import STYLE, markdown_table
 from store import frames
 from store.store import Store
 
@@ -77,12 +77,8 @@ def runs_line(report: MachinesReport) -> str:
     return ", ".join(f"{machine}: run {run_id}" for machine, run_id in report.runs.items())
 
 
-def markdown_table(frame: pd.DataFrame) -> list[str]:
-    header = [str(column) for column in frame.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |")
-    return lines
+def frame_table(frame: pd.DataFrame) -> list[str]:
+    return markdown_table([str(column) for column in frame.columns], frame.itertuples(index=False))
 
 
 def to_markdown(report: MachinesReport) -> str:
@@ -99,7 +95,7 @@ def to_markdown(report: MachinesReport) -> str:
                 "",
                 "## Fingerprints",
                 "",
-                *markdown_table(fingerprints),
+                *frame_table(fingerprints),
                 "",
                 "## Determinism audit",
                 "",
@@ -111,7 +107,7 @@ def to_markdown(report: MachinesReport) -> str:
                 "",
                 MATRIX_NOTE,
                 "",
-                *markdown_table(report.wide()),
+                *frame_table(report.wide()),
             ]
         )
         + "\n"

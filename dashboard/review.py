@@ -17,7 +17,6 @@ Verdicts:
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Mapping
@@ -27,7 +26,8 @@ from typing import Any
 import pandas as pd
 
 from dashboard.metrics import RENAMED_METRICS, is_deterministic
-from runner.labels import short_label
+from runner.labels import part_labels
+from store.records import case_key as params_key
 
 ALPHA = 0.01
 # The between-run floor: as History's change points, 3·MAD over the newest 20 earlier runs.
@@ -131,11 +131,6 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
 # ---- the comparison ---------------------------------------------------------------------------
 
 
-def point_label(params: dict[str, Any]) -> str:
-    """A case's parameters in a line: ``timing · fast · n=256``."""
-    return short_label(params)
-
-
 def noise_floors(*measurements: pd.DataFrame) -> dict[str, float]:
     """How far the clock alone moves a ratio, per impl: the widest |log| of any A/A pair's ratio
     (both sides the same decode through that impl) in these runs. On a log scale, so that a
@@ -152,10 +147,6 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[str, float]:
             impl = params.get("impl", DEFAULT_IMPL)
             floors[impl] = max(floors.get(impl, 0.0), abs(math.log(value)))
     return floors
-
-
-def params_key(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True)
 
 
 def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], float]:
@@ -241,52 +232,38 @@ def timed_verdict(
     return ("regressed" if worse else "improved"), p_value, shift
 
 
-def _keyed(measurements: pd.DataFrame, headline_only: bool, shared: dict[str, set[str]]) -> pd.DataFrame:
+def current_names(measurements: pd.DataFrame) -> pd.DataFrame:
+    """The measurements without the A/A pairs (they calibrate, they are not compared), renamed
+    metrics under their current names (so an old run's meet a new run's), with ``part`` and
+    ``params_key`` columns."""
+    frame = measurements.copy()
+    frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
+    frame["part"] = frame["params"].map(lambda params: params.get("part"))
+    frame["params_key"] = frame["params"].map(params_key)
+    return frame[~frame["part"].isin(NOISE_PARTS)]
+
+
+def case_points(*measurements: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(experiment, params key) → the case's label over the cases of every frame given."""
+    return part_labels(
+        (experiment, params)
+        for frame in measurements
+        for experiment, params in zip(frame["experiment"], frame["params"], strict=True)
+    )
+
+
+def _keyed(measurements: pd.DataFrame, headline_only: bool, points: dict[tuple[str, str], str]) -> pd.DataFrame:
     if measurements.empty:
         return pd.DataFrame(
             columns=["experiment", "point", "metric", "unit", "value", "measurement_id", "impl", "params_key"]
         )
-    frame = measurements.copy()
-    # An old run's renamed metrics meet the new run's under their current names.
-    frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
-    frame["part"] = frame["params"].map(lambda params: params.get("part"))
-    frame = frame[~frame["part"].isin(NOISE_PARTS)]
+    frame = current_names(measurements)
     if headline_only:
         wanted = {(headline.experiment, headline.metric) for headline in HEADLINES}
         frame = frame[[(row.experiment, row.metric) in wanted for row in frame.itertuples()]]
-    frame["point"] = [
-        point_label({key: value for key, value in params.items() if key not in shared.get(group, set())})
-        for group, params in zip(frame["experiment"] + "/" + frame["part"].fillna(""), frame["params"], strict=True)
-    ]
+    frame["point"] = [points[key] for key in zip(frame["experiment"], frame["params_key"], strict=True)]
     frame["impl"] = frame["params"].map(lambda params: params.get("impl", DEFAULT_IMPL))
-    frame["params_key"] = frame["params"].map(params_key)
     return frame[["experiment", "point", "metric", "unit", "value", "measurement_id", "impl", "params_key"]]
-
-
-def shared_params(*measurements: pd.DataFrame) -> dict[str, set[str]]:
-    """Per experiment and part ("kv_cache/timing"), the parameters every case of every run given
-    has with one same value (d_model, pairs, …): labels leave them out. A value that differs
-    between the runs is not shared, so cases still match only where all their parameters agree."""
-    rows: dict[str, int] = {}
-    holding: dict[str, dict[str, int]] = {}
-    values: dict[str, dict[str, set[str]]] = {}
-    for frame in measurements:
-        cases = frame.drop_duplicates("case_id") if "case_id" in frame.columns else frame
-        for name, params in zip(cases["experiment"], cases["params"], strict=True):
-            experiment = f"{name}/{params.get('part') or ''}"
-            rows[experiment] = rows.get(experiment, 0) + 1
-            for key, value in params.items():
-                holding.setdefault(experiment, {}).setdefault(key, 0)
-                holding[experiment][key] += 1
-                values.setdefault(experiment, {}).setdefault(key, set()).add(json.dumps(value, sort_keys=True))
-    return {
-        experiment: {
-            key
-            for key, count in holding.get(experiment, {}).items()
-            if key != "part" and count == total and len(values[experiment][key]) == 1
-        }
-        for experiment, total in rows.items()
-    }
 
 
 def compare(
@@ -305,9 +282,9 @@ def compare(
     between = between_runs or {}
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
-    shared = shared_params(run, baseline)
-    merged = _keyed(run, headline_only, shared).merge(
-        _keyed(baseline, headline_only, shared),
+    points = case_points(run, baseline)
+    merged = _keyed(run, headline_only, points).merge(
+        _keyed(baseline, headline_only, points),
         on=["experiment", "point", "metric", "impl"],
         how="outer",
         suffixes=("_run", "_baseline"),

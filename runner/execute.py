@@ -20,7 +20,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
-from runner.labels import short_label, varying_keys
+from runner.labels import part_labels
 from runner.lifecycle import check_stop, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
@@ -88,16 +88,8 @@ def check_device(device: str) -> None:
 def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, str], str]:
     """What the progress bar says of each case: its experiment and part, and the parameters that
     vary within that part (``kv_cache · timing · static · n=256``)."""
-    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
-    for experiment, case in plan:
-        groups.setdefault((experiment.name, case.get("part")), []).append(case)
-    keys = {group: [key for key in varying_keys(cases) if key != "part"] for group, cases in groups.items()}
-    labels = {}
-    for experiment, case in plan:
-        part = case.get("part")
-        words = [experiment.name, *([part] if part else []), short_label(case, keys[(experiment.name, part)])]
-        labels[(experiment.name, case_key(case))] = " · ".join(word for word in words if word != "all")
-    return labels
+    labels = part_labels((experiment.name, case) for experiment, case in plan)
+    return {key: key[0] if label == "all" else f"{key[0]} · {label}" for key, label in labels.items()}
 
 
 def execute(

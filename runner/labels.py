@@ -9,6 +9,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from store.records import case_key
+
 # Parameters read first in a label, in this order, their names (strings) bare; the rest follow
 # by name, as key=value.
 LEADING = ("part", "impl", "draft", "kernel", "precision", "dtype", "rounding", "cache")
@@ -56,3 +58,21 @@ def case_labels(cases: Sequence[Mapping[str, Any]]) -> list[str]:
     differ in one of those, so their labels differ too."""
     keys = varying_keys(cases)
     return [short_label(params, keys) for params in cases]
+
+
+def part_labels(cases: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[tuple[str, str], str]:
+    """(experiment, case key) → the case's part and the parameters that vary within its
+    experiment's part over every case given (``timing · static · n=256``; a part alone where
+    nothing varies; ``all`` for a lone case without one). Cases of several runs or machines
+    label alike where their parameters agree, and apart where any differs."""
+    groups: dict[tuple[str, Any], dict[str, Mapping[str, Any]]] = {}
+    for experiment, params in cases:
+        groups.setdefault((experiment, params.get("part")), {})[case_key(dict(params))] = params
+    found: dict[tuple[str, str], str] = {}
+    for (experiment, part), by_key in groups.items():
+        keys = [key for key in varying_keys(by_key.values()) if key != "part"]
+        for key, params in by_key.items():
+            words = [str(part)] if part else []
+            rest = short_label(params, keys)
+            found[(experiment, key)] = " · ".join(words + ([rest] if rest != "all" or not words else []))
+    return found
