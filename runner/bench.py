@@ -8,6 +8,7 @@ list, no shell); its ``name=value`` lines become measurements of one case.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -16,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.masking import mask_secrets
 from store.records import CaseRecord, MeasurementRecord
 
 BENCHMARKS_DIRECTORY = Path(__file__).resolve().parent.parent / "benchmarks"
+# A benchmark still running after this long is stopped and the bench run marked failed.
+TIMEOUT_SECONDS = 1800.0
 RESULT_LINE = re.compile(r"^([a-z][a-z0-9_]*)=(-?[0-9.]+(?:e[-+]?[0-9]+)?)$")
 
 
@@ -57,16 +61,27 @@ def parse_results(output: str) -> dict[str, float]:
     return results
 
 
-def run_benchmark(benchmark: Benchmark, store_url: str, log: Callable[[str], None]) -> CaseRecord:
+def run_benchmark(
+    benchmark: Benchmark, store_url: str, log: Callable[[str], None], timeout_seconds: float = TIMEOUT_SECONDS
+) -> CaseRecord:
+    """Run one benchmark script and turn its ``name=value`` lines into a case. The store URL
+    reaches a script that needs it through DECODELAB_DB, never its command line (which any user
+    of the machine can read); a failure or timeout is one masked line."""
     command = [sys.executable, str(BENCHMARKS_DIRECTORY / benchmark.script), *benchmark.arguments]
+    environment = {**os.environ}
+    environment.pop("DECODELAB_DB", None)
     if benchmark.needs_store:
-        command += ["--db", store_url]
+        environment["DECODELAB_DB"] = store_url
     started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds, env=environment)
+    except subprocess.TimeoutExpired:
+        # Not str(error): it repeats the whole command line.
+        raise RuntimeError(f"benchmark {benchmark.name} timed out after {timeout_seconds:g} s") from None
     seconds = time.perf_counter() - started
     if completed.returncode != 0:
         tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"benchmark {benchmark.name} failed: {tail[0]}")
+        raise RuntimeError(mask_secrets(f"benchmark {benchmark.name} failed: {tail[0]}"))
     results = parse_results(completed.stdout)
     if not results:
         raise RuntimeError(f"benchmark {benchmark.name} printed no name=value line")

@@ -14,6 +14,7 @@ from runner.errors import InputError
 from runner.fields import check_machine
 from store import frames
 from store.errors import ClaimLost, StoreDown, StoreError
+from store.masking import mask_secrets
 
 app = typer.Typer(
     help="Measure what KV caches, weight quantization and speculative decoding really buy.",
@@ -161,6 +162,9 @@ def import_runs(
 def bench(
     db: DbOption = None,
     only: Annotated[list[str] | None, typer.Option(help="Run just these benchmarks (repeatable).")] = None,
+    timeout_seconds: Annotated[
+        float, typer.Option(min=1, max=86400, help="Stop a benchmark running longer than this; the run fails.")
+    ] = 1800.0,
 ) -> None:
     """Run the side-by-side benchmarks and record them in the store as a run (experiment bench)."""
     import subprocess
@@ -188,7 +192,7 @@ def bench(
     try:
         with run_lifecycle(store, run_id, started=started):
             for name in chosen:
-                store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr))
+                store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr, timeout_seconds))
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
         # A benchmark that failed or hung: the run is marked failed; one line here.
         raise InputError(str(error).strip().splitlines()[0]) from None
@@ -259,7 +263,8 @@ EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
 
 
 def one_line(message: str) -> str:
-    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    """The message as one line, any password in it masked (an error may quote a store URL)."""
+    return mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip()))
 
 
 def usage_message(error: typer.TyperException) -> str:
@@ -284,13 +289,15 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"error: {usage_message(error)}", err=True)
         sys.exit(EXIT_USAGE)
     except StoreDown as error:
-        typer.echo(f"error: {error}; stopping (the run is marked interrupted once the store is back)", err=True)
+        typer.echo(
+            f"error: {one_line(str(error))}; stopping (the run is marked interrupted once the store is back)", err=True
+        )
         sys.exit(EXIT_STORE_DOWN)
     except (InputError, StoreError) as error:
         typer.echo(f"error: {one_line(str(error))}", err=True)
         sys.exit(EXIT_USAGE)
     except ClaimLost as error:
-        typer.echo(f"error: {error}: another worker owns it now; nothing more was written", err=True)
+        typer.echo(f"error: {one_line(str(error))}: another worker owns it now; nothing more was written", err=True)
         sys.exit(EXIT_CLAIM_LOST)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
@@ -303,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(error, DBAPIError):
             raise
         reason = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
-        typer.echo(f"error: the store failed: {reason}", err=True)
+        typer.echo(f"error: the store failed: {mask_secrets(reason)}", err=True)
         sys.exit(EXIT_USAGE)
     sys.exit(result if isinstance(result, int) else 0)
 

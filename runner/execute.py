@@ -26,6 +26,7 @@ from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
 from runner.train import train_or_reuse
+from store.masking import mask_secrets
 from store.records import CaseRecord, JobRecord, case_key
 from store.store import Store
 
@@ -33,7 +34,8 @@ Log = Callable[[str], None]
 
 
 def log_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    # Logs end up in journald and shared log files: no password in them.
+    print(mask_secrets(message), file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from store.errors import StoreDown
+from store.masking import mask_secrets
 from store.records import Claim
 from store.store import Store
 
@@ -53,9 +54,10 @@ def check_stop() -> None:
 
 
 def one_line(error: BaseException) -> str:
-    """The error's type and the first line of its message."""
+    """The error's type and the first line of its message, any password masked: it is stored
+    with the run, where History and exports show it."""
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    return mask_secrets(f"{type(error).__name__}: {text.splitlines()[0] if text else ''}")
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from runner.lifecycle import check_stop, stop_on_signals
 from runner.machine import machine_name
 from runner.sweeps import SweepSpec, validate
 from store.errors import ClaimLost, StoreDown
+from store.masking import mask_secrets
 from store.records import Claim, JobRecord, WorkerRecord
 from store.store import Store
 
@@ -159,9 +160,9 @@ def run_job(
             except Exception as error:
                 # execute() already marked run and job failed when the run had started.
                 if store.jobs.status(job.id) == "running":
-                    message = str(error).splitlines()[0] if str(error) else repr(error)
+                    message = mask_secrets(str(error).splitlines()[0] if str(error) else repr(error))
                     store.jobs.finish(job.claim, "failed", error=message)
-                log(f"job {job.id} failed: {error}")
+                log(f"job {job.id} failed: {mask_secrets(str(error))}")
     except ClaimLost as lost:
         log(f"job {job.id} is no longer this worker's ({lost}): stopped it without writing anything more")
 
