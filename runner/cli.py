@@ -14,6 +14,7 @@ from runner.errors import InputError
 from runner.fields import check_machine
 from store import frames
 from store.errors import ClaimLost, StoreDown, StoreError
+from store.files import check_output_file
 from store.masking import mask_secrets
 
 app = typer.Typer(
@@ -128,11 +129,10 @@ def export(
 
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
+    check_output_file(out)  # before the store is opened: a refused export does no work
     store = open_store(db, "export")
     if run_id is not None and not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
-    if not out.parent.exists():
-        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
     if export_format == "json":
         from store.transfer import write_json_export
 

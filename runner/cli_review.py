@@ -10,6 +10,7 @@ import typer
 
 from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
+from store.files import check_output_file, write_whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,16 +68,13 @@ def checked_format(out: Path, report_format: str | None) -> str:
     chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
     if chosen not in report.REPORT_FORMATS:
         raise InputError(f"--format: {chosen!r} is not a report format (allowed: html, md)")
-    if not out.parent.exists():
-        raise InputError(f"--out: directory {str(out.parent)!r} does not exist")
+    check_output_file(out)
     return chosen
 
 
 def write_file(out: Path, text: str) -> None:
     """Written whole or not at all: a reader never finds half a report."""
-    temporary = out.with_name(out.name + ".partial")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(out)
+    write_whole(out, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
 def report_run(

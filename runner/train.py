@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from runner.corpus import Corpus
 from runner.model import CharGPT, ModelConfig
+from store.errors import StoreError
 from store.records import ModelRecord
 
 EVALUATION_WINDOWS = 64
@@ -73,6 +74,21 @@ def deserialize(weights: bytes) -> CharGPT:
     model = CharGPT(ModelConfig(**checkpoint["config"]))
     model.load_state_dict(checkpoint["state_dict"])
     return model.eval()
+
+
+def load_stored(record: ModelRecord) -> CharGPT:
+    """The stored checkpoint as a model; a damaged one (bytes that do not load, or weights that
+    no longer hash to the recorded hash) is one line naming the model, never a traceback."""
+    damaged = f"model {record.weights_hash[:12]}: the stored checkpoint is damaged"
+    try:
+        model = deserialize(record.weights)
+    except Exception as error:  # torch raises many types for bad bytes: pickle, zip, key, size errors
+        # Torch's messages run on with advice about torch itself: the first sentence is the reason.
+        reason = str(error).strip().splitlines()[0].split(". ")[0][:120] if str(error).strip() else type(error).__name__
+        raise StoreError(f"{damaged} ({reason}); delete that model row to train it again") from None
+    if weights_hash(model) != record.weights_hash:
+        raise StoreError(f"{damaged} (its weights no longer match their hash); delete that model row to train it again")
+    return model
 
 
 def _learning_rate(step: int, config: TrainConfig) -> float:
@@ -208,8 +224,9 @@ def train_or_reuse(
     wanted = recipe_hash(model_config, train_config, corpus.content_hash, teacher_hash)
     found = store.find_model(recipe_hash=wanted)
     if found is not None:
+        model = load_stored(found)
         log(f"reusing stored model {found.weights_hash[:12]} (val loss {found.val_loss:.4f}); no training needed")
-        return TrainedModel(model=deserialize(found.weights), record=found, reused=True)
+        return TrainedModel(model=model, record=found, reused=True)
     log(
         f"training d_model={model_config.d_model} n_layer={model_config.n_layer} n_head={model_config.n_head} "
         f"for {train_config.steps} steps on {len(corpus.text):,} characters ({corpus.source})"

@@ -92,6 +92,8 @@ def create_store_engine(url: str) -> Engine:
         if path is not None:
             if path.parent and not path.parent.exists():
                 raise StoreError(f"store directory {str(path.parent)!r} does not exist")
+            if path.is_dir():
+                raise StoreError(f"store {database!r} is a folder (allowed: a SQLite file, or a path for a new one)")
             if path.exists() and path.stat().st_size > 0:
                 with open(path, "rb") as handle:
                     if handle.read(16) != b"SQLite format 3\x00":

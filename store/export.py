@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from store.errors import StoreError
+from store.files import write_whole
 
 EXPORT_COLUMNS = ("run_id", "machine", "experiment", "params", "metric", "value", "unit")
 EXPORT_FORMATS = ("csv", "json", "parquet")
@@ -16,15 +17,14 @@ def write_export(frame: pd.DataFrame, path: str | Path, export_format: str) -> i
     """Write the long-format rows; returns how many. JSON is a list of row objects."""
     if export_format not in EXPORT_FORMATS:
         raise StoreError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
-    target = Path(path)
-    if not target.parent.exists():
-        raise StoreError(f"--out: directory {str(target.parent)!r} does not exist")
-    temporary = target.with_name(target.name + ".partial")
-    if export_format == "csv":
-        frame.to_csv(temporary, index=False)
-    elif export_format == "json":
-        frame.to_json(temporary, orient="records", indent=1)
-    else:
-        frame.to_parquet(temporary, index=False)
-    temporary.replace(target)  # a reader never sees half a file
+
+    def write(temporary: Path) -> None:
+        if export_format == "csv":
+            frame.to_csv(temporary, index=False)
+        elif export_format == "json":
+            frame.to_json(temporary, orient="records", indent=1)
+        else:
+            frame.to_parquet(temporary, index=False)
+
+    write_whole(Path(path), write)
     return len(frame)

@@ -12,6 +12,7 @@ run has none here.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from sqlalchemy import select
 
 from store.annotations import check_tag
 from store.errors import StoreError
+from store.files import write_whole
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
 from store.results import write_measurements
 from store.schema import Case, Machine, Measurement, Model, Run, RunTag, Sample, utc_now
@@ -84,9 +86,8 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
 
 def write_json_export(store: Store, path: Path, run_id: int | None = None) -> int:
     rows = export_json_rows(store, run_id)
-    temporary = path.with_name(path.name + ".partial")
-    temporary.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
-    temporary.replace(path)
+    text = json.dumps(rows, indent=1, default=str)
+    write_whole(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return len(rows)
 
 
@@ -112,7 +113,59 @@ def read_export(path: Path) -> list[dict[str, Any]]:
             f"import: {str(path)!r} is not a decodelab JSON export (expected a list of rows with "
             f"{', '.join(sorted(required))}; export with `decodelab export --format json`)"
         )
+    for number, row in enumerate(rows, start=1):
+        check_row(number, row)
     return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_row(number: int, row: dict[str, Any]) -> None:
+    """Refuse a row whose fields have the wrong types, before anything is written: one line
+    naming the row and the field."""
+
+    def refuse(field: str, allowed: str) -> StoreError:
+        return StoreError(f"import: row {number}: {field} {str(row.get(field))[:40]!r} is not {allowed}")
+
+    for field in ("experiment", "metric", "unit"):
+        if not isinstance(row[field], str) or not row[field]:
+            raise refuse(field, "a name")
+    if not _is_number(row["value"]):
+        raise refuse("value", "a finite number")
+    params = row["params"]
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except json.JSONDecodeError:
+            raise refuse("params", "a JSON object") from None
+    if not isinstance(params, dict):
+        raise refuse("params", "a JSON object")
+    if row.get("case_key") is not None and not isinstance(row["case_key"], str):
+        raise refuse("case_key", "text")
+    samples = row.get("samples", [])
+    if not isinstance(samples, list) or not all(
+        isinstance(sample, list)
+        and len(sample) == 3
+        and isinstance(sample[0], int)
+        and isinstance(sample[1], str)
+        and _is_number(sample[2])
+        for sample in samples
+    ):
+        raise refuse("samples", "a list of [pair, side, seconds]")
+    run = row["run"]
+    if not isinstance(run, dict):
+        raise refuse("run", "an object")
+    if not isinstance(run.get("uid"), str) or not run["uid"]:
+        raise StoreError(f"import: row {number}: run.uid is missing (export it with this version of decodelab)")
+    if not isinstance(run.get("spec") or {}, dict):
+        raise StoreError(f"import: row {number}: run.spec is not an object")
+    if run.get("wall_seconds") is not None and not _is_number(run["wall_seconds"]):
+        raise StoreError(f"import: row {number}: run.wall_seconds is not a finite number")
+    for field in ("preset", "code_version", "status", "error", "note", "model_hash"):
+        if run.get(field) is not None and not isinstance(run[field], str):
+            raise StoreError(f"import: row {number}: run.{field} is not text")
 
 
 def import_rows(store: Store, rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import sqlalchemy as sa
 
 from store.engine import create_store_engine
 from store.store import Store
-from tests.conftest import run_decodelab
+from tests.conftest import TINY_SPEC, run_decodelab
 
 
 def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -158,3 +161,106 @@ def test_workers_and_db_current_report_the_store(tmp_path: Path) -> None:
     assert rows["box-2"][2:5] == ["worker", "stopped", "box-2:200"]
     current = run_decodelab("db", "current", "--db", url, cwd=tmp_path)
     assert current.returncode == 0 and "(up to date)" in current.stdout, current.stderr
+
+
+# The tiny model and one quick experiment: a store with a run and a model in seconds.
+QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
+
+
+@pytest.fixture(scope="module")
+def quick_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store holding one quick run and its model, and its JSON export beside it."""
+    directory = tmp_path_factory.mktemp("quick")
+    (directory / "quick.toml").write_text(QUICK_SPEC)
+    url = f"sqlite:///{directory / 'quick.db'}"
+    result = run_decodelab("run", "--spec", "quick.toml", "--db", url, cwd=directory)
+    assert result.returncode == 0, result.stderr
+    exported = run_decodelab("export", "--format", "json", "--out", "quick.json", "--db", url, cwd=directory)
+    assert exported.returncode == 0, exported.stderr
+    return directory
+
+
+def test_db_naming_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    for args in (["db", "current"], ["db", "upgrade"], ["workers"], ["export", "--out", "x.csv"]):
+        result = decodelab(*args, "--db", "sqlite:///folder", cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert_one_line_error(result, "store 'folder' is a folder")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "--format", "csv"],
+        ["export", "--format", "json"],
+        ["report", "run", "--run", "1"],
+        ["report", "machines"],
+    ],
+)
+def test_out_naming_a_folder_is_refused_before_any_work(tmp_path: Path, quick_store: Path, args: list[str]) -> None:
+    (tmp_path / "folder").mkdir()
+    shutil.copy(quick_store / "quick.db", tmp_path / "quick.db")
+    url = f"sqlite:///{tmp_path / 'quick.db'}"
+    result = decodelab(*args, "--out", "folder", "--db", url, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, "--out: 'folder' is a folder")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder", "quick.db"]
+    # Before any work: not even the store was opened (a missing one is not created).
+    missing = decodelab(*args, "--out", "folder", "--db", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path)
+    assert_one_line_error(missing, "--out: 'folder' is a folder")
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
+    from store.files import write_whole
+
+    target = tmp_path / "report.md"
+    target.write_text("the old report\n")
+
+    def half_then_fail(temporary: Path) -> None:
+        temporary.write_text("half a rep")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_whole(target, half_then_fail)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["report.md"]
+    assert target.read_text() == "the old report\n"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("value", "abc", "row 1: value 'abc' is not a finite number"),
+        ("value", None, "row 1: value 'None' is not a finite number"),
+        ("run", 5, "row 1: run '5' is not an object"),
+        ("samples", ["x"], "row 1: samples"),
+        ("params", 3, "row 1: params '3' is not a JSON object"),
+    ],
+)
+def test_import_of_a_badly_typed_row_writes_nothing(
+    tmp_path: Path, quick_store: Path, field: str, value: object, fragment: str
+) -> None:
+    rows = json.loads((quick_store / "quick.json").read_text())
+    rows[-1][field] = value
+    (tmp_path / "bad.json").write_text(json.dumps(rows))
+    url = f"sqlite:///{tmp_path / 'target.db'}"
+    Store(url).close()
+    result = decodelab("import", "bad.json", "--db", url, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, fragment.replace("row 1", f"row {len(rows)}"))
+    store = Store(url)
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT count(*) FROM run")).scalar() == 0
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["substr(weights, 1, 1000)", "randomblob(length(weights))"])
+def test_a_corrupt_checkpoint_is_one_line(tmp_path: Path, quick_store: Path, damage: str) -> None:
+    shutil.copy(quick_store / "quick.db", tmp_path / "quick.db")
+    with sqlite3.connect(tmp_path / "quick.db") as connection:
+        connection.execute(f"UPDATE model SET weights = {damage}")
+    url = f"sqlite:///{tmp_path / 'quick.db'}"
+    result = decodelab("train", "--spec", str(quick_store / "quick.toml"), "--db", url, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, "the stored checkpoint is damaged", "delete that model row")
