@@ -15,6 +15,7 @@ import streamlit as st
 from dashboard import data, ui
 from dashboard.launch import LaunchRequest, launch, start_worker
 from runner import catalog
+from runner.data_folder import data_files
 from runner.errors import InputError
 from store import frames
 from store.errors import StoreError
@@ -87,16 +88,30 @@ def launch_form(url: str, store: Store) -> None:
         pairs = st.number_input(
             "Timing pairs per point (0: the preset's)", min_value=0, max_value=1000, value=0, step=1, key="launch_pairs"
         )
+        corpus = st.selectbox(
+            "Corpus (a file of the data folder; a spec names its own)",
+            ["default", *data_files(ui.data_dir())],
+            key="launch_corpus",
+        )
         spec_text = st.text_area("Spec (TOML, used when 'From' is spec)", height=150, key="launch_spec")
         machine = st.text_input("Machine (empty: any worker)", key="launch_machine")
         confirmed = st.checkbox("I know this sweep is long", key="launch_confirmed")
         submitted = st.form_submit_button("Launch")
     if submitted:
         request = LaunchRequest(
-            source, preset, experiments, spec_text, machine, confirmed, lengths=lengths, ks=ks, pairs=int(pairs) or None
+            source,
+            preset,
+            experiments,
+            spec_text,
+            machine,
+            confirmed,
+            lengths=lengths,
+            ks=ks,
+            pairs=int(pairs) or None,
+            corpus=corpus,
         )
         try:
-            launched = launch(store, request)
+            launched = launch(store, request, ui.data_dir())
         except InputError as error:
             st.sidebar.error(str(error))
         else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
 from runner.errors import InputError
 from runner.fields import check_machine
 from store.store import Store
@@ -34,6 +35,7 @@ class LaunchRequest:
     lengths: list[int] | None = None  # kv_cache lengths
     ks: list[int] | None = None  # speculative draft lengths
     pairs: int | None = None  # paired timings per point, for every experiment that times pairs
+    corpus: str = "default"  # for a preset: "default" or a file of the data folder (a spec names its own)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ def build_spec(request: LaunchRequest) -> Any:
             for params in raw["experiments"].values():
                 if "pairs" in params:
                     params["pairs"] = request.pairs
+        raw["model"]["corpus"] = request.corpus
         return validate(raw)
     if request.source == "spec":
         if len(request.spec_text) > 100_000:
@@ -82,12 +85,16 @@ def build_spec(request: LaunchRequest) -> Any:
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
 
 
-def launch(store: Store, request: LaunchRequest) -> Launched:
-    """Validate and enqueue; a long sweep is enqueued only once confirmed."""
-    from runner.sweeps import estimate_seconds
+def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:
+    """Validate and enqueue; a long sweep is enqueued only once confirmed. The corpus must be
+    ``default`` or a file under ``data_dir`` (runner/data_folder.py), whatever the spec says."""
+    from runner.sweeps import estimate_seconds, validate
     from runner.train import recipe_hash
 
     spec = build_spec(request)
+    corpus = dashboard_corpus(spec.corpus, data_dir)
+    if corpus != spec.corpus:  # the resolved path: the worker checks that very file again
+        spec = validate({**spec.raw, "model": {**spec.raw["model"], "corpus": corpus}})
     machine = check_machine(request.machine)
     model_stored = _model_stored(store, spec, recipe_hash)
     estimate = estimate_seconds(spec, model_stored=model_stored)
@@ -95,7 +102,8 @@ def launch(store: Store, request: LaunchRequest) -> Launched:
     if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
         return Launched(None, cases, estimate, needs_confirmation=True)
     preset = request.preset if request.source == "preset" else None
-    job_id = store.jobs.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
+    job_spec = mark_dashboard_job(spec.raw, data_dir)
+    job_id = store.jobs.enqueue(job_spec, preset=preset, machine_name=machine, cases_total=cases)
     return Launched(job_id, cases, estimate, needs_confirmation=False)
 
 

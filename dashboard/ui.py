@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data
+from runner.data_folder import DEFAULT_DATA_DIR
 from store.errors import StoreError
 from store.store import Store
 
@@ -18,6 +20,12 @@ def read_only() -> bool:
     """`decodelab dashboard --read-only` (DECODELAB_READ_ONLY=1): no launch form, no tags or
     notes, nothing written. Read at every script run, not once per process."""
     return os.environ.get("DECODELAB_READ_ONLY") == "1"
+
+
+def data_dir() -> Path:
+    """`decodelab dashboard --data-dir DIR` (DECODELAB_DATA_DIR): the only folder whose files a
+    launch from this dashboard may train on (runner/data_folder.py)."""
+    return Path(os.environ.get("DECODELAB_DATA_DIR") or DEFAULT_DATA_DIR).resolve()
 
 
 def open_store() -> tuple[str, Store] | None:

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from runner.cli_options import DbOption, open_store
+from runner.data_folder import DEFAULT_DATA_DIR
 from runner.errors import InputError
 
 
@@ -162,6 +163,12 @@ def dashboard(
             "--allow-remote-launch", help="Serve the launch form on a non-loopback --host (put a login before it)."
         ),
     ] = False,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir", help="The only folder whose files a launch from the dashboard may train on (else default)."
+        ),
+    ] = DEFAULT_DATA_DIR,
 ) -> None:
     """Serve the Streamlit dashboard for a store (on 127.0.0.1 unless --host says otherwise)."""
     if not is_loopback(host) and not read_only and not allow_remote_launch:
@@ -199,6 +206,7 @@ def dashboard(
     sys.stderr.flush()
     environment = {**os.environ, "DECODELAB_DB": store.url}
     environment.pop("DECODELAB_READ_ONLY", None)
+    environment["DECODELAB_DATA_DIR"] = str(data_dir.resolve())
     if read_only:
         environment["DECODELAB_READ_ONLY"] = "1"
     os.execve(sys.executable, command, environment)

@@ -27,6 +27,7 @@ import threading
 import time
 from types import FrameType
 
+from runner.data_folder import check_dashboard_job, split_dashboard_job
 from runner.errors import InputError
 from runner.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.lifecycle import check_stop, stop_on_signals
@@ -139,7 +140,10 @@ def run_job(
     try:
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             try:
-                spec = validate(job.spec)
+                spec_raw, dashboard_mark = split_dashboard_job(job.spec)
+                spec = validate(spec_raw)
+                if dashboard_mark is not None:
+                    check_dashboard_job(spec.corpus, dashboard_mark)
             except InputError as error:
                 store.jobs.finish(job.claim, "failed", error=str(error))
                 log(f"job {job.id} failed validation: {error}")

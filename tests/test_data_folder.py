@@ -1,0 +1,149 @@
+"""Launches from the dashboard train only on 'default' or a file under the data folder; the
+refusal says nothing about the path; the worker checks again where the job runs. The command
+line keeps any readable path."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.launch import LaunchRequest, launch
+from runner.data_folder import DASHBOARD_JOB_KEY, MAX_CORPUS_BYTES, data_files
+from runner.errors import InputError
+from runner.sweeps import validate
+from store import frames
+from store.store import Store
+from tests.conftest import ROOT, TINY_SPEC, run_decodelab
+
+# The tiny model and one quick experiment, its corpus set by each test.
+QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
+TEXT = "The quick brown fox jumps over the lazy dog. " * 40
+
+
+def spec_naming(corpus: str) -> str:
+    return QUICK_SPEC.replace('corpus = "default"', f"corpus = {corpus!r}")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A data folder with two corpora (one in a subfolder), a symlink out of it, a file over
+    64 MiB (sparse), and a secret file beside it."""
+    folder = tmp_path / "data"
+    (folder / "more").mkdir(parents=True)
+    (folder / "fox.txt").write_text(TEXT)
+    (folder / "more" / "fox2.txt").write_text(TEXT)
+    (tmp_path / "secret.txt").write_text("the server's secret " * 100)
+    (folder / "link_out.txt").symlink_to(tmp_path / "secret.txt")
+    with open(folder / "huge.txt", "wb") as huge:
+        huge.truncate(MAX_CORPUS_BYTES + 1)
+    return folder
+
+
+REFUSAL = "corpus: only 'default' or a file in the data folder (2 files there) may be used from the dashboard"
+
+
+def test_the_data_folder_lists_only_usable_files(data_dir: Path) -> None:
+    assert data_files(data_dir) == ["fox.txt", "more/fox2.txt"]
+    assert data_files(data_dir / "nowhere") == []
+
+
+@pytest.mark.parametrize(
+    "corpus",
+    ["/etc/passwd", "../secret.txt", "SECRET", "link_out.txt", "huge.txt", "nosuch.txt", "more", "/etc/nosuch"],
+)
+def test_a_launch_naming_any_other_file_is_refused_alike(sqlite_url: str, data_dir: Path, corpus: str) -> None:
+    store = Store(sqlite_url)
+    corpus = str(data_dir.parent / "secret.txt") if corpus == "SECRET" else corpus
+    for request in (
+        LaunchRequest("spec", "quick", [], spec_naming(corpus), "", True),
+        LaunchRequest("preset", "quick", ["training_summary"], "", "", True, corpus=corpus),
+    ):
+        with pytest.raises(InputError) as refused:
+            launch(store, request, data_dir)
+        assert str(refused.value) == REFUSAL  # the same line whatever the path: it reveals nothing
+    assert frames.jobs(store).empty
+    store.close()
+
+
+def test_a_launch_naming_a_data_file_records_its_resolved_path_and_origin(sqlite_url: str, data_dir: Path) -> None:
+    store = Store(sqlite_url)
+    for corpus in ("more/fox2.txt", str(data_dir / "fox.txt"), "default"):
+        launched = launch(store, LaunchRequest("spec", "quick", [], spec_naming(corpus), "", True), data_dir)
+        job = store.jobs.claim(
+            store.workers.register(name="t:1", kind="worker", machine_name="t", host="t", pid=1, stale_after_seconds=60)
+        )
+        assert job is not None and job.id == launched.job_id
+        expected = corpus if corpus == "default" else str((data_dir / corpus).resolve())
+        assert job.spec["model"]["corpus"] == expected
+        assert job.spec[DASHBOARD_JOB_KEY] == {"data_dir": str(data_dir.resolve())}
+        store.jobs.finish(job.claim, "done")
+    store.close()
+
+
+def test_a_spec_cannot_carry_the_dashboards_mark() -> None:
+    raw = validate(tomllib.loads(QUICK_SPEC)).raw
+    with pytest.raises(InputError, match=f"{DASHBOARD_JOB_KEY}: unknown key"):
+        validate({**raw, DASHBOARD_JOB_KEY: {"data_dir": "/"}})
+
+
+def test_the_worker_refuses_a_dashboard_job_whose_corpus_left_the_folder(tmp_path: Path, data_dir: Path) -> None:
+    """Launched on a data file that is then swapped for a symlink to a file outside: the
+    worker, through the real CLI, fails the job with the same line and trains nothing."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = Store(url)
+    launched = launch(store, LaunchRequest("spec", "quick", [], spec_naming("fox.txt"), "", True), data_dir)
+    (data_dir / "fox.txt").unlink()
+    (data_dir / "fox.txt").symlink_to(tmp_path / "secret.txt")
+    store.close()
+    result = run_decodelab("worker", "--once", "--db", url, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store(url)
+    job = frames.jobs(store).set_index("job_id").loc[launched.job_id]
+    assert job["status"] == "failed"
+    assert job["error"] == REFUSAL.replace("(2 files", "(1 files")
+    assert store.results.find_model(recipe_hash="x") is None
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM model").scalar() == 0
+    store.close()
+
+
+def test_the_command_line_keeps_any_readable_path(tmp_path: Path) -> None:
+    (tmp_path / "anywhere.txt").write_text(TEXT)
+    (tmp_path / "quick.toml").write_text(spec_naming(str(tmp_path / "anywhere.txt")))
+    result = run_decodelab("enqueue", "--spec", "quick.toml", "--db", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_form_offers_the_data_folders_files(
+    sqlite_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    monkeypatch.setenv("DECODELAB_DATA_DIR", str(data_dir))
+    from runner.machine import machine_name
+
+    store = Store(sqlite_url)
+    # A live worker here: the dashboard starts none beside it (the job is looked at, not run).
+    store.workers.register(
+        name="t:1", kind="worker", machine_name=machine_name(), host="t", pid=1, stale_after_seconds=3600
+    )
+    store.close()
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    app.run()
+    assert not app.exception
+    assert app.selectbox(key="launch_corpus").options == ["default", "fox.txt", "more/fox2.txt"]
+    app.selectbox(key="launch_corpus").set_value("more/fox2.txt")
+    app.multiselect(key="launch_experiments").set_value(["training_summary"])
+    app.checkbox(key="launch_confirmed").check()
+    app.sidebar.button[0].click().run()  # the form's submit button
+    assert not app.exception
+    assert any("queued" in success.value for success in app.sidebar.success), app.sidebar
+    store = Store(sqlite_url)
+    job = store.jobs.claim(
+        store.workers.register(name="t:2", kind="worker", machine_name="t", host="t", pid=2, stale_after_seconds=60)
+    )
+    assert job is not None
+    assert job.spec["model"]["corpus"] == str(data_dir.resolve() / "more" / "fox2.txt")
+    store.close()
