@@ -15,6 +15,7 @@ import streamlit as st
 from dashboard import data, ui
 from dashboard.launch import LaunchRequest, launch, start_worker
 from runner import catalog
+from runner.access import AccessError, load_auth, verdict
 from runner.data_folder import data_files
 from runner.errors import InputError
 from store import frames
@@ -167,16 +168,29 @@ def workers_list(store: Store) -> None:
 
 def require_login() -> None:
     """With Streamlit's OIDC login configured (an ``[auth]`` section in .streamlit/secrets.toml,
-    docs/deploy.md), nothing is shown until the visitor has logged in."""
+    docs/deploy.md), nothing is shown until the visitor has logged in, and then only to an
+    account the ``allowed`` list names (when there is one). It fails closed: a secrets file that
+    does not parse, or an incomplete ``[auth]``, shows nothing but that problem."""
     try:
-        configured = "auth" in st.secrets
-    except Exception:  # no secrets file at all: Streamlit raises its own not-found error
-        configured = False
+        settings = load_auth()
+    except AccessError as error:
+        st.title("decodelab")
+        st.error(f"This dashboard's login is misconfigured, so it shows nothing: {error}")
+        st.stop()
+        return
     # st.user lacks the key, rather than saying False, when nobody has logged in yet (and in AppTest).
-    if configured and not getattr(st.user, "is_logged_in", False):
+    logged_in = bool(getattr(st.user, "is_logged_in", False))
+    email = getattr(st.user, "email", None) if logged_in else None
+    seen = verdict(settings, logged_in, email if isinstance(email, str) else None)
+    if seen == "log in":
         st.title("decodelab")
         st.write("This dashboard asks you to log in first.")
         st.button("Log in", on_click=st.login)
+        st.stop()
+    elif seen == "not allowed":
+        st.title("decodelab")
+        st.write("not allowed")
+        st.button("Log out", on_click=st.logout)
         st.stop()
 
 

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from runner.access import load_auth
 from runner.cli_options import DbOption, open_store
 from runner.data_folder import DEFAULT_DATA_DIR
 from runner.errors import InputError
@@ -163,6 +164,13 @@ def dashboard(
             "--allow-remote-launch", help="Serve the launch form on a non-loopback --host (put a login before it)."
         ),
     ] = False,
+    behind_proxy: Annotated[
+        bool,
+        typer.Option(
+            "--behind-proxy",
+            help="An authenticating proxy fronts this dashboard: serve the launch form remotely without a login here.",
+        ),
+    ] = False,
     data_dir: Annotated[
         Path,
         typer.Option(
@@ -175,6 +183,14 @@ def dashboard(
         raise InputError(
             f"--host: {host} is reachable from the network and the launch form enqueues jobs "
             "(allowed: a loopback address, or add --read-only, or --allow-remote-launch on purpose)"
+        )
+    # Fails closed: a broken secrets file would otherwise serve everything to anyone.
+    auth = load_auth()
+    if not is_loopback(host) and allow_remote_launch and not auth.login_configured and not behind_proxy:
+        raise InputError(
+            f"--allow-remote-launch: {host} is reachable from the network and no login is configured "
+            "(allowed: an [auth] section in .streamlit/secrets.toml, or --behind-proxy when an authenticating "
+            "proxy fronts the dashboard)"
         )
     # Read-only never upgrades: a read-only dashboard writes nothing, the schema included.
     store = open_store(db, "dashboard", upgrade=False if read_only else None)

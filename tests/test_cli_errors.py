@@ -123,7 +123,7 @@ def test_an_exposed_dashboard_must_be_read_only_or_say_so(
     for args, read_only in (
         (["--host", "127.0.0.1"], False),
         (["--host", "0.0.0.0", "--read-only"], True),
-        (["--host", "10.1.2.3", "--allow-remote-launch"], False),
+        (["--host", "10.1.2.3", "--allow-remote-launch", "--behind-proxy"], False),
     ):
         started.clear()
         with pytest.raises(SystemExit) as exited:
