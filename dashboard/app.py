@@ -21,6 +21,7 @@ from runner.errors import InputError
 from store import frames
 from store.errors import StoreError
 from store.store import Store
+from store.user_text import markdown_text
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
 PAGES = Path(__file__).parent / "views"
@@ -146,7 +147,7 @@ def jobs_panel(url: str) -> None:
         if job["status"] == "running" and total:
             st.progress(min(done / total, 1.0), text=f"{label} · {done}/{total}")
         elif job["status"] == "failed":
-            st.error(f"{label}: {job['error']}")
+            st.error(f"{label}: {markdown_text(job['error'])}")
         else:
             run = job["run_id"]
             st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
@@ -160,7 +161,9 @@ def workers_list(store: Store) -> None:
         return
     st.caption("Workers")
     for worker in workers.to_dict("records"):
-        label = f"{worker['machine']} · {worker['kind']} {worker['name']} · {worker['state']}"
+        label = (
+            f"{markdown_text(worker['machine'])} · {worker['kind']} {markdown_text(worker['name'])} · {worker['state']}"
+        )
         if pd.notna(worker["job_id"]) and pd.notna(worker["cases_total"]):
             label += f" · job {int(worker['job_id'])} · {int(worker['cases_done'])}/{int(worker['cases_total'])}"
         st.caption(label)

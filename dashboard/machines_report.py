@@ -5,7 +5,7 @@ Markdown. Used by `decodelab report machines` and the Compare page's downloads."
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -14,6 +14,7 @@ from dashboard import machines as machines_module
 from dashboard.report import STYLE, markdown_table
 from store import frames
 from store.store import Store
+from store.user_text import markdown_text
 
 MATRIX_NOTE = (
     "Each machine is the run that stands for it (the newest done run of the preset that is not tagged "
@@ -69,12 +70,13 @@ def build_machines_report(
     )
 
 
-def title(report: MachinesReport) -> str:
-    return f"decodelab: {', '.join(report.machines)} on {report.preset}"
+def title(report: MachinesReport, escape: Callable[[object], str] = str) -> str:
+    """The report's title; ``escape`` applies to the machines' names (text people chose)."""
+    return f"decodelab: {', '.join(escape(machine) for machine in report.machines)} on {report.preset}"
 
 
-def runs_line(report: MachinesReport) -> str:
-    return ", ".join(f"{machine}: run {run_id}" for machine, run_id in report.runs.items())
+def runs_line(report: MachinesReport, escape: Callable[[object], str] = str) -> str:
+    return ", ".join(f"{escape(machine)}: run {run_id}" for machine, run_id in report.runs.items())
 
 
 def frame_table(frame: pd.DataFrame) -> list[str]:
@@ -88,10 +90,10 @@ def to_markdown(report: MachinesReport) -> str:
     return (
         "\n".join(
             [
-                f"# {title(report)}",
+                f"# {title(report, markdown_text)}",
                 "",
-                f"- runs: {runs_line(report)}",
-                f"- reference machine: {report.reference}",
+                f"- runs: {runs_line(report, markdown_text)}",
+                f"- reference machine: {markdown_text(report.reference)}",
                 "",
                 "## Fingerprints",
                 "",
@@ -101,7 +103,10 @@ def to_markdown(report: MachinesReport) -> str:
                 "",
                 AUDIT_NOTE,
                 "",
-                *(f"- {line}" for line in report.audit.lines() or ["one machine: nothing to audit against"]),
+                *(
+                    f"- {markdown_text(line)}"
+                    for line in report.audit.lines() or ["one machine: nothing to audit against"]
+                ),
                 "",
                 "## Headline figures",
                 "",

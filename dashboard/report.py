@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from dashboard.charts import Figure
 from dashboard.metrics import RENAMED_METRICS
 from store import frames
 from store.store import Store
+from store.user_text import markdown_cell, markdown_text
 
 REPORT_FORMATS = ("html", "md")
 
@@ -35,10 +36,12 @@ class RunReport:
     charts: list[Figure] = field(default_factory=list)
 
 
-def describe(run: Mapping[Any, Any]) -> str:
+def describe(run: Mapping[Any, Any], escape: Callable[[object], str] = str) -> str:
+    """The run in one line; ``escape`` applies to the text people chose (machine name, tags)."""
     started = pd.Timestamp(run["started_at"]).strftime("%Y-%m-%d %H:%M")
-    tags = f" · tags: {run['tags']}" if run.get("tags") else ""
-    return f"run {run['run_id']} · {run['machine']} · {run['preset'] or 'custom'} · {run['status']} · {started}{tags}"
+    tags = f" · tags: {escape(run['tags'])}" if run.get("tags") else ""
+    machine = escape(run["machine"])
+    return f"run {run['run_id']} · {machine} · {run['preset'] or 'custom'} · {run['status']} · {started}{tags}"
 
 
 def warnings_for(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
@@ -207,12 +210,12 @@ def to_markdown(report: RunReport) -> str:
     lines = [
         f"# decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}",
         "",
-        f"- run: {describe(report.run)}",
-        f"- baseline: {describe(report.baseline)}",
+        f"- run: {describe(report.run, markdown_text)}",
+        f"- baseline: {describe(report.baseline, markdown_text)}",
         f"- verdicts: {review.summary_line(report.table)}",
         f"- A/A noise floor: {floors_line(report.floors)}",
         *(f"- warning: {warning}" for warning in report.warnings),
-        *([f"- note: {report.run['note']}"] if report.run.get("note") else []),
+        *([f"- note: {markdown_text(report.run['note'])}"] if report.run.get("note") else []),
         "",
         METHOD,
         "",
@@ -222,10 +225,10 @@ def to_markdown(report: RunReport) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A Markdown table's lines, a cell's ``|`` escaped."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    """A Markdown table's lines, each cell kept to one line with no markup (store.user_text)."""
+    lines = ["| " + " | ".join(markdown_cell(name) for name in header) + " |", "|" + "---|" * len(header)]
     for cells in rows:
-        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
+        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
     return lines
 
 

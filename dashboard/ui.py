@@ -12,6 +12,7 @@ from dashboard import charts, data
 from runner.data_folder import DEFAULT_DATA_DIR
 from store.errors import StoreError
 from store.store import Store
+from store.user_text import csv_safe
 
 FILL_COMMAND = "decodelab run --preset quick"
 
@@ -94,7 +95,7 @@ def table(
     st.dataframe(shown, hide_index=True, column_config=config)
     st.download_button(
         f"Download {name} (CSV)",
-        shown.to_csv(index=False).encode("utf-8"),
+        csv_safe(shown).to_csv(index=False).encode("utf-8"),
         file_name=f"{name}.csv",
         mime="text/csv",
         key=f"download-{name}",

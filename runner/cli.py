@@ -149,13 +149,14 @@ def import_runs(
 ) -> None:
     """Import exported runs into this store (importing twice adds nothing)."""
     from store.transfer import import_rows, read_export
+    from store.user_text import for_terminal
 
     if not file.is_file():
         raise InputError(f"FILE: {str(file)!r} is not a file")
     rows = read_export(file)
     store = open_store(db, "import")
     for uid, run_id, added in import_rows(store, rows):
-        typer.echo(f"run {uid} → run {run_id} in {store.masked_url}: {added} cases added")
+        typer.echo(f"run {for_terminal(uid)} → run {run_id} in {store.masked_url}: {added} cases added")
 
 
 @app.command()

@@ -69,6 +69,7 @@ def workers(
     """List live and recently dead workers: machine, state, the job each runs and its progress."""
 
     from store import frames
+    from store.user_text import for_terminal
 
     listed = frames.workers(open_store(db, "workers", upgrade=False), seen_within_hours=hours)
     if listed.empty:
@@ -84,8 +85,8 @@ def workers(
             else ""
         )
         typer.echo(
-            f"{int(row['worker_id']):>5}  {str(row['machine'])[:20]:<20} {row['kind']:<6} {row['state']:<7} "
-            f"{str(row['name'])[:28]:<28} {job:>6}  {progress:<10} {str(row['last_seen_at'])[:19]}"
+            f"{int(row['worker_id']):>5}  {for_terminal(row['machine'])[:20]:<20} {row['kind']:<6} {row['state']:<7} "
+            f"{for_terminal(row['name'])[:28]:<28} {job:>6}  {progress:<10} {str(row['last_seen_at'])[:19]}"
         )
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 
 from store.errors import StoreError
 from store.files import write_whole
+from store.user_text import csv_safe
 
 EXPORT_COLUMNS = ("run_id", "machine", "experiment", "params", "metric", "value", "unit")
 EXPORT_FORMATS = ("csv", "json", "parquet")
@@ -20,7 +21,7 @@ def write_export(frame: pd.DataFrame, path: str | Path, export_format: str) -> i
 
     def write(temporary: Path) -> None:
         if export_format == "csv":
-            frame.to_csv(temporary, index=False)
+            csv_safe(frame).to_csv(temporary, index=False)
         elif export_format == "json":
             frame.to_json(temporary, orient="records", indent=1)
         else:

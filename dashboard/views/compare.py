@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import data, machines, machines_report, one_figure, ui
+from store.user_text import markdown_text
 
 # Machines shown at first: a matrix wider than this stops being readable.
 DEFAULT_MACHINES = 4
@@ -84,7 +85,7 @@ if opened:
     st.query_params["pin"] = [f"{machine}:{run}" for machine, run in sorted(pinned.items())]
 
     built = data.load_machines_report(url, preset, tuple(chosen), reference, tuple(sorted(pinned.items())))
-    st.caption(machines_report.runs_line(built))
+    st.caption(machines_report.runs_line(built, markdown_text))
     st.subheader("Fingerprints")
     st.caption("Fields that differ between the machines are highlighted.")
     st.table(highlighted(built.fingerprints))
@@ -95,12 +96,12 @@ if opened:
         st.info("One machine chosen: nothing to audit it against.")
     for audit in built.audit.audits:
         if audit.differences.empty and audit.compared:
-            st.success(audit.line())
+            st.success(markdown_text(audit.line()))
         else:
-            st.warning(audit.line())
+            st.warning(markdown_text(audit.line()))
             ui.table(audit.differences, "determinism-differences")
     for line in built.audit.left_out:
-        st.info(line)
+        st.info(markdown_text(line))
 
     st.subheader("Headline figures")
     st.caption(machines_report.MATRIX_NOTE)

@@ -8,6 +8,7 @@ import streamlit as st
 from dashboard import data, report, review, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
+from store.user_text import markdown_text
 
 # Regressions and changes spelled out above the table, the first of them.
 FIRST_ROWS = 5
@@ -92,7 +93,8 @@ if opened:
     st.subheader(f"Tags and note of run {run_id}")
     run = runs.set_index("run_id").loc[run_id]
     if ui.read_only():
-        st.write(f"Tags: {run['tags'] or 'none'}. Note: {run['note'] if pd.notna(run['note']) else 'none'}.")
+        note = markdown_text(run["note"]) if pd.notna(run["note"]) else "none"
+        st.write(f"Tags: {markdown_text(run['tags']) if run['tags'] else 'none'}. Note: {note}.")
     else:
         held = sorted(review.tag_set(run["tags"]))
         known = sorted({*KNOWN_TAGS, *held, *(tag for value in runs["tags"] for tag in review.tag_set(value))})
