@@ -154,7 +154,11 @@ def dashboard(
     db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
     host: Annotated[
-        str, typer.Option(help="Address to bind; anything but loopback needs --read-only or --allow-remote-launch.")
+        str,
+        typer.Option(
+            help="Address to bind; anything but loopback needs --read-only, or --allow-remote-launch with a login "
+            "(or --behind-proxy)."
+        ),
     ] = "127.0.0.1",
     read_only: Annotated[
         bool, typer.Option("--read-only", help="No launch form, no worker, no schema upgrade: it only reads.")

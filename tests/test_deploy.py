@@ -37,6 +37,13 @@ def test_the_systemd_unit() -> None:
     assert_is_a_command(shlex.split(service["ExecStart"]))
     assert service["EnvironmentFile"].startswith("/etc/"), "the store URL comes from a root-only file"
     assert service["KillSignal"] == "SIGTERM" and "130" in service["SuccessExitStatus"].split()
+    # ProtectSystem=strict: every folder the worker writes must be one of ReadWritePaths.
+    assert service["ProtectSystem"] == "strict" and service["PrivateTmp"] == "true"
+    writable = [Path(path) for path in service["ReadWritePaths"].split()]
+    environment = dict(assignment.split("=", 1) for assignment in shlex.split(service["Environment"]))
+    for name in ("DECODELAB_BUILD_DIR", "HOME", "XDG_CACHE_HOME"):
+        assert any(Path(environment[name]).is_relative_to(folder) for folder in writable), name
+    assert Path(service["WorkingDirectory"]) in writable
 
 
 def test_the_kubernetes_job() -> None:
@@ -49,6 +56,10 @@ def test_the_kubernetes_job() -> None:
     environment = {variable["name"]: variable for variable in container["env"]}
     assert environment["DECODELAB_DB"]["valueFrom"]["secretKeyRef"]["key"] == "url"
     assert environment["DECODELAB_MACHINE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    build = environment["DECODELAB_BUILD_DIR"]["value"]
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert any(Path(build).is_relative_to(path) and "emptyDir" in volumes[name] for name, path in mounts.items())
 
 
 def test_the_slurm_batch_script() -> None:

@@ -190,7 +190,8 @@ OPTIONS = [
     "--stale-after-seconds", "--max-idle-seconds", "--heartbeat-seconds", "--store-outage-limit-seconds", "--hours",
     "--out", "--run", "--format", "--only", "--port", "--host", "--read-only", "--allow-remote-launch",
     "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--baseline", "--remove",
-    "--all-metrics", "--machines", "--reference", "--pin", "--nosuch", "-x", "--",
+    "--all-metrics", "--machines", "--reference", "--pin", "--behind-proxy", "--data-dir", "--timeout-seconds",
+    "--nosuch", "-x", "--",
 ]  # fmt: skip
 VALUES = [
     "quick", "seed", "nope", "cpu", "cuda", "0", "-1", "1e309", "nan", "inf", "99999", "3.5", "abc", "",
