@@ -300,6 +300,11 @@ def main(argv: list[str] | None = None) -> None:
     except ClaimLost as error:
         typer.echo(f"error: {one_line(str(error))}: another worker owns it now; nothing more was written", err=True)
         sys.exit(EXIT_CLAIM_LOST)
+    except OSError as error:
+        # A file the command was pointed at that cannot be read or written: its name and why.
+        where = f" {str(error.filename)!r}" if error.filename else ""
+        typer.echo(f"error: cannot use{where}: {one_line(error.strerror or str(error))}", err=True)
+        sys.exit(EXIT_USAGE)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)

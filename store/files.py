@@ -28,7 +28,9 @@ def write_whole(path: Path, write: Callable[[Path], object]) -> None:
     try:
         write(temporary)
         temporary.replace(path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             temporary.unlink()
+        if isinstance(error, OSError):  # no permission, a full disk, a read-only file system
+            raise StoreError(f"--out: cannot write {str(path)!r} ({error.strerror or error})") from None
         raise

@@ -12,10 +12,11 @@ import pandas as pd
 # C0 and C1 controls, DEL, and the bidirectional overrides that make text read other than it is.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # What makes Markdown more than text: links and images ([ ] !), raw HTML (< >), code (`),
-# emphasis (* _ ~), table cells (|), math ($, on GitHub and in Streamlit), Streamlit's colour
-# and icon directives and bare-URL links (:), and the escape itself. Any ASCII punctuation may
-# be backslash-escaped in CommonMark, so the escaped text renders exactly as typed.
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>!|~$:])")
+# emphasis (* _ ~), table cells (|), math ($, on GitHub and in Streamlit) and the escape
+# itself; Streamlit's colour directives need the escaped '['. Any ASCII punctuation may be
+# backslash-escaped in CommonMark, so the escaped text renders exactly as typed. ':' stays as it
+# is (a worker's name is host:pid): a bare https:// address may show as a link, undisguised.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>!|~$])")
 # A spreadsheet reads a cell starting with one of these as a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

@@ -116,3 +116,39 @@ def test_a_broken_secrets_file_shows_nothing_but_the_problem(
     assert not app.exception
     assert any("login is misconfigured" in error.value for error in app.error)
     assert not app.sidebar.button and not app.radio  # no launch form, no page
+
+
+@pytest.mark.parametrize(
+    ("user", "seen"),
+    [
+        ({"is_logged_in": False}, "log in"),
+        ({"is_logged_in": True, "email": "eve@evil.example.net"}, "not allowed"),
+        ({"is_logged_in": True, "email": "eve@sub.team.example.org"}, "not allowed"),
+        ({"is_logged_in": True}, "not allowed"),
+        ({"is_logged_in": True, "email": "ann@example.org"}, "in"),
+        ({"is_logged_in": True, "email": "bob@team.example.org"}, "in"),
+    ],
+)
+def test_the_page_keeps_to_the_allow_list(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, user: dict[str, object], seen: str
+) -> None:
+    """The whole app under Streamlit's AppTest, the identity provider's answer given as st.user."""
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    Store(sqlite_url).close()
+    secrets(tmp_path, COMPLETE)
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    app.user = user
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    buttons = [button.label for button in app.button]
+    shown = " ".join(str(element.value) for element in app.markdown)
+    if seen == "log in":
+        assert buttons == ["Log in"] and "not allowed" not in shown
+    elif seen == "not allowed":
+        assert buttons == ["Log out"] and "not allowed" in shown
+    if seen == "in":
+        assert app.radio(key="launch_source") is not None and "Log out" not in buttons
+    else:
+        assert not app.radio and not app.sidebar.button  # no launch form, no page

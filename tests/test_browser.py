@@ -71,11 +71,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_dashboard(url: str, cwd: Path) -> Iterator[str]:
+def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
     """`decodelab dashboard` on ``url`` at a free port until the block ends; yields its address."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port)],
+        [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port), *options],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -279,3 +279,41 @@ def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(SCREENSHOTS / "compare-machines.png"), full_page=True)
         browser.close()
+
+
+def test_the_launch_form_offers_the_data_folder_and_refuses_any_other_file(tmp_path: Path) -> None:
+    """`decodelab dashboard --data-dir`: the form lists the folder's file as a corpus, and a spec
+    naming a server file gets the one line that says nothing about it; nothing is queued."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from store.store import Store
+
+    require_browser()
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    Store(url).close()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "fox.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    spec = TINY_SPEC.read_text().replace('corpus = "default"', 'corpus = "/etc/passwd"')
+    with serve_dashboard(url, tmp_path, "--data-dir", "data") as address, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{address}/")
+        page.wait_for_selector('[data-testid="stApp"]')
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        sidebar.locator('[data-testid="stExpander"] summary').filter(has_text="Launch a sweep").click()
+        corpus = sidebar.locator('[data-testid="stSelectbox"]').filter(has_text="Corpus")
+        corpus.click()
+        expect(page.get_by_role("option", name="fox.txt")).to_be_visible(timeout=30_000)
+        page.keyboard.press("Escape")
+        sidebar.get_by_text("spec", exact=True).click()
+        sidebar.locator("textarea").fill(spec)
+        sidebar.get_by_role("button", name="Launch").click()
+        expect(
+            sidebar.get_by_text(
+                "corpus: only 'default' or a file in the data folder (1 files there) may be used from the dashboard"
+            )
+        ).to_be_visible(timeout=60_000)
+        browser.close()
+    store = Store(url)
+    assert frames.jobs(store).empty
+    store.close()

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from store.engine import create_store_engine
+from store.errors import StoreError
 from store.store import Store
 from tests.conftest import TINY_SPEC, run_decodelab
 
@@ -222,7 +223,7 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
         temporary.write_text("half a rep")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(StoreError, match=f"--out: cannot write '{target}' \\(No space left on device\\)"):
         write_whole(target, half_then_fail)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["report.md"]
     assert target.read_text() == "the old report\n"
@@ -264,3 +265,12 @@ def test_a_corrupt_checkpoint_is_one_line(tmp_path: Path, quick_store: Path, dam
     result = decodelab("train", "--spec", str(quick_store / "quick.toml"), "--db", url, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert_one_line_error(result, "the stored checkpoint is damaged", "delete that model row")
+
+
+def test_an_output_file_that_cannot_be_written_is_one_line(tmp_path: Path, quick_store: Path) -> None:
+    # /proc takes no new files, even from root (a permission test would not fail for root).
+    result = decodelab(
+        "export", "--out", "/proc/decodelab-export.csv", "--db", f"sqlite:///{quick_store / 'quick.db'}", cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, "--out: cannot write '/proc/decodelab-export.csv'")

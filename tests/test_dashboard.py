@@ -436,17 +436,23 @@ def test_the_dashboard_starts_no_worker_beside_a_live_one(sqlite_url: str, monke
 
 
 def test_with_an_oidc_login_configured_nothing_shows_before_logging_in(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Store(sqlite_url).close()
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
     monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
+    # Read from the file Streamlit reads (tests/test_access.py: the allow-list, a broken file).
+    from tests.test_access import COMPLETE, secrets
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    login = secrets(tmp_path, COMPLETE)
     app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
-    app.secrets["auth"] = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "x"}
     app.run()
     assert not app.exception, [exception.value for exception in app.exception]
     assert [button.label for button in app.button] == ["Log in"]
     assert not app.title or app.title[0].value == "decodelab"
+    login.unlink()
     open_app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
     open_app.run()
     assert "Log in" not in [button.label for button in open_app.button], "without [auth] there is no gate"

@@ -60,7 +60,7 @@ def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_the_filters_keep_text_as_typed_and_inert() -> None:
     assert for_terminal(MACHINE) == '=HYPERLINK("https://evil.example")[2J|x # owned [m](javascript:x)'
     assert markdown_text("a_b [c](d) <e> `f` |g| $h$ ~i~ *j* !k https://l") == (
-        r"a\_b \[c\](d) \<e\> \`f\` \|g\| \$h\$ \~i\~ \*j\* \!k https\://l"
+        r"a\_b \[c\](d) \<e\> \`f\` \|g\| \$h\$ \~i\~ \*j\* \!k https://l"
     )
     assert markdown_cell("kv_cache · n=256\n| x") == r"kv_cache · n=256 \| x"
     frame = pd.DataFrame({"machine": ["=1+1", "+cmd", "-2", "@SUM(A1)", "ok", None], "value": [-1.5, 2, 3, 4, 5, 6]})
