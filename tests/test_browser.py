@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -301,8 +302,7 @@ def test_the_launch_form_offers_the_data_folder_and_refuses_any_other_file(tmp_p
         page.wait_for_selector('[data-testid="stApp"]')
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.locator('[data-testid="stExpander"] summary').filter(has_text="Launch a sweep").click()
-        corpus = sidebar.locator('[data-testid="stSelectbox"]').filter(has_text="Corpus")
-        corpus.click()
+        sidebar.get_by_role("combobox", name=re.compile("^Corpus")).click()
         expect(page.get_by_role("option", name="fox.txt")).to_be_visible(timeout=30_000)
         page.keyboard.press("Escape")
         sidebar.get_by_text("spec", exact=True).click()
