@@ -112,3 +112,18 @@ def test_bench_run_worker_and_a_timeout_never_show_the_password(postgres_url: st
     assert "timed out after 2 s" in stored  # the bench run's error is stored, masked
     for text in (*outputs, *command_lines_seen, stored):
         assert password not in text
+
+
+def test_every_url_password_in_a_message_is_masked() -> None:
+    from runner.lifecycle import one_line
+    from store.masking import mask_secrets
+
+    error = RuntimeError(
+        "Command '['python', '--db', 'postgresql+psycopg://me:hunter2@db:5432/x']' timed out; "
+        "dsn host=db password=hunter2 user=me\nsecond line"
+    )
+    stored = one_line(error)  # what a failed run stores
+    assert "hunter2" not in stored and "postgresql+psycopg://me:***@db:5432/x" in stored and "password=***" in stored
+    assert mask_secrets("sqlite:////tmp/x.db and http://host:8501/review") == (
+        "sqlite:////tmp/x.db and http://host:8501/review"
+    )
