@@ -46,12 +46,13 @@ def hf_generate(
 ) -> list[int]:
     """``new_tokens`` tokens after ``prompt`` through transformers' ``generate`` with its own
     cache: greedy at temperature 0, else sampled from the full softmax (no top-k, no top-p)."""
+    import transformers
+
     input_ids = torch.tensor([prompt], device=peer.device)
     options: dict[str, Any] = {
         "max_new_tokens": new_tokens,
         "min_new_tokens": new_tokens,
         "use_cache": True,
-        "attention_mask": torch.ones_like(input_ids),
         "pad_token_id": 0,
         "eos_token_id": None,
     }
@@ -60,9 +61,13 @@ def hf_generate(
     else:
         options.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
         torch.manual_seed(seed)
-    if assistant is not None:
-        options["assistant_model"] = assistant
-    output = peer.generate(input_ids, **options)
+    # One GenerationConfig, not keyword arguments beside the model's own (transformers warns).
+    output = peer.generate(
+        input_ids,
+        generation_config=transformers.GenerationConfig(**options),
+        attention_mask=torch.ones_like(input_ids),
+        assistant_model=assistant,
+    )
     return [int(token) for token in output[0, len(prompt) :].tolist()]
 
 
