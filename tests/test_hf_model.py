@@ -211,3 +211,44 @@ def test_an_hf_draft_needs_an_hf_target(hf_checkpoints: Any) -> None:
     raw["experiments"]["speculative"]["drafts"] = ["ngram", f"hf:{hf_checkpoints.draft}"]
     with pytest.raises(InputError, match=r"^experiments.speculative.drafts\[1\]: an hf: draft needs an hf target"):
         validate(raw)
+
+
+GPT2_SHAPE = {"d_model": 768, "n_layer": 12, "n_head": 12, "context_length": 1024, "vocab_size": 50257}
+
+
+def gpt2_sized(experiments: dict[str, Any]) -> Any:
+    """Experiments checked as the validator checks them, on gpt2's shape (no 500 MB checkpoint
+    is built for this: the estimate needs the shape only)."""
+    from runner import hf_spec
+    from runner.experiments import registry
+    from runner.fields import check_section
+    from runner.sweeps import SweepSpec
+
+    model = {"source": "hf", "path": "gpt2", "corpus": "default", "name": "gpt2", **GPT2_SHAPE}
+    known = registry()
+    checked = {
+        name: check_section(name, params, known[name].fields, model)
+        for name, params in hf_spec.prepare_experiments(experiments).items()
+    }
+    return SweepSpec({"name": "gpt2", "device": "cpu", "seed": 1, "threads": 0, "model": model, "experiments": checked})
+
+
+def test_the_example_fits_a_two_core_machine_and_a_seed_sized_sweep_is_refused() -> None:
+    from runner import hf_spec
+    from runner.sweeps import estimate_seconds, preset_text
+
+    eight_gib = 8 * 2**30
+    example = gpt2_sized(tomllib.loads((ROOT / "examples" / "gpt2-distilgpt2.toml").read_text())["experiments"])
+    fits = hf_spec.check_affordable(example, memory_bytes=eight_gib)
+    assert 3600 < fits.seconds < 3 * 3600 and fits.peak_bytes < 2 * 2**30
+    assert estimate_seconds(example) == fits.seconds
+    seed = tomllib.loads(preset_text("seed"))["experiments"]
+    with pytest.raises(InputError) as refused:
+        hf_spec.check_affordable(gpt2_sized(seed), memory_bytes=eight_gib)
+    assert str(refused.value).startswith("experiments: gpt2 with these experiments needs about")
+    # Without the dense-table drafts the seed sizes still take days: refused for their time.
+    seed["speculative"]["drafts"] = ["int8", "fast_int8"]
+    with pytest.raises(InputError) as refused:
+        hf_spec.check_affordable(gpt2_sized(seed), memory_bytes=eight_gib)
+    assert str(refused.value).startswith("experiments: gpt2 with these experiments takes about")
+    assert "\n" not in str(refused.value)
