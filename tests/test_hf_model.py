@@ -252,3 +252,43 @@ def test_the_example_fits_a_two_core_machine_and_a_seed_sized_sweep_is_refused()
         hf_spec.check_affordable(gpt2_sized(seed), memory_bytes=eight_gib)
     assert str(refused.value).startswith("experiments: gpt2 with these experiments takes about")
     assert "\n" not in str(refused.value)
+
+
+def all_text(app: Any) -> str:
+    parts = [element.value for kind in ("title", "subheader", "caption", "markdown") for element in app.get(kind)]
+    parts += [str(element.proto.spec) for element in app.get("vega_lite_chart")]
+    parts += [str(option) for box in app.selectbox for option in box.options]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("page", ["history", "kv_cache", "memory", "quantization", "speculative", "seeds", "review"])
+def test_the_dashboard_shows_an_hf_run_like_any_other(
+    page: str, hf_run_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("DECODELAB_DB", hf_run_url)
+    app = AppTest.from_file(str(ROOT / "dashboard" / "views" / f"{page}.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert not app.error, [error.value for error in app.error]
+    text = all_text(app)
+    if page in ("kv_cache", "quantization", "speculative"):
+        assert "tiny-target" in text, "the run picker names the model from its config"
+    if page == "kv_cache":
+        assert "Against transformers' own cache" in text
+    if page == "speculative":
+        assert "tokens per target pass" in text and "characters per target pass" not in text
+        assert "Against Hugging Face assisted generation" in text and "first tokens per draft" in text
+    if page == "quantization":
+        assert "first generated token" in text
+
+
+def test_runs_name_their_model_and_its_unit(hf_run_url: str, filled_store_url: str) -> None:
+    for url, model, unit in ((hf_run_url, "tiny-target", "tokens"), (filled_store_url, "char d32×1", "characters")):
+        store = Store(url)
+        try:
+            run = frames.runs(store).iloc[0]
+        finally:
+            store.close()
+        assert (run["model"], run["text_unit"]) == (model, unit)
