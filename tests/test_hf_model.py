@@ -292,3 +292,16 @@ def test_runs_name_their_model_and_its_unit(hf_run_url: str, filled_store_url: s
         finally:
             store.close()
         assert (run["model"], run["text_unit"]) == (model, unit)
+
+
+def test_the_dashboard_form_launches_an_hf_spec(hf_checkpoints: Any, sqlite_url: str) -> None:
+    from dashboard.launch import LaunchRequest, launch
+
+    store = Store(sqlite_url)
+    try:
+        text = hf_spec_text(hf_checkpoints.target, hf_checkpoints.draft)
+        launched = launch(store, LaunchRequest("spec", "quick", [], text, "", True))
+        job = frames.jobs(store).iloc[0]
+    finally:
+        store.close()
+    assert launched.job_id == job["job_id"] and launched.estimated_seconds > 0
