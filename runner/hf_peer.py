@@ -61,13 +61,19 @@ def hf_generate(
     else:
         options.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
         torch.manual_seed(seed)
-    # One GenerationConfig, not keyword arguments beside the model's own (transformers warns).
-    output = peer.generate(
-        input_ids,
-        generation_config=transformers.GenerationConfig(**options),
-        attention_mask=torch.ones_like(input_ids),
-        assistant_model=assistant,
-    )
+    # One GenerationConfig, not keyword arguments beside the model's own (transformers warns);
+    # its assisted path still warns about the arguments it passes itself: errors only, meanwhile.
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        output = peer.generate(
+            input_ids,
+            generation_config=transformers.GenerationConfig(**options),
+            attention_mask=torch.ones_like(input_ids),
+            assistant_model=assistant,
+        )
+    finally:
+        transformers.logging.set_verbosity(verbosity)
     return [int(token) for token in output[0, len(prompt) :].tolist()]
 
 

@@ -22,7 +22,7 @@ CONTEXT_LENGTH = 96
 class Checkpoints:
     target: Path  # 2 blocks, d 32, trained a few steps
     draft: Path  # 1 block, d 16, trained fewer steps: a draft that agrees sometimes
-    random: Path  # the target's shape, random weights
+    random: Path  # the target's shape, random weights (varied greedy text)
     other_tokenizer: Path  # the draft's shape under a tokenizer with other merges
 
 
@@ -34,7 +34,7 @@ def train_tokenizer(text: str, vocab_size: int = VOCAB_SIZE) -> Any:
     return tokenizer
 
 
-def gpt2(d_model: int, n_layer: int, seed: int) -> Any:
+def gpt2(d_model: int, n_layer: int, seed: int, initializer_range: float = 0.02) -> Any:
     import transformers
 
     torch.manual_seed(seed)
@@ -44,6 +44,7 @@ def gpt2(d_model: int, n_layer: int, seed: int) -> Any:
         n_embd=d_model,
         n_layer=n_layer,
         n_head=2,
+        initializer_range=initializer_range,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
@@ -89,7 +90,8 @@ def build(root: Path) -> Checkpoints:
     return Checkpoints(
         target=save(target, tokenizer, root / "tiny-target", "tiny-target"),
         draft=save(draft, tokenizer, root / "tiny-draft", "tiny-draft"),
-        random=save(gpt2(32, 2, seed=5), tokenizer, root / "tiny-random", "tiny-random"),
+        # Wider initial weights than GPT-2's 0.02: greedy text that does not repeat one token.
+        random=save(gpt2(32, 2, seed=5, initializer_range=0.3), tokenizer, root / "tiny-random", "tiny-random"),
         other_tokenizer=save(gpt2(16, 1, seed=6), other, root / "other-tokenizer", "other-tokenizer"),
     )
 

@@ -36,6 +36,14 @@ def test_the_weights_map_onto_decodelab_exactly(hf_checkpoints: Any) -> None:
     with torch.inference_mode():
         difference = (model(tokens) - reference(tokens).logits).abs().max().item()
     assert difference < 1e-5
+    # Greedy text through the compiled path is transformers' own generate's, on text varied
+    # enough (random weights) for the comparison to mean something.
+    from runner.decode import generate
+    from runner.hf_peer import hf_generate
+
+    prompt = tokens[0, :4].tolist()
+    ours = generate(model, prompt, 24, temperature=0.0, impl="fast").tokens
+    assert hf_generate(reference, prompt, 24) == ours and len(set(ours)) > 3
     assert checkpoint.name == "tiny-random"
     assert model.parameter_count() == checkpoint.parameter_count() == reference.num_parameters()
     assert checkpoint.shape == {"d_model": 32, "n_layer": 2, "n_head": 2, "context_length": 96, "vocab_size": 320}
