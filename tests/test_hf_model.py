@@ -313,3 +313,24 @@ def test_the_dashboard_form_launches_an_hf_spec(hf_checkpoints: Any, sqlite_url:
     finally:
         store.close()
     assert launched.job_id == job["job_id"] and launched.estimated_seconds > 0
+
+
+def test_loading_and_the_peers_never_open_a_connection(hf_checkpoints: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything an hf run does with a directory works with every socket connection refused."""
+    import socket
+
+    from runner.hf_model import check_weights, content_hash, load_model, load_tokenizer, read_checkpoint
+    from runner.hf_peer import hf_generate, peer_of
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    target, draft = read_checkpoint(str(hf_checkpoints.target)), read_checkpoint(str(hf_checkpoints.draft))
+    check_weights(target)
+    load_tokenizer(target)
+    assert len(content_hash(target.path)) == 64
+    target_model, draft_model = load_model(target), load_model(draft)
+    assert len(hf_generate(peer_of(target_model), [1, 2, 3], 5, assistant=peer_of(draft_model))) == 5
