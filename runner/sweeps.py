@@ -85,10 +85,14 @@ class SweepSpec:
         return hf_spec.is_hf(self.raw["model"])
 
     def model_config(self, vocab_size: int) -> ModelConfig:
+        if self.is_hf:
+            raise ValueError("an hf model's config is its checkpoint's (runner.hf_model.Checkpoint.model_config)")
         model = {key: value for key, value in self.raw["model"].items() if key != "corpus"}
         return ModelConfig(vocab_size=vocab_size, **model)
 
     def train_config(self) -> TrainConfig:
+        if self.is_hf:
+            raise ValueError("an hf model is not trained here: its spec has no [train] section")
         return TrainConfig(**self.raw["train"])
 
     def experiments(self) -> list[tuple[Experiment, dict[str, Any]]]:

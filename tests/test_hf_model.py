@@ -210,6 +210,8 @@ def test_a_validated_hf_spec_validates_again_unchanged(hf_checkpoints: Any) -> N
     first = validate(hf_raw(hf_checkpoints))
     assert first.raw["model"]["name"] == "tiny-target" and first.raw["model"]["context_length"] == 96
     assert validate(json.loads(json.dumps(first.raw))).raw == first.raw
+    with pytest.raises(ValueError, match="not trained here"):
+        first.train_config()
 
 
 def test_an_hf_draft_needs_an_hf_target(hf_checkpoints: Any) -> None:
