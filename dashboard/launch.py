@@ -108,8 +108,8 @@ def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_D
 
 
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
-    if spec.corpus != "default":
-        return False
+    if spec.is_hf or spec.corpus != "default":
+        return False  # an hf checkpoint is never trained; its estimate does not ask
     from runner.corpus import load_corpus
 
     corpus = load_corpus()

@@ -76,13 +76,24 @@ def pick_run(url: str, experiment: str, title: str) -> int | None:
     wanted = query_int("run")
     index = options.index(wanted) if wanted in options else 0
     labels = {
-        row["run_id"]: f"run {row['run_id']} · {row['machine']} · {row['preset'] or 'custom'} · {row['status']} · "
-        f"{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
+        row["run_id"]: f"run {row['run_id']} · {row['model']} · {row['machine']} · {row['preset'] or 'custom'} · "
+        f"{row['status']} · {pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
         for row in runs.to_dict("records")
     }
     run_id = st.selectbox("Run", options, index=index, format_func=lambda value: labels[value], key="run_picker")
     st.query_params["run"] = str(run_id)
     return int(run_id)
+
+
+def text_unit(url: str, run_id: int) -> str:
+    """ "tokens" for a run of an hf checkpoint, "characters" for decodelab's own model."""
+    runs = data.load_runs(url)
+    chosen = runs[runs["run_id"] == run_id]
+    return str(chosen["text_unit"].iloc[0]) if not chosen.empty else "characters"
+
+
+def singular(unit: str) -> str:
+    return unit.removesuffix("s")
 
 
 def table(

@@ -54,6 +54,8 @@ def train(
     from runner.train import train_or_reuse
 
     chosen = load_spec(None if spec is not None else preset, spec)
+    if chosen.is_hf:
+        raise InputError("--spec: an hf model is not trained here (allowed: a spec of decodelab's own model)")
     if corpus is not None:
         chosen = validate({**chosen.raw, "model": {**chosen.raw["model"], "corpus": corpus}})
     text = load_corpus(chosen.corpus, min_length=2 * chosen.raw["model"]["context_length"])

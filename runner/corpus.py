@@ -46,6 +46,10 @@ class Corpus:
         except KeyError as error:
             raise InputError(f"character {error.args[0]!r} is not in the corpus vocabulary") from None
 
+    def prompt(self, count: int) -> list[int]:
+        """The text's first ``count`` characters, encoded: what a generation starts from."""
+        return self.encode(self.text[:count])
+
     def decode(self, tokens: list[int]) -> str:
         vocabulary = self.vocabulary
         return "".join(vocabulary[token] for token in tokens)

@@ -109,12 +109,20 @@ def execute(
     check_device(spec.device)
     started = time.perf_counter()
     model_spec = spec.raw["model"]
-    corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
-    model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
-    trained = train_or_reuse(
-        store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
-    )
-    model = trained.model.to(spec.device).eval()
+    corpus: Any
+    if spec.is_hf:
+        from runner.hf_run import load_target
+
+        # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
+        target = load_target(store.results, spec, log)
+        model, model_record, corpus = target.model.to(spec.device).eval(), target.record, target.corpus
+    else:
+        corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
+        model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
+        trained = train_or_reuse(
+            store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
+        )
+        model, model_record = trained.model.to(spec.device).eval(), trained.record
     # The experiments run on the spec's threads, and the machine is recorded with that count.
     with torch_threads(spec.raw.get("threads", 0), fast_path=True):
         machine_id = store.results.machine_id(fingerprint(spec.device))
@@ -124,7 +132,7 @@ def execute(
             "machine_id": machine_id,
             "spec": spec.raw,
             "code_version": code_version(),
-            "model_id": trained.record.id,
+            "model_id": model_record.id,
             "preset": preset,
         }
         if claim is not None:
@@ -141,7 +149,7 @@ def execute(
             store.jobs.progress(claim, done, total)
         context = ExperimentContext(
             model=model,
-            model_record=trained.record,
+            model_record=model_record,
             corpus=corpus,
             harness=Harness(device=spec.device),
             device=spec.device,

@@ -24,11 +24,14 @@ class Field:
     maximum: float | str | None = None
     choices: tuple[str, ...] | None = None
     max_items: int = 16
+    # Text starting with this prefix is allowed beside ``choices`` (e.g. ``hf:DIR`` drafts).
+    choice_prefix: str | None = None
     help: str = ""
 
     def allowed(self, model: dict[str, Any]) -> str:
         if self.choices is not None:
-            return "one of " + ", ".join(self.choices)
+            named = ", ".join(self.choices)
+            return f"one of {named}" + (f", or {self.choice_prefix}…" if self.choice_prefix else "")
         maximum = self.resolved_maximum(model)
         low = "" if self.minimum is None else _number(self.minimum)
         high = "" if maximum is None else _number(maximum)
@@ -56,7 +59,8 @@ class Field:
         if self.kind == "str":
             if not isinstance(value, str):
                 raise refuse(f"expected text, got {value!r}")
-            if self.choices is not None and value not in self.choices:
+            prefixed = self.choice_prefix is not None and value.startswith(self.choice_prefix)
+            if self.choices is not None and value not in self.choices and not prefixed:
                 raise refuse(f"{value!r} is not a known value")
             if len(value) > 1000:
                 raise refuse("text longer than 1000 characters")
@@ -66,7 +70,14 @@ class Field:
                 raise refuse(f"expected a list, got {value!r}")
             if not 1 <= len(value) <= self.max_items:
                 raise refuse(f"{len(value)} values")
-            item = Field("int" if self.kind == "int_list" else "str", None, self.minimum, self.maximum, self.choices)
+            item = Field(
+                "int" if self.kind == "int_list" else "str",
+                None,
+                self.minimum,
+                self.maximum,
+                self.choices,
+                choice_prefix=self.choice_prefix,
+            )
             checked = [item.check(f"{path}[{index}]", element, model) for index, element in enumerate(value)]
             if len(set(checked)) != len(checked):
                 raise refuse("repeated values")

@@ -6,6 +6,8 @@ A spec names the model to train (or reuse), the device, and one table per experi
     name = "quick"
     device = "cpu"
     [model]        d_model, n_layer, n_head, context_length, corpus
+                   (or source = "hf", path = "DIR", corpus: a local Hugging Face GPT-2-family
+                   checkpoint, runner.hf_spec; then no [train] section)
     [train]        steps, batch_size, sequence_length, learning_rate, seed
     [experiments.kv_cache]   that experiment's fields
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import counting
+from runner import counting, hf_spec
 from runner.catalog import PRESET_DIRECTORY, preset_names
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
@@ -77,11 +79,20 @@ class SweepSpec:
     def corpus(self) -> str:
         return str(self.raw["model"]["corpus"])
 
+    @property
+    def is_hf(self) -> bool:
+        """The model is a local Hugging Face checkpoint (runner.hf_model), not trained here."""
+        return hf_spec.is_hf(self.raw["model"])
+
     def model_config(self, vocab_size: int) -> ModelConfig:
+        if self.is_hf:
+            raise ValueError("an hf model's config is its checkpoint's (runner.hf_model.Checkpoint.model_config)")
         model = {key: value for key, value in self.raw["model"].items() if key != "corpus"}
         return ModelConfig(vocab_size=vocab_size, **model)
 
     def train_config(self) -> TrainConfig:
+        if self.is_hf:
+            raise ValueError("an hf model is not trained here: its spec has no [train] section")
         return TrainConfig(**self.raw["train"])
 
     def experiments(self) -> list[tuple[Experiment, dict[str, Any]]]:
@@ -110,15 +121,23 @@ def validate(raw: Any) -> SweepSpec:
         raise InputError(f"{field_path('', unknown[0])}: unknown key (allowed keys: {allowed})")
     top = {name: raw.get(name) for name in TOP_FIELDS if name in raw}
     checked: dict[str, Any] = check_section("spec", top, TOP_FIELDS, {})
-    model = check_section("model", raw.get("model"), MODEL_FIELDS, {})
-    if model["d_model"] % model["n_head"]:
-        raise InputError(
-            f"model.n_head: {model['n_head']} does not divide d_model {model['d_model']} "
-            "(allowed: a divisor of d_model)"
-        )
-    checked["model"] = model
-    checked["train"] = check_section("train", raw.get("train"), TRAIN_FIELDS, model)
+    checkpoint = None
     experiments = raw.get("experiments")
+    if hf_spec.is_hf(raw.get("model")):
+        # A local Hugging Face checkpoint: its shape from config.json, nothing to train.
+        model, checkpoint = hf_spec.check_model(raw["model"])
+        hf_spec.refuse_training(raw)
+        experiments = hf_spec.prepare_experiments(experiments)
+        checked["model"] = model
+    else:
+        model = check_section("model", raw.get("model"), MODEL_FIELDS, {})
+        if model["d_model"] % model["n_head"]:
+            raise InputError(
+                f"model.n_head: {model['n_head']} does not divide d_model {model['d_model']} "
+                "(allowed: a divisor of d_model)"
+            )
+        checked["model"] = model
+        checked["train"] = check_section("train", raw.get("train"), TRAIN_FIELDS, model)
     if not isinstance(experiments, dict) or not experiments:
         known = ", ".join(sorted(registry()))
         raise InputError(f"experiments: the spec names no experiment (allowed: {known})")
@@ -133,10 +152,13 @@ def validate(raw: Any) -> SweepSpec:
         checked["experiments"][name] = check_section(
             f"experiments.{name}", params, known_experiments[name].fields, model
         )
+    hf_spec.check_experiments(checked["experiments"], checkpoint)
     if checked["device"] == "cuda":
         _check_cuda_fields(checked["experiments"])
     spec = SweepSpec(checked)
     spec.plan()  # experiments refuse combinations of fields here, before anything runs
+    if checkpoint is not None:
+        hf_spec.check_affordable(spec)
     return spec
 
 
@@ -220,6 +242,8 @@ def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) ->
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
     """A rough estimate of a sweep's wall time, for asking before a long launch."""
+    if spec.is_hf:
+        return hf_spec.estimate(spec).seconds
     model = spec.raw["model"]
     d, layers = model["d_model"], model["n_layer"]
     total = 0.0

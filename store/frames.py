@@ -57,6 +57,7 @@ def runs(
             Run.model_hash,
             Run.uid,
             Run.note,
+            Run.spec,
         )
         .join(Machine, Machine.id == Run.machine_id)
         .order_by(Run.started_at.desc(), Run.id.desc())
@@ -72,9 +73,34 @@ def runs(
     if experiment is not None:
         query = query.where(select(Case.id).where(Case.run_id == Run.id, Case.experiment == experiment).exists())
     frame = _frame(store, query)
+    specs = [json.loads(spec) if isinstance(spec, str) else spec for spec in frame.pop("spec")]
+    frame["model"] = [model_name(spec) for spec in specs]
+    frame["text_unit"] = [text_unit(spec) for spec in specs]
     tags = store.annotations.tags()
     frame["tags"] = [", ".join(tags.get(int(run_id), [])) for run_id in frame["run_id"]]
     return frame
+
+
+def _model_section(spec: Any) -> dict[str, Any]:
+    model = (spec or {}).get("model") if isinstance(spec, dict) else None
+    return model if isinstance(model, dict) else {}
+
+
+def model_name(spec: Any) -> str:
+    """What a run's model is called: an hf checkpoint's name from its config, else decodelab's
+    own character model by its shape."""
+    model = _model_section(spec)
+    if model.get("source") == "hf":
+        return str(model.get("name") or "hf model")
+    if "d_model" in model and "n_layer" in model:
+        return f"char d{model['d_model']}×{model['n_layer']}"
+    return ""
+
+
+def text_unit(spec: Any) -> str:
+    """The unit a run's lengths, positions and passes count: tokens for an hf checkpoint's
+    tokenizer, characters for decodelab's own model."""
+    return "tokens" if _model_section(spec).get("source") == "hf" else "characters"
 
 
 def run_details(store: Store, run_ids: Sequence[int]) -> pd.DataFrame:

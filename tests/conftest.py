@@ -188,3 +188,32 @@ def kill_job_workers(url: str) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGTERM)
     store.close()
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Tiny Hugging Face GPT-2 directories built here (tests/hf_checkpoints.py), once a session."""
+    pytest.importorskip("transformers")
+    from tests.hf_checkpoints import build
+
+    return build(tmp_path_factory.mktemp("hf"))
+
+
+HF_SPEC = FIXTURES / "tiny_hf.toml"
+
+
+def hf_spec_text(target: Path, draft: Path) -> str:
+    """The tiny hf sweep (tests/fixtures/tiny_hf.toml) pointed at built checkpoints."""
+    return HF_SPEC.read_text().replace("TARGET_DIR", str(target)).replace("DRAFT_DIR", str(draft))
+
+
+@pytest.fixture(scope="session")
+def hf_run_url(hf_checkpoints: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A SQLite store holding one run of the tiny hf sweep through `decodelab run`."""
+    directory = tmp_path_factory.mktemp("hf_run")
+    spec = directory / "tiny_hf.toml"
+    spec.write_text(hf_spec_text(hf_checkpoints.target, hf_checkpoints.draft))
+    url = f"sqlite:///{directory / 'hf.db'}"
+    result = run_decodelab("run", "--spec", str(spec), "--db", url, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return url

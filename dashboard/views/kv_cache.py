@@ -110,8 +110,34 @@ def timing_section(url: str, run_id: int, cases: pd.DataFrame) -> pd.DataFrame:
             "tokens_identical_no_cache_vs_cache",
         ],
     )
+    if "speedup_vs_transformers_cache" in timing.columns:
+        transformers_peer(timing)
     calibration(url, run_id, cases, timing)
     return timing
+
+
+def transformers_peer(timing: pd.DataFrame) -> None:
+    """An hf checkpoint's run: transformers' own cached generate beside each impl's cache."""
+    st.subheader("Against transformers' own cache")
+    st.caption(
+        "transformers' cached greedy generate on the same weights, timed in the same rounds: "
+        "speedup_vs_transformers_cache = its time ÷ the impl's cached time (above 1: the impl is faster); "
+        "transformers_tokens_identical: its greedy tokens are the impl's."
+    )
+    ui.table(
+        timing.assign(transformers_tokens_identical=timing["transformers_tokens_identical"].map(YES_NO)),
+        "kv_cache_transformers",
+        [
+            "impl",
+            "n",
+            "seconds_cache",
+            "seconds_transformers_cache",
+            "speedup_vs_transformers_cache",
+            "speedup_vs_transformers_cache_low",
+            "speedup_vs_transformers_cache_high",
+            "transformers_tokens_identical",
+        ],
+    )
 
 
 def calibration(url: str, run_id: int, cases: pd.DataFrame, timing: pd.DataFrame) -> None:

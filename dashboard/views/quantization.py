@@ -9,6 +9,7 @@ st.caption("Quantization saves memory; whether it saves time depends on the kern
 opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "quantization", "quantization") if opened else None
 if opened and run_id is not None:
+    unit = ui.singular(ui.text_unit(opened[0], run_id))  # token for an hf checkpoint's run
     cases = data.load_cases(opened[0], run_id, "quantization")
     cases["variant"] = cases["precision"] + " · " + cases["kernel"]
     left, right = st.columns(2)
@@ -19,7 +20,7 @@ if opened and run_id is not None:
         ui.chart(charts.bars(cases, "variant", "seconds_per_token", "seconds per token"))
         ui.chart(charts.bars(cases, "variant", "divergence_position_greedy", "greedy divergence index (0-based)"))
     st.caption(
-        "Divergence positions are 0-based indexes of the first generated character that differs from float32's "
+        f"Divergence positions are 0-based indexes of the first generated {unit} that differs from float32's "
         '(same seed): the write-ups\' "22nd character" (1-based) is index 21 here.'
     )
     ui.table(

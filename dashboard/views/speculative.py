@@ -10,6 +10,7 @@ st.caption("Counts are deterministic for a seed; times carry their min–max ban
 opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "speculative", "speculative decoding") if opened else None
 if opened and run_id is not None:
+    unit = ui.text_unit(opened[0], run_id)  # tokens for an hf checkpoint's run
     cases, old_names = data.with_current_names(data.load_cases(opened[0], run_id, "speculative"))
     for old, new in old_names.items():
         st.caption(f"Run {run_id} recorded `{new}` under its old name `{old}`; the figure is shown as `{new}`.")
@@ -40,7 +41,7 @@ if opened and run_id is not None:
         with left:
             ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
         with right:
-            ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", "characters per target pass"))
+            ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", f"{unit} per target pass"))
         ui.chart(charts.speedup_bands(speculative))
         noise = data.with_impl(data.part(cases, "aa"))
         for row in noise.to_dict("records"):
@@ -88,6 +89,32 @@ if opened and run_id is not None:
                 ].median(),
                 "speculative_costs",
             )
+        if "speedup_vs_hf_assisted" in speculative.columns:
+            st.subheader("Against Hugging Face assisted generation")
+            st.caption(
+                "Each case with an hf: draft, paired against generate(assistant_model=...) with the same target, "
+                "draft, prompt and token count on its default schedule: speedup_vs_hf_assisted = its time ÷ this "
+                "loop's (above 1: decodelab's loop is faster); hf_assisted_greedy_identical: its greedy text is "
+                "this loop's."
+            )
+            assisted = speculative.dropna(subset=["speedup_vs_hf_assisted"])
+            ui.table(
+                assisted.assign(
+                    hf_assisted_greedy_identical=assisted["hf_assisted_greedy_identical"].map({1.0: "yes", 0.0: "no"})
+                ),
+                "speculative_hf_assisted",
+                [
+                    "impl",
+                    "draft",
+                    "k",
+                    "speculative_seconds",
+                    "hf_assisted_seconds",
+                    "speedup_vs_hf_assisted",
+                    "speedup_vs_hf_assisted_low",
+                    "speedup_vs_hf_assisted_high",
+                    "hf_assisted_greedy_identical",
+                ],
+            )
         st.subheader("After the run: two cost decompositions")
         st.caption(
             "Not forecasts: both take this run's own characters per pass (cpp) and costs timed after each pair. "
@@ -125,7 +152,7 @@ if opened and run_id is not None:
         ui.chart(charts.tvd(distribution))
         verdicts = data.distribution_verdicts(distribution)
         st.caption(
-            f"{int(distribution['samples'].iloc[0]):,} first characters per draft through its own proposal path "
+            f"{int(distribution['samples'].iloc[0]):,} first {unit} per draft through its own proposal path "
             "and the accept rule. A control decides the same proposals with a broken rule that accepts every "
             "proposal: where that passes too, the draft is within sampling noise of the target already and the "
             "check has no power for it."

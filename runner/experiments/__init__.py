@@ -32,8 +32,9 @@ class ExperimentContext:
     train_model: Callable[..., CharGPT] | None = None
 
     def prompt(self, chars: int = 1) -> list[int]:
-        """The corpus' first ``chars`` characters: the prompt every generation starts from."""
-        return self.corpus.encode(self.corpus.text[:chars])
+        """The corpus' first ``chars`` characters (tokens, for an hf model's tokenizer): the
+        prompt every generation starts from."""
+        return self.corpus.prompt(chars)
 
 
 class Experiment(Protocol):

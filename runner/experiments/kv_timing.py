@@ -21,10 +21,13 @@ from runner.timing import Paired
 from store.records import MeasurementRecord
 
 
-def time_cache(model: CharGPT, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+def time_cache(
+    model: CharGPT, case: dict[str, Any], context: ExperimentContext, with_transformers: bool = False
+) -> list[MeasurementRecord]:
     """Generation without the cache against generation with it, both through the case's impl,
     in paired rounds; for an impl other than ``static`` the eager no-cache path runs in the
-    same rounds, so the compiler's gain and the cache's are reported apart."""
+    same rounds, so the compiler's gain and the cache's are reported apart. An hf model's
+    ``with_transformers`` adds transformers' own cached generation to the same rounds."""
     n, prompt, impl = case["n"], context.prompt(), case["impl"]
     sides: dict[str, Callable[[], object]] = {
         "no_cache": lambda: generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl),
@@ -32,10 +35,16 @@ def time_cache(model: CharGPT, case: dict[str, Any], context: ExperimentContext)
     }
     if impl != "static":
         sides["eager_no_cache"] = lambda: generate(model, prompt, n, use_cache=False, temperature=0.0)
-    same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == (
-        generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
-    )
+    cached_tokens = generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
+    same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == cached_tokens
+    transformers_records: list[MeasurementRecord] = []
+    if with_transformers:
+        from runner.hf_peer import cache_column
+
+        sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
     rounds = dict(zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"]), strict=True))
+    if with_transformers:
+        transformers_records = transformers_measurements(list(rounds["transformers_cache"]), list(rounds["cache"]))
     same_impl = Paired(rounds["no_cache"], rounds["cache"])
     cross_impl = Paired(rounds.get("eager_no_cache", rounds["no_cache"]), rounds["cache"])
     config = model.config
@@ -62,6 +71,7 @@ def time_cache(model: CharGPT, case: dict[str, Any], context: ExperimentContext)
             "mults_no_cache_with_lm_head", counting.generation_mults(n, d, layers, False, vocab), "multiplications"
         ),
         measure("mults_cache_with_lm_head", counting.generation_mults(n, d, layers, True, vocab), "multiplications"),
+        *transformers_records,
     ]
 
 
@@ -80,7 +90,9 @@ def untrained_model(context: ExperimentContext, d_model: int) -> CharGPT:
 
 
 def timing(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    return time_cache(context.model, case, context)
+    from runner.hf_peer import is_hf_run
+
+    return time_cache(context.model, case, context, with_transformers=is_hf_run(context))
 
 
 def width(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:

@@ -86,7 +86,9 @@ class QuantizationExperiment:
             )
         impl = case.get("impl", "static")
         _, validation = context.corpus.split()
-        length = context.model_record.config["train"]["sequence_length"]
+        # An hf model was not trained here: its losses use the record's evaluation windows.
+        recipe = context.model_record.config
+        length = (recipe.get("train") or recipe["evaluation"])["sequence_length"]
         through: Callable[[CharGPT, torch.Tensor], torch.Tensor] | None = None
         if impl == "fast":
             from runner.fast_decode import logits_through_fast_path

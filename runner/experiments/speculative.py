@@ -29,6 +29,7 @@ from runner.drafts import MAX_NGRAM_ORDER, BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.fields import Field
+from runner.hf_model import DRAFT_PREFIX, load_model, read_checkpoint
 from runner.model import ModelConfig
 from runner.quantize import quantize_model
 from runner.speculative import SPECULATIVE_IMPLS, Draft, probabilities, speculative_decode
@@ -53,7 +54,13 @@ DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
 CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
 
 FIELDS = {
-    "drafts": Field("str_list", list(DRAFTS[:5]), choices=DRAFTS),
+    "drafts": Field(
+        "str_list",
+        list(DRAFTS[:5]),
+        choices=DRAFTS,
+        choice_prefix=DRAFT_PREFIX,
+        help="hf:DIR is a local Hugging Face checkpoint sharing an hf target's tokenizer (runner.hf_model)",
+    ),
     "ks": Field("int_list", [1, 2, 4, 8], 1, 16),
     "impls": Field(
         "str_list",
@@ -116,6 +123,10 @@ def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
         return ModelDraft(quantize_model(context.model, name, group_size=32, kernel="fake"), name)
     if name == "fast_int8":
         return ModelDraft(quantize_model(context.model, "int8", kernel="fast_int8"), name, fast=True)
+    if name.startswith(DRAFT_PREFIX):
+        drafted = load_model(read_checkpoint(name[len(DRAFT_PREFIX) :], "experiments.speculative.drafts"))
+        drafted = drafted.to(context.device).eval()
+        return ModelDraft(drafted, name, fast=drafted.device.type == "cpu")
     if name == "small":
         if context.train_model is None:
             raise RuntimeError("the small draft needs a way to train a model (run it through decodelab run)")
@@ -285,6 +296,7 @@ class SpeculativeExperiment:
             target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
         )
         per_pass = counts.chars_per_target_pass
+        assisted = self._hf_assisted(case, context, draft)
         # Costs in units of that pair's plain decode step (target pass and sampling): a
         # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
         # and following the commit, calls included. The write-ups' formula takes a verification
@@ -335,7 +347,32 @@ class SpeculativeExperiment:
             MeasurementRecord("writeup_formula_relative_error", relative_error(writeup_formula, measured), "ratio"),
             MeasurementRecord("component_model_speedup", component_model, "ratio"),
             MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
+            *assisted,
         ]
+
+    @staticmethod
+    def _hf_assisted(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> list[MeasurementRecord]:
+        """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
+        in pairs against this loop (runner.hf_peer); nothing for the other drafts."""
+        if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
+            return []
+        from runner.hf_peer import assisted_measurements
+
+        target, prompt, k, impl = context.model, context.prompt(), case["k"], case["impl"]
+        n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
+        greedy = speculative_decode(target, draft, k, prompt, n, temperature=0.0, seed=seed, impl=impl).tokens
+        return assisted_measurements(
+            target,
+            draft.model,
+            prompt,
+            n,
+            temperature,
+            seed,
+            greedy,
+            lambda: speculative_decode(target, draft, k, prompt, n, temperature=temperature, seed=seed, impl=impl),
+            context,
+            case["pairs"],
+        )
 
     def _choice(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
         """What following the a-priori model would have cost on this machine, for this impl. The
