@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from runner import counting
+from runner import counting, roofline
+from runner.cost_model import Shape
 from runner.decode import IMPLS, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
@@ -79,6 +80,9 @@ class OverheadExperiment:
                 "mults_per_token",
                 counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], base.vocab_size),
                 "multiplications",
+            ),
+            *roofline.timed_generation(
+                context, Shape.of(model.config), case["impl"], "fp32", len(prompt), n, {"": (True, timing.minimum / n)}
             ),
         )
 
