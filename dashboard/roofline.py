@@ -61,6 +61,32 @@ def wide(measurements: pd.DataFrame) -> pd.DataFrame:
     return params.join(values).reset_index()
 
 
+def roof_rows(roofs: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Machines' roofs side by side: one column per machine."""
+    names = list(roofs)
+    # The roof: each micro-kernel's best repeat.
+    rows = [["instruction set", *(str(roofs[name]["instruction_set"]) for name in names)]]
+    for precision in ("fp32", "bf16", "int8"):
+        rows.append(
+            [
+                f"peak {precision} Gop/s (one core)",
+                *(f"{roofs[name]['peak_operations_per_second'][precision]['high'] / 1e9:.0f}" for name in names),
+            ]
+        )
+    for level in ("L1", "L2", "L3", "DRAM"):
+        rows.append(
+            [
+                f"{level} read GB/s (one thread / all)",
+                *(
+                    f"{roofs[name]['bandwidth'][level]['one_thread']['high'] / 1e9:.1f} / "
+                    f"{roofs[name]['bandwidth'][level]['all_threads']['high'] / 1e9:.1f}"
+                    for name in names
+                ),
+            ]
+        )
+    return ["roof", *names], rows
+
+
 def case_label(experiment: str, case: pd.Series) -> str:
     """What distinguishes a placed case within its experiment."""
 

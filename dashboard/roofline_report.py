@@ -87,35 +87,9 @@ def table_rows(points: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def roof_rows(roofs: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Machines' roofs side by side: one column per machine."""
-    names = list(roofs)
-    # The roof: each micro-kernel's best repeat.
-    rows = [["instruction set", *(str(roofs[name]["instruction_set"]) for name in names)]]
-    for precision in ("fp32", "bf16", "int8"):
-        rows.append(
-            [
-                f"peak {precision} Gop/s (one core)",
-                *(f"{roofs[name]['peak_operations_per_second'][precision]['high'] / 1e9:.0f}" for name in names),
-            ]
-        )
-    for level in ("L1", "L2", "L3", "DRAM"):
-        rows.append(
-            [
-                f"{level} read GB/s (one thread / all)",
-                *(
-                    f"{roofs[name]['bandwidth'][level]['one_thread']['high'] / 1e9:.1f} / "
-                    f"{roofs[name]['bandwidth'][level]['all_threads']['high'] / 1e9:.1f}"
-                    for name in names
-                ),
-            ]
-        )
-    return ["roof", *names], rows
-
-
 def to_markdown(report: RooflineReport) -> str:
     roofs = {report.machine: report.roof, **report.other_roofs} if report.roof else report.other_roofs
-    header, rows = roof_rows(roofs)
+    header, rows = roofline.roof_rows(roofs)
     lines = [
         f"# decodelab: run {report.run_id} on {report.machine}'s roofline",
         "",
@@ -152,7 +126,7 @@ def to_html(report: RooflineReport) -> str:
 <ul>{sentences}</ul>
 {chart}
 <h2>Roofs</h2>
-{html_table(*roof_rows(roofs))}
+{html_table(*roofline.roof_rows(roofs))}
 <h2>Placed figures</h2>
 {html_table(list(TABLE_COLUMNS.values()), table_rows(report.points))}
 </body></html>
