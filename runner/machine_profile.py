@@ -145,7 +145,9 @@ def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
     """Measure this machine's roof (a few seconds quick, well under a minute in full)."""
     started = time.perf_counter()
     all_threads = threads or os.cpu_count() or 1
-    probe = Probe(repeats=5 if quick else 9, call_seconds=0.001 if quick else 0.003)
+    # Short calls, many repeats: on a machine shared with other work the best repeat is then likely
+    # one that no other process interrupted.
+    probe = Probe(repeats=7 if quick else 25, call_seconds=0.0005)
     caches = cache_sizes()
     working_sets = level_working_sets(caches, quick)
     peaks = {precision: probe.peak(precision) for precision in PRECISIONS}

@@ -85,7 +85,8 @@ def test_regime_rule_on_synthetic_points() -> None:
     assert compute.roofline_seconds == pytest.approx(1e-3)
     slow_calls = place([Cost(1_000, {"fp32": 10**8}, 10_000)] * 2, roof(), overhead_seconds_per_pass=0.01)
     assert slow_calls.regime == "overhead-bound"
-    assert slow_calls.predicted_seconds == pytest.approx(2 * (0.01 + 1e-3))
+    # The prediction adds the overhead, the memory time (1,000 bytes at 1e10 B/s) and the compute time.
+    assert slow_calls.predicted_seconds == pytest.approx(2 * (0.01 + 1e-7 + 1e-3))
 
 
 def test_bandwidth_interpolates_the_sweep_on_log_axes() -> None:
