@@ -192,11 +192,12 @@ def step_sentence(placed: pd.DataFrame, machine: str) -> str | None:
     if fast.empty:
         return None
     row = fast.sort_values("bytes_per_token").iloc[-1]
+    error = row["prediction_error"]
     return (
         f"On {machine} the fast fp32 step ({row['experiment']}, {row['case']}) is {row['regime']}, its "
         f"{row['working_set_bytes'] / 1e6:.2f} MB working set in {row['level']}, at {percent(row['roof_fraction'])} "
-        f"of the roof; the roofline predicts it {percent(abs(row['prediction_error']))} "
-        f"{'slow' if row['prediction_error'] > 0 else 'fast'}."
+        f"of the roof; the roofline predicted {row['predicted_us_per_token']:.1f} µs per token, "
+        f"{percent(abs(error))} {'above' if error > 0 else 'below'} the measured {row['measured_us_per_token']:.1f}."
     )
 
 

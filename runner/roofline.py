@@ -87,13 +87,14 @@ def timed_generation(
     return records
 
 
-def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[cost_model.Cost], str]:
+def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[cost_model.Cost], str | None]:
     """One draft proposal's passes and the impl they run through: a model draft's one-position
-    pass, a table draft's read of one vocab-sized row of log-probabilities."""
+    pass, a table draft's read of one vocab-sized row of log-probabilities (no impl: no decode
+    step's overhead applies to a table lookup)."""
     model = getattr(draft, "model", None)
     if model is None:
         row = target_shape.vocab * cost_model.FLOAT_BYTES
-        return [cost_model.Cost(row, {}, row)], "static"
+        return [cost_model.Cost(row, {}, row)], None
     impl = "fast" if draft.name in ("fast_int8", "small") and model.device.type == "cpu" else "static"
     precision = "int8" if draft.name == "fast_int8" else "fp32"
     return [cost_model.pass_cost(Shape.of(model.config), impl, precision, 1, start)], impl
@@ -120,7 +121,8 @@ def speculative(
     step = cost_model.place([cost_model.pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
     verify = cost_model.place([cost_model.pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
     draft_passes, draft_impl = draft_pass(draft, shape, start)
-    drafted = cost_model.place(draft_passes, roof, overhead_seconds(context, draft_impl), fast_threads(draft_impl))
+    draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
+    drafted = cost_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
     times = (step.predicted_seconds, drafted.predicted_seconds, verify.predicted_seconds)
     ratio = verify.predicted_seconds / step.predicted_seconds
     speedup = cost_model.speculative_speedup(acceptance, k, *times)
@@ -136,5 +138,5 @@ def speculative(
         MeasurementRecord("roofline_speedup_error", (speedup - measured_speedup) / measured_speedup, "ratio"),
         MeasurementRecord("roofline_verify_regime", cost_model.REGIMES.index(verify.regime), "regime"),
         # 1.0 where even full acceptance loses: no draft of this cost can win.
-        MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "probability"),
+        MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "ratio"),
     ]

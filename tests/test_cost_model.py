@@ -53,6 +53,13 @@ def test_eager_verification_pass_counted_by_hand() -> None:
     assert naive.bytes_moved == 441_856 + 3_072 + 8_192
 
 
+def test_fast_verification_pass_counts_the_causal_triangle() -> None:
+    cost = pass_cost(SMALL, "fast", "fp32", positions=5, start=3)
+    # Positions 3..7 see 4, 5, 6, 7, 8 positions: 30 (eager's masked rectangle: 5 × 8 = 40).
+    # Attention 2·64·30·2 = 7,680 multiply-adds; linears 491,520 and the head 32,000 as eager.
+    assert cost.flops == {"fp32": 2 * (491_520 + 7_680 + 32_000)}
+
+
 def test_generation_is_its_passes() -> None:
     cached = cost_model.generation_cost(SMALL, "fast", "fp32", prompt_tokens=1, new_tokens=4, cached=True)
     assert [(c.working_set_bytes - cost_model.parameter_bytes(SMALL, "fast", "fp32")) for c in cached] == [
@@ -77,6 +84,8 @@ def test_regime_rule_on_synthetic_points() -> None:
     assert regime(memory_seconds=2.0, compute_seconds=1.0, overhead_seconds=0.5) == "memory-bound"
     assert regime(memory_seconds=1.0, compute_seconds=2.0, overhead_seconds=0.5) == "compute-bound"
     assert regime(memory_seconds=1.0, compute_seconds=2.0, overhead_seconds=3.0) == "overhead-bound"
+    # The overhead must exceed the slower side, not just one of them.
+    assert regime(memory_seconds=1.0, compute_seconds=3.0, overhead_seconds=2.0) == "compute-bound"
     memory = place([Cost(1_000_000, {"fp32": 10_000}, 2_000_000)], roof())
     assert (memory.regime, memory.level) == ("memory-bound", "L3")
     assert memory.roofline_seconds == pytest.approx(1e-4)

@@ -1,5 +1,7 @@
 """KV cache: is it exact, what the arithmetic promises (counted), how much of it the clock
-delivers, how time grows with n, and what the first token costs against the ones after it."""
+delivers, how well the roofline predicts each timed point (the overhead calibration judged on
+the same points beside it), how time grows with n, and what the first token costs against the
+ones after it."""
 
 import pandas as pd
 import streamlit as st
