@@ -5,7 +5,10 @@ The quick model (trained, or reused from the store) is loaded into
 tokens, timed with the paired method. Then, on the CPU, three ratios of the fast path, each paired
 in one run: a speculative verification of k + 1 = 5 positions against a plain step (in plain
 steps), the int8 and bfloat16 kernels against float32, and what a compiled call costs before its
-arithmetic. Ends with ``name=value`` lines. Needs the bench extra.
+arithmetic; and the fast fp32 and int8 steps on this machine's measured roof (runner.roofline:
+``fast_roof_fraction``, ``fast_int8_roof_fraction``, the roofline's time over the measured one;
+the roof is the store's profile of this machine, measured first if it has none). Ends with
+``name=value`` lines. Needs the bench extra.
 
     python benchmarks/decode_vs_transformers.py [--db URL] [--tokens 256] [--pairs 5]
 """
@@ -102,9 +105,8 @@ def main() -> None:
     torch.set_num_threads(arguments.threads)
     spec = load_preset("quick")
     corpus = load_corpus()
-    trained = train_or_reuse(
-        Store(arguments.db).results, spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus
-    )
+    store = Store(arguments.db)
+    trained = train_or_reuse(store.results, spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus)
     model = trained.model.eval().to(device)
     gpt2 = to_transformers(model).to(device)
     prompt = corpus.encode(corpus.text[:1])
@@ -164,6 +166,7 @@ def main() -> None:
     lines.update(floors)
     if device == "cpu":
         lines.update(fast_path_ratios(model, prompt, n, harness, arguments.pairs))
+        lines.update(roof_fractions(store, model, len(prompt), n, lines))
     for name, value in lines.items():
         print(f"{name}={value:.6g}" if isinstance(value, float) else f"{name}={value}")
 
@@ -207,6 +210,32 @@ def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness
     print(f"an empty compiled call (guards, dispatch, its output) costs {overhead * 1e6:.1f} us")
     ratios["compiled_call_overhead_us"] = overhead * 1e6
     return ratios
+
+
+def roof_fractions(store: Store, model: CharGPT, prompt_tokens: int, n: int, lines: dict) -> dict[str, float | str]:
+    """The fast fp32 and int8 steps placed on this machine's roof: the roofline's time (from the
+    counts and the roof alone, no overhead) over the measured one, and the regime."""
+    from runner import cost_model
+    from runner.execute import ensure_profile
+    from runner.machine import fingerprint
+
+    roof = ensure_profile(store, store.results.machine_id(fingerprint()), print)
+    shape = cost_model.Shape.of(model.config)
+    placed: dict[str, float | str] = {}
+    for name, precision in (("fast", "fp32"), ("fast_int8", "int8")):
+        passes = cost_model.generation_cost(shape, "fast", precision, prompt_tokens, n, cached=True)
+        placement = cost_model.place(passes, roof)
+        measured_us = float(lines[f"{name}_us_per_token"])
+        roofline_us = placement.roofline_seconds / n * 1e6
+        print(
+            f"{name}: {placement.regime}, working set {placement.working_set_bytes / 1e6:.2f} MB in "
+            f"{placement.level}, roofline {roofline_us:.1f} us/token against {measured_us:.1f} measured: "
+            f"{roofline_us / measured_us:.0%} of the roof"
+        )
+        placed[f"{name}_roofline_us_per_token"] = roofline_us
+        placed[f"{name}_roof_fraction"] = roofline_us / measured_us
+        placed[f"{name}_regime"] = placement.regime
+    return placed
 
 
 if __name__ == "__main__":

@@ -216,6 +216,7 @@ navigation = st.navigation(
         ],
         "Experiments": [
             st.Page(PAGES / "kv_cache.py", title="KV cache", url_path="kv_cache"),
+            st.Page(PAGES / "roofline.py", title="Roofline", url_path="roofline"),
             st.Page(PAGES / "memory.py", title="Memory vs weights", url_path="memory"),
             st.Page(PAGES / "quantization.py", title="Quantization", url_path="quantization"),
             st.Page(PAGES / "speculative.py", title="Speculative decoding", url_path="speculative"),

@@ -17,6 +17,7 @@ from store.store import Store
 if TYPE_CHECKING:
     from dashboard.machines_report import MachinesReport
     from dashboard.report import RunReport
+    from dashboard.roofline_report import RooflineReport
 
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
@@ -266,6 +267,20 @@ def load_machines_report(
     from dashboard.machines_report import build_machines_report
 
     return build_machines_report(store_for(url), preset, machines, reference=reference, pinned=dict(pinned))
+
+
+@st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
+def load_profiled_machines(url: str) -> list[str]:
+    """Machines with a measured roof, by name."""
+    return sorted(store_for(url).profiles.by_machine_name())
+
+
+@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Placing the run on its roof…")
+def load_roofline(url: str, run_id: int, others: tuple[str, ...]) -> RooflineReport:
+    """The Roofline page's parts (shared, not copied: the page only reads them)."""
+    from dashboard.roofline_report import build
+
+    return build(store_for(url), run_id, others)
 
 
 def forget_runs() -> None:

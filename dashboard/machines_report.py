@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
 from dashboard import machines as machines_module
+from dashboard import roofline
 from dashboard.report import STYLE, markdown_table
 from store import frames
 from store.store import Store
@@ -22,6 +24,10 @@ MATRIX_NOTE = (
     "timing pairs where it has one; a ratio divides a machine's value by the reference machine's. Timed "
     "figures on different machines differ by the machines and by each machine's noise: read a ratio against "
     "the bands."
+)
+ROOFS_NOTE = (
+    "Each machine's measured roof (`decodelab machine profile`): peak multiply-add throughput of one core per "
+    "precision and read bandwidth per cache level, the best of the repeats."
 )
 AUDIT_NOTE = (
     "The audit compares every deterministic figure (counts, bytes, seeded acceptance, losses, equality checks) "
@@ -38,6 +44,7 @@ class MachinesReport:
     fingerprints: pd.DataFrame
     matrix: pd.DataFrame  # machines.matrix, long
     audit: machines_module.AuditResult
+    roofs: dict[str, dict[str, Any]] = field(default_factory=dict)  # measured roofs, by machine
 
     def wide(self) -> pd.DataFrame:
         return machines_module.wide_matrix(self.matrix, self.machines, self.reference)
@@ -67,6 +74,7 @@ def build_machines_report(
         fingerprints=machines_module.fingerprints(details, shown),
         matrix=machines_module.matrix(measurements, reference),
         audit=machines_module.audit(measurements, details),
+        roofs={name: figures for name, figures in store.profiles.by_machine_name().items() if name in chosen},
     )
 
 
@@ -113,6 +121,12 @@ def to_markdown(report: MachinesReport) -> str:
                 MATRIX_NOTE,
                 "",
                 *frame_table(report.wide()),
+                "",
+                "## Roofs",
+                "",
+                ROOFS_NOTE,
+                "",
+                *(markdown_table(*roofline.roof_rows(report.roofs)) if report.roofs else ["no machine profiled"]),
             ]
         )
         + "\n"
@@ -133,6 +147,7 @@ def to_html(report: MachinesReport) -> str:
     escape = html.escape
     differs = report.fingerprints["differs"].tolist()
     audit = "".join(f"<li>{escape(line)}</li>" for line in report.audit.lines() or ["one machine: nothing to audit"])
+    header, rows = roofline.roof_rows(report.roofs) if report.roofs else ([], [])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title(report))}</title>
 <style>{STYLE} tr.differs td {{ background: #fff3cd; }}</style></head>
@@ -148,6 +163,9 @@ def to_html(report: MachinesReport) -> str:
 <h2>Headline figures</h2>
 <p>{escape(MATRIX_NOTE)}</p>
 {html_table(report.wide())}
+<h2>Roofs</h2>
+<p>{escape(ROOFS_NOTE)}</p>
+{html_table(pd.DataFrame(rows, columns=header)) if report.roofs else "<p>no machine profiled</p>"}
 </body></html>
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 DETERMINISTIC_UNITS = frozenset(
     {
         "multiplications",
+        "flops",  # multiply-adds × 2 counted from the model shape (runner.cost_model)
         "pairs",
         "tokens",
         "passes",

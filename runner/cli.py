@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runner import cli_fleet, cli_review
+from runner import cli_fleet, cli_review, cli_roofline
 from runner.cli_options import DbOption, open_store
 from runner.errors import InputError
 from runner.fields import check_machine
@@ -27,6 +27,8 @@ db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True)
 report_app = typer.Typer(help="Write reports computed by decodelab's modules.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
+machine_app = typer.Typer(help="Measure this machine.", no_args_is_help=True)
+app.add_typer(machine_app, name="machine")
 
 PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed or full.")]
 SpecOption = Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")]
@@ -257,6 +259,8 @@ app.command()(cli_review.tag)
 app.command()(cli_review.note)
 report_app.command("run")(cli_review.report_run)
 report_app.command("machines")(cli_review.report_machines)
+report_app.command("roofline")(cli_roofline.report_roofline)
+machine_app.command("profile")(cli_roofline.machine_profile)
 db_app.command("upgrade")(cli_fleet.db_upgrade)
 db_app.command("current")(cli_fleet.db_current)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -82,6 +83,20 @@ def train_side_model(
     return trained.model.to(device).eval()
 
 
+def ensure_profile(store: Store, machine_id: int, log: Log) -> dict[str, Any]:
+    """This machine's stored roof, measured now if the store has none for its fingerprint (a quick
+    profile where DECODELAB_PROFILE=quick, as the tests set)."""
+    from runner import machine_profile
+
+    roof = store.profiles.latest(machine_id)
+    if roof is None:
+        quick = os.environ.get("DECODELAB_PROFILE") == "quick"
+        log(f"profiling this machine first ({'quick' if quick else 'full'}): no roof stored for it")
+        roof = machine_profile.profile(quick=quick)
+        store.profiles.save(machine_id, roof["instruction_set"], quick, roof)
+    return roof
+
+
 def check_device(device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("device: 'cuda' was asked for but this machine has no CUDA device (allowed: cpu)")
@@ -126,6 +141,7 @@ def execute(
     # The experiments run on the spec's threads, and the machine is recorded with that count.
     with torch_threads(spec.raw.get("threads", 0), fast_path=True):
         machine_id = store.results.machine_id(fingerprint(spec.device))
+        roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
 
         claim = job.claim if job is not None else None
         run_fields: dict[str, Any] = {
@@ -158,6 +174,8 @@ def execute(
             train_model=lambda model_config, train_config, teacher=None: train_side_model(
                 store, model_config, train_config, corpus, spec.device, log, teacher
             ),
+            roof=roof,
+            overheads=store.profiles.overheads(machine_id),
         )
         recorded_now = 0
         labels = case_progress_labels(plan)

@@ -1,5 +1,5 @@
-"""The experiment store's tables: machine, model, run (with its tags), case, measurement, sample,
-job, worker.
+"""The experiment store's tables: machine (with its measured roofs), model, run (with its tags), case,
+measurement, sample, job, worker.
 
 Every schema change goes through an Alembic migration in ``store/migrations/versions``;
 these classes must always describe the head revision.
@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -53,6 +54,22 @@ class Machine(Base):
     device: Mapped[str] = mapped_column(String(50))
     gpu_name: Mapped[str | None] = mapped_column(String(300))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class MachineProfile(Base):
+    """A machine's measured roof (``decodelab machine profile``): peak multiply-add throughput per
+    precision and read bandwidth per working-set size, as the JSON of runner.machine_profile."""
+
+    __tablename__ = "machine_profile"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machine.id", ondelete="CASCADE"))
+    instruction_set: Mapped[str] = mapped_column(String(100))
+    quick: Mapped[bool] = mapped_column(Boolean)
+    figures: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+    __table_args__ = (Index("ix_machine_profile_machine", "machine_id"),)
 
 
 class Model(Base):

@@ -5,6 +5,7 @@ and its transactions and is made of parts, each with one job:
 - ``store.jobs`` (store/jobs.py): the job queue;
 - ``store.workers`` (store/workers.py): the processes that claim jobs;
 - ``store.annotations`` (store/annotations.py): reviewers' tags and notes on runs;
+- ``store.profiles`` (store/profiles.py): machines' measured roofs;
 - ``store.frames`` (a module of functions of a Store): the dashboard's pandas reads.
 
 Only the store package speaks SQL.
@@ -24,6 +25,7 @@ from store.engine import check_and_upgrade, create_store_engine, mask_url, resol
 from store.errors import StoreError, StoreUnavailable
 from store.jobs import JobQueue
 from store.outage import OutageGuard
+from store.profiles import Profiles
 from store.results import Results
 from store.workers import Workers
 
@@ -47,6 +49,7 @@ class Store:
         self.jobs = JobQueue(self)
         self.workers = Workers(self)
         self.annotations = Annotations(self)
+        self.profiles = Profiles(self)
 
     def close(self) -> None:
         self.engine.dispose()

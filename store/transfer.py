@@ -2,8 +2,9 @@
 the seven export columns first) with what an import needs beside it, and the import.
 
 Each row also carries its case key, its raw samples and its run (uid, machine fingerprint
-fields, model hash, spec, status, times, the reviewers' note and tags). Importing recreates the
-machine by fingerprint, links the model where the target store holds it (the run keeps the hash
+fields, model hash, spec, status, times, the reviewers' note and tags, the machine's newest
+measured roof). Importing recreates the machine by fingerprint (with its roof, where this store
+has none for it), links the model where the target store holds it (the run keeps the hash
 either way), and writes each run in one transaction; a run whose uid is already there only gains
 the cases it lacks, so importing twice adds nothing. Tags are merged; a note is taken where the
 run has none here.
@@ -26,7 +27,7 @@ from store.errors import StoreError
 from store.files import write_whole
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
 from store.results import write_measurements
-from store.schema import Case, Machine, Measurement, Model, Run, RunTag, Sample, utc_now
+from store.schema import Case, Machine, MachineProfile, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
 
 MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
@@ -53,6 +54,13 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
                 "finished_at": _time(run.finished_at),
                 "machine": {field: getattr(machine, field) for field in MACHINE_FIELDS},
                 "tags": sorted(session.scalars(select(RunTag.name).where(RunTag.run_id == run.id))),
+                # The machine's newest measured roof travels with its runs (None if never profiled).
+                "machine_profile": session.scalars(
+                    select(MachineProfile.figures)
+                    .where(MachineProfile.machine_id == run.machine_id)
+                    .order_by(MachineProfile.id.desc())
+                    .limit(1)
+                ).first(),
             }
             cases = session.execute(
                 select(Case, Measurement)
@@ -186,6 +194,9 @@ def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str
     except (KeyError, TypeError) as error:
         raise StoreError(f"import: run {uid} has an incomplete machine ({error})") from None
     machine_id = store.results.machine_id(machine)
+    profile = meta.get("machine_profile")
+    if isinstance(profile, dict) and store.profiles.latest(machine_id) is None:
+        store.profiles.save(machine_id, str(profile.get("instruction_set", "")), bool(profile.get("quick")), profile)
     with store.write() as session:
         run = session.scalar(select(Run).where(Run.uid == uid))
         if run is None:

@@ -24,6 +24,8 @@ TINY_SPEC = FIXTURES / "tiny.toml"
 # The machine names the tiny spec is run under for the machines comparison (DECODELAB_MACHINE).
 MACHINE_NAMES = ("alpha", "beta")
 ROOT = Path(__file__).parent.parent
+# A run profiles its machine first when the store has no roof for it: the quick profile, in tests.
+os.environ.setdefault("DECODELAB_PROFILE", "quick")
 
 
 def rows_by(frame: pd.DataFrame, column: str) -> dict[Any, dict[Any, Any]]:
@@ -33,7 +35,8 @@ def rows_by(frame: pd.DataFrame, column: str) -> dict[Any, dict[Any, Any]]:
 
 def _cli_environment(environment: dict[str, str]) -> dict[str, str]:
     """A minimal environment for the CLI (no inherited store URL), plus ``environment``."""
-    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **environment}
+    base = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DECODELAB_PROFILE": os.environ["DECODELAB_PROFILE"]}
+    return {**base, **environment}
 
 
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:

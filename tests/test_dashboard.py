@@ -19,7 +19,18 @@ from store.store import Store
 from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
 
 DASHBOARD = Path(__file__).parent.parent / "dashboard"
-PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale", "seeds"]
+PAGES = [
+    "history",
+    "compare",
+    "kv_cache",
+    "roofline",
+    "memory",
+    "quantization",
+    "speculative",
+    "context_cost",
+    "scale",
+    "seeds",
+]
 # Pages whose content is a table, not a chart.
 TABLE_PAGES = {"seeds"}
 # Pages that show a store's runs (the scale calculator needs none): an empty store names the command.

@@ -81,6 +81,8 @@ def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
     ):
         assert before[2][field] == after[2][field], field
     assert utc(frames.runs(source).iloc[-1]["started_at"]) == utc(frames.runs(target).iloc[0]["started_at"])
+    # The machine's measured roof travels with its run.
+    assert target.profiles.by_machine_name() == source.profiles.by_machine_name()
 
 
 def test_importing_something_else_is_refused(tmp_path: Path, sqlite_url: str) -> None:

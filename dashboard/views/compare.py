@@ -4,10 +4,12 @@ headline figure with its band and its ratio to a reference machine; one figure a
 or runs below. ``?preset=``, ``?machines=``, ``?reference=`` and ``?pin=machine:run`` hold the
 choice, so a link shows the same comparison."""
 
+from urllib.parse import quote
+
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, machines, machines_report, one_figure, ui
+from dashboard import data, machines, machines_report, one_figure, roofline, ui
 from store.user_text import markdown_text
 
 # Machines shown at first: a matrix wider than this stops being readable.
@@ -106,6 +108,14 @@ if opened:
     st.subheader("Headline figures")
     st.caption(machines_report.MATRIX_NOTE)
     ui.table(built.wide(), "machines-matrix")
+    if built.roofs:
+        st.subheader("Roofs")
+        st.caption(machines_report.ROOFS_NOTE)
+        header, rows = roofline.roof_rows(built.roofs)
+        st.table(pd.DataFrame(rows, columns=header).set_index("roof"))
+        # The Roofline page with the reference machine's run and the other machines' roofs.
+        others = "".join(f"&compare={quote(machine)}" for machine in chosen if machine != reference)
+        st.markdown(f"[These roofs on the Roofline page](roofline?run={built.runs[reference]}{others})")
     left, right = st.columns(2)
     for column, report_format, label in ((left, "html", "HTML"), (right, "md", "Markdown")):
         column.download_button(

@@ -1,10 +1,12 @@
 """KV cache: is it exact, what the arithmetic promises (counted), how much of it the clock
-delivers, how time grows with n, and what the first token costs against the ones after it."""
+delivers, how well the roofline predicts each timed point (the overhead calibration judged on
+the same points beside it), how time grows with n, and what the first token costs against the
+ones after it."""
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, data, roofline, ui
 
 YES_NO = {1.0: "yes", 0.0: "no"}
 
@@ -141,31 +143,44 @@ def transformers_peer(timing: pd.DataFrame) -> None:
 
 
 def calibration(url: str, run_id: int, cases: pd.DataFrame, timing: pd.DataFrame) -> None:
+    """The roofline's prediction of every timed point against the measured time (the overhead
+    calibration judged on the same points beside it, where this machine has one)."""
+    st.subheader("Measured against the roofline's prediction")
+    placed = roofline.points(pd.concat([timing, data.part(cases, "width")]), "kv_cache")
+    if placed.empty:
+        st.info("This run's timing cases predate the roofline (no placed figures); run the sweep again.")
+        return
     overhead_runs = data.load_experiment_runs(url, "overhead")
     same_machine = overhead_runs[overhead_runs["machine"] == timing["machine"].iloc[0]]
-    chosen = (
-        run_id
-        if run_id in set(overhead_runs["run_id"])
-        else (int(same_machine["run_id"].iloc[0]) if not same_machine.empty else None)
-    )
-    st.subheader("Measured against the overhead calibration")
-    if chosen is None:
-        st.info(
-            "Run the overhead experiment on this machine (it is in the quick preset) to predict these "
-            "times from seconds per token = a + b·multiplications."
-        )
-        return
-    fits = data.part(data.load_cases(url, chosen, "overhead"), "fit")
-    predicted = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
-    if predicted.empty:
-        st.info("This run's timing cases predate the calibration's inputs; run the sweep again.")
-        return
+    chosen = run_id if run_id in set(overhead_runs["run_id"]) else None
+    if chosen is None and not same_machine.empty:
+        chosen = int(same_machine["run_id"].iloc[0])
+    fits = data.part(data.load_cases(url, chosen, "overhead"), "fit") if chosen is not None else pd.DataFrame()
+    calibrated = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
+    summary = roofline.fit_summary(placed, calibrated)
     st.caption(
-        f"Calibration from run {chosen}: a per-token overhead plus a price per multiplication, "
-        "per impl. The arithmetic ratio assumes a = 0; the measured speedup is what a ≠ 0 leaves."
+        "Each point's time from the counts and this machine's measured roof alone, made before timing: per pass "
+        "max(bytes ÷ bandwidth at its working set, flops ÷ peak) plus the impl's fitted per-pass overhead. "
+        f"A model fits where its median |error| is at most {roofline.FIT_LIMIT:.0%}."
     )
-    ui.chart(charts.predicted_against_measured(predicted, "measured_speedup", "predicted_speedup"))
-    ui.table(predicted, "kv_cache_calibrated")
+    for sentence in roofline.misfit_sentences(summary):
+        st.warning(sentence)
+    ui.chart(charts.predicted_against_measured(placed, "measured_us_per_token", "predicted_us_per_token", "side"))
+    ui.table(summary, "kv_cache_prediction_fit")
+    ui.table(
+        placed,
+        "kv_cache_roofline",
+        [
+            "case",
+            "side",
+            "regime",
+            "level",
+            "roof_fraction",
+            "measured_us_per_token",
+            "predicted_us_per_token",
+            "prediction_error",
+        ],
+    )
 
 
 def growth(cases: pd.DataFrame, timing: pd.DataFrame) -> None:

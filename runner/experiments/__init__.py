@@ -30,6 +30,10 @@ class ExperimentContext:
     # Train (or reuse from the store) another model on the same corpus, e.g. a small draft;
     # arguments: model config, train config, and optionally a teacher to distil from.
     train_model: Callable[..., CharGPT] | None = None
+    # This machine's measured roof (runner.machine_profile) and its latest stored per-pass
+    # overhead per impl: what runner.roofline places each timed case with (none: nothing placed).
+    roof: dict[str, Any] | None = None
+    overheads: dict[str, float] = field(default_factory=dict)
 
     def prompt(self, chars: int = 1) -> list[int]:
         """The corpus' first ``chars`` characters (tokens, for an hf model's tokenizer): the

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from runner import counting
+from runner import counting, roofline
+from runner.cost_model import Shape
 from runner.decode import generate
 from runner.experiments import ExperimentContext
 from runner.experiments.kv_exactness import measure
@@ -72,6 +73,18 @@ def time_cache(
         ),
         measure("mults_cache_with_lm_head", counting.generation_mults(n, d, layers, True, vocab), "multiplications"),
         *transformers_records,
+        *roofline.timed_generation(
+            context,
+            Shape.of(config),
+            impl,
+            "fp32",
+            len(prompt),
+            n,
+            {
+                "": (True, min(same_impl.candidate_seconds) / n),
+                "_no_cache": (False, min(same_impl.baseline_seconds) / n),
+            },
+        ),
     ]
 
 

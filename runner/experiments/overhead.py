@@ -2,9 +2,10 @@
 down to d=8, fitted per impl as  seconds_per_token = a + b · mults_per_token.
 
 ``a`` is what a step costs whatever its arithmetic (dispatch, Python, memory latency); ``b`` is
-the price of one multiplication on this machine. With both, the KV-cache page predicts every
-measured (n, d) point and shows why 134.5x of arithmetic became a few x on the clock.
-Untrained weights: timing needs no training (the case params say so).
+the price of one multiplication on this machine: why 134.5x of arithmetic became a few x on the
+clock. ``a`` is also the per-pass overhead runner.roofline adds to its predictions; each point
+is placed on the machine's roof. Untrained weights: timing needs no training (the case params
+say so).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 import torch
 
-from runner import counting
+from runner import counting, roofline
+from runner.cost_model import Shape
 from runner.decode import IMPLS, generate
 from runner.experiments import ExperimentContext
 from runner.fields import Field
@@ -79,6 +81,9 @@ class OverheadExperiment:
                 "mults_per_token",
                 counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], base.vocab_size),
                 "multiplications",
+            ),
+            *roofline.timed_generation(
+                context, Shape.of(model.config), case["impl"], "fp32", len(prompt), n, {"": (True, timing.minimum / n)}
             ),
         )
 

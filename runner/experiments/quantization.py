@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from runner import roofline
+from runner.cost_model import Shape
 from runner.decode import first_difference, generate
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
@@ -120,6 +122,15 @@ class QuantizationExperiment:
             MeasurementRecord("seconds_per_token", min(paired.candidate_seconds) / timing_tokens, "seconds"),
             MeasurementRecord("seconds_per_token_fp32", min(paired.baseline_seconds) / timing_tokens, "seconds"),
             *paired.measurements("speedup_vs_fp32"),
+            *roofline.timed_generation(
+                context,
+                Shape.of(model.config),
+                impl,
+                roofline.PRECISION_OF_KERNEL.get(case["kernel"]),
+                len(prompt),
+                timing_tokens,
+                {"": (True, min(paired.candidate_seconds) / timing_tokens)},
+            ),
         )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from runner import roofline
 from runner.decode import generate
 from runner.distribution_check import check_first_tokens
 from runner.drafts import MAX_NGRAM_ORDER, BigramDraft, ModelDraft, NGramDraft
@@ -348,6 +349,7 @@ class SpeculativeExperiment:
             MeasurementRecord("component_model_speedup", component_model, "ratio"),
             MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
             *assisted,
+            *roofline.speculative(context, case, draft, a_priori, statistics.median(verify_costs), measured),
         ]
 
     @staticmethod

@@ -1,0 +1,323 @@
+"""The Roofline page's parts, plain functions testable without a server: a machine's roof as
+ceilings (bandwidth lines per cache level, compute ceilings per precision), a run's placed
+figures as points at their arithmetic intensity, the chart, and the conclusion sentences the
+points support (generated from the figures, never written by hand)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost_model.REGIMES, by stored index
+LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.roofline.LEVEL_CODES, inverted
+PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
+SIDES = {"": "cached step", "_no_cache": "no-cache step"}
+INTENSITIES = [10 ** (exponent / 4) for exponent in range(-8, 17)]  # flops per byte, 0.01 to 10,000
+
+
+def ceilings(figures: dict[str, Any], machine: str) -> pd.DataFrame:
+    """One row per (ceiling, intensity): each level's one-thread bandwidth × intensity up to the
+    highest compute peak, and each precision's peak as a flat line (the best repeats: the roof)."""
+    peaks = {precision: rates["high"] for precision, rates in figures["peak_operations_per_second"].items()}
+    top = max(peaks.values())
+    rows = []
+    for level, row in figures["bandwidth"].items():
+        bandwidth = row["one_thread"]["high"]
+        for intensity in INTENSITIES:
+            rows.append(
+                {
+                    "machine": machine,
+                    "ceiling": f"{level} {bandwidth / 1e9:.0f} GB/s",
+                    "kind": "bandwidth",
+                    "intensity": intensity,
+                    "flops_per_second": min(bandwidth * intensity, top),
+                }
+            )
+    for precision, peak in peaks.items():
+        for intensity in (INTENSITIES[0], INTENSITIES[-1]):
+            rows.append(
+                {
+                    "machine": machine,
+                    "ceiling": f"{precision} {peak / 1e9:.0f} Gop/s",
+                    "kind": "compute",
+                    "intensity": intensity,
+                    "flops_per_second": peak,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def wide(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: its params as columns and one column per metric (as data.wide_cases,
+    without the Streamlit import a report from the command line does not need)."""
+    if measurements.empty:
+        return pd.DataFrame()
+    firsts = measurements.drop_duplicates("case_id").set_index("case_id")
+    params = pd.DataFrame(list(firsts["params"]), index=firsts.index)
+    values = measurements.pivot_table(index="case_id", columns="metric", values="value", aggfunc="first")
+    return params.join(values).reset_index()
+
+
+def roof_rows(roofs: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Machines' roofs side by side: one column per machine."""
+    names = list(roofs)
+    # The roof: each micro-kernel's best repeat.
+    rows = [["instruction set", *(str(roofs[name]["instruction_set"]) for name in names)]]
+    for precision in ("fp32", "bf16", "int8"):
+        rows.append(
+            [
+                f"peak {precision} Gop/s (one core)",
+                *(f"{roofs[name]['peak_operations_per_second'][precision]['high'] / 1e9:.0f}" for name in names),
+            ]
+        )
+    for level in ("L1", "L2", "L3", "DRAM"):
+        rows.append(
+            [
+                f"{level} read GB/s (one thread / all)",
+                *(
+                    f"{roofs[name]['bandwidth'][level]['one_thread']['high'] / 1e9:.1f} / "
+                    f"{roofs[name]['bandwidth'][level]['all_threads']['high'] / 1e9:.1f}"
+                    for name in names
+                ),
+            ]
+        )
+    return ["roof", *names], rows
+
+
+def case_label(experiment: str, case: pd.Series) -> str:
+    """What distinguishes a placed case within its experiment."""
+
+    def value(name: str) -> Any:
+        found = case.get(name)
+        return None if found is None or (isinstance(found, float) and math.isnan(found)) else found
+
+    impl = value("impl") or "static"
+    if experiment == "quantization":
+        return f"{value('kernel')} ({impl})"
+    if experiment == "overhead":
+        return f"{impl} d={int(value('d_model'))}"
+    if experiment == "speculative":
+        return f"{impl} {value('draft')} k={int(value('k'))}"
+    width = value("d_model")
+    return f"{impl} n={int(value('n'))}" + (f" d={int(width)}" if width is not None else "")
+
+
+def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Every placed figure of one experiment's wide cases (data.wide_cases): one row per timed
+    side, at its intensity, with its regime, level, prediction and measured time."""
+    rows = []
+    for _, case in cases.iterrows():
+        for suffix, side in SIDES.items():
+            fraction = case.get(f"roof_fraction{suffix}")
+            if fraction is None or pd.isna(fraction):
+                continue
+            predicted = case[f"roofline_predicted_seconds_per_token{suffix}"]
+            error = case[f"roofline_prediction_error{suffix}"]
+            bytes_per_token, flops_per_token = case[f"bytes_per_token{suffix}"], case[f"flops_per_token{suffix}"]
+            rows.append(
+                {
+                    "experiment": experiment,
+                    "case": case_label(experiment, case),
+                    "impl": case.get("impl") if isinstance(case.get("impl"), str) else "static",
+                    "kernel": case.get("kernel") if isinstance(case.get("kernel"), str) else "float32",
+                    "side": side,
+                    "intensity": flops_per_token / bytes_per_token,
+                    "bytes_per_token": bytes_per_token,
+                    "flops_per_token": flops_per_token,
+                    "achieved_flops_per_second": case[f"achieved_flops_per_second{suffix}"],
+                    "achieved_bytes_per_second": case[f"achieved_bytes_per_second{suffix}"],
+                    "working_set_bytes": case[f"working_set_bytes{suffix}"],
+                    "level": LEVELS[int(case[f"cache_level{suffix}"])],
+                    "regime": REGIMES[int(case[f"regime{suffix}"])],
+                    "roof_fraction": fraction,
+                    "predicted_us_per_token": predicted * 1e6,
+                    "measured_us_per_token": predicted / (1 + error) * 1e6,
+                    "prediction_error": error,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
+    """Ceilings (a second machine's dashed) and the run's points coloured by regime, on log axes."""
+    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (flops per byte)")
+    y = alt.Y("flops_per_second:Q", scale=alt.Scale(type="log"), title="flops per second")
+    lines = (
+        alt.Chart(roofs)
+        .mark_line()
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color("ceiling:N", title="ceiling"),
+            strokeDash=alt.StrokeDash("machine:N", title="machine"),
+            detail="machine:N",
+            tooltip=["machine", "ceiling"],
+        )
+    )
+    dots = (
+        alt.Chart(placed)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=x,
+            y=alt.Y("achieved_flops_per_second:Q", scale=alt.Scale(type="log")),
+            shape=alt.Shape("regime:N", title="regime"),
+            fill=alt.Fill("regime:N", title="regime"),
+            tooltip=[
+                "experiment",
+                "case",
+                "side",
+                "regime",
+                "level",
+                alt.Tooltip("roof_fraction:Q", format=".0%"),
+                alt.Tooltip("measured_us_per_token:Q", format=".1f"),
+                alt.Tooltip("predicted_us_per_token:Q", format=".1f"),
+                alt.Tooltip("prediction_error:Q", format="+.0%"),
+                alt.Tooltip("working_set_bytes:Q", format=",.0f"),
+            ],
+        )
+    )
+    return alt.layer(lines, dots).resolve_scale(color="independent")
+
+
+def percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def step_sentence(placed: pd.DataFrame, machine: str) -> str | None:
+    """The fast fp32 cached step's regime, level and roof fraction (the longest generation timed)."""
+    fast = placed[(placed["impl"] == "fast") & (placed["side"] == "cached step") & (placed["kernel"] == "float32")]
+    if fast.empty:
+        return None
+    row = fast.sort_values("bytes_per_token").iloc[-1]
+    error = row["prediction_error"]
+    return (
+        f"On {machine} the fast fp32 step ({row['experiment']}, {row['case']}) is {row['regime']}, its "
+        f"{row['working_set_bytes'] / 1e6:.2f} MB working set in {row['level']}, at {percent(row['roof_fraction'])} "
+        f"of the roof; the roofline predicted {row['predicted_us_per_token']:.1f} µs per token, "
+        f"{percent(abs(error))} {'above' if error > 0 else 'below'} the measured {row['measured_us_per_token']:.1f}."
+    )
+
+
+def quantization_sentence(quantized: pd.DataFrame, cases: pd.DataFrame) -> str | None:
+    """How the fast path's int8 and bf16 weights place against fp32, measured and predicted."""
+    if quantized.empty:
+        return None
+    baseline = quantized[(quantized["kernel"] == "float32")]
+    parts = []
+    for kernel in ("fast_int8", "fast_bf16"):
+        row = quantized[quantized["kernel"] == kernel]
+        case = cases[cases.get("kernel", pd.Series(dtype=object)) == kernel] if "kernel" in cases else pd.DataFrame()
+        if row.empty or case.empty:
+            continue
+        placed = row.iloc[0]
+        speedup = case.iloc[0].get("speedup_vs_fp32")
+        parts.append(
+            f"{kernel} weights work from {placed['level']} ({placed['regime']}, {percent(placed['roof_fraction'])} "
+            f"of the roof) and run {speedup:.2f}× faster than fp32"
+        )
+    if not parts:
+        return None
+    level = f" (fp32 from {baseline.iloc[0]['level']})" if not baseline.empty else ""
+    return "; ".join(parts) + level + "."
+
+
+def speculative_sentence(cases: pd.DataFrame) -> str | None:
+    """The verification's cost in steps and the acceptance drafts need, per impl, from the cases
+    the roofline placed."""
+    if cases.empty or "roofline_predicted_verify_cost_ratio" not in cases.columns:
+        return None
+    placed = cases.dropna(subset=["roofline_predicted_verify_cost_ratio"])
+    sentences = []
+    for impl, group in placed.groupby("impl"):
+        widest = group.sort_values("k").iloc[-1]
+        k = int(widest["k"])
+        verdict_rows = group.dropna(subset=["speedup_median"])
+        predicted_wins = (group["roofline_predicted_speedup"] > 1).any()
+        measured_wins = (verdict_rows["speedup_median"] > 1).any()
+        sentences.append(
+            f"On the {impl} impl a {k + 1}-position verification costs {widest['verify_cost_ratio']:.2f} steps "
+            f"(the roofline says {widest['roofline_predicted_verify_cost_ratio']:.2f}), so at k={k} drafts need an "
+            f"acceptance above {widest['roofline_break_even_acceptance']:.2f} to win; the roofline says speculative "
+            f"decoding {'wins' if predicted_wins else 'loses'} with some draft here, measured it "
+            f"{'wins' if measured_wins else 'loses'}."
+        )
+    return " ".join(sentences) or None
+
+
+def error_sentence(placed: pd.DataFrame) -> str | None:
+    """How far the roofline's predictions are, per impl, as the median |error|."""
+    if placed.empty:
+        return None
+    errors = placed.assign(magnitude=placed["prediction_error"].abs()).groupby("impl")["magnitude"].median()
+    listed = ", ".join(f"{impl} {percent(value)}" for impl, value in errors.items())
+    return f"Median |prediction error| per impl over every placed figure: {listed}."
+
+
+def conclusions(
+    placed: pd.DataFrame, quantization_cases: pd.DataFrame, speculative_cases: pd.DataFrame, machine: str
+) -> list[str]:
+    """The sentences the run's placed figures support."""
+    sentences = [
+        step_sentence(placed, machine) if not placed.empty else None,
+        quantization_sentence(placed[placed["experiment"] == "quantization"], quantization_cases)
+        if not placed.empty
+        else None,
+        speculative_sentence(speculative_cases),
+        error_sentence(placed),
+    ]
+    return [sentence for sentence in sentences if sentence]
+
+
+FIT_LIMIT = 0.25  # a model whose median |error| is above this does not fit (the issue's target)
+
+
+def overhead_model_errors(calibrated: pd.DataFrame) -> pd.DataFrame:
+    """The overhead calibration's errors on the same points (data.calibrated_prediction), long."""
+    if calibrated.empty:
+        return pd.DataFrame(columns=["impl", "side", "model", "prediction_error"])
+    rows = []
+    for row in calibrated.to_dict("records"):
+        for suffix, side in (("cache", "cached step"), ("no_cache", "no-cache step")):
+            measured = row[f"seconds_{suffix}"]
+            rows.append(
+                {
+                    "impl": row["impl"],
+                    "side": side,
+                    "model": "overhead a + b·mults",
+                    "prediction_error": (row[f"predicted_seconds_{suffix}"] - measured) / measured,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def fit_summary(placed: pd.DataFrame, calibrated: pd.DataFrame) -> pd.DataFrame:
+    """Median |error| per impl, side and model (the roofline and, where fitted, the overhead
+    calibration) over the same points, with whether it fits (≤ FIT_LIMIT)."""
+    roof = placed[["impl", "side", "prediction_error"]].assign(model="roofline")
+    both = pd.concat([roof, overhead_model_errors(calibrated)], ignore_index=True)
+    both["absolute_error"] = both["prediction_error"].abs()
+    summary = both.groupby(["model", "impl", "side"], as_index=False).agg(
+        median_abs_error=("absolute_error", "median"),
+        median_error=("prediction_error", "median"),
+        points=("impl", "size"),
+    )
+    summary["fits"] = summary["median_abs_error"] <= FIT_LIMIT
+    return summary
+
+
+def misfit_sentences(summary: pd.DataFrame) -> list[str]:
+    """One sentence per (model, impl, side) that does not fit: by how much, and which way."""
+    sentences = []
+    for row in summary[~summary["fits"]].to_dict("records"):
+        factor = 1 + row["median_error"]
+        direction = (
+            f"{factor:.1f}× too slow" if factor > 1 else f"{1 / factor:.1f}× too fast" if factor > 0 else "wrong"
+        )
+        sentences.append(
+            f"The {row['model']} model does not fit the {row['impl']} {row['side']}: it predicts it {direction} "
+            f"(median |error| {row['median_abs_error']:.0%} over {row['points']} points)."
+        )
+    return sentences

@@ -1,0 +1,96 @@
+"""The machine's roof: the quick profile's figures positive and ordered, the cache sizes read from
+the OS, `decodelab machine profile` storing what it prints, and a run profiling its machine first
+and placing every timed case on that roof with the cost module's exact counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import cost_model, machine_profile
+from store import frames
+from tests.conftest import ROOT, run_decodelab
+
+
+@pytest.fixture(scope="module")
+def quick_profile() -> dict[str, Any]:
+    return machine_profile.profile(quick=True)
+
+
+def test_quick_profile_is_positive_ordered_and_fast(quick_profile: dict[str, Any]) -> None:
+    for precision in machine_profile.PRECISIONS:
+        rates = quick_profile["peak_operations_per_second"][precision]
+        assert 0 < rates["low"] <= rates["median"] <= rates["high"], precision
+    bands = [quick_profile["bandwidth"][level] for level in machine_profile.LEVELS]
+    sizes = [band["working_set_bytes"] for band in bands]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    for threads in ("one_thread", "all_threads"):
+        for band in bands:
+            assert 0 < band[threads]["low"] <= band[threads]["median"] <= band[threads]["high"]
+    # A nearer level reads at least as fast as a farther one, within the bands over repeats (all
+    # threads too, on a machine shared with other work the band is what can be promised).
+    for nearer, farther in zip(bands, bands[1:], strict=False):
+        assert nearer["one_thread"]["high"] >= farther["one_thread"]["low"]
+    assert bands[0]["one_thread"]["median"] > bands[-1]["one_thread"]["median"]
+    assert all(row["bytes_per_second"] > 0 for row in quick_profile["sweep"])
+    assert quick_profile["profile_seconds"] < 60
+
+
+def test_cache_sizes_come_from_the_os(tmp_path: Path) -> None:
+    for index, (level, kind, size) in enumerate(
+        [(1, "Data", "48K"), (1, "Instruction", "64K"), (2, "Unified", "2048K"), (3, "Unified", "32M")]
+    ):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert machine_profile.cache_sizes(tmp_path) == {"L1": 48 * 1024, "L2": 2 * 1024**2, "L3": 32 * 1024**2}
+    working_sets = machine_profile.level_working_sets(machine_profile.cache_sizes(tmp_path), quick=True)
+    assert working_sets == {"L1": 24 * 1024, "L2": 1024**2, "L3": 8 * 1024**2, "DRAM": 64 * 1024**2}
+
+
+def test_the_profile_command_prints_and_stores_its_figures(tmp_path: Path) -> None:
+    from store.store import Store
+
+    url = f"sqlite:///{tmp_path / 'profile.db'}"
+    result = run_decodelab("machine", "profile", "--quick", "--db", url, cwd=ROOT, DECODELAB_MACHINE="probe")
+    assert result.returncode == 0, result.stderr
+    printed = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line and " " not in line)
+    stored = Store(url).profiles.by_machine_name()["probe"]
+    assert float(printed["peak_fp32_operations_per_second"]) == pytest.approx(
+        stored["peak_operations_per_second"]["fp32"]["high"], rel=1e-3
+    )
+    assert float(printed["dram_bytes_per_second_one_thread"]) > 0
+    assert "L1 read GB/s" in result.stdout
+
+
+def test_a_run_profiles_its_machine_first_and_places_its_timed_cases(filled_store_url: str) -> None:
+    from runner.model import ModelConfig
+    from store.store import Store
+
+    store = Store(filled_store_url)
+    machine, roof = store.profiles.for_run(1)
+    assert roof is not None and roof["quick"], machine
+    cases = frames.measurements(store, 1, "kv_cache")
+    timing = cases[cases["params"].map(lambda params: params.get("part") == "timing")]
+    record = store.results.find_model(weights_hash=timing.iloc[0]["model_hash"])
+    assert record is not None
+    config = ModelConfig(**record.config["model"])
+    shape = cost_model.Shape.of(config)
+    placed = 0
+    for case_id, rows in timing.groupby("case_id"):
+        values = dict(zip(rows["metric"], rows["value"], strict=True))
+        params = rows.iloc[0]["params"]
+        passes = cost_model.generation_cost(shape, params["impl"], "fp32", 1, params["n"], cached=True)
+        assert values["bytes_per_token"] == sum(p.bytes_moved for p in passes) / params["n"], case_id
+        assert values["flops_per_token"] == sum(p.total_flops for p in passes) / params["n"]
+        assert values["roof_fraction"] > 0 and values["regime"] in (0, 1, 2)
+        measured = values["seconds_per_token_cache"]
+        assert values["roofline_prediction_error"] == pytest.approx(
+            (values["roofline_predicted_seconds_per_token"] - measured) / measured
+        )
+        placed += 1
+    assert placed >= 2

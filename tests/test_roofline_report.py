@@ -1,0 +1,130 @@
+"""The Roofline page's plain parts and `decodelab report roofline`: ceilings of two machines in one
+chart, sentences generated from the figures, a misfit named with its size, the report's Markdown
+and HTML from a real run, its error path, and the machines report's roofs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dashboard import machines_report, roofline
+from dashboard.roofline_report import build, render
+from tests.conftest import ROOT, copy_store, run_decodelab
+
+
+def roof(scale: float) -> dict[str, Any]:
+    rates = {"median": 1e11 * scale, "low": 9e10 * scale, "high": 1.1e11 * scale}
+    bandwidth = {"median": 5e10 * scale, "low": 4e10 * scale, "high": 6e10 * scale}
+    return {
+        "instruction_set": "avx512",
+        "peak_operations_per_second": {precision: rates for precision in ("fp32", "bf16", "int8")},
+        "bandwidth": {
+            level: {"working_set_bytes": 1, "one_thread": bandwidth, "all_threads": bandwidth}
+            for level in ("L1", "L2", "L3", "DRAM")
+        },
+    }
+
+
+def placed_point(**changes: Any) -> dict[str, Any]:
+    point = {
+        "experiment": "kv_cache",
+        "case": "fast n=64",
+        "impl": "fast",
+        "kernel": "float32",
+        "side": "cached step",
+        "intensity": 0.5,
+        "bytes_per_token": 2.4e6,
+        "flops_per_token": 1.2e6,
+        "achieved_flops_per_second": 3e10,
+        "achieved_bytes_per_second": 6e10,
+        "working_set_bytes": 2.45e6,
+        "level": "L3",
+        "regime": "memory-bound",
+        "roof_fraction": 0.59,
+        "predicted_us_per_token": 50.0,
+        "measured_us_per_token": 40.0,
+        "prediction_error": 0.25,
+    }
+    return {**point, **changes}
+
+
+def test_the_chart_holds_both_machines_roofs_and_the_points() -> None:
+    ceilings = pd.concat([roofline.ceilings(roof(1.0), "here"), roofline.ceilings(roof(0.5), "there")])
+    spec = roofline.roofline_chart(ceilings, pd.DataFrame([placed_point()])).to_dict()
+    lines, dots = spec["layer"]
+    assert lines["encoding"]["strokeDash"]["field"] == "machine"
+    assert dots["encoding"]["fill"]["field"] == "regime"
+    rows = [row for data in spec["datasets"].values() for row in data]
+    assert {row.get("machine") for row in rows if "ceiling" in row} == {"here", "there"}
+    # The bandwidth line stops at the compute peak: the roofline's knee.
+    here = ceilings[(ceilings["machine"] == "here") & (ceilings["kind"] == "bandwidth")]
+    assert here["flops_per_second"].max() == 1.1e11
+    assert roofline.roof_rows({"here": roof(1.0), "there": roof(0.5)})[0] == ["roof", "here", "there"]
+
+
+def test_sentences_come_from_the_figures() -> None:
+    placed = pd.DataFrame([placed_point(), placed_point(impl="static", case="static n=64", prediction_error=-0.5)])
+    sentences = roofline.conclusions(placed, pd.DataFrame(), pd.DataFrame(), "box")
+    assert sentences[0].startswith("On box the fast fp32 step (kv_cache, fast n=64) is memory-bound")
+    assert "at 59% of the roof" in sentences[0]
+    assert "the roofline predicted 50.0 µs per token, 25% above the measured 40.0" in sentences[0]
+    assert sentences[-1] == "Median |prediction error| per impl over every placed figure: fast 25%, static 50%."
+    speculative = pd.DataFrame(
+        {
+            "impl": ["fast", "fast"],
+            "k": [1, 4],
+            "verify_cost_ratio": [1.3, 2.5],
+            "roofline_predicted_verify_cost_ratio": [1.2, 2.4],
+            "roofline_break_even_acceptance": [0.4, 0.8],
+            "roofline_predicted_speedup": [0.9, 0.8],
+            "speedup_median": [0.95, 0.85],
+        }
+    )
+    sentence = roofline.speculative_sentence(speculative)
+    assert sentence is not None
+    assert "a 5-position verification costs 2.50 steps (the roofline says 2.40)" in sentence
+    assert "acceptance above 0.80" in sentence and "says speculative decoding loses" in sentence
+
+
+def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
+    placed = pd.DataFrame([placed_point(prediction_error=0.1)])
+    calibrated = pd.DataFrame(
+        [{"impl": "fast", "seconds_cache": 1.0, "predicted_seconds_cache": 1.1, "seconds_no_cache": 14.0,
+          "predicted_seconds_no_cache": 145.0}]
+    )  # fmt: skip
+    summary = roofline.fit_summary(placed, calibrated)
+    assert summary.set_index(["model", "side"])["fits"].to_dict() == {
+        ("overhead a + b·mults", "cached step"): True,
+        ("overhead a + b·mults", "no-cache step"): False,
+        ("roofline", "cached step"): True,
+    }
+    assert roofline.misfit_sentences(summary) == [
+        "The overhead a + b·mults model does not fit the fast no-cache step: it predicts it 10.4× too slow "
+        "(median |error| 936% over 1 points)."
+    ]
+
+
+def test_the_roofline_report_from_a_real_run(filled_store_url: str, tmp_path: Path) -> None:
+    from store.store import Store
+
+    url = copy_store(filled_store_url, tmp_path / "report.db")
+    store = Store(url)
+    built = build(store, 1)
+    assert built.roof is not None and not built.points.empty
+    assert set(built.points["experiment"]) == {"kv_cache", "overhead", "quantization"}
+    markdown = render(built, "md")
+    assert markdown.startswith(f"# decodelab: run 1 on {built.machine}'s roofline")
+    assert "| experiment | case | side | regime |" in markdown and "Median |prediction error|" in markdown
+    out = tmp_path / "roofline.html"
+    result = run_decodelab("report", "roofline", "--run", "1", "--out", str(out), "--db", url, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    page = out.read_text()
+    assert "<svg" in page and "Placed figures" in page
+    missing = run_decodelab("report", "roofline", "--run", "9", "--out", str(out), "--db", url, cwd=ROOT)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [f"error: --run: no run 9 in {url}"]
+    machines = machines_report.build_machines_report(store, "tiny", [built.machine])
+    assert list(machines.roofs) == [built.machine]
+    assert "## Roofs" in machines_report.render(machines, "md")
