@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import charts, data
+from dashboard import charts, data, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
 from store import frames
@@ -176,9 +176,14 @@ def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     )
     spec = charts.cache_bytes(memory, 3.0).to_dict()
     lines, rule = spec["layer"]
-    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "weight_bytes"
+    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "size"
+    assert spec["datasets"][rule["data"]["name"]] == [{"size": 3.0, "weight_bytes": 3.0}]
+    assert lines["encoding"]["y"]["title"] == "bytes"  # the largest value is below a KiB
     layouts = {row["layout"] for row in spec["datasets"][lines["data"]["name"]]}
     assert layouts == {"all heads", "kv heads 1"}
+    # A layout's colour is not the weights line's: reference lines are drawn in their own gray.
+    assert theme.REFERENCE_COLOR not in lines["encoding"]["color"]["scale"]["range"]
+    assert rule["mark"]["color"] == theme.REFERENCE_COLOR
 
 
 def test_tvd_chart_and_history_flags() -> None:
