@@ -7,13 +7,15 @@ Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1
 
 from __future__ import annotations
 
+import atexit
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.launch import LaunchRequest, launch, start_worker
+from dashboard.launch import LaunchRequest, launch, start_worker, stop_workers
 from runner import catalog
 from runner.errors import InputError
 from store import frames
@@ -30,9 +32,11 @@ st.set_page_config(page_title="decodelab", layout="wide")
 
 
 @st.cache_resource(show_spinner=False)
-def worker_handles() -> dict[str, object]:
-    """Workers this dashboard process started, by store URL."""
-    return {}
+def worker_handles() -> dict[str, subprocess.Popen[bytes]]:
+    """Workers this dashboard process started, by store URL; stopped when the process exits."""
+    handles: dict[str, subprocess.Popen[bytes]] = {}
+    atexit.register(stop_workers, handles)
+    return handles
 
 
 def ensure_worker(url: str, store: Store) -> str | None:
@@ -45,7 +49,7 @@ def ensure_worker(url: str, store: Store) -> str | None:
 
     handles = worker_handles()
     running = handles.get(url)
-    if running is not None and running.poll() is None:  # type: ignore[attr-defined]
+    if running is not None and running.poll() is None:
         return None
     machine = machine_name()
     if store.workers.live(machine):
@@ -173,13 +177,25 @@ def review_is_default() -> bool:
         return False
 
 
+def open_first_page() -> None:
+    """The root URL: no page of its own, it moves on to the page that opens first (Review or
+    History), whose own URL (/review, /history) then shows in the address bar and works as a
+    link. Streamlit serves a ``default=True`` page only at the root, so no real page is the
+    default; the query (``?run=3``) goes along."""
+    query = [(key, value) for key in st.query_params for value in st.query_params.get_all(key)]
+    st.switch_page(REVIEW if review_is_default() else HISTORY, query_params=query)
+
+
 require_login()
-reviewing = review_is_default()
+REVIEW = st.Page(PAGES / "review.py", title="Review", url_path="review")
+HISTORY = st.Page(PAGES / "history.py", title="History", url_path="history")
+FIRST = st.Page(open_first_page, title="decodelab", url_path="", default=True, visibility="hidden")
 navigation = st.navigation(
     {
         "Runs": [
-            st.Page(PAGES / "review.py", title="Review", url_path="review", default=reviewing),
-            st.Page(PAGES / "history.py", title="History", url_path="history", default=not reviewing),
+            FIRST,
+            REVIEW,
+            HISTORY,
             st.Page(PAGES / "compare.py", title="Compare machines", url_path="compare"),
         ],
         "Experiments": [
@@ -193,5 +209,7 @@ navigation = st.navigation(
         ],
     }
 )
+if navigation is FIRST:
+    open_first_page()
 sidebar()
 navigation.run()

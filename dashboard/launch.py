@@ -132,3 +132,20 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
             env=environment,
             start_new_session=True,
         )
+
+
+def stop_workers(started: dict[str, subprocess.Popen[bytes]], wait_seconds: float = 15.0) -> None:
+    """SIGTERM to each worker this dashboard started that still runs (a running job goes back to
+    the queue), then wait for them: registered to run as the dashboard's process exits, so
+    Ctrl-C on `decodelab dashboard` (or `make demo`) leaves no worker behind. The workers run in
+    their own session, so the terminal's Ctrl-C never reaches them directly."""
+    running = [
+        process for process in started.values() if isinstance(process, subprocess.Popen) and process.poll() is None
+    ]
+    for process in running:
+        process.terminate()
+    for process in running:
+        try:
+            process.wait(timeout=wait_seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()

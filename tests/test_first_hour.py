@@ -1,0 +1,158 @@
+"""What a newcomer meets first, outside the browser: one chart style (dashboard.theme), one table
+format (dashboard.tables), labels that say each word once, the run's closing line, and the
+command line's --version, flags in --help and a busy dashboard port."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from dashboard import charts, tables, theme
+from runner.execute import done_line, progress_label
+from runner.labels import variant_label
+from tests.conftest import ROOT, run_decodelab
+
+
+def test_an_impl_draft_or_precision_keeps_its_colour_whatever_else_is_drawn() -> None:
+    alone = theme.color_scale("impl", ["static"])
+    both = theme.color_scale("impl", ["fast", "static"])
+    assert alone.range[alone.domain.index("static")] == both.range[both.domain.index("static")]
+    drafts = theme.color_scale("draft", ["small", "bigram", "int8"])
+    assert dict(zip(drafts.domain, drafts.range, strict=True)) == {
+        name: theme.DRAFT_COLORS[name] for name in ("bigram", "int8", "small")
+    }
+    others = theme.color_scale("layout", ["all heads", "kv heads 1", "kv heads 2"])
+    assert len(set(others.range)) == 3 and theme.REFERENCE_COLOR not in others.range
+
+
+def test_a_fitted_log_axis_spans_the_data_not_whole_decades() -> None:
+    scale = theme.fitted_scale([64, 128, 256], log=True)
+    low, high = scale.domain
+    assert 60 < low < 64 and 256 < high < 270 and scale.nice is False
+    linear = theme.fitted_scale([0.9, 1.1])
+    assert linear.zero is False and 0.8 < linear.domain[0] < 0.9
+
+
+def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_one_is_refused() -> None:
+    frame = pd.DataFrame(
+        {"variant": ["fp32", "int8 · fake"], "weight_bytes": [4096.0, 1024.0], "precision": ["fp32", "int8"]}
+    )
+    spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
+    assert spec["title"] == "weight bytes"
+    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1}
+    assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
+    with pytest.raises(ValueError, match="title"):
+        theme.finish(alt.Chart(frame).mark_bar().encode(x="variant:N", y="weight_bytes:Q"))
+
+
+def test_a_variant_that_never_diverged_draws_no_bar_and_says_so() -> None:
+    cases = pd.DataFrame(
+        {
+            "variant": ["fp32", "int8 · fake", "fast_bf16"],
+            "precision": ["fp32", "int8", "bf16"],
+            "divergence_position_greedy": [200.0, 21.0, 200.0],
+            "divergence_tokens": [200, 200, 200],
+        }
+    )
+    spec = charts.divergence(cases, "variant", "divergence_position_greedy", "divergence_tokens").to_dict()
+    columns, never = spec["layer"]
+    bars = spec["datasets"][columns["data"]["name"]]
+    assert [row["index"] for row in bars] == [None, 21.0, None]
+    assert [row["variant"] for row in spec["datasets"][never["data"]["name"]]] == ["fp32", "fast_bf16"]
+    assert never["encoding"]["text"]["field"] == "note"
+
+
+def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> None:
+    frame = pd.DataFrame(
+        {
+            "case_id": [7, 8],
+            "run_id": [1234, 1235],
+            "strings_identical": [1.0, 0.0],
+            "cache": [True, False],
+            "mults_cache": [123456789.0, 12.0],
+            "weight_bytes": [2.5 * 2**20, 512.0],
+            "seconds": [0.000123456, None],
+            "impl": ["static", None],
+        }
+    )
+    shown = tables.cell_texts(frame)
+    assert list(shown.columns) == [
+        "run_id",
+        "strings_identical",
+        "cache",
+        "mults_cache",
+        "weight_bytes",
+        "seconds",
+        "impl",
+    ]
+    assert shown.to_dict("records") == [
+        {
+            "run_id": "1234",
+            "strings_identical": "yes",
+            "cache": "yes",
+            "mults_cache": "123,456,789",
+            "weight_bytes": "2.50 MiB",
+            "seconds": "0.0001235",
+            "impl": "static",
+        },
+        {
+            "run_id": "1235",
+            "strings_identical": "no",
+            "cache": "no",
+            "mults_cache": "12",
+            "weight_bytes": "512 B",
+            "seconds": "–",
+            "impl": "–",
+        },
+    ]
+    # The styled table keeps the numbers underneath (a column sorts by value) and hides case_id.
+    styled = tables.display(frame).data  # type: ignore[attr-defined]
+    assert "case_id" not in styled.columns and styled["mults_cache"].dtype == float
+
+
+def test_labels_say_each_word_once() -> None:
+    assert (
+        progress_label("speculative", "speculative · fast · fast_int8 · k=2") == "speculative · fast · fast_int8 · k=2"
+    )
+    assert progress_label("kv_cache", "timing · static · n=256") == "kv_cache · timing · static · n=256"
+    assert progress_label("training_summary", "all") == "training_summary"
+    assert variant_label("fp32", "float32") == "fp32"
+    assert variant_label("bf16", "fast_bf16") == "fast_bf16"
+    assert variant_label("int8", "fake") == "int8 · fake"
+
+
+def test_the_runs_last_line_gives_the_sweeps_time_and_the_whole_commands_apart() -> None:
+    assert done_line(3, 107, 0, 123.44, 230.71) == (
+        "run 3 done: 107 cases measured in 123.4 s (230.7 s with the model's training or loading)"
+    )
+    assert done_line(3, 7, 100, 10.0, 12.0).endswith("; 100 cases were recorded by an earlier attempt and kept")
+
+
+def test_version_and_flags_without_a_type_in_help(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    shown = run_decodelab("--version", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.strip() == f"decodelab {version('decodelab')}"
+    helped = run_decodelab("worker", "--help", cwd=tmp_path, COLUMNS="120")
+    assert helped.returncode == 0 and "--once" in helped.stdout and "--poll-seconds" in helped.stdout
+    assert "<bool>" not in helped.stdout and "<float range>" in helped.stdout
+
+
+def test_a_dashboard_on_a_busy_port_says_so_in_one_line_and_claims_no_address(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_decodelab(
+            "dashboard", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--port", str(port), cwd=ROOT, timeout=60
+        )
+    assert result.returncode == 2, result.stderr
+    assert (
+        result.stderr.strip()
+        == f"error: --port: {port} is in use on 127.0.0.1 (allowed: a free port, e.g. --port {port + 1})"
+    )
+    assert "dashboard for" not in result.stdout + result.stderr
