@@ -12,11 +12,14 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import InputError
 from runner.fields import check_machine
 from store.store import Store
+
+if TYPE_CHECKING:  # runner.estimate imports torch (through the spec validator): not at page load
+    from runner.estimate import Estimate
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
@@ -42,6 +45,7 @@ class Launched:
     cases: int
     estimated_seconds: float
     needs_confirmation: bool
+    estimate: Estimate | None = None
 
 
 def build_spec(request: LaunchRequest) -> Any:
@@ -82,21 +86,32 @@ def build_spec(request: LaunchRequest) -> Any:
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
 
 
-def launch(store: Store, request: LaunchRequest) -> Launched:
-    """Validate and enqueue; a long sweep is enqueued only once confirmed."""
-    from runner.sweeps import estimate_seconds
+def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
+    """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
+    that machine's earlier runs in this store (runner.estimate), training included unless the
+    model is stored already."""
+    from runner.estimate import estimate, scale_factors
+    from runner.machine import machine_name
     from runner.train import recipe_hash
 
+    factors = scale_factors(store, machine or machine_name())
+    return estimate(spec, factors, model_stored=_model_stored(store, spec, recipe_hash))
+
+
+def launch(store: Store, request: LaunchRequest) -> Launched:
+    """Validate and enqueue with the estimate recorded on the job (History sets it beside the
+    time taken); a long sweep is enqueued only once confirmed."""
     spec = build_spec(request)
     machine = check_machine(request.machine)
-    model_stored = _model_stored(store, spec, recipe_hash)
-    estimate = estimate_seconds(spec, model_stored=model_stored)
+    estimated = estimate_launch(store, spec, machine)
     cases = spec.cases_total()
-    if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
-        return Launched(None, cases, estimate, needs_confirmation=True)
+    if estimated.seconds > CONFIRM_ABOVE_SECONDS and not request.confirmed:
+        return Launched(None, cases, estimated.seconds, needs_confirmation=True, estimate=estimated)
     preset = request.preset if request.source == "preset" else None
-    job_id = store.jobs.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
-    return Launched(job_id, cases, estimate, needs_confirmation=False)
+    job_id = store.jobs.enqueue(
+        spec.raw, preset=preset, machine_name=machine, cases_total=cases, estimated_seconds=estimated.seconds
+    )
+    return Launched(job_id, cases, estimated.seconds, needs_confirmation=False, estimate=estimated)
 
 
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:

@@ -277,9 +277,14 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
     app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
     app.run()
     assert not app.exception
-    app.radio(key="launch_source").set_value("spec")
-    app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
-    app.sidebar.button[0].click().run()
+    assert not app.text_area, "the spec box shows only once 'spec' is chosen"
+    app.radio(key="launch_source").set_value("spec").run()
+    app.text_area(key="launch_spec").input(TINY_SPEC.read_text()).run()
+    # The estimate is there before the click: the size and the time, and what the time rests on.
+    assert any(caption.value.startswith("78 cases, about ") for caption in app.sidebar.caption), [
+        caption.value for caption in app.sidebar.caption
+    ]
+    app.button(key="launch_button").click().run()
     assert not app.exception, [exception.value for exception in app.exception]
     assert any("queued" in success.value for success in app.sidebar.success)
     store = Store(sqlite_url)
@@ -290,6 +295,11 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
         job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"]
+        # The estimate said before the click is on the job, and History sets it beside the time taken.
+        run = frames.runs(store).set_index("run_id").loc[int(job["run_id"])]
+        assert run["estimated_seconds"] == job["estimated_seconds"] > 0
+        error = data.estimate_error(run["estimated_seconds"], run["wall_seconds"])
+        assert error == run["estimated_seconds"] / run["wall_seconds"] - 1
     finally:
         kill_job_workers(sqlite_url)
 
@@ -423,9 +433,9 @@ def test_the_dashboard_starts_no_worker_beside_a_live_one(sqlite_url: str, monke
     def launch_tiny() -> AppTest:
         app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
         app.run()
-        app.radio(key="launch_source").set_value("spec")
-        app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
-        app.sidebar.button[0].click().run()
+        app.radio(key="launch_source").set_value("spec").run()
+        app.text_area(key="launch_spec").input(TINY_SPEC.read_text()).run()
+        app.button(key="launch_button").click().run()
         assert not app.exception, [exception.value for exception in app.exception]
         return app
 

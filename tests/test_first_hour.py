@@ -156,3 +156,71 @@ def test_a_dashboard_on_a_busy_port_says_so_in_one_line_and_claims_no_address(tm
         == f"error: --port: {port} is in use on 127.0.0.1 (allowed: a free port, e.g. --port {port + 1})"
     )
     assert "dashboard for" not in result.stdout + result.stderr
+
+
+def test_a_calibrated_estimate_of_a_sweep_this_machine_ran_is_the_time_its_cases_took(filled_store_url: str) -> None:
+    """Calibrated by one run of the very same spec, the estimate must give back that run's case
+    times exactly: each experiment's factor is recorded over modelled time for those cases."""
+    import sqlalchemy as sa
+
+    from runner.estimate import estimate, scale_factors
+    from runner.machine import machine_name
+    from runner.sweeps import load_spec_file
+    from store.store import Store
+    from tests.conftest import TINY_SPEC
+
+    store = Store(filled_store_url)
+    spec = load_spec_file(TINY_SPEC)
+    factors = scale_factors(store, machine_name())
+    calibrated = estimate(spec, factors, model_stored=True)
+    with store.engine.connect() as connection:
+        started = connection.execute(sa.text("SELECT started_at FROM run WHERE id = 1")).scalar_one()
+        created = connection.execute(sa.text('SELECT created_at FROM "case" WHERE run_id = 1 ORDER BY created_at, id'))
+        times = [pd.Timestamp(started)] + [pd.Timestamp(row[0]) for row in created]
+    taken = (times[-1] - times[0]).total_seconds()
+    assert set(calibrated.calibrated) == set(spec.raw["experiments"]) and not calibrated.uncalibrated
+    assert calibrated.seconds == pytest.approx(taken, rel=1e-6)
+    assert calibrated.training_seconds == 0 and "from this machine's earlier runs" in calibrated.describe()
+    # Another machine's estimate has nothing to learn from here: the cost model alone.
+    elsewhere = estimate(spec, scale_factors(store, "a-machine-never-seen"), model_stored=False)
+    assert elsewhere.calibrated == () and elsewhere.training_seconds > 0
+    assert "by the cost model" in elsewhere.describe()
+    store.close()
+
+
+def test_fields_show_only_when_they_apply_and_the_experiments_start_empty_then_remembered(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    import dashboard.launch
+    from store.store import Store
+
+    monkeypatch.setattr(dashboard.launch, "start_worker", lambda url: None)
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    Store(sqlite_url).close()
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    app.run()
+    experiments = app.multiselect(key="launch_experiments_quick")
+    assert experiments.value == [] and app.button(key="launch_button").disabled
+    labels = {widget.label for widget in app.sidebar.multiselect} | {
+        widget.label for widget in app.sidebar.number_input
+    }
+    assert not [label for label in labels if "lengths" in label or "Draft" in label or "pairs" in label], labels
+    assert not app.sidebar.text_area and not app.sidebar.text_input, "no spec box, no machine on a SQLite store"
+    experiments.set_value(["kv_cache"]).run()
+    labels = {widget.label for widget in app.sidebar.multiselect} | {
+        widget.label for widget in app.sidebar.number_input
+    }
+    assert "KV-cache lengths n (empty: the preset's)" in labels and "Timing pairs per point (0: the preset's)" in labels
+    assert not [label for label in labels if label.startswith("Draft lengths")]
+    app.multiselect(key="launch_experiments_quick").set_value(["context_cost"]).run()
+    # The quick model is not stored yet: training makes the sweep long, so it asks first.
+    assert app.button(key="launch_button").disabled
+    app.checkbox(key="launch_confirmed").check().run()
+    app.button(key="launch_button").click().run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert any("queued" in success.value for success in app.sidebar.success)
+    app.selectbox(key="launch_preset").set_value("seed").run()
+    app.selectbox(key="launch_preset").set_value("quick").run()
+    assert app.multiselect(key="launch_experiments_quick").value == ["context_cost"], "the last choice remembered"

@@ -72,6 +72,8 @@ if opened:
                 "tags",
                 "note",
                 "wall_seconds",
+                "estimated_seconds",
+                "estimate_error",
                 "model_hash",
                 "code_version",
                 "error",
