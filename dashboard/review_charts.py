@@ -41,7 +41,18 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
             y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=480)),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
-            tooltip=["experiment", "metric", "point", "baseline", "run", "change", "p_value", "noise_floor", "verdict"],
+            # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
+            tooltip=[
+                "experiment:N",
+                "metric:N",
+                "point:N",
+                "baseline:Q",
+                "run:Q",
+                "change:Q",
+                "p_value:Q",
+                "noise_floor:Q",
+                "verdict:N",
+            ],
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
@@ -59,7 +70,7 @@ def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str
             y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
             color=alt.Color(f"{color}:N"),
             strokeDash=alt.StrokeDash("which:N", title="run"),
-            tooltip=["which", color, x, value],
+            tooltip=["which:N", f"{color}:N", f"{x}:O", f"{value}:Q"],
         )
         .properties(title=title)
     )

@@ -135,6 +135,18 @@ def settled(page: Any) -> None:
     page.wait_for_timeout(300)
 
 
+def whole_page(page: Any) -> None:
+    """Streamlit scrolls its main block inside a window-high frame, so a full-page screenshot
+    would show one screen: the viewport is made as tall as the page's content first."""
+    height = page.evaluate(
+        """() => Math.max(
+                 ...[...document.querySelectorAll('[data-testid="stMain"], [data-testid="stMainBlockContainer"]')]
+                 .map((element) => element.scrollHeight), document.body.scrollHeight)"""
+    )
+    page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 12_000)})
+    page.wait_for_timeout(500)
+
+
 def test_the_root_url_opens_the_first_page_at_its_own_url(dashboard_on: tuple[str, str], browser: Any) -> None:
     store, address = dashboard_on
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -164,6 +176,7 @@ def test_the_page_draws_whole_charts_without_errors(dashboard_on: tuple[str, str
     for index, chart in enumerate(main.locator('[data-testid="stVegaLiteChart"] svg.marks').all()):
         problems += [f"chart {index}: {problem}" for problem in chart.evaluate(CHART_PROBLEMS)]
     SCREENSHOTS.mkdir(exist_ok=True)
+    whole_page(page)
     page.screenshot(path=str(SCREENSHOTS / f"pages-{store}-{path}.png"), full_page=True)
     if store == "three-runs" and path in DOCS_SCREENSHOTS and os.environ.get("DECODELAB_DOCS_SCREENSHOTS") == "1":
         page.screenshot(path=str(ROOT / "docs" / DOCS_SCREENSHOTS[path]), full_page=True)

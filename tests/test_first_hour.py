@@ -224,3 +224,18 @@ def test_fields_show_only_when_they_apply_and_the_experiments_start_empty_then_r
     app.selectbox(key="launch_preset").set_value("seed").run()
     app.selectbox(key="launch_preset").set_value("quick").run()
     assert app.multiselect(key="launch_experiments_quick").value == ["context_cost"], "the last choice remembered"
+
+
+def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None:
+    """With no timed row the frame is empty; untyped fields made Altair warn once per field on
+    every render of the Review page."""
+    import warnings
+
+    from dashboard import review_charts
+
+    columns = ["kind", "change", "experiment", "metric", "point", "baseline", "run", "p_value", "noise_floor"]
+    empty = pd.DataFrame(columns=[*columns, "verdict"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = review_charts.timed_changes(empty).to_dict()
+    assert spec["title"] == "timed metrics: run against baseline"
