@@ -121,8 +121,12 @@ def run(
             raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
         chosen = validate(for_device(chosen.raw, device))
     check_device(chosen.device)  # before the store is opened: a refused run writes nothing
-    outcome = run_here(open_store(db, "run"), chosen, preset=preset)
-    typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
+    store = open_store(db, "run")
+    outcome = run_here(store, chosen, preset=preset)
+    typer.echo(
+        f"stored run {outcome.run_id} ({outcome.cases_recorded} cases, {outcome.wall_seconds:.1f} s) in "
+        f"{store.masked_url}; see it with `decodelab dashboard --db {store.masked_url}`"
+    )
 
 
 @app.command()

@@ -150,6 +150,7 @@ def is_loopback(host: str) -> bool:
 def port_in_use(host: str, port: int) -> bool:
     """Whether something already listens on ``host:port``: binding as the server will (address
     reuse on, so a port in TIME_WAIT after a stopped dashboard reads as free)."""
+    import errno
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -157,8 +158,9 @@ def port_in_use(host: str, port: int) -> bool:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
-            return True
+        except OSError as error:
+            # Only a listener makes the port busy; an address this machine lacks is the server's to report.
+            return error.errno == errno.EADDRINUSE
     return False
 
 

@@ -133,7 +133,12 @@ def execute(
     corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
     model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
     trained = train_or_reuse(
-        store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
+        store.results,
+        model_config,
+        spec.train_config(),
+        corpus,
+        show_progress=show_progress,
+        log=lambda message: log(f"the model: {message}"),
     )
     model = trained.model.to(spec.device).eval()
     # The experiments run on the spec's threads, and the machine is recorded with that count.
