@@ -8,6 +8,7 @@ import pandas as pd
 
 from dashboard.charts import Figure
 from dashboard.review import VERDICT_ORDER
+from runner.labels import progress_label
 
 VERDICT_COLORS = {
     "regressed": "#d62728",
@@ -31,7 +32,11 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
     timed["ratio"] = 1.0 + timed["change"].astype(float)
     timed = timed[timed["ratio"] > 0]
-    timed["row"] = timed["experiment"] + " · " + timed["metric"] + " · " + timed["point"]
+    # The point's part is left out where it repeats its experiment (speculative's speculative part).
+    timed["row"] = [
+        progress_label(experiment, f"{metric} · {point.removeprefix(experiment + ' · ')}")
+        for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
+    ]
     timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
     timed = timed.head(MOST_ROWS)
     points = (

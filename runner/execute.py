@@ -20,7 +20,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
-from runner.labels import part_labels
+from runner.labels import part_labels, progress_label
 from runner.lifecycle import check_stop, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
@@ -104,15 +104,6 @@ def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[s
     vary within that part (``kv_cache · timing · static · n=256``)."""
     labels = part_labels((experiment.name, case) for experiment, case in plan)
     return {key: progress_label(key[0], label) for key, label in labels.items()}
-
-
-def progress_label(experiment: str, label: str) -> str:
-    """``experiment · label``, each word once: a part named as its experiment (speculative's
-    ``speculative`` part) is not said twice."""
-    words = label.split(" · ") if label != "all" else []
-    if words and words[0] == experiment:
-        words = words[1:]
-    return " · ".join([experiment, *words])
 
 
 def execute(

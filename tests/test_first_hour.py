@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from dashboard import charts, tables, theme
-from runner.execute import done_line, progress_label
-from runner.labels import variant_label
+from runner.execute import done_line
+from runner.labels import progress_label, variant_label
 from tests.conftest import ROOT, run_decodelab
 
 
@@ -239,3 +239,14 @@ def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None
         warnings.simplefilter("error")
         spec = review_charts.timed_changes(empty).to_dict()
     assert spec["title"] == "timed metrics: run against baseline"
+
+
+def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None:
+    from dashboard import review_charts
+
+    row = {"kind": "timed", "change": 0.1, "experiment": "speculative", "metric": "speedup_median"}
+    table = pd.DataFrame([{**row, "point": "speculative · fast · bigram · k=1", "verdict": "within noise"}])
+    spec = review_charts.timed_changes(table).to_dict()
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
+    [drawn] = spec["datasets"][points["data"]["name"]]
+    assert drawn["row"] == "speculative · speedup_median · fast · bigram · k=1"
