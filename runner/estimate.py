@@ -46,6 +46,8 @@ class Estimate:
 
 
 def minutes(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
@@ -98,3 +100,16 @@ def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> 
         calibrated=tuple(name for name, calibrated in used.items() if calibrated),
         uncalibrated=tuple(name for name, calibrated in used.items() if not calibrated),
     )
+
+
+def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
+    """``spec``'s time on ``machine_name`` as ``decodelab run`` will run it: training counted
+    unless the store holds the model already."""
+    from runner.corpus import load_corpus
+    from runner.train import recipe_hash
+
+    corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
+    config = spec.model_config(vocab_size=len(corpus.vocabulary))
+    wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
+    stored = store.results.find_model(recipe_hash=wanted) is not None
+    return estimate(spec, scale_factors(store, machine_name), model_stored=stored)
