@@ -36,9 +36,14 @@ lock:
 		$(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade) --output-file $(LOCK) pyproject.toml
 	! grep -E '^(torch|nvidia-|triton)' $(LOCK)
 
+# Told as a story: what runs, what is stored where, the address to open. Ctrl-C stops the sweep,
+# or the dashboard together with the worker it started for sweeps launched from its sidebar.
 demo: $(INSTALLED)
-	$(VENV)/bin/decodelab run --preset quick --db '$(DB)'
-	$(VENV)/bin/decodelab dashboard --db '$(DB)' --port $(PORT)
+	@echo "== 1/2 the quick sweep: train the small model (or reuse the stored one), then run every experiment"
+	@echo "       (the speculative experiment trains its small draft model the first time); results go to $(DB)"
+	@$(VENV)/bin/decodelab run --preset quick --db '$(DB)'
+	@echo "== 2/2 the dashboard on $(DB); stop it with Ctrl-C"
+	@$(VENV)/bin/decodelab dashboard --db '$(DB)' --port $(PORT)
 
 test: $(INSTALLED)
 	$(PYTHON) -m pytest -q

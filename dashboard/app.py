@@ -7,17 +7,17 @@ Run it with ``decodelab dashboard`` (which sets DECODELAB_DB and binds 127.0.0.1
 
 from __future__ import annotations
 
+import atexit
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.launch import LaunchRequest, launch, start_worker
-from runner import catalog
+from dashboard.launch import start_worker, stop_workers
+from dashboard.launch_form import QUEUED, launch_form
 from runner.access import AccessError, load_auth, verdict
-from runner.data_folder import data_files
-from runner.errors import InputError
 from store import frames
 from store.errors import StoreError
 from store.store import Store
@@ -33,9 +33,11 @@ st.set_page_config(page_title="decodelab", layout="wide")
 
 
 @st.cache_resource(show_spinner=False)
-def worker_handles() -> dict[str, object]:
-    """Workers this dashboard process started, by store URL."""
-    return {}
+def worker_handles() -> dict[str, subprocess.Popen[bytes]]:
+    """Workers this dashboard process started, by store URL; stopped when the process exits."""
+    handles: dict[str, subprocess.Popen[bytes]] = {}
+    atexit.register(stop_workers, handles)
+    return handles
 
 
 def ensure_worker(url: str, store: Store) -> str | None:
@@ -48,7 +50,7 @@ def ensure_worker(url: str, store: Store) -> str | None:
 
     handles = worker_handles()
     running = handles.get(url)
-    if running is not None and running.poll() is None:  # type: ignore[attr-defined]
+    if running is not None and running.poll() is None:
         return None
     machine = machine_name()
     if store.workers.live(machine):
@@ -68,68 +70,9 @@ def sidebar() -> None:
     if READ_ONLY:
         st.sidebar.caption("Read-only: this dashboard launches nothing.")
     else:
-        launch_form(url, store)
+        launch_form(store, lambda: ensure_worker(url, store))
     with st.sidebar:
         jobs_panel(url)
-
-
-def launch_form(url: str, store: Store) -> None:
-    with st.sidebar.expander("Launch a sweep", expanded=False), st.form("launch", clear_on_submit=False):
-        source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
-        preset = st.selectbox("Preset", catalog.preset_names(), key="launch_preset")
-        experiments = st.multiselect(
-            "Experiments",
-            catalog.experiment_names(),
-            default=list(catalog.experiment_names()),
-            key="launch_experiments",
-        )
-        lengths = st.multiselect(
-            "KV-cache lengths n (empty: the preset's)", [32, 64, 128, 256, 512, 1024], key="launch_lengths"
-        )
-        ks = st.multiselect("Draft lengths k (empty: the preset's)", list(range(1, 17)), key="launch_ks")
-        pairs = st.number_input(
-            "Timing pairs per point (0: the preset's)", min_value=0, max_value=1000, value=0, step=1, key="launch_pairs"
-        )
-        corpus = st.selectbox(
-            "Corpus (a file of the data folder; a spec names its own)",
-            ["default", *data_files(ui.data_dir())],
-            key="launch_corpus",
-        )
-        spec_text = st.text_area("Spec (TOML, used when 'From' is spec)", height=150, key="launch_spec")
-        machine = st.text_input("Machine (empty: any worker)", key="launch_machine")
-        confirmed = st.checkbox("I know this sweep is long", key="launch_confirmed")
-        submitted = st.form_submit_button("Launch")
-    if submitted:
-        request = LaunchRequest(
-            source,
-            preset,
-            experiments,
-            spec_text,
-            machine,
-            confirmed,
-            lengths=lengths,
-            ks=ks,
-            pairs=int(pairs) or None,
-            corpus=corpus,
-        )
-        try:
-            launched = launch(store, request, ui.data_dir())
-        except InputError as error:
-            st.sidebar.error(str(error))
-        else:
-            minutes = launched.estimated_seconds / 60
-            if launched.needs_confirmation:
-                st.sidebar.warning(
-                    f"{launched.cases} cases, roughly {minutes:.0f} minutes: tick "
-                    "'I know this sweep is long' and launch again."
-                )
-            else:
-                st.sidebar.success(
-                    f"Job {launched.job_id} queued: {launched.cases} cases, roughly {max(minutes, 0.1):.1f} minutes."
-                )
-                started = ensure_worker(url, store)
-                if started:
-                    st.sidebar.caption(started)
 
 
 @st.fragment(run_every=2)
@@ -137,6 +80,7 @@ def jobs_panel(url: str) -> None:
     store = data.store_for(url)
     workers_list(store)
     jobs = frames.jobs(store, limit=8)
+    queued_message(jobs)
     if jobs.empty:
         st.caption("No job queued yet.")
         return
@@ -153,6 +97,19 @@ def jobs_panel(url: str) -> None:
             st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
 
 
+def queued_message(jobs: pd.DataFrame) -> None:
+    """The job just launched from this session, said once while it waits in the queue and gone
+    once a worker has taken it (its line below shows it from then on)."""
+    if QUEUED not in st.session_state:
+        return
+    job_id, cases, estimate = st.session_state[QUEUED]
+    status = jobs.set_index("job_id")["status"].get(job_id) if not jobs.empty else None
+    if status == "queued":
+        st.success(f"Job {job_id} queued: {cases} cases, {estimate}.")
+    else:
+        del st.session_state[QUEUED]
+
+
 def workers_list(store: Store) -> None:
     """The workers `decodelab workers` lists: machine, state, job and its progress."""
     workers = frames.workers(store, seen_within_hours=WORKERS_SEEN_WITHIN_HOURS)
@@ -164,8 +121,9 @@ def workers_list(store: Store) -> None:
         label = (
             f"{markdown_text(worker['machine'])} · {worker['kind']} {markdown_text(worker['name'])} · {worker['state']}"
         )
-        if pd.notna(worker["job_id"]) and pd.notna(worker["cases_total"]):
-            label += f" · job {int(worker['job_id'])} · {int(worker['cases_done'])}/{int(worker['cases_total'])}"
+        # The job's progress is on the job's own line: two readings of it could disagree by a case.
+        if pd.notna(worker["job_id"]):
+            label += f" · running job {int(worker['job_id'])}"
         st.caption(label)
 
 
@@ -205,13 +163,25 @@ def review_is_default() -> bool:
         return False
 
 
+def open_first_page() -> None:
+    """The root URL: no page of its own, it moves on to the page that opens first (Review or
+    History), whose own URL (/review, /history) then shows in the address bar and works as a
+    link. Streamlit serves a ``default=True`` page only at the root, so no real page is the
+    default; the query (``?run=3``) goes along."""
+    query = [(key, value) for key in st.query_params for value in st.query_params.get_all(key)]
+    st.switch_page(REVIEW if review_is_default() else HISTORY, query_params=query)
+
+
 require_login()
-reviewing = review_is_default()
+REVIEW = st.Page(PAGES / "review.py", title="Review", url_path="review")
+HISTORY = st.Page(PAGES / "history.py", title="History", url_path="history")
+FIRST = st.Page(open_first_page, title="decodelab", url_path="", default=True, visibility="hidden")
 navigation = st.navigation(
     {
         "Runs": [
-            st.Page(PAGES / "review.py", title="Review", url_path="review", default=reviewing),
-            st.Page(PAGES / "history.py", title="History", url_path="history", default=not reviewing),
+            FIRST,
+            REVIEW,
+            HISTORY,
             st.Page(PAGES / "compare.py", title="Compare machines", url_path="compare"),
         ],
         "Experiments": [
@@ -226,5 +196,7 @@ navigation = st.navigation(
         ],
     }
 )
+if navigation is FIRST:
+    open_first_page()
 sidebar()
 navigation.run()

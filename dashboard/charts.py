@@ -1,21 +1,40 @@
-"""Altair chart builders: pure functions of DataFrames, testable without a server."""
+"""Altair chart builders: pure functions of DataFrames, testable without a server. Colours,
+legends and scales come from dashboard.theme, so a series reads the same on every page; every
+builder titles its chart."""
 
 from __future__ import annotations
 
 import altair as alt
 import pandas as pd
 
-LOG = alt.Scale(type="log")
-Figure = alt.Chart | alt.LayerChart | alt.FacetChart
+from dashboard import theme
+from dashboard.theme import REFERENCE_COLOR, Figure, fitted_scale
+
+BINARY_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
 
 
 def _base(frame: pd.DataFrame) -> alt.Chart:
     return alt.Chart(frame)
 
 
-def _diagonal(top: float) -> alt.Chart:
-    """The y = x reference line from 0 to ``top``."""
-    return _base(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x:Q", y="y:Q")
+def _diagonal(bottom: float, top: float) -> alt.Chart:
+    """The y = x reference line from ``bottom`` to ``top``."""
+    line = pd.DataFrame({"x": [bottom, top], "y": [bottom, top]})
+    return _base(line).mark_line(color=REFERENCE_COLOR, strokeDash=[2, 2]).encode(x="x:Q", y="y:Q")
+
+
+def _values(frame: pd.DataFrame, *columns: str) -> list[float]:
+    """Every present value of ``columns`` in ``frame``: what a fitted axis spans."""
+    found: list[float] = []
+    for column in columns:
+        if column in frame.columns:
+            found += pd.to_numeric(frame[column], errors="coerce").dropna().tolist()
+    return found
+
+
+def _discrete_axis(title: str | None, label_angle: int = 0) -> alt.Axis:
+    """Every category labelled, whole (a bar without its label says nothing)."""
+    return alt.Axis(title=title, labelOverlap=False, labelLimit=0, labelAngle=label_angle)
 
 
 def band_with_median(
@@ -30,18 +49,24 @@ def band_with_median(
     log_x: bool = False,
     log_y: bool = False,
     discrete_x: bool = False,
+    extra_y: tuple[str, ...] = (),
+    y_includes: tuple[float, ...] = (),
 ) -> Figure:
-    """A median line with a shaded min–max band, one per ``color`` group."""
+    """A median line with a shaded min–max band, one per ``color`` group; the y axis spans the
+    band, ``extra_y`` (columns drawn on the same axis by a layer over it) and ``y_includes``."""
     if discrete_x:
-        x_encoding = alt.X(f"{x}:O", title=x_title or x)
+        x_encoding = alt.X(f"{x}:O", title=x_title or x, axis=_discrete_axis(x_title or x))
     else:
         # Ticks at the recorded values only: a length or width is a parameter point, not a continuum.
         ticks = sorted(frame[x].dropna().unique().tolist()) if x in frame.columns else alt.Undefined
         x_encoding = alt.X(
-            f"{x}:Q", title=x_title or x, scale=LOG if log_x else alt.Undefined, axis=alt.Axis(values=ticks)
+            f"{x}:Q",
+            title=x_title or x,
+            scale=fitted_scale(_values(frame, x), log=log_x),
+            axis=alt.Axis(values=ticks),
         )
-    y_scale = LOG if log_y else alt.Undefined
-    encodings = {"color": alt.Color(f"{color}:N")} if color else {}
+    y_scale = fitted_scale(_values(frame, median, low, high, *extra_y) + list(y_includes), log=log_y)
+    encodings = {"color": theme.color(color, frame)} if color else {}
     band = (
         _base(frame)
         .mark_area(opacity=0.25)
@@ -67,28 +92,42 @@ def kv_speedup(timing: pd.DataFrame) -> Figure:
         x_title="generated tokens n",
         log_x=True,
         log_y=True,
+        extra_y=("arithmetic_ratio",),
     )
     arithmetic = (
         _base(timing)
-        .mark_line(strokeDash=[6, 3], color="gray", point=True)
-        .encode(x=alt.X("n:Q", scale=LOG), y=alt.Y("arithmetic_ratio:Q", scale=LOG), tooltip=["n", "arithmetic_ratio"])
+        .mark_line(strokeDash=[6, 3], color=REFERENCE_COLOR, point=True)
+        .encode(
+            x=alt.X("n:Q", scale=fitted_scale(_values(timing, "n"), log=True)),
+            y=alt.Y(
+                "arithmetic_ratio:Q",
+                scale=fitted_scale(
+                    _values(
+                        timing, "measured_speedup", "measured_speedup_low", "measured_speedup_high", "arithmetic_ratio"
+                    ),
+                    log=True,
+                ),
+            ),
+            tooltip=["n", "arithmetic_ratio"],
+        )
     )
     return alt.layer(measured, arithmetic).properties(title="measured speedup (band) vs arithmetic ratio (dashed)")
 
 
 def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
     """Received fraction per point, one bar per impl side by side (never stacked)."""
-    by_impl = {"color": alt.Color("impl:N"), "xOffset": "impl:N"} if "impl" in frame.columns else {}
+    by_impl = {"color": theme.color("impl", frame), "xOffset": "impl:N"} if "impl" in frame.columns else {}
     impl_tooltip = ["impl"] if by_impl else []
     return (
         _base(frame)
         .mark_bar()
         .encode(
-            x=alt.X(f"{x}:O"),
+            x=alt.X(f"{x}:O", axis=_discrete_axis(x)),
             y=alt.Y("received_fraction:Q", axis=alt.Axis(format="%"), title="received fraction (dense count)"),
             tooltip=[x, *impl_tooltip, "received_fraction", "measured_speedup", "arithmetic_ratio"],
             **by_impl,
         )
+        .properties(title=f"received fraction of the arithmetic promise, per {x}")
     )
 
 
@@ -99,16 +138,22 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
     long = timing.assign(impl=impl).melt(
         id_vars=["n", "impl"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
     )
-    long["mode"] = long["mode"].str.removeprefix("seconds_") + " · " + long["impl"]
+    long["mode"] = long["mode"].str.removeprefix("seconds_").str.replace("_", " ")
+    title = "seconds per generation against n (log–log)"
+    x_axis = alt.X("n:Q", title="generated tokens n", scale=fitted_scale(long["n"], log=True))
     points = (
         _base(long)
         .mark_line(point=True)
         .encode(
-            x=alt.X("n:Q", scale=LOG), y=alt.Y("seconds:Q", scale=LOG), color="mode:N", tooltip=["n", "mode", "seconds"]
+            x=x_axis,
+            y=alt.Y("seconds:Q", title="seconds per generation", scale=fitted_scale(long["seconds"], log=True)),
+            color=theme.color("impl", long),
+            strokeDash=alt.StrokeDash("mode:N", legend=theme.legend("cache")),
+            tooltip=["n", "impl", "mode", "seconds"],
         )
     )
     if fit is None or fit.empty:
-        return points
+        return points.properties(title=title)
     lengths = sorted(long["n"].unique())
     rows = []
     for row in fit.to_dict("records"):
@@ -120,18 +165,20 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             rows += [
                 {"n": n, "seconds": row[f"fit_scale_{mode}"] * n ** row[f"slope_{mode}"], "fit": label} for n in lengths
             ]
-    legend = alt.Legend(orient="bottom", columns=1, title="fitted: time ∝ n^slope")
+    # The fits in gray, told apart by their legend entry: the series colours stay the impls'.
+    fits = pd.DataFrame(rows)
     lines = (
-        _base(pd.DataFrame(rows))
-        .mark_line(color="gray")
+        _base(fits)
+        .mark_line(color=REFERENCE_COLOR, opacity=0.6)
         .encode(
-            x=alt.X("n:Q", scale=LOG),
-            y=alt.Y("seconds:Q", scale=LOG),
-            strokeDash=alt.StrokeDash("fit:N", legend=legend),
+            x="n:Q",
+            y="seconds:Q",
+            detail="fit:N",
+            opacity=alt.Opacity("fit:N", legend=theme.legend("fitted: time ∝ n^slope", columns=1, orient="bottom")),
             tooltip=["fit", "n", "seconds"],
         )
     )
-    return alt.layer(points, lines)
+    return alt.layer(points, lines).resolve_scale(opacity="independent").properties(title=title)
 
 
 def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
@@ -143,36 +190,75 @@ def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
     long["layout"] = (
         long["layout"].str.replace("cache_bytes_kv_heads_", "kv heads ").replace("cache_bytes", "all heads")
     )
+    # One binary unit for the axis, the largest the values reach (a tiny model's cache is KiB).
+    largest = max([weight_bytes, *long["bytes"].dropna().tolist()])
+    scale, unit = next((size, name) for size, name in BINARY_UNITS if largest >= size or size == 1)
+    long["size"] = long["bytes"] / scale
     lines = (
         _base(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("n:Q", title="tokens in cache"),
-            y=alt.Y("bytes:Q", title="bytes"),
-            color="layout:N",
+            y=alt.Y("size:Q", title=unit),
+            color=theme.color("layout", long, "cache layout"),
             tooltip=["n", "layout", "bytes"],
         )
     )
     weights = (
-        _base(pd.DataFrame({"weight_bytes": [weight_bytes]}))
-        .mark_rule(color="red", strokeDash=[4, 4])
-        .encode(y="weight_bytes:Q", tooltip=["weight_bytes"])
+        _base(pd.DataFrame({"size": [weight_bytes / scale], "weight_bytes": [weight_bytes]}))
+        .mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
+        .encode(y="size:Q", tooltip=["weight_bytes"])
     )
-    return alt.layer(lines, weights).properties(title="KV cache bytes vs weights (red)")
+    return alt.layer(lines, weights).properties(title="KV cache size vs the weights (gray dashed line)")
 
 
-def bars(frame: pd.DataFrame, category: str, value: str, title: str | None = None, color: str | None = None) -> Figure:
-    encodings = {"color": alt.Color(f"{color}:N")} if color else {}
+def bars(
+    frame: pd.DataFrame,
+    category: str,
+    value: str,
+    title: str | None = None,
+    color: str | None = None,
+    chart_title: str | None = None,
+) -> Figure:
+    """One bar per ``category`` (each labelled), coloured by ``color`` where given."""
+    encodings = {"color": theme.color(color, frame)} if color else {}
     return (
         _base(frame)
         .mark_bar()
         .encode(
-            x=alt.X(f"{category}:N", sort=None),
+            x=alt.X(f"{category}:N", sort=None, axis=_discrete_axis(category, label_angle=-30)),
             y=alt.Y(f"{value}:Q", title=title or value),
             tooltip=[category, value],
             **encodings,
         )
+        .properties(title=chart_title or title or value)
     )
+
+
+def divergence(frame: pd.DataFrame, category: str, position: str, generated: str) -> Figure:
+    """Where each variant's greedy text first differs from float32's: a bar up to that index, and
+    "never diverged" written (no bar) where it matched over all ``generated`` tokens."""
+    shown = frame.assign(diverged=frame[position] < frame[generated])
+    shown["note"] = shown["diverged"].map({True: "", False: "never diverged"})
+    shown["index"] = shown[position].where(shown["diverged"])
+    axis = alt.X(f"{category}:N", sort=None, axis=_discrete_axis(category, label_angle=-30))
+    columns = (
+        _base(shown)
+        .mark_bar()
+        .encode(
+            x=axis,
+            y=alt.Y("index:Q", title="first differing index (0-based)"),
+            color=theme.color("precision", shown) if "precision" in shown.columns else alt.Undefined,
+            tooltip=[category, position, generated],
+        )
+    )
+    never = (
+        _base(shown[~shown["diverged"]])
+        .mark_text(angle=270, align="left", dx=-4, color=REFERENCE_COLOR)
+        .encode(x=axis, y=alt.datum(0), text="note:N")
+    )
+    tokens = int(shown[generated].max()) if not shown.empty else 0
+    return alt.layer(columns, never).properties(title=f"greedy text against float32's, over {tokens} tokens")
 
 
 def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None = None) -> Figure:
@@ -180,7 +266,13 @@ def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None 
     return (
         _base(frame)
         .mark_line(point=True)
-        .encode(x=alt.X(f"{x}:O"), y=alt.Y(f"{y}:Q", title=title or y), color=f"{color}:N", tooltip=[x, y, color])
+        .encode(
+            x=alt.X(f"{x}:O", axis=_discrete_axis(x)),
+            y=alt.Y(f"{y}:Q", title=title or y, scale=fitted_scale(_values(frame, y))),
+            color=theme.color(color, frame),
+            tooltip=[x, y, color],
+        )
+        .properties(title=f"{title or y} against {x}")
     )
 
 
@@ -194,8 +286,9 @@ def speedup_bands(speculative: pd.DataFrame) -> Figure:
         color="draft",
         x_title="draft length k",
         discrete_x=True,
+        y_includes=(1.0,),
     )
-    parity = _base(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray").encode(y="y:Q")
+    parity = _base(pd.DataFrame({"y": [1.0]})).mark_rule(color=REFERENCE_COLOR).encode(y="y:Q")
     return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
 
 
@@ -215,19 +308,19 @@ def predicted_vs_measured(speculative: pd.DataFrame, models: list[str] | None = 
         id_vars=["draft", "k", "speedup_median"], value_vars=chosen, var_name="model", value_name="modelled"
     )
     long["model"] = long["model"].map(SPEEDUP_MODELS)
+    span = _values(long, "modelled", "speedup_median") or [1.0]
     points = (
         _base(long)
         .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X("modelled:Q", title="modelled speedup"),
-            y=alt.Y("speedup_median:Q", title="measured median"),
-            color=alt.Color("model:N", legend=alt.Legend(orient="bottom", columns=1)),
-            shape="draft:N",
+            x=alt.X("modelled:Q", title="modelled speedup", scale=fitted_scale(span)),
+            y=alt.Y("speedup_median:Q", title="measured median", scale=fitted_scale(span)),
+            color=theme.color("model", long, "model", columns=1, orient="bottom"),
+            shape=alt.Shape("draft:N", legend=theme.legend("draft")),
             tooltip=["draft", "k", "model", "modelled", "speedup_median"],
         )
     )
-    top = float(max(long["modelled"].max(), long["speedup_median"].max(), 1.0)) * 1.05
-    return alt.layer(_diagonal(top), points).properties(title="modelled vs measured (gray: y = x)")
+    return alt.layer(_diagonal(min(span), max(span)), points).properties(title="modelled vs measured (dotted: y = x)")
 
 
 def tvd(distribution: pd.DataFrame) -> Figure:
@@ -235,71 +328,92 @@ def tvd(distribution: pd.DataFrame) -> Figure:
         id_vars=["draft"], value_vars=["tvd", "tvd_direct"], var_name="sampler", value_name="total variation"
     )
     long["sampler"] = long["sampler"].map({"tvd": "speculative", "tvd_direct": "direct"})
+    # The axis reaches the highest bar and the highest bound: a tick is never drawn off the chart.
+    top = max(_values(long, "total variation") + _values(distribution, "tvd_noise_bound") + [1e-9]) * 1.1
     columns = (
         _base(long)
         .mark_bar()
         .encode(
             x=alt.X("draft:N"),
             xOffset="sampler:N",
-            y="total variation:Q",
-            color="sampler:N",
+            y=alt.Y("total variation:Q", scale=alt.Scale(domain=[0, top], nice=False)),
+            color=theme.color("sampler", long),
             tooltip=["draft", "sampler", "total variation"],
         )
     )
     bound = (
         _base(distribution)
-        .mark_tick(color="red", thickness=2, size=30)
-        .encode(x="draft:N", y="tvd_noise_bound:Q", tooltip=["tvd_noise_bound"])
+        .mark_tick(color=theme.BOUND_COLOR, thickness=2, size=30)
+        .encode(x=alt.X("draft:N", axis=_discrete_axis("draft")), y="tvd_noise_bound:Q", tooltip=["tvd_noise_bound"])
     )
-    return alt.layer(columns, bound).properties(title="TV distance to the target (red: 99.9% sampling-noise bound)")
+    return alt.layer(columns, bound).properties(
+        title="TV distance to the target (black tick: 99.9% sampling-noise bound)"
+    )
 
 
 def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     long = table.melt(id_vars=["n"], value_vars=["quad_mults", "linear_mults"], var_name="part", value_name="mults")
+    long["part"] = long["part"].map({"quad_mults": "quadratic (attention)", "linear_mults": "linear (per position)"})
+    # The crossover widens the n axis when it lies beyond the lengths counted: drawn, never off the chart.
+    lengths = _values(long, "n") + ([crossover] if crossover is not None else [])
     lines = (
         _base(long)
         .mark_line(point=True)
         .encode(
-            x=alt.X("n:Q", scale=LOG),
-            y=alt.Y("mults:Q", scale=LOG, title="multiplications"),
-            color="part:N",
+            x=alt.X("n:Q", scale=fitted_scale(lengths, log=True), title="context length n"),
+            y=alt.Y("mults:Q", scale=fitted_scale(long["mults"], log=True), title="multiplications"),
+            color=theme.color("part", long),
             tooltip=["n", "part", "mults"],
         )
     )
     layers: list[Figure] = [lines]
     if crossover is not None:
-        layers.append(_base(pd.DataFrame({"n": [crossover]})).mark_rule(color="red").encode(x="n:Q", tooltip=["n"]))
-    return alt.layer(*layers).properties(title="quadratic vs linear multiplications (red: crossover)")
+        rule = _base(pd.DataFrame({"n": [crossover]})).mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
+        layers.append(rule.encode(x="n:Q", tooltip=["n"]))
+    return alt.layer(*layers).properties(title="quadratic vs linear multiplications (dashed: crossover)")
 
 
-# Time axes show dates: with one run on the axis Vega-Lite would otherwise label milliseconds.
-WHEN = alt.X("started_at:T", title="started", axis=alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30))
+def when(started_at: pd.Series) -> alt.X:
+    """The time axis: dates (with one run Vega-Lite would otherwise label milliseconds), spanning
+    the runs plus a margin, an hour either side of a single run."""
+    times = pd.to_datetime(started_at.dropna())
+    axis = alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30)
+    if times.empty:
+        return alt.X("started_at:T", title="started", axis=axis)
+    first, last = times.min(), times.max()
+    margin = max((last - first) * 0.05, pd.Timedelta(hours=1) if first == last else pd.Timedelta(0))
+    domain = [(first - margin).isoformat(), (last + margin).isoformat()]
+    return alt.X("started_at:T", title="started", axis=axis, scale=alt.Scale(domain=domain))
 
 
-def history(points: pd.DataFrame, y_title: str, color: str = "machine") -> Figure:
+def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None) -> Figure:
     """A metric per ``color`` group over time with that group's band; change points (``outlier``)
     drawn as red diamonds that link to the Review page (``review`` column) when it is given."""
     tooltip = ["run_id", "machine", color, "value", "median", "started_at"] if color != "machine" else None
     tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
+    x_axis = when(points["started_at"]) if "started_at" in points.columns else alt.X("started_at:T")
+    y_scale = fitted_scale(_values(points, "value", "low", "high"))
+    colour = theme.color(color, points)
     band = (
         _base(points)
         .mark_area(opacity=0.2)
-        .encode(x=WHEN, y=alt.Y("low:Q", title=y_title), y2="high:Q", color=f"{color}:N")
+        .encode(x=x_axis, y=alt.Y("low:Q", title=y_title, scale=y_scale), y2="high:Q", color=colour)
     )
-    line = _base(points).mark_line(point=True).encode(x=WHEN, y="value:Q", color=f"{color}:N", tooltip=tooltip)
+    line = _base(points).mark_line(point=True).encode(x=x_axis, y="value:Q", color=colour, tooltip=tooltip)
     flagged_encodings = {"href": "review:N"} if "review" in points.columns else {}
     flagged = (
         _base(points[points["outlier"]])
         .mark_point(color="red", size=140, shape="diamond", filled=True)
-        .encode(x=WHEN, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
+        .encode(x=x_axis, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
     )
-    return alt.layer(band, line, flagged)
+    return alt.layer(band, line, flagged).properties(title=title or f"{y_title} over time")
 
 
 def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:
     """Side-by-side values per parameter point; a min–max band where the metric has one."""
     # Cases in the order they ran, their labels whole (a case's label is short, never its JSON).
-    axis = alt.X(f"{x}:N", sort=None, title=x, axis=alt.Axis(labelAngle=-30, labelLimit=400))
+    axis = alt.X(f"{x}:N", sort=None, title=x, axis=_discrete_axis(x, label_angle=-30))
+    title = f"{metric} per {x}, side by side per {series}"
     columns = (
         _base(frame)
         .mark_bar()
@@ -307,31 +421,32 @@ def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "ma
             x=axis,
             xOffset=f"{series}:N",
             y=alt.Y("value:Q", title=metric),
-            color=f"{series}:N",
+            color=theme.color(series, frame),
             tooltip=[x, series, "value", "run_id"],
         )
     )
     if "low" not in frame.columns:
-        return columns
+        return columns.properties(title=title)
     band = (
         _base(frame)
         .mark_rule(strokeWidth=2, color="black")
         .encode(x=axis, xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
     )
-    return alt.layer(columns, band)
+    return alt.layer(columns, band).properties(title=f"{title} (black: min–max band)")
 
 
 def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
     """Measured against predicted, with the y = x line."""
-    top = float(max(frame[measured].max(), frame[predicted].max())) * 1.1
+    span = _values(frame, measured, predicted) or [1.0]
     points = (
         _base(frame)
         .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X(f"{predicted}:Q", title=predicted.replace("_", " ")),
-            y=alt.Y(f"{measured}:Q", title=measured.replace("_", " ")),
-            color=f"{color}:N",
+            x=alt.X(f"{predicted}:Q", title=predicted.replace("_", " "), scale=fitted_scale(span)),
+            y=alt.Y(f"{measured}:Q", title=measured.replace("_", " "), scale=fitted_scale(span)),
+            color=theme.color(color, frame),
             tooltip=list(frame.columns),
         )
     )
-    return alt.layer(_diagonal(top), points)
+    title = f"{measured.replace('_', ' ')} against {predicted.replace('_', ' ')} (dotted: y = x)"
+    return alt.layer(_diagonal(min(span), max(span)), points).properties(title=title)

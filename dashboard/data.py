@@ -4,7 +4,7 @@ cached wrappers keyed by the store URL (the engine lives in ``st.cache_resource`
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
@@ -233,7 +233,21 @@ def filter_runs(
 
 @st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
 def load_runs(url: str) -> pd.DataFrame:
-    return frames.runs(store_for(url))
+    """Every run, with its launch estimate's error against its wall time (+0.5: it said 50 % more)."""
+    runs = frames.runs(store_for(url))
+    errors = [estimate_error(*pair) for pair in zip(runs["estimated_seconds"], runs["wall_seconds"], strict=True)]
+    return runs.assign(estimate_error=pd.Series(errors, index=runs.index, dtype=float))
+
+
+def estimate_error(estimated_seconds: Any, wall_seconds: Any) -> float | None:
+    """The estimate against the time taken: +0.5 is 50 % too long, −0.5 half the time taken."""
+    try:
+        estimated, taken = float(estimated_seconds), float(wall_seconds)
+    except (TypeError, ValueError):
+        return None
+    if not taken > 0 or estimated != estimated:
+        return None
+    return estimated / taken - 1.0
 
 
 @st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)

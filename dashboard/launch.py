@@ -12,12 +12,15 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
 from runner.errors import InputError
 from runner.fields import check_machine
 from store.store import Store
+
+if TYPE_CHECKING:  # runner.estimate imports torch (through the spec validator): not at page load
+    from runner.estimate import Estimate
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
@@ -44,6 +47,7 @@ class Launched:
     cases: int
     estimated_seconds: float
     needs_confirmation: bool
+    estimate: Estimate | None = None
 
 
 def build_spec(request: LaunchRequest) -> Any:
@@ -85,26 +89,39 @@ def build_spec(request: LaunchRequest) -> Any:
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
 
 
-def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:
-    """Validate and enqueue; a long sweep is enqueued only once confirmed. The corpus must be
-    ``default`` or a file under ``data_dir`` (runner/data_folder.py), whatever the spec says."""
-    from runner.sweeps import estimate_seconds, validate
+def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
+    """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
+    that machine's earlier runs in this store (runner.estimate), training included unless the
+    model is stored already."""
+    from runner.estimate import estimate, scale_factors
+    from runner.machine import machine_name
     from runner.train import recipe_hash
+
+    factors = scale_factors(store, machine or machine_name())
+    return estimate(spec, factors, model_stored=_model_stored(store, spec, recipe_hash))
+
+
+def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:
+    """Validate and enqueue with the estimate recorded on the job (History sets it beside the
+    time taken); a long sweep is enqueued only once confirmed. The corpus must be ``default`` or a
+    file under ``data_dir`` (runner/data_folder.py), whatever the spec says."""
+    from runner.sweeps import validate
 
     spec = build_spec(request)
     corpus = dashboard_corpus(spec.corpus, data_dir)
     if corpus != spec.corpus:  # the resolved path: the worker checks that very file again
         spec = validate({**spec.raw, "model": {**spec.raw["model"], "corpus": corpus}})
     machine = check_machine(request.machine)
-    model_stored = _model_stored(store, spec, recipe_hash)
-    estimate = estimate_seconds(spec, model_stored=model_stored)
+    estimated = estimate_launch(store, spec, machine)
     cases = spec.cases_total()
-    if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
-        return Launched(None, cases, estimate, needs_confirmation=True)
+    if estimated.seconds > CONFIRM_ABOVE_SECONDS and not request.confirmed:
+        return Launched(None, cases, estimated.seconds, needs_confirmation=True, estimate=estimated)
     preset = request.preset if request.source == "preset" else None
     job_spec = mark_dashboard_job(spec.raw, data_dir)
-    job_id = store.jobs.enqueue(job_spec, preset=preset, machine_name=machine, cases_total=cases)
-    return Launched(job_id, cases, estimate, needs_confirmation=False)
+    job_id = store.jobs.enqueue(
+        job_spec, preset=preset, machine_name=machine, cases_total=cases, estimated_seconds=estimated.seconds
+    )
+    return Launched(job_id, cases, estimated.seconds, needs_confirmation=False, estimate=estimated)
 
 
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
@@ -140,3 +157,20 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
             env=environment,
             start_new_session=True,
         )
+
+
+def stop_workers(started: dict[str, subprocess.Popen[bytes]], wait_seconds: float = 15.0) -> None:
+    """SIGTERM to each worker this dashboard started that still runs (a running job goes back to
+    the queue), then wait for them: registered to run as the dashboard's process exits, so
+    Ctrl-C on `decodelab dashboard` (or `make demo`) leaves no worker behind. The workers run in
+    their own session, so the terminal's Ctrl-C never reaches them directly."""
+    running = [
+        process for process in started.values() if isinstance(process, subprocess.Popen) and process.poll() is None
+    ]
+    for process in running:
+        process.terminate()
+    for process in running:
+        try:
+            process.wait(timeout=wait_seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -62,3 +62,20 @@ RENAMED_METRICS = {
     "predicted_speedup_refined": "component_model_speedup",
     "predicted_refined_relative_error": "component_model_relative_error",
 }
+
+# The metric a page opens on for each experiment: one that varies and that a reader asks about
+# first (not a closed-form constant such as arithmetic_ratio).
+OPENING_METRICS = {
+    "kv_cache": ("measured_speedup", "seconds_cache"),
+    "overhead": ("overhead_seconds_per_token", "seconds_per_mult"),
+    "quantization": ("seconds_per_token", "speedup_vs_fp32"),
+    "speculative": ("speedup_median", "acceptance_rate"),
+    "bench": ("fast_us_per_token", "seconds_per_token", "benchmark_seconds"),
+    "training_summary": ("val_loss", "train_loss"),
+    "context_cost": ("total_mults", "quad_mults"),
+}
+
+
+def opening_metric(experiment: str, metrics: list[str]) -> str:
+    """The metric a picker of ``experiment``'s ``metrics`` starts on."""
+    return next((name for name in OPENING_METRICS.get(experiment, ()) if name in metrics), metrics[0])

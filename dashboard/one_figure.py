@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 from dashboard.machines import band_of
-from dashboard.metrics import is_deterministic
+from dashboard.metrics import is_deterministic, opening_metric
 from dashboard.review import SUSPECT, tag_set
 from runner.labels import case_labels
 
@@ -48,7 +48,9 @@ def show(url: str, runs: pd.DataFrame) -> None:
     if not metrics:
         st.info(f"No run recorded {experiment} yet.")
         return
-    metric = middle.selectbox("Metric", metrics, key="compare_metric")
+    metric = middle.selectbox(
+        "Metric", metrics, index=metrics.index(opening_metric(experiment, metrics)), key="compare_metric"
+    )
     ui.old_name_note(metric)
     values = chosen_values(url, runs, experiment, metric)
     if mode == "machines":

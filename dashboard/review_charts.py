@@ -8,6 +8,7 @@ import pandas as pd
 
 from dashboard.charts import Figure
 from dashboard.review import VERDICT_ORDER
+from runner.labels import progress_label
 
 VERDICT_COLORS = {
     "regressed": "#d62728",
@@ -31,7 +32,11 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
     timed["ratio"] = 1.0 + timed["change"].astype(float)
     timed = timed[timed["ratio"] > 0]
-    timed["row"] = timed["experiment"] + " · " + timed["metric"] + " · " + timed["point"]
+    # The point's part is left out where it repeats its experiment (speculative's speculative part).
+    timed["row"] = [
+        progress_label(experiment, f"{metric} · {point.removeprefix(experiment + ' · ')}")
+        for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
+    ]
     timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
     timed = timed.head(MOST_ROWS)
     points = (
@@ -41,7 +46,18 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
             y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=480)),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
-            tooltip=["experiment", "metric", "point", "baseline", "run", "change", "p_value", "noise_floor", "verdict"],
+            # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
+            tooltip=[
+                "experiment:N",
+                "metric:N",
+                "point:N",
+                "baseline:Q",
+                "run:Q",
+                "change:Q",
+                "p_value:Q",
+                "noise_floor:Q",
+                "verdict:N",
+            ],
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
@@ -59,7 +75,7 @@ def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str
             y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
             color=alt.Color(f"{color}:N"),
             strokeDash=alt.StrokeDash("which:N", title="run"),
-            tooltip=["which", color, x, value],
+            tooltip=["which:N", f"{color}:N", f"{x}:O", f"{value}:Q"],
         )
         .properties(title=title)
     )

@@ -1,4 +1,6 @@
-"""Small pieces every page uses: the store, the run picker, tables with CSV downloads."""
+"""Small pieces every page uses: the store, the run picker, tables with CSV downloads, and
+charts drawn in the app's one style (dashboard.theme) and tables in its one format
+(dashboard.tables)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data
+from dashboard import data, tables, theme
 from runner.data_folder import DEFAULT_DATA_DIR
 from store.errors import StoreError
 from store.store import Store
@@ -99,11 +101,11 @@ def singular(unit: str) -> str:
 def table(
     frame: pd.DataFrame, name: str, columns: list[str] | None = None, links: dict[str, str] | None = None
 ) -> None:
-    """A table with its CSV download; ``links`` shows those columns (relative URLs) as links
-    with the given text."""
+    """A table in the one format (dashboard.tables) with its CSV download of the raw values;
+    ``links`` shows those columns (relative URLs) as links with the given text."""
     shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
     config = {column: st.column_config.LinkColumn(column, display_text=text) for column, text in (links or {}).items()}
-    st.dataframe(shown, hide_index=True, column_config=config)
+    st.dataframe(tables.display(shown.reset_index(drop=True)), hide_index=True, column_config=config)
     st.download_button(
         f"Download {name} (CSV)",
         csv_safe(shown).to_csv(index=False).encode("utf-8"),
@@ -113,5 +115,5 @@ def table(
     )
 
 
-def chart(figure: charts.Figure) -> None:
-    st.altair_chart(figure, width="stretch")
+def chart(figure: theme.Figure) -> None:
+    st.altair_chart(theme.finish(figure), width="stretch")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from runner import cli_fleet, cli_review, cli_roofline
 from runner.cli_options import DbOption, open_store
@@ -17,12 +18,42 @@ from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
 
+
+def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
+    """A flag (--once, --read-only, --help) takes no value: typer 0.29's help would show it a
+    ``<bool>`` type as if it did; other options keep their type."""
+    return None if option.is_flag else _option_type(option, ctx=ctx)
+
+
+_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type_hidden  # type: ignore[method-assign,assignment]
+
 app = typer.Typer(
     help="Measure what KV caches, weight quantization and speculative decoding really buy.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def show_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"decodelab {version('decodelab')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Show decodelab's version and exit.", callback=show_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Measure what KV caches, weight quantization and speculative decoding really buy."""
+
+
 db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True)
 report_app = typer.Typer(help="Write reports computed by decodelab's modules.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -96,8 +127,12 @@ def run(
             raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
         chosen = validate(for_device(chosen.raw, device))
     check_device(chosen.device)  # before the store is opened: a refused run writes nothing
-    outcome = run_here(open_store(db, "run"), chosen, preset=preset)
-    typer.echo(f"run {outcome.run_id}: {outcome.cases_recorded} cases in {outcome.wall_seconds:.1f} s")
+    store = open_store(db, "run")
+    outcome = run_here(store, chosen, preset=preset)
+    typer.echo(
+        f"stored run {outcome.run_id} ({outcome.cases_recorded} cases, {outcome.wall_seconds:.1f} s) in "
+        f"{store.masked_url}; see it with `decodelab dashboard --db {store.masked_url}`"
+    )
 
 
 @app.command()

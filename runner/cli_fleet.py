@@ -150,6 +150,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port``: binding as the server will (address
+    reuse on, so a port in TIME_WAIT after a stopped dashboard reads as free)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            # Only a listener makes the port busy; an address this machine lacks is the server's to report.
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
 def dashboard(
     db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
@@ -197,6 +214,9 @@ def dashboard(
             "(allowed: an [auth] section in .streamlit/secrets.toml, or --behind-proxy when an authenticating "
             "proxy fronts the dashboard)"
         )
+    # Checked before anything is printed: "dashboard at …" must not be said of another's port.
+    if port_in_use(host, port):
+        raise InputError(f"--port: {port} is in use on {host} (allowed: a free port, e.g. --port {port + 1})")
     # Read-only never upgrades: a read-only dashboard writes nothing, the schema included.
     store = open_store(db, "dashboard", upgrade=False if read_only else None)
     app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
@@ -219,7 +239,11 @@ def dashboard(
         "viewer",
     ]
     mode = " (read-only)" if read_only else ""
-    typer.echo(f"dashboard for {store.masked_url} at http://{host}:{port}{mode}", err=True)
+    typer.echo(
+        f"dashboard for {store.masked_url}{mode}: open http://{host}:{port} "
+        "(Ctrl-C stops it and any worker it started)",
+        err=True,
+    )
     store.close()
     # The URL travels in the environment, never on a command line another user could read. Exec
     # rather than a child process: a signal sent to this command then stops the server itself.

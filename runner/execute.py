@@ -21,7 +21,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
-from runner.labels import part_labels
+from runner.labels import part_labels, progress_label
 from runner.lifecycle import check_stop, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
@@ -70,15 +70,29 @@ def torch_threads(threads: int, fast_path: bool = False) -> Iterator[None]:
 
 
 def train_side_model(
-    store: Store, model_config: Any, train_config: Any, corpus: Any, device: str, log: Log, teacher: Any = None
+    store: Store,
+    model_config: Any,
+    train_config: Any,
+    corpus: Any,
+    device: str,
+    log: Log,
+    teacher: Any = None,
+    name: str = "a side model",
 ) -> Any:
     """Train (or reuse) another model for an experiment, e.g. a small draft, optionally distilled
-    from ``teacher``. Experiments may ask from inside ``torch.inference_mode``; training needs
-    autograd back (and the teacher on the CPU beside the corpus)."""
+    from ``teacher``; its log lines start with ``name``. Experiments may ask from inside
+    ``torch.inference_mode``; training needs autograd back (and the teacher on the CPU beside
+    the corpus)."""
     with torch.inference_mode(False), torch.enable_grad(), torch_threads(0):
         cpu_teacher = None if teacher is None else copy.deepcopy(teacher).cpu()
         trained = train_or_reuse(
-            store.results, model_config, train_config, corpus, show_progress=False, log=log, teacher=cpu_teacher
+            store.results,
+            model_config,
+            train_config,
+            corpus,
+            show_progress=False,
+            log=lambda message: log(f"{name}: {message}"),
+            teacher=cpu_teacher,
         )
     return trained.model.to(device).eval()
 
@@ -106,7 +120,7 @@ def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[s
     """What the progress bar says of each case: its experiment and part, and the parameters that
     vary within that part (``kv_cache · timing · static · n=256``)."""
     labels = part_labels((experiment.name, case) for experiment, case in plan)
-    return {key: key[0] if label == "all" else f"{key[0]} · {label}" for key, label in labels.items()}
+    return {key: progress_label(key[0], label) for key, label in labels.items()}
 
 
 def execute(
@@ -135,7 +149,12 @@ def execute(
         corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
         model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
         trained = train_or_reuse(
-            store.results, model_config, spec.train_config(), corpus, show_progress=show_progress, log=log
+            store.results,
+            model_config,
+            spec.train_config(),
+            corpus,
+            show_progress=show_progress,
+            log=lambda message: log(f"the model: {message}"),
         )
         model, model_record = trained.model.to(spec.device).eval(), trained.record
     # The experiments run on the spec's threads, and the machine is recorded with that count.
@@ -163,6 +182,16 @@ def execute(
         done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
         if claim is not None:
             store.jobs.progress(claim, done, total)
+        progress: Any = None
+
+        def log_beside_bar(message: str) -> None:
+            """A line logged while the bar is drawn: on a line of its own, the bar redrawn below."""
+            if progress is None or progress.disable:
+                log(message)
+                return
+            with progress.external_write_mode(file=sys.stderr):
+                log(message)
+
         context = ExperimentContext(
             model=model,
             model_record=model_record,
@@ -171,17 +200,26 @@ def execute(
             device=spec.device,
             seed=spec.seed,
             earlier=lambda experiment: store.results.measurements(run_id, experiment),
-            train_model=lambda model_config, train_config, teacher=None: train_side_model(
-                store, model_config, train_config, corpus, spec.device, log, teacher
+            train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
+                store, model_config, train_config, corpus, spec.device, log_beside_bar, teacher, name
             ),
             roof=roof,
             overheads=store.profiles.overheads(machine_id),
         )
         recorded_now = 0
         labels = case_progress_labels(plan)
+        # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
+        # a draft for a minute would otherwise swing it from seconds to many minutes).
         progress = tqdm(
-            total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show_progress, file=sys.stderr
+            total=total,
+            initial=done,
+            desc=f"run {run_id}",
+            unit="case",
+            disable=not show_progress,
+            file=sys.stderr,
+            smoothing=0,
         )
+        sweep_started = time.perf_counter()
         try:
             with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
                 for experiment, case in plan:
@@ -205,8 +243,15 @@ def execute(
         finally:
             progress.close()
     wall = time.perf_counter() - started
-    log(
-        f"run {run_id} done: {recorded_now} cases recorded, {total - recorded_now} already there, "
-        f"{wall:.1f} s wall time"
-    )
+    log(done_line(run_id, recorded_now, total - recorded_now, time.perf_counter() - sweep_started, wall))
     return RunOutcome(run_id, recorded_now, total - recorded_now, wall)
+
+
+def done_line(run_id: int, measured: int, resumed: int, sweep_seconds: float, wall_seconds: float) -> str:
+    """The run's last line: the cases measured in the sweep's own time (what the bar showed), and
+    the whole command's time beside it (training or loading the model included)."""
+    kept = f"; {resumed} cases were recorded by an earlier attempt and kept" if resumed else ""
+    return (
+        f"run {run_id} done: {measured} cases measured in {sweep_seconds:.1f} s "
+        f"({wall_seconds:.1f} s with the model's training or loading){kept}"
+    )

@@ -60,6 +60,23 @@ def case_labels(cases: Sequence[Mapping[str, Any]]) -> list[str]:
     return [short_label(params, keys) for params in cases]
 
 
+def variant_label(precision: str, kernel: str) -> str:
+    """A quantization case by what it runs, each word once: ``int8 · fake``, but ``fast_bf16``
+    (its kernel names its precision) and ``fp32`` (the float32 baseline)."""
+    if kernel == "float32" or precision in kernel:
+        return precision if kernel == "float32" else kernel
+    return f"{precision} · {kernel}"
+
+
+def progress_label(experiment: str, label: str) -> str:
+    """``experiment · label``, each word once: a part named as its experiment (speculative's
+    ``speculative`` part) is not said twice."""
+    words = label.split(" · ") if label != "all" else []
+    if words and words[0] == experiment:
+        words = words[1:]
+    return " · ".join([experiment, *words])
+
+
 def part_labels(cases: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[tuple[str, str], str]:
     """(experiment, case key) → the case's part and the parameters that vary within its
     experiment's part over every case given (``timing · static · n=256``; a part alone where

@@ -240,27 +240,33 @@ def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) ->
     return STEP_OVERHEAD_SECONDS + 2 * n_layer * counting.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
 
 
+def training_seconds(spec: SweepSpec) -> float:
+    """The model's training, by the cost model: six flops per weight per trained token."""
+    model, train = spec.raw["model"], spec.raw["train"]
+    parameters = model["n_layer"] * counting.projection_mults(1, model["d_model"])  # one per linear weight
+    return train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
+
+
+def case_seconds(experiment: str, case: dict[str, Any], d_model: int, n_layer: int) -> float:
+    """One case, by the cost model (a model of ``d_model`` and ``n_layer`` as the spec's)."""
+    if experiment == "kv_cache" and case.get("part") in ("timing", "width"):
+        n, width = case["n"], case["d_model"]
+        uncached = sum(_step_seconds(width, n_layer, t, cache=False) for t in range(1, n + 1))
+        return float((case["pairs"] + 1) * (uncached + n * _step_seconds(width, n_layer, n)))
+    if experiment == "quantization":
+        tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
+        return 3 * tokens * _step_seconds(d_model, n_layer)
+    if experiment == "speculative" and case.get("part") in ("speculative", "aa"):
+        return float(3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d_model, n_layer) * (1 + case["k"]))
+    return 0.5
+
+
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
     """A rough estimate of a sweep's wall time, for asking before a long launch."""
     if spec.is_hf:
         return hf_spec.estimate(spec).seconds
     model = spec.raw["model"]
-    d, layers = model["d_model"], model["n_layer"]
-    total = 0.0
-    if not model_stored:
-        train = spec.raw["train"]
-        parameters = layers * counting.projection_mults(1, d)  # one multiplication per linear weight
-        total += train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
+    total = 0.0 if model_stored else training_seconds(spec)
     for experiment, case in spec.plan():
-        if experiment.name == "kv_cache" and case["part"] in ("timing", "width"):
-            n, width = case["n"], case["d_model"]
-            uncached = sum(_step_seconds(width, layers, t, cache=False) for t in range(1, n + 1))
-            total += (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, n))
-        elif experiment.name == "quantization":
-            tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
-            total += 3 * tokens * _step_seconds(d, layers)
-        elif experiment.name == "speculative" and case["part"] in ("speculative", "aa"):
-            total += 3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d, layers) * (1 + case["k"])
-        else:
-            total += 0.5
+        total += case_seconds(experiment.name, case, model["d_model"], model["n_layer"])
     return total

@@ -29,6 +29,7 @@ from types import FrameType
 
 from runner.data_folder import check_dashboard_job, split_dashboard_job
 from runner.errors import InputError
+from runner.estimate import estimate_here
 from runner.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.lifecycle import check_stop, stop_on_signals
 from runner.machine import machine_name
@@ -254,7 +255,14 @@ def run_here(
     me = register(store, "run", stale_after_seconds)
     waiting_for: int | None = None
     try:
-        while (job := store.jobs.claim_new(spec.raw, me, preset=preset, cases_total=spec.cases_total())) is None:
+        # Said before it starts, and kept on its job: History sets it beside the time taken.
+        estimated = estimate_here(store, spec, me.machine_name)
+        log(f"the sweep: {spec.cases_total()} cases, {estimated.describe()}")
+        while (
+            job := store.jobs.claim_new(
+                spec.raw, me, preset=preset, cases_total=spec.cases_total(), estimated_seconds=estimated.seconds
+            )
+        ) is None:
             for job_id in store.jobs.reclaim_stale(stale_after_seconds):
                 log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
             busy = store.jobs.running_on(me.machine_name)

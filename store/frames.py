@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import Select, case, select
+from sqlalchemy import Select, case, func, select
 from sqlalchemy.sql.expression import Selectable
 
 from store.clock import server_now
@@ -58,6 +58,11 @@ def runs(
             Run.uid,
             Run.note,
             Run.spec,
+            # The launcher's estimate, from the run's job (a run imported or made without one: none).
+            select(func.max(Job.estimated_seconds))
+            .where(Job.run_id == Run.id)
+            .scalar_subquery()
+            .label("estimated_seconds"),
         )
         .join(Machine, Machine.id == Run.machine_id)
         .order_by(Run.started_at.desc(), Run.id.desc())
@@ -221,6 +226,7 @@ def jobs(store: Store, status: str | None = None, limit: int = 200) -> pd.DataFr
             Job.heartbeat_at,
             Job.finished_at,
             Job.claimed_by_machine,
+            Job.estimated_seconds,
         )
         .order_by(Job.id.desc())
         .limit(limit)

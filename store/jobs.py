@@ -76,9 +76,10 @@ class JobQueue:
         preset: str | None = None,
         machine_name: str | None = None,
         cases_total: int = 0,
+        estimated_seconds: float | None = None,
     ) -> int:
         with self._sessions.write() as session:
-            return self._add_queued(session, spec, preset, machine_name, cases_total).id
+            return self._add_queued(session, spec, preset, machine_name, cases_total, estimated_seconds).id
 
     def _machine_lock(self, session: Session, machine_name: str) -> None:
         """Serialize claims for one machine (PostgreSQL; SQLite's BEGIN IMMEDIATE already
@@ -144,7 +145,13 @@ class JobQueue:
 
     @survives_outages
     def claim_new(
-        self, spec: dict[str, Any], worker: WorkerRecord, *, preset: str | None = None, cases_total: int = 0
+        self,
+        spec: dict[str, Any],
+        worker: WorkerRecord,
+        *,
+        preset: str | None = None,
+        cases_total: int = 0,
+        estimated_seconds: float | None = None,
     ) -> JobRecord | None:
         """A job for a sweep run from a terminal, pinned to this machine and claimed at once,
         so the machine's slot is taken as by any job; None while another job runs here."""
@@ -152,11 +159,17 @@ class JobQueue:
             self._machine_lock(session, worker.machine_name)
             if self._running_on(session, worker.machine_name) is not None:
                 return None
-            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total)
+            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total, estimated_seconds)
             return self._take(session, job.id, worker)
 
     def _add_queued(
-        self, session: Session, spec: dict[str, Any], preset: str | None, machine_name: str | None, cases_total: int
+        self,
+        session: Session,
+        spec: dict[str, Any],
+        preset: str | None,
+        machine_name: str | None,
+        cases_total: int,
+        estimated_seconds: float | None = None,
     ) -> Job:
         job = Job(
             spec=spec,
@@ -164,6 +177,7 @@ class JobQueue:
             machine_name=machine_name,
             status="queued",
             cases_total=cases_total,
+            estimated_seconds=estimated_seconds,
             cases_done=0,
             created_at=self._now(),
         )

@@ -218,6 +218,8 @@ class Job(Base):
     # Times its worker went silent and another requeued it; past MAX_STALE_RECLAIMS it is failed.
     stale_reclaims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
+    # What the launcher said it would take (runner.estimate), to set beside the run's wall time.
+    estimated_seconds: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     claimed_at: Mapped[datetime | None] = mapped_column()
     heartbeat_at: Mapped[datetime | None] = mapped_column()

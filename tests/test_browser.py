@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +46,8 @@ PAGES = {
     "scale": "scale",
 }
 SCREENSHOTS = ROOT / "screenshots"
+# The dashboard processes serving now, by address: a test may stop its own as a person would.
+SERVERS: dict[str, subprocess.Popen[str]] = {}
 
 pytestmark = pytest.mark.browser
 
@@ -84,6 +87,7 @@ def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     address = f"http://127.0.0.1:{port}"
+    SERVERS[address] = server
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -98,8 +102,10 @@ def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
             time.sleep(0.3)
         yield address
     finally:
-        server.terminate()
+        if server.poll() is None:
+            server.terminate()
         server.wait(timeout=20)
+        SERVERS.pop(address, None)
         kill_job_workers(url)
 
 
@@ -135,11 +141,14 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
         page.goto(f"{address}/")
         page.wait_for_selector('[data-testid="stApp"]')
         sidebar = page.locator('[data-testid="stSidebar"]')
-        sidebar.locator('[data-testid="stExpander"] summary').filter(has_text="Launch a sweep").click()
+        expect(sidebar.get_by_role("heading", name="Launch a sweep")).to_be_visible(timeout=30_000)
         sidebar.get_by_text("spec", exact=True).click()
         sidebar.locator("textarea").fill(TINY_SPEC.read_text())
+        sidebar.locator("textarea").press("Control+Enter")  # the estimate follows the text before the click
+        expect(sidebar.get_by_text("78 cases, about")).to_be_visible(timeout=60_000)
         sidebar.get_by_role("button", name="Launch").click()
-        expect(sidebar.get_by_text("queued")).to_be_visible(timeout=60_000)
+        launched = sidebar.get_by_text("Job 1 queued").or_(sidebar.get_by_text("job 1 · spec")).first
+        expect(launched).to_be_visible(timeout=60_000)
 
         store = Store(url)
         deadline = time.monotonic() + 240
@@ -155,6 +164,28 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
         expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
         browser.close()
+
+    # Ctrl-C on the dashboard stops the worker it started (in a session of its own, the
+    # terminal's Ctrl-C never reaches it), which would otherwise idle on for ten minutes.
+    workers = frames.workers(store)
+    pids = [int(pid) for pid in workers[workers["state"] == "live"]["pid"]]
+    assert pids, "the dashboard started a worker"
+    server = SERVERS[address]
+    server.send_signal(signal.SIGINT)
+    server.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in pids), "the worker outlived the dashboard"
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by init, counts as stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as status:
+            return status.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.fixture

@@ -104,6 +104,14 @@ def test_usage_errors_and_bad_option_values_are_one_line_and_exit_2(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def test_an_exposed_dashboard_must_be_read_only_or_say_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -121,6 +129,8 @@ def test_an_exposed_dashboard_must_be_read_only_or_say_so(
 
     monkeypatch.setattr(os, "execve", exec_streamlit)
     monkeypatch.setenv("DECODELAB_READ_ONLY", "1")  # inherited from somewhere: never trusted
+    # A free port: the command refuses a busy one (8501 may serve another dashboard on this machine).
+    port = str(free_port())
     for args, read_only in (
         (["--host", "127.0.0.1"], False),
         (["--host", "0.0.0.0", "--read-only"], True),
@@ -128,7 +138,7 @@ def test_an_exposed_dashboard_must_be_read_only_or_say_so(
     ):
         started.clear()
         with pytest.raises(SystemExit) as exited:
-            main(["dashboard", "--db", url, *args])
+            main(["dashboard", "--db", url, "--port", port, *args])
         assert exited.value.code == 0
         assert (started["environment"].get("DECODELAB_READ_ONLY") == "1") == read_only, args
     started.clear()

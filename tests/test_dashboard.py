@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import charts, data
+from dashboard import charts, data, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
 from store import frames
@@ -187,9 +187,14 @@ def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     )
     spec = charts.cache_bytes(memory, 3.0).to_dict()
     lines, rule = spec["layer"]
-    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "weight_bytes"
+    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "size"
+    assert spec["datasets"][rule["data"]["name"]] == [{"size": 3.0, "weight_bytes": 3.0}]
+    assert lines["encoding"]["y"]["title"] == "bytes"  # the largest value is below a KiB
     layouts = {row["layout"] for row in spec["datasets"][lines["data"]["name"]]}
     assert layouts == {"all heads", "kv heads 1"}
+    # A layout's colour is not the weights line's: reference lines are drawn in their own gray.
+    assert theme.REFERENCE_COLOR not in lines["encoding"]["color"]["scale"]["range"]
+    assert rule["mark"]["color"] == theme.REFERENCE_COLOR
 
 
 def test_tvd_chart_and_history_flags() -> None:
@@ -283,9 +288,14 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
     app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
     app.run()
     assert not app.exception
-    app.radio(key="launch_source").set_value("spec")
-    app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
-    app.sidebar.button[0].click().run()
+    assert not app.text_area, "the spec box shows only once 'spec' is chosen"
+    app.radio(key="launch_source").set_value("spec").run()
+    app.text_area(key="launch_spec").input(TINY_SPEC.read_text()).run()
+    # The estimate is there before the click: the size and the time, and what the time rests on.
+    assert any(caption.value.startswith("78 cases, about ") for caption in app.sidebar.caption), [
+        caption.value for caption in app.sidebar.caption
+    ]
+    app.button(key="launch_button").click().run()
     assert not app.exception, [exception.value for exception in app.exception]
     assert any("queued" in success.value for success in app.sidebar.success)
     store = Store(sqlite_url)
@@ -296,6 +306,11 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
         job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"]
+        # The estimate said before the click is on the job, and History sets it beside the time taken.
+        run = frames.runs(store).set_index("run_id").loc[int(job["run_id"])]
+        assert run["estimated_seconds"] == job["estimated_seconds"] > 0
+        error = data.estimate_error(run["estimated_seconds"], run["wall_seconds"])
+        assert error == run["estimated_seconds"] / run["wall_seconds"] - 1
     finally:
         kill_job_workers(sqlite_url)
 
@@ -429,9 +444,9 @@ def test_the_dashboard_starts_no_worker_beside_a_live_one(sqlite_url: str, monke
     def launch_tiny() -> AppTest:
         app = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=60)
         app.run()
-        app.radio(key="launch_source").set_value("spec")
-        app.text_area(key="launch_spec").input(TINY_SPEC.read_text())
-        app.sidebar.button[0].click().run()
+        app.radio(key="launch_source").set_value("spec").run()
+        app.text_area(key="launch_spec").input(TINY_SPEC.read_text()).run()
+        app.button(key="launch_button").click().run()
         assert not app.exception, [exception.value for exception in app.exception]
         return app
 

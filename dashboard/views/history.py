@@ -4,6 +4,7 @@ its tags and note, and any metric's history on request."""
 import streamlit as st
 
 from dashboard import charts, data, headlines, ui
+from dashboard.metrics import opening_metric
 from dashboard.review import tag_set
 from runner.labels import case_labels
 
@@ -71,6 +72,8 @@ if opened:
                 "tags",
                 "note",
                 "wall_seconds",
+                "estimated_seconds",
+                "estimate_error",
                 "model_hash",
                 "code_version",
                 "error",
@@ -82,14 +85,17 @@ if opened:
         st.subheader("Any metric over time")
         experiments = ["bench", "training_summary", "kv_cache", "overhead", "quantization", "speculative"]
         left, right = st.columns(2)
-        experiment = left.selectbox("Experiment", experiments, key="history_experiment")
+        # Opens on the first experiment the store holds (bench is recorded only by `decodelab bench`).
+        recorded = [index for index, name in enumerate(experiments) if data.load_metric_names(url, name)]
+        experiment = left.selectbox(
+            "Experiment", experiments, index=recorded[0] if recorded else 0, key="history_experiment"
+        )
         metrics = data.load_metric_names(url, experiment)
         if not metrics:
             command = "decodelab bench" if experiment == "bench" else ui.FILL_COMMAND
             st.info(f"No run recorded {experiment} yet: `{command}` does.")
         else:
-            preferred = ("fast_us_per_token", "seconds_per_token")
-            default = next((name for name in preferred if name in metrics), metrics[0])
+            default = opening_metric(experiment, metrics)
             metric = right.selectbox("Metric", metrics, index=metrics.index(default), key="history_metric")
             ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)

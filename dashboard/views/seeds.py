@@ -8,6 +8,13 @@ from dashboard import data, ui
 from runner.seed_report import seed_rows, summary
 
 st.title("The write-ups, reproduced")
+st.markdown(
+    "**The write-ups** are the five articles this project set out to check by measuring: on the KV cache "
+    "(measured, counted and explained), on speculative decoding and quantization, and on what context length "
+    "costs. The `writeup` column names the part a figure comes from. Every figure they state is kept, with "
+    "where a run records its counterpart, in `runner/data/seed_figures.toml`; `decodelab run --preset seed` "
+    "reruns their own tables and `decodelab report seeds` writes this page's table."
+)
 st.caption(
     "One row per figure the five write-ups state. Exact figures (counts, closed-form ratios, bytes, the context-cost "
     "and explainer numbers) must agree within the precision the write-up printed; sampled ones within their noise "

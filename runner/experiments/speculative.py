@@ -142,6 +142,7 @@ def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
             ),
             TrainConfig(steps=case["small_draft_steps"], sequence_length=min(128, config.context_length // 2)),
             context.model if case["small_draft_distilled"] else None,
+            name="the small draft (speculative decoding)",
         )
         return ModelDraft(small, "small", fast=small.device.type == "cpu")
     raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")

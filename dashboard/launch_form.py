@@ -1,0 +1,124 @@
+"""The sidebar's launch form: a sweep from a preset (its experiments, and only the fields those
+experiments use) or from a TOML spec, with the estimate shown as the choice changes, before the
+click. A thin layer over dashboard.launch, where the handling lives and is tested."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+from dashboard import ui
+from dashboard.launch import CONFIRM_ABOVE_SECONDS, LaunchRequest, build_spec, estimate_launch, launch
+from runner import catalog
+from runner.data_folder import data_files
+from runner.errors import InputError
+from store.store import Store
+
+# The experiments each override applies to: a field shows only once one of them is chosen.
+LENGTHS_FOR = ("kv_cache",)
+KS_FOR = ("speculative",)
+PAIRS_FOR = ("kv_cache", "quantization", "speculative")
+# Session keys: what was launched last per preset (the experiments start from it), the job just queued.
+REMEMBERED = "launch_remembered_experiments"
+QUEUED = "launch_queued_job"
+
+
+def request_fields(store: Store) -> LaunchRequest:
+    """The form's fields, each shown only when it applies; returns what they describe."""
+    source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
+    preset, experiments, spec_text = catalog.preset_names()[0], [], ""
+    lengths: list[int] = []
+    ks: list[int] = []
+    pairs = 0
+    corpus = "default"
+    if source == "preset":
+        preset = st.selectbox("Preset", catalog.preset_names(), key="launch_preset")
+        available = list(catalog.preset_experiments(preset))
+        remembered = st.session_state.get(REMEMBERED, {}).get(preset, [])
+        experiments = st.multiselect(
+            "Experiments",
+            available,
+            default=[name for name in remembered if name in available],
+            key=f"launch_experiments_{preset}",
+            placeholder="Choose the experiments to run",
+        )
+        if any(name in LENGTHS_FOR for name in experiments):
+            lengths = st.multiselect(
+                "KV-cache lengths n (empty: the preset's)", [32, 64, 128, 256, 512, 1024], key="launch_lengths"
+            )
+        if any(name in KS_FOR for name in experiments):
+            ks = st.multiselect("Draft lengths k (empty: the preset's)", list(range(1, 17)), key="launch_ks")
+        if any(name in PAIRS_FOR for name in experiments):
+            pairs = int(
+                st.number_input(
+                    "Timing pairs per point (0: the preset's)",
+                    min_value=0,
+                    max_value=1000,
+                    value=0,
+                    step=1,
+                    key="launch_pairs",
+                )
+            )
+        corpus = st.selectbox(
+            "Corpus (a file of the data folder)", ["default", *data_files(ui.data_dir())], key="launch_corpus"
+        )
+    else:
+        spec_text = st.text_area(
+            "Spec (TOML; its corpus: 'default' or a file of the data folder)", height=150, key="launch_spec"
+        )
+    # One machine serves a SQLite store (this one); a shared store's jobs may be pinned to one.
+    machine = "" if store.backend == "sqlite" else st.text_input("Machine (empty: any worker)", key="launch_machine")
+    return LaunchRequest(
+        source,
+        preset,
+        experiments,
+        spec_text,
+        machine,
+        False,
+        lengths=lengths,
+        ks=ks,
+        pairs=pairs or None,
+        corpus=corpus,
+    )
+
+
+def launch_form(store: Store, started_worker: Callable[[], str | None]) -> None:
+    """The form in the sidebar; ``started_worker`` starts a worker where one is needed and says so."""
+    with st.sidebar:
+        st.subheader("Launch a sweep")
+        request = request_fields(store)
+        problem, long = None, False
+        try:
+            spec = build_spec(request)
+            estimated = estimate_launch(store, spec, request.machine.strip() or None)
+        except InputError as error:
+            problem = str(error)
+        else:
+            long = estimated.seconds > CONFIRM_ABOVE_SECONDS
+            st.caption(f"{spec.cases_total()} cases, {estimated.describe()}.")
+        nothing_chosen = not request.spec_text.strip() if request.source == "spec" else not request.experiments
+        if nothing_chosen:  # not an error yet: say what the form waits for
+            st.caption("Choose experiments (or paste a spec) to see the sweep's size and time.")
+        elif problem:
+            st.error(problem)
+        confirmed = st.checkbox("I know this sweep is long", key="launch_confirmed") if long else True
+        blocked = nothing_chosen or problem is not None or (long and not confirmed)
+        clicked = st.button("Launch", disabled=blocked, key="launch_button")
+    if not clicked:
+        return
+    try:
+        launched = launch(store, LaunchRequest(**{**request.__dict__, "confirmed": confirmed}), ui.data_dir())
+    except InputError as error:
+        st.sidebar.error(str(error))
+        return
+    if launched.job_id is None:
+        st.sidebar.warning("Tick 'I know this sweep is long' and launch again.")
+        return
+    if request.source == "preset":
+        st.session_state.setdefault(REMEMBERED, {})[request.preset] = list(request.experiments)
+    said = launched.estimate.describe() if launched.estimate else ""
+    st.session_state[QUEUED] = (launched.job_id, launched.cases, said)
+    started = started_worker()
+    if started:
+        st.sidebar.caption(started)

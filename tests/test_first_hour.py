@@ -1,0 +1,252 @@
+"""What a newcomer meets first, outside the browser: one chart style (dashboard.theme), one table
+format (dashboard.tables), labels that say each word once, the run's closing line, and the
+command line's --version, flags in --help and a busy dashboard port."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from dashboard import charts, tables, theme
+from runner.execute import done_line
+from runner.labels import progress_label, variant_label
+from tests.conftest import ROOT, run_decodelab
+
+
+def test_an_impl_draft_or_precision_keeps_its_colour_whatever_else_is_drawn() -> None:
+    alone = theme.color_scale("impl", ["static"])
+    both = theme.color_scale("impl", ["fast", "static"])
+    assert alone.range[alone.domain.index("static")] == both.range[both.domain.index("static")]
+    drafts = theme.color_scale("draft", ["small", "bigram", "int8"])
+    assert dict(zip(drafts.domain, drafts.range, strict=True)) == {
+        name: theme.DRAFT_COLORS[name] for name in ("bigram", "int8", "small")
+    }
+    others = theme.color_scale("layout", ["all heads", "kv heads 1", "kv heads 2"])
+    assert len(set(others.range)) == 3 and theme.REFERENCE_COLOR not in others.range
+
+
+def test_a_fitted_log_axis_spans_the_data_not_whole_decades() -> None:
+    scale = theme.fitted_scale([64, 128, 256], log=True)
+    low, high = scale.domain
+    assert 60 < low < 64 and 256 < high < 270 and scale.nice is False
+    linear = theme.fitted_scale([0.9, 1.1])
+    assert linear.zero is False and 0.8 < linear.domain[0] < 0.9
+
+
+def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_one_is_refused() -> None:
+    frame = pd.DataFrame(
+        {"variant": ["fp32", "int8 · fake"], "weight_bytes": [4096.0, 1024.0], "precision": ["fp32", "int8"]}
+    )
+    spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
+    assert spec["title"] == "weight bytes"
+    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1}
+    assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
+    with pytest.raises(ValueError, match="title"):
+        theme.finish(alt.Chart(frame).mark_bar().encode(x="variant:N", y="weight_bytes:Q"))
+
+
+def test_a_variant_that_never_diverged_draws_no_bar_and_says_so() -> None:
+    cases = pd.DataFrame(
+        {
+            "variant": ["fp32", "int8 · fake", "fast_bf16"],
+            "precision": ["fp32", "int8", "bf16"],
+            "divergence_position_greedy": [200.0, 21.0, 200.0],
+            "divergence_tokens": [200, 200, 200],
+        }
+    )
+    spec = charts.divergence(cases, "variant", "divergence_position_greedy", "divergence_tokens").to_dict()
+    columns, never = spec["layer"]
+    bars = spec["datasets"][columns["data"]["name"]]
+    assert [row["index"] for row in bars] == [None, 21.0, None]
+    assert [row["variant"] for row in spec["datasets"][never["data"]["name"]]] == ["fp32", "fast_bf16"]
+    assert never["encoding"]["text"]["field"] == "note"
+
+
+def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> None:
+    frame = pd.DataFrame(
+        {
+            "case_id": [7, 8],
+            "run_id": [1234, 1235],
+            "strings_identical": [1.0, 0.0],
+            "cache": [True, False],
+            "mults_cache": [123456789.0, 12.0],
+            "weight_bytes": [2.5 * 2**20, 512.0],
+            "seconds": [0.000123456, None],
+            "impl": ["static", None],
+        }
+    )
+    shown = tables.cell_texts(frame)
+    assert list(shown.columns) == [
+        "run_id",
+        "strings_identical",
+        "cache",
+        "mults_cache",
+        "weight_bytes",
+        "seconds",
+        "impl",
+    ]
+    assert shown.to_dict("records") == [
+        {
+            "run_id": "1234",
+            "strings_identical": "yes",
+            "cache": "yes",
+            "mults_cache": "123,456,789",
+            "weight_bytes": "2.50 MiB",
+            "seconds": "0.0001235",
+            "impl": "static",
+        },
+        {
+            "run_id": "1235",
+            "strings_identical": "no",
+            "cache": "no",
+            "mults_cache": "12",
+            "weight_bytes": "512 B",
+            "seconds": "–",
+            "impl": "–",
+        },
+    ]
+    # The styled table keeps the numbers underneath (a column sorts by value) and hides case_id.
+    styled = tables.display(frame).data  # type: ignore[attr-defined]
+    assert "case_id" not in styled.columns and styled["mults_cache"].dtype == float
+
+
+def test_labels_say_each_word_once() -> None:
+    assert (
+        progress_label("speculative", "speculative · fast · fast_int8 · k=2") == "speculative · fast · fast_int8 · k=2"
+    )
+    assert progress_label("kv_cache", "timing · static · n=256") == "kv_cache · timing · static · n=256"
+    assert progress_label("training_summary", "all") == "training_summary"
+    assert variant_label("fp32", "float32") == "fp32"
+    assert variant_label("bf16", "fast_bf16") == "fast_bf16"
+    assert variant_label("int8", "fake") == "int8 · fake"
+
+
+def test_the_runs_last_line_gives_the_sweeps_time_and_the_whole_commands_apart() -> None:
+    assert done_line(3, 107, 0, 123.44, 230.71) == (
+        "run 3 done: 107 cases measured in 123.4 s (230.7 s with the model's training or loading)"
+    )
+    assert done_line(3, 7, 100, 10.0, 12.0).endswith("; 100 cases were recorded by an earlier attempt and kept")
+
+
+def test_version_and_flags_without_a_type_in_help(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    shown = run_decodelab("--version", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.strip() == f"decodelab {version('decodelab')}"
+    helped = run_decodelab("worker", "--help", cwd=tmp_path, COLUMNS="120")
+    assert helped.returncode == 0 and "--once" in helped.stdout and "--poll-seconds" in helped.stdout
+    assert "<bool>" not in helped.stdout and "<float range>" in helped.stdout
+
+
+def test_a_dashboard_on_a_busy_port_says_so_in_one_line_and_claims_no_address(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_decodelab(
+            "dashboard", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--port", str(port), cwd=ROOT, timeout=60
+        )
+    assert result.returncode == 2, result.stderr
+    assert (
+        result.stderr.strip()
+        == f"error: --port: {port} is in use on 127.0.0.1 (allowed: a free port, e.g. --port {port + 1})"
+    )
+    assert "dashboard for" not in result.stdout + result.stderr
+
+
+def test_a_calibrated_estimate_of_a_sweep_this_machine_ran_is_the_time_its_cases_took(filled_store_url: str) -> None:
+    """Calibrated by one run of the very same spec, the estimate must give back that run's case
+    times exactly: each experiment's factor is recorded over modelled time for those cases."""
+    import sqlalchemy as sa
+
+    from runner.estimate import estimate, scale_factors
+    from runner.machine import machine_name
+    from runner.sweeps import load_spec_file
+    from store.store import Store
+    from tests.conftest import TINY_SPEC
+
+    store = Store(filled_store_url)
+    spec = load_spec_file(TINY_SPEC)
+    factors = scale_factors(store, machine_name())
+    calibrated = estimate(spec, factors, model_stored=True)
+    with store.engine.connect() as connection:
+        started = connection.execute(sa.text("SELECT started_at FROM run WHERE id = 1")).scalar_one()
+        created = connection.execute(sa.text('SELECT created_at FROM "case" WHERE run_id = 1 ORDER BY created_at, id'))
+        times = [pd.Timestamp(started)] + [pd.Timestamp(row[0]) for row in created]
+    taken = (times[-1] - times[0]).total_seconds()
+    assert set(calibrated.calibrated) == set(spec.raw["experiments"]) and not calibrated.uncalibrated
+    assert calibrated.seconds == pytest.approx(taken, rel=1e-6)
+    assert calibrated.training_seconds == 0 and "from this machine's earlier runs" in calibrated.describe()
+    # Another machine's estimate has nothing to learn from here: the cost model alone.
+    elsewhere = estimate(spec, scale_factors(store, "a-machine-never-seen"), model_stored=False)
+    assert elsewhere.calibrated == () and elsewhere.training_seconds > 0
+    assert "by the cost model" in elsewhere.describe()
+    store.close()
+
+
+def test_fields_show_only_when_they_apply_and_the_experiments_start_empty_then_remembered(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    import dashboard.launch
+    from store.store import Store
+
+    monkeypatch.setattr(dashboard.launch, "start_worker", lambda url: None)
+    monkeypatch.setenv("DECODELAB_DB", sqlite_url)
+    Store(sqlite_url).close()
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    app.run()
+    experiments = app.multiselect(key="launch_experiments_quick")
+    assert experiments.value == [] and app.button(key="launch_button").disabled
+    labels = {widget.label for widget in app.sidebar.multiselect} | {
+        widget.label for widget in app.sidebar.number_input
+    }
+    assert not [label for label in labels if "lengths" in label or "Draft" in label or "pairs" in label], labels
+    assert not app.sidebar.text_area and not app.sidebar.text_input, "no spec box, no machine on a SQLite store"
+    experiments.set_value(["kv_cache"]).run()
+    labels = {widget.label for widget in app.sidebar.multiselect} | {
+        widget.label for widget in app.sidebar.number_input
+    }
+    assert "KV-cache lengths n (empty: the preset's)" in labels and "Timing pairs per point (0: the preset's)" in labels
+    assert not [label for label in labels if label.startswith("Draft lengths")]
+    app.multiselect(key="launch_experiments_quick").set_value(["context_cost"]).run()
+    # The quick model is not stored yet: training makes the sweep long, so it asks first.
+    assert app.button(key="launch_button").disabled
+    app.checkbox(key="launch_confirmed").check().run()
+    app.button(key="launch_button").click().run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert any("queued" in success.value for success in app.sidebar.success)
+    app.selectbox(key="launch_preset").set_value("seed").run()
+    app.selectbox(key="launch_preset").set_value("quick").run()
+    assert app.multiselect(key="launch_experiments_quick").value == ["context_cost"], "the last choice remembered"
+
+
+def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None:
+    """With no timed row the frame is empty; untyped fields made Altair warn once per field on
+    every render of the Review page."""
+    import warnings
+
+    from dashboard import review_charts
+
+    columns = ["kind", "change", "experiment", "metric", "point", "baseline", "run", "p_value", "noise_floor"]
+    empty = pd.DataFrame(columns=[*columns, "verdict"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = review_charts.timed_changes(empty).to_dict()
+    assert spec["title"] == "timed metrics: run against baseline"
+
+
+def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None:
+    from dashboard import review_charts
+
+    row = {"kind": "timed", "change": 0.1, "experiment": "speculative", "metric": "speedup_median"}
+    table = pd.DataFrame([{**row, "point": "speculative · fast · bigram · k=1", "verdict": "within noise"}])
+    spec = review_charts.timed_changes(table).to_dict()
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
+    [drawn] = spec["datasets"][points["data"]["name"]]
+    assert drawn["row"] == "speculative · speedup_median · fast · bigram · k=1"
