@@ -10,6 +10,9 @@ opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "quantization", "quantization") if opened else None
 if opened and run_id is not None:
     cases = data.load_cases(opened[0], run_id, "quantization")
+    # The A/A cases (float32 against itself) calibrate the Review's verdicts; not variants.
+    if "part" in cases.columns:
+        cases = cases[cases["part"] != "aa"]
     cases["variant"] = cases["precision"] + " · " + cases["kernel"]
     left, right = st.columns(2)
     with left:
