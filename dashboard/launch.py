@@ -94,9 +94,19 @@ def launch(store: Store, request: LaunchRequest) -> Launched:
     cases = spec.cases_total()
     if estimate > CONFIRM_ABOVE_SECONDS and not request.confirmed:
         return Launched(None, cases, estimate, needs_confirmation=True)
-    preset = request.preset if request.source == "preset" else None
-    job_id = store.jobs.enqueue(spec.raw, preset=preset, machine_name=machine, cases_total=cases)
+    job_id = store.jobs.enqueue(spec.raw, preset=preset_label(request, spec), machine_name=machine, cases_total=cases)
     return Launched(job_id, cases, estimate, needs_confirmation=False)
+
+
+def preset_label(request: LaunchRequest, spec: Any) -> str | None:
+    """The preset's name only for the preset run unchanged: a launch with some of its experiments
+    or other lengths, k or pairs is stored as custom (None, its spec kept), so that baselines,
+    Compare, History and the calibration never set it beside the preset's own runs."""
+    from runner.sweeps import load_preset
+
+    if request.source != "preset" or spec.raw != load_preset(request.preset).raw:
+        return None
+    return request.preset
 
 
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
