@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import review
+from analysis import runs as runs_module
 from store import frames
 from store.store import Store
 
@@ -38,21 +39,6 @@ def timed_headline_history(store: Store, present: set[tuple[str, str]]) -> pd.Da
     return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
 
 
-def machine_runs_before(runs: pd.DataFrame, run_id: int) -> list[int]:
-    """The done, not suspect runs of any preset on the run's machine fingerprint started before it:
-    what the machine's drift figure is learned from."""
-    run = runs.set_index("run_id").loc[run_id]
-    tags = runs["tags"].map(review.tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs))
-    chosen = runs[
-        (runs["machine_fingerprint"] == run["machine_fingerprint"])
-        & (runs["status"] == "done")
-        & (runs["run_id"] != run_id)
-        & (pd.to_datetime(runs["started_at"]) < pd.to_datetime(run["started_at"]))
-        & ~tags.map(lambda names: review.SUSPECT in names)
-    ]
-    return [int(value) for value in chosen["run_id"]]
-
-
 def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame | None = None) -> ReviewInputs:
     runs = frames.runs(store) if runs is None else runs
     by_id = runs.set_index("run_id", drop=False)
@@ -70,7 +56,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     drift = None
     if not history.empty:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])
-        machine = history[history["run_id"].isin(machine_runs_before(runs, run_id))]
+        machine = history[history["run_id"].isin(runs_module.machine_runs_before(runs, run_id))]
         presets = runs.set_index("run_id")["preset"]
         drift = review.drift_figure(machine.assign(preset=machine["run_id"].map(presets)))
     return ReviewInputs(

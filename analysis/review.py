@@ -33,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import adjusted_p_values, mann_whitney_p, robust_sigma, smallest_p_value
 from runner.labels import part_labels
 from runner.metrics import RENAMED_METRICS, headlines, is_deterministic
@@ -84,7 +85,6 @@ DEFAULT_DRIFT = math.log(1.10)
 # consecutive comparable runs, where there are at least DRIFT_MIN_VALUES of them.
 DRIFT_QUANTILE = 0.95
 DRIFT_MIN_VALUES = 20
-SUSPECT, PINNED = "suspect", "baseline"
 # Regressions first: what a reviewer must look at, then what moved, then the rest.
 VERDICT_ORDER = (
     "regressed",
@@ -152,26 +152,6 @@ COLUMNS = [
 ]
 
 
-# ---- which baseline ---------------------------------------------------------------------------
-
-
-def tag_set(tags: Any) -> set[str]:
-    """The tags of a runs-frame row (joined by ", ") as a set."""
-    return {tag for tag in str(tags or "").split(", ") if tag}
-
-
-def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
-    """The newest run pinned with the tag ``baseline``, else the previous done run, of the same
-    preset on the same machine fingerprint, started before ``run_id``; suspect runs never."""
-    if run_id not in set(runs["run_id"]):
-        return None
-    earlier = runs[runs["run_id"].isin(earlier_comparable_runs(runs, run_id))]
-    same = earlier.sort_values(["started_at", "run_id"], ascending=False)
-    pinned = same[same["tags"].map(lambda tags: PINNED in tag_set(tags))] if "tags" in same.columns else same.iloc[:0]
-    chosen = pinned if not pinned.empty else same
-    return None if chosen.empty else int(chosen["run_id"].iloc[0])
-
-
 # ---- the noise floors -------------------------------------------------------------------------
 
 
@@ -234,23 +214,6 @@ def drift_figure(history: pd.DataFrame) -> float | None:
     if len(moves) < DRIFT_MIN_VALUES:
         return None
     return float(pd.Series(moves).quantile(DRIFT_QUANTILE))
-
-
-def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
-    """The runs a run's between-run floor is taken over: done, not suspect, of its preset on its
-    machine fingerprint, started before it."""
-    by_id = runs.set_index("run_id")
-    run = by_id.loc[run_id]
-    tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
-    chosen = runs[
-        (runs["machine_fingerprint"] == run["machine_fingerprint"])
-        & (runs["preset"].fillna("custom") == ("custom" if pd.isna(run["preset"]) else run["preset"]))
-        & (runs["status"] == "done")
-        & (runs["run_id"] != run_id)
-        & (pd.to_datetime(runs["started_at"]) <= pd.to_datetime(run["started_at"]))
-        & ~tags.map(lambda names: SUSPECT in names)
-    ]
-    return [int(value) for value in chosen["run_id"]]
 
 
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
