@@ -9,6 +9,7 @@ import pandas as pd
 
 from dashboard import theme
 from dashboard.theme import REFERENCE_COLOR, Figure, fitted_scale
+from runner.metrics import lookup
 
 BINARY_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
 
@@ -293,10 +294,11 @@ def speedup_bands(speculative: pd.DataFrame) -> Figure:
 
 
 # The models a measured speedup is set beside, by metric: what each is, in a legend's words.
+# The speculative experiment's predicted speedups, labelled by the metric catalogue's help.
 SPEEDUP_MODELS = {
-    "predicted_speedup_a_priori": "a priori: E / (v + k·c), before the run",
-    "writeup_formula_speedup": "write-ups' formula: cpp / (1 + k·c), after the run",
-    "component_model_speedup": "component model: cpp / (v + k·c), after the run",
+    metric.name: metric.help
+    for metric in map(lookup, ("predicted_speedup_a_priori", "writeup_formula_speedup", "component_model_speedup"))
+    if metric is not None
 }
 
 
@@ -387,8 +389,9 @@ def when(started_at: pd.Series) -> alt.X:
 
 
 def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None) -> Figure:
-    """A metric per ``color`` group over time with that group's band; change points (``outlier``)
-    drawn as red diamonds that link to the Review page (``review`` column) when it is given."""
+    """A metric per ``color`` group over time with each level's band; change points
+    (``change_point``) drawn as red diamonds that link to the Review page (``review`` column)
+    when it is given."""
     tooltip = ["run_id", "machine", color, "value", "median", "started_at"] if color != "machine" else None
     tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
     x_axis = when(points["started_at"]) if "started_at" in points.columns else alt.X("started_at:T")
@@ -402,7 +405,7 @@ def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: s
     line = _base(points).mark_line(point=True).encode(x=x_axis, y="value:Q", color=colour, tooltip=tooltip)
     flagged_encodings = {"href": "review:N"} if "review" in points.columns else {}
     flagged = (
-        _base(points[points["outlier"]])
+        _base(points[points["change_point"]])
         .mark_point(color="red", size=140, shape="diamond", filled=True)
         .encode(x=x_axis, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
     )

@@ -10,7 +10,6 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.metrics import RENAMED_METRICS
-from dashboard.review import HISTORY_WINDOW, OUTLIER_MADS
 from store import frames
 from store.store import Store
 
@@ -21,9 +20,6 @@ if TYPE_CHECKING:
 
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
-# History flags: a value outside median ± OUTLIER_MADS · MAD of the last HISTORY_WINDOW runs
-# of the same machine fingerprint (MAD scaled by 1.4826 to estimate a standard deviation); the
-# review's between-run floor uses the same rule.
 
 
 def store_url() -> str:
@@ -172,27 +168,6 @@ def distribution_verdicts(distribution: pd.DataFrame) -> pd.DataFrame:
         else:
             verdicts.append("no power: a broken accept rule passes too")
     return frame.assign(verdict=verdicts)
-
-
-def flag_outliers(history: pd.DataFrame, value: str = "value") -> pd.DataFrame:
-    """Add ``median``, ``low``, ``high`` and ``outlier`` per row: the band of the previous
-    HISTORY_WINDOW runs of the same machine fingerprint (the row itself excluded)."""
-    if history.empty:
-        return history.assign(median=[], low=[], high=[], outlier=[])
-    rows = []
-    for _, group in history.sort_values("started_at").groupby("machine_fingerprint", sort=False):
-        values = group[value].tolist()
-        for index, (_, row) in enumerate(group.iterrows()):
-            previous = pd.Series(values[max(0, index - HISTORY_WINDOW) : index], dtype=float)
-            if len(previous) >= 3:
-                median = float(previous.median())
-                mad = 1.4826 * float((previous - median).abs().median())
-                low, high = median - OUTLIER_MADS * mad, median + OUTLIER_MADS * mad
-                outlier = bool(mad > 0 and not low <= row[value] <= high)
-            else:
-                median, low, high, outlier = float("nan"), float("nan"), float("nan"), False
-            rows.append({**row.to_dict(), "median": median, "low": low, "high": high, "outlier": outlier})
-    return pd.DataFrame(rows)
 
 
 def compare_table(frame: pd.DataFrame, key: list[str], deterministic: bool) -> pd.DataFrame:

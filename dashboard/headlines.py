@@ -1,6 +1,8 @@
 """The History page's headline series: the few numbers a team watches per machine over time,
-read from every run, with change points marked by the rolling median ± 3·MAD rule (suspect runs
-are shown but never flagged, nor counted in another run's window).
+read from every run, with every change point marked (analysis.statistics.change_points: PELT
+from the ruptures library on the series standardised by its own run-to-run noise), each linked
+to the review of its run against the run before it. Suspect runs are shown but never flagged,
+nor counted in another run's series.
 
 Plain functions of a Store (no Streamlit)."""
 
@@ -11,8 +13,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard.data import flag_outliers
-from dashboard.review import SUSPECT, tag_set
+from analysis.review import SUSPECT, tag_set
+from analysis.statistics import change_points as level_changes
+from analysis.statistics import noise_sigma
 from store import frames
 from store.store import Store
 
@@ -124,10 +127,32 @@ SERIES = (
 RUN_COLUMNS = ["run_id", "started_at", "machine", "machine_fingerprint", "tags"]
 
 
+# The band drawn around each level: its median ± BAND_SIGMAS run-to-run noise.
+BAND_SIGMAS = 3.0
+
+
+def mark_levels(group: pd.DataFrame) -> pd.DataFrame:
+    """One series (oldest first) with ``change_point`` where a new level starts, each level's
+    ``median`` and its band ``low``–``high``, and ``previous_run`` (the run before each)."""
+    values = group["value"].astype(float).tolist()
+    starts = level_changes(values)
+    sigma = noise_sigma(values)
+    level = [sum(index >= start for start in starts) for index in range(len(values))]
+    medians = group["value"].astype(float).groupby(level, sort=False).transform("median").tolist()
+    return group.assign(
+        change_point=[index in starts for index in range(len(values))],
+        median=medians,
+        low=[median - BAND_SIGMAS * sigma for median in medians],
+        high=[median + BAND_SIGMAS * sigma for median in medians],
+        previous_run=group["run_id"].shift(1),
+    )
+
+
 def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """``values`` (run_id, value, and the columns in ``by``) with each run's time, machine and
-    tags, ``suspect``, a ``review`` link, and the change-point columns of ``flag_outliers`` per
-    machine fingerprint (and ``by``): suspect runs are neither flagged nor in any window."""
+    tags, ``suspect``, the columns of ``mark_levels`` per machine fingerprint (and ``by``) over
+    the runs not tagged suspect, and a ``review`` link: a change point's against the run before
+    it, any other run's against its default baseline."""
     if values.empty:
         return pd.DataFrame()
     own = values.drop(columns=[column for column in RUN_COLUMNS[1:] if column in values.columns])
@@ -135,14 +160,19 @@ def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] 
     frame["suspect"] = frame["tags"].map(lambda tags: SUSPECT in tag_set(tags))
     frame["started_at"] = pd.to_datetime(frame["started_at"])
     pieces: list[pd.DataFrame] = []
-    for _, group in frame.groupby(["machine_fingerprint", *by]):
-        trusted = flag_outliers(group[~group["suspect"]])
+    for _, group in frame.sort_values(["started_at", "run_id"]).groupby(["machine_fingerprint", *by]):
+        trusted = mark_levels(group[~group["suspect"]])
         suspect = group[group["suspect"]].assign(
-            median=float("nan"), low=float("nan"), high=float("nan"), outlier=False
+            median=float("nan"), low=float("nan"), high=float("nan"), change_point=False, previous_run=float("nan")
         )
         pieces.extend(piece for piece in (trusted, suspect) if not piece.empty)
     history: pd.DataFrame = pd.concat(pieces, ignore_index=True).sort_values("started_at")
-    history["review"] = "review?run=" + history["run_id"].astype(str)
+    history["review"] = [
+        f"review?run={run}" + (f"&baseline={int(previous)}" if changed and pd.notna(previous) else "")
+        for run, previous, changed in zip(
+            history["run_id"], history["previous_run"], history["change_point"], strict=True
+        )
+    ]
     return history.reset_index(drop=True)
 
 

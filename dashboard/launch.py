@@ -116,12 +116,26 @@ def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_D
     cases = spec.cases_total()
     if estimated.seconds > CONFIRM_ABOVE_SECONDS and not request.confirmed:
         return Launched(None, cases, estimated.seconds, needs_confirmation=True, estimate=estimated)
-    preset = request.preset if request.source == "preset" else None
     job_spec = mark_dashboard_job(spec.raw, data_dir)
     job_id = store.jobs.enqueue(
-        job_spec, preset=preset, machine_name=machine, cases_total=cases, estimated_seconds=estimated.seconds
+        job_spec,
+        preset=preset_label(request, spec),
+        machine_name=machine,
+        cases_total=cases,
+        estimated_seconds=estimated.seconds,
     )
     return Launched(job_id, cases, estimated.seconds, needs_confirmation=False, estimate=estimated)
+
+
+def preset_label(request: LaunchRequest, spec: Any) -> str | None:
+    """The preset's name only for the preset run unchanged: a launch with some of its experiments
+    or other lengths, k or pairs is stored as custom (None, its spec kept), so that baselines,
+    Compare, History and the calibration never set it beside the preset's own runs."""
+    from runner.sweeps import load_preset
+
+    if request.source != "preset" or spec.raw != load_preset(request.preset).raw:
+        return None
+    return request.preset
 
 
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:

@@ -14,22 +14,21 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.metrics import is_deterministic
-from dashboard.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
+from analysis.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
+from runner import metrics
+from runner.metrics import NUMERICAL_TOLERANCE, is_deterministic
 from store.records import MachineRecord
 
 # A machine's fields as recorded with every run (its name aside), in reading order.
 FINGERPRINT_FIELDS = tuple(item.name for item in fields(MachineRecord) if item.name != "name")
 # The chosen run's fields shown under the machine's: what else may explain a difference.
 RUN_FIELDS = ("run_id", "started_at", "code_version", "model_hash", "seed")
-# Where a metric's band lives: the paired speedups' min and max, else METRIC_low / METRIC_high.
-BAND_NAMES = {"speedup_median": ("speedup_min", "speedup_max")}
 MATRIX_COLUMNS = ["experiment", "metric", "case", "unit", "kind", "machine", "run_id", "value", "low", "high", "ratio"]
 
 
 def band_of(metric: str, known: Sequence[str]) -> tuple[str, str] | None:
-    """The (low, high) metric names that band ``metric``, where both were recorded."""
-    low, high = BAND_NAMES.get(metric, (f"{metric}_low", f"{metric}_high"))
+    """The (low, high) metric names that band ``metric`` (runner.metrics), where both were recorded."""
+    low, high = metrics.band_of(metric)
     return (low, high) if low in known and high in known else None
 
 
@@ -202,7 +201,8 @@ def wide_matrix(table: pd.DataFrame, machines: Sequence[str], reference: str) ->
 
 @dataclass
 class Audit:
-    """The deterministic figures of machines whose runs used one model and seed, case by case."""
+    """The deterministic figures of machines whose runs used one model (and drafts) and seed,
+    case by case: exact ones for equality, numerical and sampled ones within NUMERICAL_TOLERANCE."""
 
     machines: list[str]
     model_hash: str
@@ -211,23 +211,37 @@ class Audit:
     differences: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Figures some of the machines' runs lack (their specs differ there): not compared.
     unmatched: int = 0
+    # Of ``compared``, those compared within the tolerance (kinds numerical and sampled).
+    within_tolerance: int = 0
 
     def line(self) -> str:
         who = f"{', '.join(self.machines)} (model {self.model_hash[:12]}, seed {self.seed})"
         if self.compared == 0:
             return f"{who}: no deterministic figure is on every one of these runs"
         unmatched = f" ({self.unmatched} more on only some of the runs, not compared)" if self.unmatched else ""
+        exact = self.compared - self.within_tolerance
+        kinds = (
+            f"{exact} exact figure(s) compared for equality, {self.within_tolerance} numerical figure(s) within "
+            f"{tolerance_text()}; "
+            if self.within_tolerance
+            else ""
+        )
         if self.differences.empty:
             counted = (
                 "1 deterministic figure, equal"
                 if self.compared == 1
                 else f"{self.compared} deterministic figures, all equal"
             )
-            return f"{who}: {counted}{unmatched}"
+            return f"{who}: {kinds}{counted}{unmatched}"
         return (
-            f"{who}: {len(self.differences)} of {self.compared} deterministic figures differ{unmatched}: "
+            f"{who}: {kinds}{len(self.differences)} of {self.compared} deterministic figures differ{unmatched}: "
             + "; ".join(difference_line(row, self.machines) for row in self.differences.to_dict("records"))
         )
+
+
+def tolerance_text() -> str:
+    absolute, relative = NUMERICAL_TOLERANCE["absolute"], NUMERICAL_TOLERANCE["relative"]
+    return f"{absolute:g} absolute or {relative:.1%} relative (the kernels' cross-instruction-set tolerance)"
 
 
 def difference_line(row: Mapping[Any, Any], machines: Sequence[str]) -> str:
@@ -250,18 +264,20 @@ def audit(measurements: Mapping[str, pd.DataFrame], details: pd.DataFrame) -> Au
     whose chosen runs used the same model hash and seed; runs on different models or seeds are
     never audited against each other (their figures are expected to differ)."""
     by_machine = details.set_index("machine")
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for machine in measurements:
         model_hash = str(by_machine.loc[machine, "model_hash"] or "")
-        groups.setdefault((model_hash, field_text("seed", by_machine.loc[machine, "seed"])), []).append(machine)
+        drafts = str(by_machine.loc[machine, "drafts"]) if "drafts" in by_machine.columns else ""
+        key = (model_hash, field_text("seed", by_machine.loc[machine, "seed"]), drafts)
+        groups.setdefault(key, []).append(machine)
     audits, left_out = [], []
-    for (model_hash, seed), machines in groups.items():
+    for (model_hash, seed, _), machines in groups.items():
         if len(machines) > 1:
             audits.append(audit_group({m: measurements[m] for m in machines}, model_hash, seed))
         elif len(measurements) > 1:
             left_out.append(
-                f"{machines[0]}: not audited, no other machine's run used its model {model_hash[:12]} with seed "
-                f"{seed}: figures of different models or seeds are expected to differ"
+                f"{machines[0]}: not audited, no other machine's run used its model {model_hash[:12]} and drafts "
+                f"with seed {seed}: figures of different models or seeds are expected to differ"
             )
     return AuditResult(audits, left_out)
 
@@ -271,6 +287,9 @@ def audit_group(measurements: Mapping[str, pd.DataFrame], model_hash: str, seed:
     named = {machine: current_names(frame) for machine, frame in measurements.items()}
     label_of = case_points(*named.values())
     values: dict[tuple[str, str, str], dict[str, Any]] = {}
+    units = {
+        metric: unit for frame in named.values() for metric, unit in zip(frame["metric"], frame["unit"], strict=True)
+    }
     for machine, frame in named.items():
         kept = frame[[is_deterministic(m, u) for m, u in zip(frame["metric"], frame["unit"], strict=True)]]
         for experiment, key, metric, value in zip(
@@ -284,12 +303,30 @@ def audit_group(measurements: Mapping[str, pd.DataFrame], model_hash: str, seed:
             result.unmatched += 1
             continue
         result.compared += 1
-        if not all_equal(list(by_machine.values())):
+        kind = metrics.kind_of(metric, units.get(metric, ""))
+        result.within_tolerance += kind != "exact"
+        agree = all_equal if kind == "exact" else all_close
+        if not agree(list(by_machine.values())):
             differing.append(
                 {"experiment": experiment, "metric": metric, "case": label_of[(experiment, key)], **by_machine}
             )
     result.differences = pd.DataFrame(differing, columns=["experiment", "metric", "case", *machines])
     return result
+
+
+def all_close(values: Sequence[Any]) -> bool:
+    """Within NUMERICAL_TOLERANCE of the first value, two missing values counting as equal."""
+    first = values[0]
+    absolute, relative = NUMERICAL_TOLERANCE["absolute"], NUMERICAL_TOLERANCE["relative"]
+    return all(
+        (pd.isna(first) and pd.isna(value))
+        or (
+            not pd.isna(first)
+            and not pd.isna(value)
+            and abs(float(value) - float(first)) <= absolute + relative * max(abs(float(value)), abs(float(first)))
+        )
+        for value in values[1:]
+    )
 
 
 def all_equal(values: Sequence[Any]) -> bool:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import calibration, comparison
 from dashboard import review, review_charts
 from dashboard.charts import Figure
 from dashboard.metrics import RENAMED_METRICS
-from store import frames
 from store.store import Store
 from store.user_text import markdown_cell, markdown_text
 
@@ -30,9 +30,11 @@ class RunReport:
     run: dict[str, Any]
     baseline: dict[str, Any]
     table: pd.DataFrame
-    floors: dict[str, float]
+    floors: dict[tuple[str, str, str], float]  # (experiment, impl, method) → A/A floor, log scale
     warnings: list[str]
     earlier_runs: int  # how many the between-run floors were taken over
+    drift: float | None = None  # the machine's drift figure, where its earlier runs hold one
+    calibration: str = ""  # the measured error rates of the verdicts on this machine and preset
     charts: list[Figure] = field(default_factory=list)
 
 
@@ -83,40 +85,15 @@ def chart_frames(measurements: pd.DataFrame, which: str) -> dict[str, pd.DataFra
     }
 
 
-def between_run_history(store: Store, run: pd.DataFrame, earlier: list[int]) -> pd.DataFrame:
-    """The timed headline metrics of the run's experiments over the ``earlier`` runs."""
-    if not earlier or run.empty:
-        return pd.DataFrame()
-    present = set(zip(run["experiment"], run["metric"], strict=True))
-    wanted = [
-        headline
-        for headline in review.HEADLINES
-        if headline.better and (headline.experiment, headline.metric) in present
-    ]
-    pieces = [frames.metric_across_runs(store, headline.experiment, headline.metric) for headline in wanted]
-    history = pd.concat(pieces) if pieces else pd.DataFrame()
-    return history[history["run_id"].isin(earlier)] if not history.empty else history
-
-
-def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: bool = True) -> RunReport:
-    runs = frames.runs(store).set_index("run_id", drop=False)
-    run: dict[str, Any] = {str(key): value for key, value in runs.loc[run_id].to_dict().items()}
-    baseline: dict[str, Any] = {str(key): value for key, value in runs.loc[baseline_id].to_dict().items()}
-    run_measurements = frames.measurements(store, run_id)
-    baseline_measurements = frames.measurements(store, baseline_id)
-    ids = [
-        int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
-    ]
-    earlier = review.earlier_comparable_runs(runs.reset_index(drop=True), run_id)
-    history = between_run_history(store, run_measurements, earlier)
-    between = review.between_run_floors(history)
-    table = review.compare(
-        run_measurements,
-        baseline_measurements,
-        frames.samples(store, ids),
-        headline_only=headline_only,
-        between_runs=between,
-    )
+def build_report(
+    store: Store, run_id: int, baseline_id: int, *, headline_only: bool = True, calibrated: bool = True
+) -> RunReport:
+    """The review of ``run_id`` against ``baseline_id``; ``calibrated``: with the measured error
+    rates of the verdicts for the run's machine and preset (analysis.calibration)."""
+    inputs = comparison.read_inputs(store, run_id, baseline_id)
+    run, baseline = inputs.run, inputs.baseline
+    run_measurements, baseline_measurements = inputs.run_measurements, inputs.baseline_measurements
+    table = comparison.judge(inputs, headline_only=headline_only)
     warnings = warnings_for(run, baseline)
     for which, measured in (("run", run_measurements), ("baseline", baseline_measurements)):
         old = sorted(set(measured["metric"]) & set(RENAMED_METRICS))
@@ -126,15 +103,28 @@ def build_report(store: Store, run_id: int, baseline_id: int, *, headline_only: 
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )
     timed = table[table["kind"] == "timed"]
-    if not timed.empty and not between:
+    if not timed.empty and not inputs.between:
+        drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
+        learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         warnings.append(
             f"fewer than three earlier done runs of {run['preset'] or 'this spec'} on this machine: how far a timing "
-            "moves between runs is unknown, and a verdict may be the machine drifting between the two runs "
-            "(run the preset again to learn it)"
+            f"moves between runs is not known for these cases, so a shift within {learned} "
+            f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
         )
     report = RunReport(
-        run, baseline, table, review.noise_floors(run_measurements, baseline_measurements), warnings, len(earlier)
+        run,
+        baseline,
+        table,
+        review.noise_floors(run_measurements, baseline_measurements),
+        warnings,
+        len(inputs.earlier),
+        drift=inputs.drift,
     )
+    if calibrated:
+        preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
+        report.calibration = calibration.calibrate(
+            store, preset, fingerprint=str(run["machine_fingerprint"]), newest=calibration.PAGE_PAIRS
+        ).line()
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))
     ours, theirs = (
@@ -189,20 +179,24 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
                 formatted(row["run"]),
                 change,
                 formatted(row["p_value"], 2),
+                formatted(row["adjusted_p"], 2),
                 "" if pd.isna(row["noise_floor"]) else f"±{math.expm1(row['noise_floor']):.1%}",
             ]
         )
     return rows
 
 
-HEADER = ["verdict", "experiment", "metric", "point", "baseline", "run", "change", "p", "A/A floor"]
+HEADER = ["verdict", "experiment", "metric", "point", "baseline", "run", "change", "p", "adjusted p", "noise floor"]
 METHOD = (
     f"Deterministic metrics must be equal. Timed metrics: a two-sided Mann–Whitney U test on the raw samples of "
-    f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times) with p < {review.ALPHA:g}, and "
-    f"a shift of the medians beyond the noise floor: the wider of the A/A floor of the case's impl (the widest "
-    f"|log ratio| of an A/A pair in either run) and, given three or more earlier done runs of the preset on this "
-    f"machine, the between-run floor ({review.OUTLIER_MADS:g}·MAD of the case's log value over them); otherwise "
-    f"within noise."
+    f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times), its p-values adjusted over the "
+    f"review's timed tests together (Benjamini–Hochberg) and compared with {review.ALPHA:g}, and a shift of the "
+    f"medians beyond the noise floor of the metric's own kind: the A/A floor of its experiment and impl (the widest "
+    f"|log ratio| of an A/A pair in either run) for a paired ratio, the wider of the A/A ratio of minima and the "
+    f"spread of its own samples for a min-of-N time; and, given three or more earlier done runs of the preset on "
+    f"this machine, the between-run floor ({review.OUTLIER_MADS:g} robust standard deviations of the case's log "
+    f"value over them). Without an A/A floor: no floor. With fewer earlier runs, a shift within the machine's "
+    f"drift figure (else ±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift."
 )
 
 
@@ -214,6 +208,7 @@ def to_markdown(report: RunReport) -> str:
         f"- baseline: {describe(report.baseline, markdown_text)}",
         f"- verdicts: {review.summary_line(report.table)}",
         f"- A/A noise floor: {floors_line(report.floors)}",
+        *([f"- calibration: {report.calibration}"] if report.calibration else []),
         *(f"- warning: {warning}" for warning in report.warnings),
         *([f"- note: {markdown_text(report.run['note'])}"] if report.run.get("note") else []),
         "",
@@ -232,10 +227,13 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list
     return lines
 
 
-def floors_line(floors: dict[str, float]) -> str:
+def floors_line(floors: dict[tuple[str, str, str], float]) -> str:
     if not floors:
-        return "no A/A case in either run (timed verdicts rest on the test alone)"
-    return ", ".join(f"{impl} ±{math.expm1(floor):.1%}" for impl, floor in sorted(floors.items()))
+        return "no A/A case in either run (their timed verdicts say `no floor`)"
+    return ", ".join(
+        f"{experiment} · {impl}{' (min-of-N)' if method == 'min' else ''} ±{math.expm1(floor):.1%}"
+        for (experiment, impl, method), floor in sorted(floors.items())
+    )
 
 
 def to_svg(chart: Figure) -> str:
@@ -278,6 +276,7 @@ def to_html(report: RunReport) -> str:
 <li>baseline: {escape(describe(report.baseline))}</li>
 <li>verdicts: {escape(review.summary_line(report.table))}</li>
 <li>A/A noise floor: {escape(floors_line(report.floors))}</li>
+{f"<li>calibration: {escape(report.calibration)}</li>" if report.calibration else ""}
 {"".join(notes)}
 </ul>
 <p>{escape(METHOD)}</p>

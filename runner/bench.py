@@ -43,6 +43,12 @@ BENCHMARKS = (
 
 
 def unit_of(metric: str) -> str:
+    """The catalogue's unit (runner/metrics.py), else one from the name's suffix."""
+    from runner.metrics import lookup
+
+    known = lookup(metric)
+    if known is not None:
+        return known.unit
     if metric.endswith(("_us_per_token", "_us")):
         return "microseconds"
     if metric.endswith("_per_second"):

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from store.store import Store
 
 OutOption = Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")]
+RunOutOption = Annotated[
+    Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md), or - for stdout (with --format md).")
+]
+# The verdicts a CI job may fail on (`--fail-on`).
+GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "no floor")
 FormatOption = Annotated[
     str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
 ]
@@ -68,6 +73,10 @@ def checked_format(out: Path, report_format: str | None) -> str:
     chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
     if chosen not in report.REPORT_FORMATS:
         raise InputError(f"--format: {chosen!r} is not a report format (allowed: html, md)")
+    if str(out) == "-":
+        if chosen != "md":
+            raise InputError("--out: - (stdout) needs --format md (allowed: a file, or - with --format md)")
+        return chosen
     check_output_file(out)
     return chosen
 
@@ -77,9 +86,23 @@ def write_file(out: Path, text: str) -> None:
     write_whole(out, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
+def checked_gate(fail_on: str | None) -> list[str]:
+    """The verdicts named by ``--fail-on``, each checked."""
+    if fail_on is None:
+        return []
+    names = [name.strip() for name in fail_on.split(",") if name.strip()]
+    unknown = [name for name in names if name not in GATE_VERDICTS]
+    if unknown or not names:
+        raise InputError(
+            f"--fail-on: {', '.join(map(repr, unknown)) or 'nothing given'} (allowed: a comma-separated list of "
+            f"{', '.join(GATE_VERDICTS)})"
+        )
+    return names
+
+
 def report_run(
     run_id: RunOption,
-    out: OutOption,
+    out: RunOutOption,
     baseline_id: Annotated[
         int | None,
         typer.Option(
@@ -92,13 +115,22 @@ def report_run(
     all_metrics: Annotated[
         bool, typer.Option("--all-metrics", help="Every metric, not only the headline ones.")
     ] = False,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when any row has one of these verdicts, e.g. regressed,changed (a CI gate).",
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file."""
+    """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file.
+    With --fail-on, exits 1 when a listed verdict stands (0 otherwise, 2 for bad input)."""
     from dashboard import report, review
     from store import frames
 
     chosen_format = checked_format(out, report_format)
+    gate = checked_gate(fail_on)
     store = open_store(db, "report run")
     check_run(store, run_id)
     runs = frames.runs(store)
@@ -115,8 +147,18 @@ def report_run(
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
     built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
-    write_file(out, report.render(built, chosen_format))
-    typer.echo(f"wrote {out}: run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}")
+    summary = f"run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}"
+    if str(out) == "-":
+        typer.echo(report.render(built, chosen_format), nl=False)
+        typer.echo(summary, err=True)  # stdout holds the comment alone
+    else:
+        write_file(out, report.render(built, chosen_format))
+        typer.echo(f"wrote {out}: {summary}")
+    standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
+    if standing:
+        counts = review.verdict_counts(built.table)
+        typer.echo(f"--fail-on: {', '.join(f'{counts[name]} {name}' for name in standing)}", err=True)
+        raise typer.Exit(1)
 
 
 def report_machines(

@@ -10,6 +10,12 @@ How a row is judged, by the figure's kind:
   beside the write-up's, not judged.
 - machine: timed on this machine (speedups, microseconds, slopes): shown with its band.
 
+Each row also says where its value comes from: ``from the run`` (the run's own model and cases),
+``from decodelab's arithmetic`` (computed, or counted on a fixed shape: the same for any run) or
+``identity`` (a ratio that is n² or n by construction, a shape back-solved to match). The
+headline agreement counts the first only. Every figure entry pins the parameters its claim names,
+so a claim whose case the run does not hold says "not in this run", never "differs".
+
 Standard library only (no torch), so the dashboard's Seeds page builds the same rows.
 """
 
@@ -45,6 +51,20 @@ class MeasurementSource(Protocol):
     def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]: ...
 
 
+# What a row's value comes from: only ``RUN`` rows can disagree because of the run.
+RUN, ARITHMETIC, IDENTITY = "from the run", "from decodelab's arithmetic", "identity"
+# Case parts of a fixed shape, whatever the run's model: the same figures for any run.
+FIXED_SHAPE_PARTS = frozenset({"writeup_model", "counter_check"})
+
+
+def source_of(figure: dict[str, Any]) -> str:
+    if figure.get("source") == "identity":
+        return IDENTITY
+    if "computed" in figure or figure.get("params", {}).get("part") in FIXED_SHAPE_PARTS:
+        return ARITHMETIC
+    return RUN
+
+
 @dataclass(frozen=True)
 class Row:
     writeup: str
@@ -56,6 +76,7 @@ class Row:
     kind: str
     method: str
     verdict: str
+    source: str = RUN
 
 
 class RunFigures:
@@ -117,6 +138,7 @@ def seed_rows(source: MeasurementSource, run_id: int) -> list[Row]:
                 figure["kind"],
                 figure["method"],
                 judge(figure, value, run),
+                source_of(figure),
             )
         )
     return rows
@@ -131,10 +153,19 @@ def _number(value: float | None) -> str:
 
 
 def summary(rows: Sequence[Row]) -> str:
-    exact = [row for row in rows if row.kind == "exact"]
+    """The agreement count over the exact figures this run computed (its cases held); those of
+    decodelab's arithmetic and the identities agree for any run and are counted apart."""
+    exact = [row for row in rows if row.kind == "exact" and row.run_value is not None]
+    own = [row for row in exact if row.source == RUN]
+    agreeing = sum(row.verdict == "agrees" for row in own)
+    fixed = sum(row.source == ARITHMETIC for row in exact)
+    identities = sum(row.source == IDENTITY for row in exact)
     missing = sum(row.run_value is None for row in rows)
-    agreeing = sum(row.verdict == "agrees" for row in exact)
-    return f"{agreeing} of {len(exact)} exact figures agree; {missing} of {len(rows)} figures are not in this run."
+    return (
+        f"{agreeing} of {len(own)} exact figures computed by this run agree "
+        f"(not counted: {fixed} from decodelab's arithmetic and {identities} identities, the same for any run); "
+        f"{missing} of {len(rows)} figures are not in this run."
+    )
 
 
 def markdown(rows: Sequence[Row], run_id: int) -> str:
@@ -144,14 +175,14 @@ def markdown(rows: Sequence[Row], run_id: int) -> str:
         "Exact figures must agree within the write-up's printed precision; sampled ones within their noise "
         "bound; model and machine figures are shown beside the write-up's (another model, another machine).",
         "",
-        "| write-up | claim | write-up | this run | band | kind | method | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| write-up | claim | write-up | this run | band | kind | source | method | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         band = f"{_number(row.band_low)}–{_number(row.band_high)}" if row.band_low is not None else ""
         lines.append(
             f"| {row.writeup} | {row.claim} | {_number(row.writeup_value)} | {_number(row.run_value)} | {band} | "
-            f"{row.kind} | {row.method} | {row.verdict} |"
+            f"{row.kind} | {row.source} | {row.method} | {row.verdict} |"
         )
     return "\n".join([*lines, "", summary(rows)]) + "\n"
 

@@ -138,7 +138,21 @@ def run_details(store: Store, run_ids: Sequence[int]) -> pd.DataFrame:
     frame = _frame(store, query)
     specs = frame["spec"].map(lambda spec: json.loads(spec) if isinstance(spec, str) else spec)
     frame["seed"] = specs.map(lambda spec: (spec or {}).get("seed"))
+    frame["drafts"] = specs.map(draft_models)
     return frame.drop(columns=["spec"])
+
+
+# The speculative parameters that decide which draft models a run trains or derives from its target.
+DRAFT_FIELDS = ("drafts", "small_draft_d_model", "small_draft_steps", "small_draft_distilled", "ngram_order")
+
+
+def draft_models(spec: dict[str, Any] | None) -> str:
+    """What determines a run's draft models besides its target (their own hashes are not
+    recorded with the run): the speculative section's draft fields, as sorted JSON; empty for none."""
+    section = ((spec or {}).get("experiments") or {}).get("speculative")
+    if not section:
+        return ""
+    return json.dumps({name: section.get(name) for name in DRAFT_FIELDS}, sort_keys=True)
 
 
 def _measurement_query() -> Select[Any]:

@@ -1,8 +1,12 @@
 """A second run made from a real one through export and import, with its speculative decodes
-deliberately slower: what a reviewer should see flagged as a regression."""
+deliberately slower: what a reviewer should see flagged as a regression. ``steady`` copies
+replace every paired case's samples (A/A ones too) by its median seconds with a small seeded
+jitter: on a machine shared with other work a tiny decode's pairs can vary by 100×, and a test
+of the verdict must not depend on how busy the machine was when the session's run was made."""
 
 from __future__ import annotations
 
+import random
 import statistics
 import uuid
 from datetime import datetime, timedelta
@@ -11,8 +15,12 @@ from typing import Any
 from store.store import Store
 from store.transfer import export_json_rows, import_rows
 
+STEADY_JITTER = 0.002
 
-def slowed_copy(store: Store, run_id: int, *, slower_by: float = 10.0, hours_later: float = 1.0) -> int:
+
+def slowed_copy(
+    store: Store, run_id: int, *, slower_by: float = 10.0, hours_later: float = 1.0, steady: bool = False
+) -> int:
     """Import a copy of ``run_id`` (a new uid, started ``hours_later``) whose speculative side of
     every timed speculative pair took ``slower_by`` times as long; each speedup's median, min and
     max follow from the changed samples. Returns the new run's id."""
@@ -31,12 +39,23 @@ def slowed_copy(store: Store, run_id: int, *, slower_by: float = 10.0, hours_lat
     by_case: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_case.setdefault(row["params"], {})[row["metric"]] = row
+    generator = random.Random(f"{run_id}-{hours_later}")
     for params, metrics in by_case.items():
         speedup = metrics.get("speedup_median")
-        if row_part(params) != "speculative" or speedup is None or not speedup["samples"]:
+        if row_part(params) not in ("speculative", "aa") or speedup is None or not speedup["samples"]:
             continue
+        if steady:
+            middle = {
+                side: statistics.median(seconds for _, named, seconds in speedup["samples"] if named == side)
+                for side in "AB"
+            }
+            speedup["samples"] = [
+                [pair, side, middle[side] * (1 + generator.uniform(-STEADY_JITTER, STEADY_JITTER))]
+                for pair, side, _ in speedup["samples"]
+            ]
+        factor = slower_by if row_part(params) == "speculative" else 1.0
         speedup["samples"] = [
-            [pair, side, seconds * slower_by if side == "B" else seconds] for pair, side, seconds in speedup["samples"]
+            [pair, side, seconds * factor if side == "B" else seconds] for pair, side, seconds in speedup["samples"]
         ]
         ratios = pair_ratios(speedup["samples"])
         speedup["value"] = statistics.median(ratios)
@@ -58,3 +77,10 @@ def pair_ratios(samples: list[list[Any]]) -> list[float]:
     for pair, side, seconds in samples:
         sides.setdefault(int(pair), {})[side] = float(seconds)
     return [pair["A"] / pair["B"] for pair in sides.values()]
+
+
+def reviewed_pair(store: Store, run_id: int = 1) -> tuple[int, int]:
+    """(baseline, run): two steady copies of ``run_id``, the later one's speculative decodes 100
+    times slower. The baseline is the run's default baseline (the previous done run)."""
+    baseline = slowed_copy(store, run_id, slower_by=1.0, hours_later=0.5, steady=True)
+    return baseline, slowed_copy(store, run_id, slower_by=100.0, hours_later=1.0, steady=True)

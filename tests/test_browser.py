@@ -190,14 +190,14 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 def reviewed_dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str, int]]:
-    """The dashboard on two quick-shaped runs: the session's real tiny run and a copy of it whose
-    speculative decodes were made 100 times slower (tests/review_helpers.py)."""
+    """The dashboard on steady copies of the session's real tiny run, the later one's speculative
+    decodes made 100 times slower (tests/review_helpers.py)."""
     from store.store import Store
-    from tests.review_helpers import slowed_copy
+    from tests.review_helpers import reviewed_pair
 
     require_browser()
     url = copy_store(filled_store_url, tmp_path / "review.db")
-    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    _, slowed = reviewed_pair(Store(url))
     with serve_dashboard(url, tmp_path) as address:
         yield address, url, slowed
 
@@ -221,7 +221,8 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
         first = first.locator("li").first
         expect(first).to_contain_text("regressed · speculative · speedup_median", timeout=120_000)
         expect(main.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=60_000)
-        assert f"run={slowed}" in page.url and "baseline=1" in page.url, "the choice lives in the URL"
+        # reviewed_pair imports the steady baseline just before the slowed run.
+        assert f"run={slowed}" in page.url and f"baseline={slowed - 1}" in page.url, "the choice lives in the URL"
         page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
 
         main.get_by_role("textbox", name="Another tag (a-z, 0-9, . _ -)").fill("reviewed")

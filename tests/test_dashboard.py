@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import time
+import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import charts, data, theme
+from dashboard import charts, data, headlines, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
+from runner.sweeps import preset_text
 from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
@@ -197,20 +199,23 @@ def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     assert rule["mark"]["color"] == theme.REFERENCE_COLOR
 
 
-def test_tvd_chart_and_history_flags() -> None:
+def test_tvd_chart_and_history_change_points() -> None:
     distribution = pd.DataFrame({"draft": ["bigram"], "tvd": [0.01], "tvd_direct": [0.009], "tvd_noise_bound": [0.02]})
     assert [layer["mark"]["type"] for layer in layers(charts.tvd(distribution))] == ["bar", "tick"]
     history = pd.DataFrame(
         {
-            "run_id": range(6),
-            "machine": ["a"] * 6,
-            "machine_fingerprint": ["f"] * 6,
-            "started_at": pd.date_range("2026-01-01", periods=6, freq="D"),
-            "value": [1.0, 1.1, 0.9, 1.0, 1.05, 5.0],
+            "run_id": range(12),
+            "machine": ["a"] * 12,
+            "machine_fingerprint": ["f"] * 12,
+            "started_at": pd.date_range("2026-01-01", periods=12, freq="D"),
+            "value": [1.0, 1.1, 0.9, 1.0, 1.05, 5.0, 1.0, 1.02, 1.6, 1.62, 1.58, 1.61],
+            "tags": "",
         }
     )
-    flagged = data.flag_outliers(history)
-    assert flagged["outlier"].tolist() == [False, False, False, False, False, True]
+    flagged = headlines.change_points(history[["run_id", "value"]], history.drop(columns=["value"]))
+    # Every change point, not only the last: the jump to 5.0, the return, the new level at 1.6.
+    assert flagged.index[flagged["change_point"]].tolist() == [5, 6, 8]
+    assert flagged.loc[8, "review"] == "review?run=8&baseline=7" and flagged.loc[3, "review"] == "review?run=3"
     assert [layer["mark"]["type"] for layer in layers(charts.history(flagged, "seconds"))] == ["area", "line", "point"]
 
 
@@ -280,6 +285,23 @@ def test_the_launch_form_validates_and_enqueues(sqlite_url: str) -> None:
     tiny = launch(store, LaunchRequest("spec", "quick", [], spec_text, "gpu-box", False))
     job = rows_by(frames.jobs(store), "job_id")[tiny.job_id]
     assert (job["machine_name"], job["cases_total"]) == ("gpu-box", tiny.cases)
+
+
+def test_only_a_preset_launched_unchanged_is_stored_as_that_preset(sqlite_url: str) -> None:
+    """A subset of the preset's experiments, or other lengths, k or pairs, is a custom run: only
+    like is compared with like."""
+    store = Store(sqlite_url)
+    every = list(tomllib.loads(preset_text("quick"))["experiments"])
+    launched = {
+        "whole": launch(store, LaunchRequest("preset", "quick", every, "", "", True)),
+        "kv_cache only": launch(store, LaunchRequest("preset", "quick", ["kv_cache"], "", "", True)),
+        "other pairs": launch(store, LaunchRequest("preset", "quick", every, "", "", True, pairs=5)),
+    }
+    jobs = rows_by(frames.jobs(store), "job_id")
+    presets = {name: jobs[outcome.job_id]["preset"] for name, outcome in launched.items()}
+    presets = {name: None if pd.isna(preset) else preset for name, preset in presets.items()}
+    assert presets == {"whole": "quick", "kv_cache only": None, "other pairs": None}
+    assert launched["kv_cache only"].cases < launched["whole"].cases, "its own spec, kv_cache alone"
 
 
 def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -488,15 +510,15 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     filled_store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.conftest import copy_store
-    from tests.review_helpers import slowed_copy
+    from tests.review_helpers import reviewed_pair
 
     url = copy_store(filled_store_url, tmp_path / "review.db")
-    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    baseline, slowed = reviewed_pair(Store(url))
     monkeypatch.setenv("DECODELAB_DB", url)
     app = AppTest.from_file(str(DASHBOARD / "views" / "review.py"), default_timeout=120)
     app.run()
     assert not app.exception, [exception.value for exception in app.exception]
-    assert app.query_params["run"] == str(slowed) and app.query_params["baseline"] == "1"
+    assert app.query_params["run"] == str(slowed) and app.query_params["baseline"] == str(baseline)
     shown = {metric.label: metric.value for metric in app.metric}
     assert int(shown["regressed"]) > 0
     table = app.dataframe[0].value

@@ -9,6 +9,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dashboard import machines, machines_report
@@ -209,3 +210,48 @@ def test_the_progress_bar_names_every_case_of_a_preset_apart_in_words() -> None:
     assert not [label for label in labels.values() if "{" in label or "}" in label]
     assert "kv_cache · timing · static · n=256 · no_cache_impl=static" in labels.values()
     assert "kv_cache · prefill · fast · cache=False" in labels.values()
+
+
+def audit_frame(machine_name: str, logit_diff: float, cache_bytes: int) -> pd.DataFrame:
+    """A frames.measurements-shaped frame of one machine's run: a numerical and an exact figure."""
+    params = {"part": "equivalence", "impl": "fast", "n": 128}
+    return pd.DataFrame(
+        [
+            {
+                "run_id": 1,
+                "experiment": "kv_cache",
+                "case_id": 1,
+                "params": params,
+                "metric": metric,
+                "value": value,
+                "unit": unit,
+                "measurement_id": index,
+            }
+            for index, (metric, value, unit) in enumerate(
+                (("max_logit_diff", logit_diff, "logit"), ("cache_bytes", cache_bytes, "bytes"))
+            )
+        ]
+    )
+
+
+def test_the_audit_compares_exact_figures_for_equality_and_numerical_ones_within_the_kernels_tolerance() -> None:
+    """Two instruction sets: the fast path's logits differ by about 1e-5 (numerical, within
+    tolerance); a byte count must be equal; runs whose drafts differ are not audited together."""
+    details = pd.DataFrame(
+        {"machine": ["avx512", "avx2"], "model_hash": ["m", "m"], "seed": [7, 7], "drafts": ["d", "d"]}
+    )
+    close = machines.audit(
+        {"avx512": audit_frame("avx512", 3.1e-5, 1024), "avx2": audit_frame("avx2", 4.2e-5, 1024)}, details
+    )
+    [audit] = close.audits
+    assert audit.compared == 2 and audit.within_tolerance == 1 and audit.differences.empty
+    assert "1 exact figure(s) compared for equality, 1 numerical figure(s) within 0.0001 absolute" in audit.line()
+    apart = machines.audit(
+        {"avx512": audit_frame("avx512", 3.1e-5, 1024), "avx2": audit_frame("avx2", 0.02, 1028)}, details
+    )
+    assert sorted(apart.audits[0].differences["metric"]) == ["cache_bytes", "max_logit_diff"]
+    other_drafts = machines.audit(
+        {"avx512": audit_frame("avx512", 3.1e-5, 1024), "avx2": audit_frame("avx2", 3.1e-5, 1024)},
+        details.assign(drafts=["d", "e"]),
+    )
+    assert not other_drafts.audits and len(other_drafts.left_out) == 2

@@ -20,7 +20,7 @@ from store import frames
 from store.errors import StoreError
 from store.store import Store
 from tests.conftest import copy_store, run_decodelab
-from tests.review_helpers import slowed_copy
+from tests.review_helpers import reviewed_pair
 
 PAIRED = {"part": "speculative", "draft": "bigram", "k": 4, "impl": "static"}
 AA = {"part": "aa", "draft": "none", "k": 0, "impl": "static"}
@@ -64,6 +64,7 @@ def two_runs(
     *,
     aa_band: tuple[float, float] = (0.97, 1.03),
     acceptance=(0.6, 0.6),
+    drift: float | None = None,
 ) -> pd.DataFrame:
     """Compare a run and a baseline holding one paired speedup, one A/A case and one seeded count."""
     frames_by_run, samples = [], []
@@ -79,7 +80,7 @@ def two_runs(
         )
         frames_by_run.append(frame)
         samples += paired_samples(int(frame["measurement_id"].iloc[0]), ratios)
-    return review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples))
+    return review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), drift=drift)
 
 
 def verdict_of(table: pd.DataFrame, metric: str) -> dict[Any, Any]:
@@ -114,7 +115,9 @@ def test_a_significant_shift_inside_the_aa_noise_floor_is_within_noise() -> None
     run, baseline = [1.00 + 0.001 * index for index in range(7)], [1.05 + 0.001 * index for index in range(7)]
     wide = verdict_of(two_runs(run, baseline, aa_band=(0.9, 1.1)), "speedup_median")
     assert wide["p_value"] < review.ALPHA and wide["verdict"] == "within noise"
-    assert verdict_of(two_runs(run, baseline, aa_band=(0.99, 1.01)), "speedup_median")["verdict"] == "regressed"
+    # On a machine whose runs are known not to drift apart (a drift figure of 0).
+    steady = two_runs(run, baseline, aa_band=(0.99, 1.01), drift=0.0)
+    assert verdict_of(steady, "speedup_median")["verdict"] == "regressed"
 
 
 def test_a_changed_deterministic_metric_is_changed() -> None:
@@ -228,9 +231,9 @@ def test_tags_and_notes_travel_with_export_and_import(filled_store_url: str, tmp
 def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: str, tmp_path: Path) -> None:
     url = copy_store(filled_store_url, tmp_path / "review.db")
     store = Store(url)
-    slowed = slowed_copy(store, 1, slower_by=100.0)
-    assert review.default_baseline(frames.runs(store), slowed) == 1
-    built = report.build_report(store, slowed, 1)
+    baseline, slowed = reviewed_pair(store)
+    assert review.default_baseline(frames.runs(store), slowed) == baseline
+    built = report.build_report(store, slowed, baseline)
     table = built.table
     assert table.iloc[0]["verdict"] == "regressed" and table.iloc[0]["experiment"] == "speculative"
     deterministic = table[table["kind"] == "deterministic"]
@@ -249,15 +252,16 @@ def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_lin
     filled_store_url: str, tmp_path: Path
 ) -> None:
     url = copy_store(filled_store_url, tmp_path / "review.db")
-    slowed = slowed_copy(Store(url), 1, slower_by=100.0)
+    baseline, slowed = reviewed_pair(Store(url))
     tagged = run_decodelab("tag", "suspect", "--run", str(slowed), "--db", url, cwd=tmp_path)
     noted = run_decodelab("note", "slower on purpose", "--run", str(slowed), "--db", url, cwd=tmp_path)
     assert tagged.returncode == noted.returncode == 0, tagged.stderr + noted.stderr
     written = run_decodelab("report", "run", "--run", str(slowed), "--out", "r.md", "--db", url, cwd=tmp_path)
     assert written.returncode == 0, written.stderr
-    assert "regressed" in written.stdout and "baseline 1" in written.stdout
+    assert "regressed" in written.stdout and f"baseline {baseline}" in written.stdout
     text = (tmp_path / "r.md").read_text()
-    assert text.startswith(f"# decodelab: run {slowed} against baseline 1") and "note: slower on purpose" in text
+    assert text.startswith(f"# decodelab: run {slowed} against baseline {baseline}")
+    assert "note: slower on purpose" in text
     written = run_decodelab("report", "run", "--run", str(slowed), "--out", "r.html", "--db", url, cwd=tmp_path)
     assert written.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     for args, fragment in (
@@ -279,7 +283,8 @@ def test_a_shift_inside_the_between_run_floor_is_within_noise() -> None:
     inside the run; but over five earlier runs the case moved by about 20% between runs, so it is
     the machine drifting, not a regression."""
     run, baseline = [1.00 + 0.001 * index for index in range(7)], [1.10 + 0.001 * index for index in range(7)]
-    assert verdict_of(two_runs(run, baseline, aa_band=(0.99, 1.01)), "speedup_median")["verdict"] == "regressed"
+    steady = two_runs(run, baseline, aa_band=(0.99, 1.01), drift=0.0)
+    assert verdict_of(steady, "speedup_median")["verdict"] == "regressed"
     history = measurements(3, [(PAIRED, "speedup_median", value, "ratio") for value in (1.0, 1.25, 0.9, 1.2, 1.05)])
     history["started_at"] = pd.date_range("2026-01-01", periods=len(history), freq="D")
     floors = review.between_run_floors(history)

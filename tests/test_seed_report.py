@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from runner.experiments import context_cost, kv_cache
-from runner.seed_report import load_figures, seed_rows
+from runner.seed_report import ARITHMETIC, IDENTITY, RUN, load_figures, seed_rows, summary
 from runner.sweeps import load_preset
 from store.records import RecordedMeasurement
 from tests.conftest import run_decodelab
@@ -99,8 +99,25 @@ def test_the_report_command_writes_json_and_markdown(filled_store_url: str, tmp_
     rows = json.loads((tmp_path / "seed_report.json").read_text())
     assert len(rows) == len(load_figures())
     assert "| write-up | claim |" in (tmp_path / "seed_report.md").read_text()
-    assert "exact figures agree" in result.stdout
+    assert "exact figures computed by this run agree" in result.stdout
     missing = run_decodelab(
         "report", "seeds", "--run", "999", "--out", str(tmp_path), "--db", filled_store_url, cwd=tmp_path
     )
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "--run" in missing.stderr
+
+
+def test_a_claim_at_a_case_the_run_does_not_hold_is_not_in_this_run_and_only_run_rows_are_counted() -> None:
+    """The quick preset times widths at n = 128: the write-ups' claims at n = 256 are not its cases."""
+    width = {"part": "width", "d_model": 128, "n": 128, "impl": "static", "weights": "untrained", "n_layer": 3}
+    recorded = counted_parts_of_the_seed_preset()
+    recorded["kv_cache"].append(RecordedMeasurement(width, "arithmetic_ratio", 66.14, "ratio"))
+    rows = {row.claim: row for row in seed_rows(Recorded(recorded), 1)}
+    claim = rows["arithmetic ratio at d = 128, n = 256 (blocks only here; one decimal there)"]
+    assert claim.run_value is None and claim.verdict.startswith("not in this run")
+    assert rows["quadratic part, 4096 over 2048"].source == IDENTITY
+    assert rows["the write-ups' model: parameters"].source == IDENTITY
+    assert sum(row.source == ARITHMETIC for row in rows.values()) >= 5
+    counted = [row for row in rows.values() if row.kind == "exact" and row.source == RUN and row.run_value is not None]
+    assert summary(list(rows.values())).startswith(
+        f"{len(counted)} of {len(counted)} exact figures computed by this run"
+    )

@@ -3,9 +3,9 @@ its tags and note, and any metric's history on request."""
 
 import streamlit as st
 
+from analysis.review import tag_set
 from dashboard import charts, data, headlines, ui
 from dashboard.metrics import opening_metric
-from dashboard.review import tag_set
 from runner.labels import case_labels
 
 st.title("History")
@@ -17,10 +17,11 @@ if opened:
         st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}` or launch a sweep from the sidebar.")
     else:
         st.caption(
-            f"Change points: a run is marked (red diamond, a link to its review) when its value falls outside "
-            f"median ± {data.OUTLIER_MADS:g}·MAD (scaled to a standard deviation) of the previous "
-            f"{data.HISTORY_WINDOW} runs on the same machine fingerprint and impl, with at least three earlier "
-            "runs; runs tagged suspect are shown but neither marked nor counted."
+            "Change points: every run where a series (one machine fingerprint and impl) moves to a new level "
+            "is marked (red diamond, a link to its review against the run before it), found by PELT from the "
+            "ruptures library on the series standardised by its own run-to-run noise (docs/dashboard.md); the "
+            "band is each level's median ± 3 times that noise. Runs tagged suspect are shown but neither marked "
+            "nor counted."
         )
         columns = st.columns(2)
         for index, series in enumerate(headlines.SERIES):
@@ -32,11 +33,16 @@ if opened:
                     continue
                 st.caption(series.method)
                 ui.chart(charts.history(history, f"{series.name} ({series.unit})", color="series"))
-                changes = history[history["outlier"]]
+                changes = history[history["change_point"]]
                 if not changes.empty:
                     st.warning(
                         "Change points: "
-                        + ", ".join(f"[run {run}](review?run={run})" for run in changes["run_id"].tolist())
+                        + ", ".join(
+                            f"[run {run} ({series})]({link})"
+                            for run, series, link in zip(
+                                changes["run_id"], changes["series"], changes["review"], strict=True
+                            )
+                        )
                     )
 
         st.subheader("Runs")
@@ -104,11 +110,14 @@ if opened:
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
             flagged = headlines.change_points(values[values["point"] == point], runs)
             ui.chart(charts.history(flagged, metric))
-            outliers = flagged[flagged["outlier"]]
-            if outliers.empty:
-                st.write("No run falls outside its machine's history.")
+            if flagged.empty or not flagged["change_point"].any():
+                st.write("No change point: every machine's series stays at one level.")
             else:
-                st.warning(f"{len(outliers)} run(s) fall outside their machine's history.")
+                moved = int(flagged["change_point"].sum())
+                st.warning(f"{moved} change point(s): runs where a machine's series moved to a new level.")
             ui.table(
-                flagged, "history", ["run_id", "started_at", "machine", "value", "median", "low", "high", "outlier"]
+                flagged,
+                "history",
+                ["run_id", "started_at", "machine", "value", "median", "low", "high", "change_point", "review"],
+                links={"review": "review"},
             )

@@ -12,6 +12,9 @@ run_id = ui.pick_run(opened[0], "quantization", "quantization") if opened else N
 if opened and run_id is not None:
     unit = ui.singular(ui.text_unit(opened[0], run_id))  # token for an hf checkpoint's run
     cases = data.load_cases(opened[0], run_id, "quantization")
+    # The A/A cases (float32 against itself) calibrate the Review's verdicts; not variants.
+    if "part" in cases.columns:
+        cases = cases[cases["part"] != "aa"]
     cases["variant"] = [variant_label(p, k) for p, k in zip(cases["precision"], cases["kernel"], strict=True)]
     left, right = st.columns(2)
     with left:

@@ -55,10 +55,19 @@ if opened:
     for warning in built.warnings:
         st.warning(warning)
     table = built.table
+    if review.shares_no_case(table):
+        st.info(
+            f"Run {run_id} against run {baseline_id}: {review.summary_line(table)}. Pick a baseline of the same preset."
+        )
+        st.stop()
     counts = review.verdict_counts(table)
-    columns = st.columns(4)
-    for column, verdict in zip(columns, ("regressed", "changed", "improved", "within noise"), strict=True):
-        column.metric(verdict, counts.get(verdict, 0))
+    columns = st.columns(5)
+    shown_verdicts = ("regressed", "changed", "improved", "unknown drift", "within noise")
+    for column, verdict in zip(columns, shown_verdicts, strict=True):
+        column.metric(verdict, counts.get(verdict, 0), help=review.VERDICT_MEANINGS[verdict])
+    st.markdown(f"**Calibration:** {built.calibration}")
+    with st.expander("What each verdict means (each row's `why` says which floor, test and adjusted p)"):
+        st.markdown("\n".join(f"- **{verdict}**: {meaning}" for verdict, meaning in review.VERDICT_MEANINGS.items()))
     st.caption(f"A/A noise floor: {report.floors_line(built.floors)}. {report.METHOD}")
     first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
     if not first.empty:

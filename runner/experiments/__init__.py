@@ -69,3 +69,18 @@ def registry() -> dict[str, Experiment]:
         context_cost.EXPERIMENT,
     ]
     return {experiment.name: experiment for experiment in experiments}
+
+
+# The A/A case's metrics: one decode paired against itself, what the clock alone does to a
+# paired ratio (aa_speedup and its band) and to a ratio of two minima (aa_min_ratio), per impl.
+AA_PART = "aa"
+
+
+def aa_measurements(harness: Harness, decode: Callable[[], object], pairs: int) -> list[MeasurementRecord]:
+    """The noise floor of the paired and of the min-of-N method for ``decode`` on this machine
+    now: the same decode on both sides of every pair."""
+    paired = harness.paired(decode, decode, pairs=pairs)
+    return [
+        *paired.measurements("aa_speedup"),
+        MeasurementRecord("aa_min_ratio", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),
+    ]

@@ -14,7 +14,7 @@ import torch
 from runner import counting, roofline
 from runner.cost_model import Shape
 from runner.decode import generate
-from runner.experiments import ExperimentContext
+from runner.experiments import ExperimentContext, aa_measurements
 from runner.experiments.kv_exactness import measure
 from runner.fitting import fit_power_law
 from runner.model import CharGPT, ModelConfig
@@ -158,3 +158,14 @@ def prefill(case: dict[str, Any], context: ExperimentContext) -> list[Measuremen
             "ratio",
         ),
     ]
+
+
+def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """The case's cached decode paired against itself: the noise floor of this experiment's
+    timings through the impl."""
+    model, prompt, n, impl = context.model, context.prompt(), case["n"], case["impl"]
+    return aa_measurements(
+        context.harness,
+        lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
+        case["pairs"],
+    )

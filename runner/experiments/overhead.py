@@ -17,7 +17,7 @@ import torch
 from runner import counting, roofline
 from runner.cost_model import Shape
 from runner.decode import IMPLS, generate
-from runner.experiments import ExperimentContext
+from runner.experiments import AA_PART, ExperimentContext, aa_measurements
 from runner.fields import Field
 from runner.fitting import fit_line
 from runner.model import CharGPT, ModelConfig
@@ -54,11 +54,53 @@ class OverheadExperiment:
                 if d % model["n_head"] == 0
             ]
             cases.append({"part": "fit", "impl": impl, "widths": params["widths"], "n": params["tokens"], **shape})
+        # The A/A case per impl, at the narrowest width (the cheapest decode): the floor of the
+        # min-of-N seconds above, measured as they are, the same decode against itself.
+        usable = [d for d in params["widths"] if d % model["n_head"] == 0]
+        if usable:
+            cases += [
+                {
+                    "part": AA_PART,
+                    "impl": impl,
+                    "d_model": min(usable),
+                    "n": params["tokens"],
+                    "weights": "untrained",
+                    "pairs": max(3, params["repeats"]),
+                    **shape,
+                }
+                for impl in params["impls"]
+            ]
         return cases
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
         if case["part"] == "fit":
             return self._fit(case, context)
+        model, prompt, n = self._untrained(case, context), [0], case["n"]
+        if case["part"] == AA_PART:
+            return tuple(
+                aa_measurements(
+                    context.harness,
+                    lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
+                    case["pairs"],
+                )
+            )
+        timing = context.harness.min_of(
+            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"]
+        )
+        return (
+            timing.measurement("seconds_per_token", scale=1.0 / n),
+            MeasurementRecord(
+                "mults_per_token",
+                counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], model.config.vocab_size),
+                "multiplications",
+            ),
+            *roofline.timed_generation(
+                context, Shape.of(model.config), case["impl"], "fp32", len(prompt), n, {"": (True, timing.minimum / n)}
+            ),
+        )
+
+    @staticmethod
+    def _untrained(case: dict[str, Any], context: ExperimentContext) -> CharGPT:
         base = context.model.config
         torch.manual_seed(context.seed)
         model = CharGPT(
@@ -71,21 +113,7 @@ class OverheadExperiment:
             )
         ).to(context.device)
         model.eval()
-        prompt, n = [0], case["n"]
-        timing = context.harness.min_of(
-            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"]
-        )
-        return (
-            timing.measurement("seconds_per_token", scale=1.0 / n),
-            MeasurementRecord(
-                "mults_per_token",
-                counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], base.vocab_size),
-                "multiplications",
-            ),
-            *roofline.timed_generation(
-                context, Shape.of(model.config), case["impl"], "fp32", len(prompt), n, {"": (True, timing.minimum / n)}
-            ),
-        )
+        return model
 
     def _fit(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
         points: dict[int, dict[str, float]] = {}

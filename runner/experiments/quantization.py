@@ -4,7 +4,8 @@ diverges from float32, and what it does to time per token.
 One case per (precision, kernel); float32 is the baseline case every other one is compared
 with. Time is paired against float32 in the same case, so drift cancels in the ratio. The fast
 path's own kernels (fast_int8, fast_bf16) are measured through that path (case param ``impl``):
-loss from its logits, divergence and time against float32 through the same fast path.
+loss from its logits, divergence and time against float32 through the same fast path. One A/A
+case (part ``aa``) per impl times float32 against itself: the floor of the speedups.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from runner import roofline
 from runner.cost_model import Shape
 from runner.decode import first_difference, generate
 from runner.errors import InputError
-from runner.experiments import ExperimentContext
+from runner.experiments import AA_PART, ExperimentContext, aa_measurements
 from runner.fields import Field
 from runner.model import CharGPT
 from runner.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
@@ -72,10 +73,22 @@ class QuantizationExperiment:
                 if kernel.startswith("fast_"):
                     case["impl"] = "fast"
                 cases.append({**case, **shared})
+        # The A/A case per impl timed here: float32 against itself, the floor of the speedups.
+        impls = sorted({case.get("impl", "static") for case in cases})
+        cases += [{"part": AA_PART, "precision": "fp32", "kernel": "float32", "impl": impl, **shared} for impl in impls]
         return cases
 
     def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
         reference = context.model
+        if case.get("part") == AA_PART:
+            prompt, tokens, impl = context.prompt(), case["timing_tokens"], case["impl"]
+            return tuple(
+                aa_measurements(
+                    context.harness,
+                    lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
+                    case["pairs"],
+                )
+            )
         if case["precision"] == "fp32":
             model: CharGPT = reference
         else:

@@ -1,0 +1,96 @@
+"""A review's inputs read from a store once (both runs' measurements and samples, the earlier
+runs' history, the machine's drift figure) and judged: by the report, the CI gate and the
+calibration, which also judges them again with the run's samples slowed on purpose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from analysis import review
+from analysis import runs as runs_module
+from store import frames
+from store.store import Store
+
+
+@dataclass
+class ReviewInputs:
+    run: dict[str, Any]
+    baseline: dict[str, Any]
+    run_measurements: pd.DataFrame
+    baseline_measurements: pd.DataFrame
+    samples: pd.DataFrame
+    earlier: list[int]  # the runs the between-run floors were taken over
+    between: dict[tuple[str, str, str], float]
+    drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
+
+
+def timed_headline_history(store: Store, present: set[tuple[str, str]]) -> pd.DataFrame:
+    """The timed headline metrics among ``present`` (experiment, metric) over every run."""
+    wanted = [
+        headline
+        for headline in review.HEADLINES
+        if headline.better and (headline.experiment, headline.metric) in present
+    ]
+    pieces = [frames.metric_across_runs(store, headline.experiment, headline.metric) for headline in wanted]
+    pieces = [piece for piece in pieces if not piece.empty]
+    return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
+
+
+def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame | None = None) -> ReviewInputs:
+    runs = frames.runs(store) if runs is None else runs
+    by_id = runs.set_index("run_id", drop=False)
+    run: dict[str, Any] = {str(key): value for key, value in by_id.loc[run_id].to_dict().items()}
+    baseline: dict[str, Any] = {str(key): value for key, value in by_id.loc[baseline_id].to_dict().items()}
+    run_measurements = frames.measurements(store, run_id)
+    baseline_measurements = frames.measurements(store, baseline_id)
+    ids = [
+        int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
+    ]
+    earlier = review.earlier_comparable_runs(runs, run_id)
+    present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
+    history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
+    between: dict[tuple[str, str, str], float] = {}
+    drift = None
+    if not history.empty:
+        between = review.between_run_floors(history[history["run_id"].isin(earlier)])
+        machine = history[history["run_id"].isin(runs_module.machine_runs_before(runs, run_id))]
+        presets = runs.set_index("run_id")["preset"]
+        drift = review.drift_figure(machine.assign(preset=machine["run_id"].map(presets)))
+    return ReviewInputs(
+        run,
+        baseline,
+        run_measurements,
+        baseline_measurements,
+        frames.samples(store, ids),
+        earlier,
+        between,
+        drift,
+    )
+
+
+def slowed(inputs: ReviewInputs, slower_by: float) -> pd.DataFrame:
+    """The samples with every timed measurement of the run made ``slower_by`` times as slow on the
+    side that is measured: the candidate (B) of a paired ratio, the one side of a min-of-N time."""
+    samples = inputs.samples.copy()
+    if samples.empty:
+        return samples
+    own = samples["measurement_id"].isin(set(inputs.run_measurements["measurement_id"]))
+    paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
+    measured = own & ((paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A")))
+    samples.loc[measured, "seconds"] = samples.loc[measured, "seconds"] * slower_by
+    return samples
+
+
+def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The verdict table of the review (``samples`` in place of the stored ones, if given)."""
+    return review.compare(
+        inputs.run_measurements,
+        inputs.baseline_measurements,
+        inputs.samples if samples is None else samples,
+        headline_only=headline_only,
+        between_runs=inputs.between,
+        drift=inputs.drift,
+    )

@@ -1,0 +1,320 @@
+"""The metric catalogue: every metric an experiment records, once, with its unit, its kind, which
+way is better, where it is a headline, its band and its old names. Pages, reports, the review's
+verdicts and the machines audit look metrics up here; adding a metric is adding one entry.
+
+Kinds (what a second run may do to the figure):
+- ``exact``: integers, byte counts, equality flags, seeded counts and ratios of them: equal on
+  every machine for the same model, seed and code;
+- ``numerical``: floating results (losses, logit differences, entropies) that reproduce on one
+  machine but may differ in the last bits across instruction sets: equal within
+  NUMERICAL_TOLERANCE;
+- ``sampled``: statistics of seeded sampling from floating probabilities (distances, p-values):
+  as numerical;
+- ``timed``: read from the clock (seconds, measured speedups): judged against a noise floor;
+- ``predicted``: computed from timings by a model (speedup formulas, choices): noisy, not judged;
+- ``fitted``: a fit over timed points (slopes, intercepts): noisy, not judged.
+
+Standard library only: the CLI, the runner and the dashboard all import it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = ("exact", "numerical", "sampled", "timed", "predicted", "fitted")
+# Kinds that reproduce on one machine for one model, seed and code (the rest carry noise).
+DETERMINISTIC_KINDS = frozenset({"exact", "numerical", "sampled"})
+# How far a numerical or sampled figure may move across instruction sets: the fast path's
+# kernels differ from eager PyTorch by about 1e-4 in the logits (tests/test_fast_kernels.py
+# holds them to 1e-4 absolute); relative 1e-3 leaves room for the losses summed from them.
+NUMERICAL_TOLERANCE = {"absolute": 1e-4, "relative": 1e-3}
+# The one suffix pair of a band: METRIC_low and METRIC_high (timing.Paired writes them).
+BAND_SUFFIXES = ("_low", "_high")
+# Where an experiment's headlines come in a review, the machines matrix and the docs.
+EXPERIMENT_ORDER = ("training_summary", "kv_cache", "overhead", "quantization", "speculative", "context_cost", "bench")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric. ``name`` may hold one ``{placeholder}`` (e.g. ``accepted_length_{length}``)
+    for a family of names; ``headline`` names the experiments whose review shows it first;
+    ``band`` the (low, high) metrics recorded around it; ``old_names`` what older runs called it."""
+
+    name: str
+    unit: str
+    kind: str
+    better: str | None = None
+    headline: tuple[str, ...] = ()
+    band: tuple[str, str] | None = None
+    old_names: tuple[str, ...] = ()
+    help: str = ""
+
+    @property
+    def deterministic(self) -> bool:
+        return self.kind in DETERMINISTIC_KINDS
+
+
+def _paired(
+    name: str, help: str, *, headline: tuple[str, ...] = (), band: tuple[str, str] | None = None
+) -> list[Metric]:
+    """A paired speedup (timing.Paired): the median ratio, higher is better, and its band."""
+    low, high = band or (name + BAND_SUFFIXES[0], name + BAND_SUFFIXES[1])
+    return [
+        Metric(name, "ratio", "timed", "higher", headline, (low, high), help=help),
+        Metric(low, "ratio", "timed", help=f"the smallest pair's ratio of {name}"),
+        Metric(high, "ratio", "timed", help=f"the largest pair's ratio of {name}"),
+    ]
+
+
+def _exact(unit: str, *names: str, headline: tuple[str, ...] = ()) -> list[Metric]:
+    return [Metric(name, unit, "exact", headline=headline) for name in names]
+
+
+def _timed(unit: str, *names: str, better: str = "lower") -> list[Metric]:
+    return [Metric(name, unit, "timed", better) for name in names]
+
+
+TS, KV, OH, QU, SP, CC, BE = EXPERIMENT_ORDER
+
+# In headline order within each experiment (the review and the matrix list them so).
+CATALOGUE: tuple[Metric, ...] = (
+    Metric("seconds_per_token", "seconds", "timed", "lower", (TS, OH), help="min-of-N seconds per generated token"),
+    Metric("val_loss", "nats", "numerical", headline=(TS,), help="held-out cross-entropy"),
+    Metric("parameter_count", "parameters", "exact", headline=(TS,)),
+    *_paired("measured_speedup", "no cache over cache, paired, through one impl", headline=(KV,)),
+    *_paired("speedup_vs_eager_no_cache", "the eager no-cache path over the impl's cache, paired", headline=(KV,)),
+    Metric("strings_identical", "bool", "exact", headline=(KV,)),
+    Metric("greedy_identical", "bool", "exact", headline=(KV,)),
+    Metric("max_logit_diff", "logit", "numerical", headline=(KV,), help="largest |logit difference| compared"),
+    Metric("counter_matches_closed_form", "bool", "exact", headline=(KV,)),
+    Metric("arithmetic_ratio", "ratio", "exact", headline=(KV,), help="multiplications without over with the cache"),
+    Metric("arithmetic_ratio_causal", "ratio", "exact", headline=(KV,)),
+    Metric("kv_computations_no_cache", "computations", "exact", headline=(KV,)),
+    Metric("cache_bytes", "bytes", "exact", headline=(KV,)),
+    *_paired("speedup_vs_fp32", "float32 over the quantized model, paired", headline=(QU,)),
+    Metric("loss_increase", "nats", "numerical", headline=(QU,), help="held-out loss minus float32's"),
+    Metric("weight_bytes", "bytes", "exact", headline=(QU,)),
+    Metric("divergence_position_greedy", "tokens", "exact", headline=(QU,)),
+    Metric("divergence_position_sampled", "tokens", "exact", headline=(QU,)),
+    *_paired(
+        "speedup_median",
+        "plain decoding over speculative, paired (the A/A case: the plain decode against itself)",
+        headline=(SP,),
+        band=("speedup_min", "speedup_max"),
+    ),
+    Metric("acceptance_rate", "ratio", "exact", headline=(SP,), help="accepted over proposed, seeded"),
+    Metric("chars_per_target_pass", "chars", "exact", headline=(SP,)),
+    Metric("target_passes", "passes", "exact", headline=(SP,)),
+    Metric("within_sampling_noise", "bool", "sampled", headline=(SP,)),
+    Metric("check_detects_broken_rule", "bool", "sampled", headline=(SP,)),
+    Metric("quad_ratio", "ratio", "exact", headline=(CC,)),
+    Metric("linear_ratio", "ratio", "exact", headline=(CC,)),
+    Metric("crossover_n", "tokens", "exact", headline=(CC,)),
+    Metric("fast_us_per_token", "microseconds", "timed", "lower", (BE,)),
+    Metric("speedup_vs_transformers", "ratio", "timed", "higher", (BE,)),
+    # ---- the A/A cases: calibrate the verdicts, never compared themselves
+    *_paired("aa_speedup", "one decode paired against itself: the paired method's noise floor"),
+    Metric("aa_min_ratio", "ratio", "timed", help="one decode's minimum over its own: the min-of-N noise floor"),
+    # ---- training_summary
+    Metric("train_loss", "nats", "numerical"),
+    Metric("unigram_entropy", "nats", "numerical"),
+    # ---- kv_cache
+    *_exact("bool", "tokens_identical_no_cache_vs_cache", "exceeds_tolerance", "within_tolerance"),
+    *_exact(
+        "multiplications",
+        "closed_form_mults_cache",
+        "closed_form_mults_no_cache",
+        "closed_form_mults_no_cache_causal",
+        "counted_mults_cache",
+        "counted_mults_no_cache",
+        "counted_mults_no_cache_causal",
+        "head_closed_form_mults_no_cache",
+        "head_counted_mults_no_cache",
+        "head_mults_per_token_cache",
+        "head_mults_per_token_no_cache",
+        "mults_cache",
+        "mults_no_cache",
+        "mults_no_cache_causal",
+        "mults_cache_with_lm_head",
+        "mults_no_cache_with_lm_head",
+        "mults_per_token",
+    ),
+    *_exact("computations", "kv_computations_cache", "kv_computations_cache_per_layer"),
+    *_exact("computations", "kv_computations_no_cache_per_layer"),
+    *_exact("ratio", "arithmetic_ratio_with_lm_head", "arithmetic_ratio_writeup_model", "bytes_ratio_vs_fp32"),
+    Metric("cache_bytes{suffix}", "bytes", "exact", help="the cache of fewer K/V heads (_kv_heads_N)"),
+    Metric("cache_bytes_allocated", "bytes", "exact"),
+    Metric("cache_elements", "elements", "exact"),
+    Metric("cache_elements{suffix}", "elements", "exact"),
+    Metric("cache_to_weight_ratio", "ratio", "exact"),
+    Metric("cache_to_weight_ratio{suffix}", "ratio", "exact"),
+    Metric("last_logit_diff", "logit", "numerical"),
+    Metric("top2_margin", "logit", "numerical"),
+    Metric("top2_margin_step", "tokens", "exact"),
+    Metric("reference_max_output_diff", "value", "numerical"),
+    *_timed(
+        "seconds",
+        "seconds_cache",
+        "seconds_no_cache",
+        "seconds_eager_no_cache",
+        "seconds_per_token_cache",
+        "prefill_seconds",
+        "decode_seconds_per_token",
+    ),
+    Metric("min_ratio_speedup", "ratio", "timed", "higher", help="the write-ups' ratio of minima"),
+    Metric("prefill_to_decode_ratio", "ratio", "timed"),
+    Metric("received_fraction", "ratio", "timed", "higher", help="measured speedup over the arithmetic ratio"),
+    Metric("received_fraction_causal", "ratio", "timed", "higher"),
+    Metric("slope_{mode}", "exponent", "fitted", help="time ∝ n^slope, least squares on log–log axes"),
+    Metric("fit_scale_{mode}", "seconds", "fitted"),
+    Metric("max_fit_error_{mode}", "ratio", "fitted"),
+    # ---- overhead
+    Metric("overhead_seconds_per_token", "seconds", "fitted", help="a of seconds = a + b·mults"),
+    Metric("seconds_per_mult", "seconds", "fitted", help="b of seconds = a + b·mults"),
+    Metric("max_fit_error", "ratio", "fitted"),
+    Metric("widths_fitted", "count", "exact"),
+    # ---- quantization
+    Metric("weight_bytes_fp32", "bytes", "exact"),
+    Metric("seconds_per_token_fp32", "seconds", "timed", "lower"),
+    # ---- speculative
+    *_exact("tokens", "accepted", "proposed"),
+    Metric("accepted_length_{length}", "passes", "exact", help="passes that accepted this many drafted tokens"),
+    Metric("acceptance_per_decided", "ratio", "exact"),
+    Metric("one_minus_mean_tv", "ratio", "exact"),
+    Metric("expected_chars_per_pass", "chars", "numerical"),
+    Metric("alpha_a_priori", "probability", "numerical"),
+    *(
+        Metric(name, "probability", "sampled")
+        for name in (
+            "tvd",
+            "tvd_direct",
+            "tvd_broken_rule",
+            "tvd_expected_bound",
+            "tvd_noise_bound",
+            "draft_target_tvd",
+            "chi2_pvalue",
+            "chi2_pvalue_direct",
+            "chi2_pvalue_broken_rule",
+        )
+    ),
+    Metric("direct_within_sampling_noise", "bool", "sampled"),
+    *_timed(
+        "seconds",
+        "baseline_seconds",
+        "speculative_seconds",
+        "target_step_seconds",
+        "verify_seconds",
+        "draft_seconds_per_char",
+        "a_priori_step_seconds",
+    ),
+    *_timed("microseconds", "draft_call_us", "target_pass_us"),
+    Metric("draft_cost_ratio", "ratio", "timed"),
+    Metric("draft_cost_ratio_writeup", "ratio", "timed"),
+    Metric("verify_cost_ratio", "ratio", "timed"),
+    Metric("a_priori_draft_cost_ratio", "ratio", "timed"),
+    Metric("a_priori_verify_cost_ratio", "ratio", "timed"),
+    Metric(
+        "writeup_formula_speedup",
+        "ratio",
+        "predicted",
+        old_names=("predicted_speedup",),
+        help="write-ups' formula: cpp / (1 + k·c), after the run",
+    ),
+    Metric("writeup_formula_relative_error", "ratio", "predicted", old_names=("predicted_relative_error",)),
+    Metric(
+        "component_model_speedup",
+        "ratio",
+        "predicted",
+        old_names=("predicted_speedup_refined",),
+        help="component model: cpp / (v + k·c), after the run",
+    ),
+    Metric("component_model_relative_error", "ratio", "predicted", old_names=("predicted_refined_relative_error",)),
+    Metric("predicted_speedup_a_priori", "ratio", "predicted", help="a priori: E / (v + k·c), before the run"),
+    Metric("a_priori_relative_error", "ratio", "predicted"),
+    Metric("a_priori_regret", "ratio", "predicted"),
+    *(
+        Metric(name, unit, "predicted")
+        for name, unit in (
+            ("a_priori_choice_draft_index", "choice"),
+            ("a_priori_choice_k", "choice"),
+            ("a_priori_chose_best", "choice"),
+            ("a_priori_choice_speedup", "ratio"),
+            ("measured_best_draft_index", "choice"),
+            ("measured_best_k", "choice"),
+            ("measured_best_speedup", "ratio"),
+        )
+    ),
+    # ---- context_cost
+    *_exact("pairs", "append_pairs", "causal_pairs", "generate_pairs", "wasted_pairs"),
+    *_exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
+    Metric("max_context_for_bytes", "tokens", "exact"),
+    Metric("score_bytes", "bytes", "exact"),
+    # ---- bench (each benchmark script's name=value lines; runner.bench)
+    Metric("benchmark_seconds", "seconds", "timed", "lower"),
+)
+
+
+def _index() -> tuple[dict[str, Metric], list[tuple[re.Pattern[str], Metric]]]:
+    exact: dict[str, Metric] = {}
+    families: list[tuple[re.Pattern[str], Metric]] = []
+    for metric in CATALOGUE:
+        if metric.kind not in KINDS:
+            raise ValueError(f"metric {metric.name}: kind {metric.kind!r} is not one of {', '.join(KINDS)}")
+        if "{" in metric.name:
+            pattern = re.sub(r"\\\{[a-z_]+\\\}", "[a-z0-9_]+", re.escape(metric.name))
+            families.append((re.compile(pattern + "$"), metric))
+        else:
+            exact.setdefault(metric.name, metric)  # a repeated entry keeps the first (its headline one)
+    return exact, families
+
+
+BY_NAME, FAMILIES = _index()
+# Old name → current name: older runs keep the names they were recorded under.
+RENAMED_METRICS = {old: metric.name for metric in CATALOGUE for old in metric.old_names}
+
+
+def lookup(name: str) -> Metric | None:
+    """The catalogue's entry for a metric name (current or old), None for an unknown one."""
+    name = RENAMED_METRICS.get(name, name)
+    found = BY_NAME.get(name)
+    if found is not None:
+        return found
+    return next((metric for pattern, metric in FAMILIES if pattern.match(name)), None)
+
+
+# The kind of a metric the catalogue does not know (a benchmark's own line, a newer run's), by unit.
+COUNT_UNITS = frozenset(
+    {"multiplications", "pairs", "tokens", "passes", "bytes", "bool", "chars", "parameters", "count"}
+    | {"computations", "elements"}
+)
+FLOATING_UNITS = frozenset({"probability", "nats", "logit", "value"})
+
+
+def kind_of(name: str, unit: str) -> str:
+    """A metric's kind; an unknown one's from its unit: counts exact, losses and logits
+    numerical, anything else (seconds, ratios) timed."""
+    metric = lookup(name)
+    if metric is not None:
+        return metric.kind
+    return "exact" if unit in COUNT_UNITS else "numerical" if unit in FLOATING_UNITS else "timed"
+
+
+def is_deterministic(name: str, unit: str) -> bool:
+    """Whether the metric must reproduce in a second identical run on one machine."""
+    return kind_of(name, unit) in DETERMINISTIC_KINDS
+
+
+def headlines() -> tuple[tuple[str, Metric], ...]:
+    """(experiment, metric) of every headline, in EXPERIMENT_ORDER and catalogue order."""
+    return tuple(
+        (experiment, metric) for experiment in EXPERIMENT_ORDER for metric in CATALOGUE if experiment in metric.headline
+    )
+
+
+def band_of(name: str) -> tuple[str, str]:
+    """The (low, high) metric names that band ``name``."""
+    metric = lookup(name)
+    if metric is not None and metric.band is not None:
+        return metric.band
+    return name + BAND_SUFFIXES[0], name + BAND_SUFFIXES[1]
