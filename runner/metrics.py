@@ -250,6 +250,41 @@ CATALOGUE: tuple[Metric, ...] = (
     *_exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
     Metric("max_context_for_bytes", "tokens", "exact"),
     Metric("score_bytes", "bytes", "exact"),
+    # ---- roofline placement of every timed decode (runner.roofline; kv_cache adds a _no_cache copy)
+    *(
+        Metric(name + suffix, unit, kind, help=text)
+        for suffix in ("", "_no_cache")
+        for name, unit, kind, text in (
+            (
+                "bytes_per_token",
+                "bytes",
+                "exact",
+                "weights at stored precision, K/V and activations moved, counted",
+            ),
+            ("flops_per_token", "flops", "exact", "multiply-adds × 2, counted from the shape"),
+            ("working_set_bytes", "bytes", "exact", "what one step touches, counted"),
+            ("cache_level", "level", "predicted", "the cache level (1-4, 4 = DRAM) that holds the working set here"),
+            ("achieved_bytes_per_second", "bytes/second", "timed", "bytes per token over the measured time"),
+            ("achieved_flops_per_second", "flops/second", "timed", "flops per token over the measured time"),
+            ("roof_fraction", "ratio", "timed", "roofline time over the measured time"),
+            ("regime", "regime", "predicted", "0 memory-, 1 compute-, 2 overhead-bound"),
+            ("roofline_predicted_seconds_per_token", "seconds", "predicted", "from the roof and counts, before timing"),
+            ("roofline_prediction_error", "ratio", "predicted", "predicted over measured, minus one"),
+        )
+    ),
+    Metric("roofline_predicted_verify_cost_ratio", "ratio", "predicted"),
+    Metric("roofline_verify_cost_ratio_error", "ratio", "predicted"),
+    Metric("roofline_predicted_speedup", "ratio", "predicted"),
+    Metric("roofline_speedup_error", "ratio", "predicted"),
+    Metric("roofline_verify_regime", "regime", "predicted"),
+    Metric("roofline_break_even_acceptance", "ratio", "predicted"),
+    # ---- a local Hugging Face checkpoint's peers (runner.hf_peer)
+    Metric("seconds_transformers_cache", "seconds", "timed", "lower"),
+    *_paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),
+    Metric("transformers_tokens_identical", "bool", "exact"),
+    Metric("hf_assisted_seconds", "seconds", "timed", "lower"),
+    *_paired("speedup_vs_hf_assisted", "Hugging Face assisted generation over this loop, paired"),
+    Metric("hf_assisted_greedy_identical", "bool", "exact"),
     # ---- bench (each benchmark script's name=value lines; runner.bench)
     Metric("benchmark_seconds", "seconds", "timed", "lower"),
 )
