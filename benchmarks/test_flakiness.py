@@ -3,6 +3,7 @@ time in a fresh pytest process, and print every test that failed at least once: 
 out of runs, and the first line of its first error. Exits 1 if any test failed.
 
     python benchmarks/test_flakiness.py --runs 20 [-k EXPR] [--load] [--group browser --group fleet]
+        [--max-minutes M]
 
 --load keeps one core busy for the whole measurement (a spinning child process this script
 starts and stops), as a parallel job on a CI machine would. Each run has its own pytest base
@@ -118,6 +119,9 @@ def main() -> int:
     parser.add_argument("-k", dest="expression", help="pytest's -k: only tests whose names match")
     parser.add_argument("--load", action="store_true", help="keep one core busy while the tests run")
     parser.add_argument(
+        "--max-minutes", type=float, help="start no run after this many minutes (the figures say how many ran)"
+    )
+    parser.add_argument(
         "--group", action="append", choices=sorted(GROUPS), help="which tests (repeatable; default: all groups)"
     )
     arguments = parser.parse_args()
@@ -127,8 +131,12 @@ def main() -> int:
 
     tally = Tally()
     seconds: list[float] = []
+    started = time.monotonic()
     with busy_core(arguments.load):
         for number in range(1, arguments.runs + 1):
+            if arguments.max_minutes is not None and time.monotonic() - started > arguments.max_minutes * 60:
+                print(f"stopped after {tally.runs} of {arguments.runs} runs: --max-minutes {arguments.max_minutes:g}")
+                break
             seconds.append(run_once(paths, arguments.expression, number, tally))
             failed_now = sum(tally.failures.values())
             print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, failures so far {failed_now}", flush=True)
@@ -137,7 +145,7 @@ def main() -> int:
         f"\n{len(tally.seen)} tests, {tally.runs} runs of {' '.join(paths)}"
         + (f" -k {arguments.expression!r}" if arguments.expression else "")
         + (" under one busy core" if arguments.load else "")
-        + f"; {min(seconds):.0f}-{max(seconds):.0f} s a run"
+        + (f"; {min(seconds):.0f}-{max(seconds):.0f} s a run" if seconds else "")
     )
     for problem in tally.broken_runs:
         print(f"BROKEN {problem}")
