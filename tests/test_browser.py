@@ -35,7 +35,7 @@ PAGES = {
 # after it). A client that asked for such a file later than that got a cancelled download.
 SLOW_CLIENT_SECONDS = 5.0
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture
