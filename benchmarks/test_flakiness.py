@@ -43,6 +43,7 @@ class Tally:
     runs: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     first_error: dict[str, str] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
     seen: Counter[str] = field(default_factory=Counter)
     broken_runs: list[str] = field(default_factory=list)
 
@@ -51,6 +52,7 @@ class Tally:
         if error is not None:
             self.failures[test_id] += 1
             self.first_error.setdefault(test_id, error)
+            self.last_error[test_id] = error
 
 
 def test_id(case: ElementTree.Element) -> str:
@@ -137,9 +139,12 @@ def main() -> int:
             if arguments.max_minutes is not None and time.monotonic() - started > arguments.max_minutes * 60:
                 print(f"stopped after {tally.runs} of {arguments.runs} runs: --max-minutes {arguments.max_minutes:g}")
                 break
+            before = Counter(tally.failures)
             seconds.append(run_once(paths, arguments.expression, number, tally))
-            failed_now = sum(tally.failures.values())
-            print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, failures so far {failed_now}", flush=True)
+            failed_now = sorted((tally.failures - before).keys())
+            print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, {len(failed_now)} failed", flush=True)
+            for name in failed_now:
+                print(f"  failed: {name}: {tally.last_error[name]}", flush=True)
 
     print(
         f"\n{len(tally.seen)} tests, {tally.runs} runs of {' '.join(paths)}"
