@@ -119,7 +119,7 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
             jobs = frames.jobs(store)
             return not jobs.empty and jobs.iloc[0]["status"] not in ("queued", "running")
 
-        wait_for(job_finished, 240, "the launched job to finish")
+        wait_for(job_finished, 600, "the launched job to finish")
         job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"] > 0
