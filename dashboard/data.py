@@ -248,6 +248,17 @@ def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool) ->
     return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
 
 
+@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Writing the HTML report…")
+def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: bool) -> str:
+    """The Review page's HTML report, drawn once per comparison and held as the download's data
+    (the charts to SVG take seconds). Built on the page, not on click: a file Streamlit generates
+    for a click belongs to no element and is collected two script runs later (the jobs panel
+    reruns every 2 seconds), so a browser slower than that to ask for it saw the download cancelled."""
+    from dashboard.report import to_html
+
+    return to_html(load_report(url, run_id, baseline_id, headline_only))
+
+
 @st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the machines…")
 def load_machines_report(
     url: str, preset: str, machines: tuple[str, ...], reference: str, pinned: tuple[tuple[str, int], ...]
@@ -277,6 +288,7 @@ def forget_runs() -> None:
     load_runs.clear()
     load_experiment_runs.clear()
     load_report.clear()
+    load_report_html.clear()
     load_machines_report.clear()
     load_headline.clear()
 

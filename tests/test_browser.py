@@ -5,35 +5,30 @@ Screenshots go to screenshots/ (ignored by git)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from store import frames
-from tests.conftest import TINY_SPEC, copy_store, kill_job_workers
+from tests.browser_helpers import (
+    SCREENSHOTS,
+    SERVERS,
+    chromium,
+    open_page,
+    require_browser,
+    serve_dashboard,
+    wait_until_idle,
+)
+from tests.conftest import TINY_SPEC, copy_store
 
-ROOT = Path(__file__).parent.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+if TYPE_CHECKING:
+    from playwright.sync_api import WebSocketRoute
+
 # With one run in the store the default page (History) lives at the root URL.
 PAGES = {
     "history": "",
@@ -45,68 +40,12 @@ PAGES = {
     "context_cost": "context_cost",
     "scale": "scale",
 }
-SCREENSHOTS = ROOT / "screenshots"
-# The dashboard processes serving now, by address: a test may stop its own as a person would.
-SERVERS: dict[str, subprocess.Popen[str]] = {}
+# The sidebar's jobs panel reruns every 2 seconds, and each run's end collects files no element
+# refers to (a file Streamlit generated for a click is one: collected by the second run that ends
+# after it). A client that asked for such a file later than that got a cancelled download.
+SLOW_CLIENT_SECONDS = 5.0
 
-pytestmark = pytest.mark.browser
-
-
-def require_browser() -> None:
-    required = os.environ.get("DECODELAB_REQUIRE_BROWSER") == "1"
-    missing = None
-    if not Path(CHROMIUM).exists():
-        missing = f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "the playwright package is not installed (the dev extra)"
-    if missing:
-        if required:
-            pytest.fail(f"DECODELAB_REQUIRE_BROWSER=1 but {missing}")
-        pytest.skip(missing)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
-    """`decodelab dashboard` on ``url`` at a free port until the block ends; yields its address."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port), *options],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    address = f"http://127.0.0.1:{port}"
-    SERVERS[address] = server
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{address}/_stcore/health", timeout=2) as response:
-                    if response.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError(f"the dashboard did not come up: {server.stdout.read() if server.stdout else ''}")
-            time.sleep(0.3)
-        yield address
-    finally:
-        if server.poll() is None:
-            server.terminate()
-        server.wait(timeout=20)
-        SERVERS.pop(address, None)
-        kill_job_workers(url)
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture
@@ -118,52 +57,89 @@ def dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[str, str]
         yield address, url
 
 
+def wait_for(condition: Callable[[], bool], timeout_seconds: float, what: str) -> None:
+    """Poll ``condition`` (a store query) until it holds; fail naming ``what`` after the timeout."""
+    deadline = time.monotonic() + timeout_seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_seconds:.0f} s waiting for {what}")
+        time.sleep(0.2)  # polling the store, not a pause
+
+
+class SlowLink:
+    """Streamlit's websocket with the server-to-page direction held back while ``delaying``."""
+
+    def __init__(self) -> None:
+        self.delaying = False
+        self._held: list[str | bytes] = []
+        self._page_side: WebSocketRoute | None = None
+
+    def route(self, page_side: WebSocketRoute) -> None:
+        self._page_side = page_side
+        server_side = page_side.connect_to_server()
+        server_side.on_message(self._from_server)
+
+    def _from_server(self, message: str | bytes) -> None:
+        assert self._page_side is not None
+        if self.delaying:
+            self._held.append(message)
+        else:
+            self._page_side.send(message)
+
+    def release(self) -> None:
+        """Deliver what was held, in order, and stop delaying."""
+        assert self._page_side is not None
+        for message in self._held:
+            self._page_side.send(message)
+        self._held.clear()
+        self.delaying = False
+
+
 def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tuple[str, str]) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from store.store import Store
 
     address, url = dashboard
     SCREENSHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         for name, path in PAGES.items():
-            page.goto(f"{address}/{path}")
-            page.wait_for_selector('[data-testid="stApp"]')
+            open_page(page, address, path)
             expect(page.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=30_000)
-            page.wait_for_timeout(500)
+            wait_until_idle(page)
             assert page.locator('[data-testid="stException"]').count() == 0, name
             assert page.locator('[data-testid="stAlertContentError"]').count() == 0, name
             assert page.locator('[data-testid="stDialog"]').count() == 0, f"{name}: a dialog (page not found?)"
             page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
-        page.goto(f"{address}/")
-        page.wait_for_selector('[data-testid="stApp"]')
+        open_page(page, address)
         sidebar = page.locator('[data-testid="stSidebar"]')
         expect(sidebar.get_by_role("heading", name="Launch a sweep")).to_be_visible(timeout=30_000)
         sidebar.get_by_text("spec", exact=True).click()
+        wait_until_idle(page)  # choosing "spec" reruns the page and swaps the preset box for a text area
         sidebar.locator("textarea").fill(TINY_SPEC.read_text())
+        wait_until_idle(page)
         sidebar.locator("textarea").press("Control+Enter")  # the estimate follows the text before the click
-        expect(sidebar.get_by_text("78 cases, about")).to_be_visible(timeout=60_000)
+        expect(sidebar.get_by_text(re.compile(r"\d+ cases, about"))).to_be_visible(timeout=60_000)
+        wait_until_idle(page)
         sidebar.get_by_role("button", name="Launch").click()
         launched = sidebar.get_by_text("Job 1 queued").or_(sidebar.get_by_text("job 1 · spec")).first
         expect(launched).to_be_visible(timeout=60_000)
 
         store = Store(url)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+
+        def job_finished() -> bool:
             jobs = frames.jobs(store)
-            if not jobs.empty and jobs.iloc[0]["status"] not in ("queued", "running"):
-                break
-            time.sleep(1)
+            return not jobs.empty and jobs.iloc[0]["status"] not in ("queued", "running")
+
+        wait_for(job_finished, 600, "the launched job to finish")
         job = frames.jobs(store).iloc[0]
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"] > 0
         assert len(frames.runs(store)) == 2
         expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
-        browser.close()
 
     # Ctrl-C on the dashboard stops the worker it started (in a session of its own, the
     # terminal's Ctrl-C never reaches it), which would otherwise idle on for ten minutes.
@@ -205,16 +181,17 @@ def reviewed_dashboard(tmp_path: Path, filled_store_url: str) -> Iterator[tuple[
 def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_downloads_a_closed_report(
     reviewed_dashboard: tuple[str, str, int], tmp_path: Path
 ) -> None:
-    from playwright.sync_api import Route, expect, sync_playwright
+    from playwright.sync_api import Route, expect
 
     from store.store import Store
 
     address, url, slowed = reviewed_dashboard
     SCREENSHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
-        page.goto(f"{address}/")  # two runs: the Review page is the default
+        slow_link = SlowLink()
+        page.route_web_socket("**/_stcore/stream", slow_link.route)
+        open_page(page, address)  # two runs: the Review page is the default
         main = page.locator('[data-testid="stMain"]')
         expect(main.get_by_role("heading", name="Review")).to_be_visible(timeout=60_000)
         first = main.locator('[data-testid="stMarkdownContainer"]').filter(has_text="Look at these first:")
@@ -225,23 +202,28 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
         assert f"run={slowed}" in page.url and f"baseline={slowed - 1}" in page.url, "the choice lives in the URL"
         page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
 
+        wait_until_idle(page)
         main.get_by_role("textbox", name="Another tag (a-z, 0-9, . _ -)").fill("reviewed")
         main.get_by_role("textbox", name="Note", exact=True).fill("slower on purpose: the browser test's fixture")
         main.get_by_role("button", name="Save tags and note").click()
         expect(main.get_by_text("Tags and note of run")).to_be_visible(timeout=30_000)
-        deadline = time.monotonic() + 30
         store = Store(url)
-        while time.monotonic() < deadline and store.annotations.note(slowed) is None:
-            time.sleep(0.2)
+        wait_for(lambda: store.annotations.note(slowed) is not None, 60, "the note to be saved")
         page.reload()
+        wait_until_idle(page)
         expect(main.get_by_role("textbox", name="Note", exact=True)).to_have_value(
             "slower on purpose: the browser test's fixture", timeout=60_000
         )
         expect(main.get_by_role("button", name="Remove reviewed")).to_be_visible()  # the tag's chip
         assert frames.runs(store).set_index("run_id").loc[slowed, "tags"] == "reviewed"
 
+        # A slow link: what the server sends reaches the page SLOW_CLIENT_SECONDS late, from the click.
+        wait_until_idle(page)
+        slow_link.delaying = True
         with page.expect_download(timeout=120_000) as download:
             main.get_by_role("button", name="Download the report (HTML)").click()
+            page.wait_for_timeout(SLOW_CLIENT_SECONDS * 1000)  # the latency simulated, not a wait for something
+            slow_link.release()
         report_path = tmp_path / "report.html"
         download.value.save_as(report_path)
         document = report_path.read_text(encoding="utf-8")
@@ -258,10 +240,9 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
         closed.route("**/*", refuse)
         closed.set_content(document)
         expect(closed.locator("svg").first).to_be_visible()
-        closed.wait_for_timeout(500)
+        closed.wait_for_load_state("networkidle")
         assert requested == [], requested
         assert closed.locator("svg").count() >= 2
-        browser.close()
 
 
 @pytest.fixture
@@ -276,17 +257,17 @@ def machines_dashboard(tmp_path: Path, two_machines_url: str) -> Iterator[str]:
 def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit_that_finds_them_equal(
     machines_dashboard: str,
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     SCREENSHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
-        page.goto(f"{machines_dashboard}/compare")
+        open_page(page, machines_dashboard, "compare")
         main = page.locator('[data-testid="stMain"]')
         expect(main.get_by_role("heading", name="Compare machines")).to_be_visible(timeout=60_000)
         # The preset run on most machines is chosen: the spec's runs ("custom"), on alpha and beta.
         expect(main.get_by_text("deterministic figures, all equal")).to_be_visible(timeout=120_000)
+        wait_until_idle(page)
         audit = main.locator('[data-testid="stAlertContentSuccess"]').first.inner_text()
         assert audit.startswith("alpha, beta (model "), audit
 
@@ -304,20 +285,19 @@ def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit
         matrix_header = [cell.strip() for cell in matrix.locator('th[role="columnheader"]').all_inner_texts()]
         assert matrix_header[:6] == ["experiment", "metric", "case", "alpha", "beta", "beta / alpha"], matrix_header
         expect(main.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=60_000)
-        page.wait_for_timeout(500)
+        wait_until_idle(page)
         cells = []
         for table in main.locator('[data-testid="stDataFrame"], [data-testid="stTable"]').all():
             cells += table.locator('td, [role="gridcell"]').all_inner_texts()
         assert len(cells) > 50 and not [cell for cell in cells if "{" in cell or "}" in cell]
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(SCREENSHOTS / "compare-machines.png"), full_page=True)
-        browser.close()
 
 
 def test_the_launch_form_offers_the_data_folder_and_refuses_any_other_file(tmp_path: Path) -> None:
     """`decodelab dashboard --data-dir`: the form lists the folder's file as a corpus, and a spec
     naming a server file gets the one line that says nothing about it; nothing is queued."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from store.store import Store
 
@@ -327,25 +307,23 @@ def test_the_launch_form_offers_the_data_folder_and_refuses_any_other_file(tmp_p
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "fox.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
     spec = TINY_SPEC.read_text().replace('corpus = "default"', 'corpus = "/etc/passwd"')
-    with serve_dashboard(url, tmp_path, "--data-dir", "data") as address, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with serve_dashboard(url, tmp_path, "--data-dir", "data") as address, chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{address}/")
-        page.wait_for_selector('[data-testid="stApp"]')
+        open_page(page, address)
         sidebar = page.locator('[data-testid="stSidebar"]')
-        sidebar.locator('[data-testid="stExpander"] summary').filter(has_text="Launch a sweep").click()
+        expect(sidebar.get_by_role("heading", name="Launch a sweep")).to_be_visible(timeout=30_000)
         sidebar.get_by_role("combobox", name=re.compile("^Corpus")).click()
         expect(page.get_by_role("option", name="fox.txt")).to_be_visible(timeout=30_000)
         page.keyboard.press("Escape")
+        wait_until_idle(page)
         sidebar.get_by_text("spec", exact=True).click()
+        wait_until_idle(page)
         sidebar.locator("textarea").fill(spec)
+        sidebar.locator("textarea").press("Control+Enter")
+        wait_until_idle(page)
         sidebar.get_by_role("button", name="Launch").click()
-        expect(
-            sidebar.get_by_text(
-                "corpus: only 'default' or a file in the data folder (1 files there) may be used from the dashboard"
-            )
-        ).to_be_visible(timeout=60_000)
-        browser.close()
+        refusal = "corpus: only 'default' or a file in the data folder (1 files there) may be used from the dashboard"
+        expect(sidebar.get_by_text(refusal)).to_be_visible(timeout=60_000)
     store = Store(url)
     assert frames.jobs(store).empty
     store.close()

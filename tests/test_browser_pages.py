@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, SCREENSHOTS, require_browser, serve_dashboard
 from tests.conftest import FIXTURES, copy_store, run_decodelab
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SCREENSHOTS, require_browser, serve_dashboard
 
 pytestmark = pytest.mark.browser
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, require_browser, serve_dashboard
 from tests.conftest import FIXTURES, ROOT, copy_store, run_decodelab
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, require_browser, serve_dashboard
 
 SECOND_MACHINE = "xeon-amx"
 

@@ -25,6 +25,10 @@ from tests.conftest import FIXTURES, rows_by, start_decodelab
 from tests.shared_parts import counting_job
 
 pytestmark = pytest.mark.slow
+# How long a wait on a condition may take before the test fails: it ends as soon as the condition
+# holds, so a generous figure costs nothing on a quiet machine and saves a loaded one (two minutes
+# timed out under a load average of 25 on 2 cores while the cases were still running).
+CONDITION_TIMEOUT_SECONDS = 600
 
 
 def timed_job() -> dict[str, Any]:
@@ -67,7 +71,7 @@ class Output:
         for line in self.process.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, fragment: str, timeout: float = 120) -> str:
+    def wait_for(self, fragment: str, timeout: float = CONDITION_TIMEOUT_SECONDS) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.lines:
@@ -84,7 +88,7 @@ class Output:
         return "\n".join(self.lines)
 
 
-def wait_until(condition: Any, timeout: float = 120, what: str = "condition") -> None:
+def wait_until(condition: Any, timeout: float = CONDITION_TIMEOUT_SECONDS, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

@@ -90,15 +90,6 @@ if opened:
     for chart in built.charts:
         ui.chart(chart)
 
-    markdown, page = st.columns(2)
-    name = f"decodelab-run-{run_id}-vs-{baseline_id}"
-    markdown.download_button(
-        "Download the report (Markdown)", report.to_markdown(built), file_name=f"{name}.md", mime="text/markdown"
-    )
-    page.download_button(
-        "Download the report (HTML)", lambda: report.to_html(built), file_name=f"{name}.html", mime="text/html"
-    )
-
     st.subheader(f"Tags and note of run {run_id}")
     run = runs.set_index("run_id").loc[run_id]
     if ui.read_only():
@@ -132,3 +123,25 @@ if opened:
             store.annotations.add_tag(int(baseline_id), "baseline")
             data.forget_runs()
             st.rerun()
+
+    markdown, page = st.columns(2)
+    name = f"decodelab-run-{run_id}-vs-{baseline_id}"
+    # Last on the page: drawing the HTML's charts takes seconds, and nothing above waits for it.
+    # The files' data is given on the page (not a callable run on click): Streamlit then keeps each
+    # file for as long as its button is shown. A click only downloads ("ignore"): no rerun to wait for.
+    markdown.download_button(
+        "Download the report (Markdown)",
+        report.to_markdown(built),
+        file_name=f"{name}.md",
+        mime="text/markdown",
+        key="review_download_markdown",
+        on_click="ignore",
+    )
+    page.download_button(
+        "Download the report (HTML)",
+        data.load_report_html(url, int(run_id), int(baseline_id), headline_only),
+        file_name=f"{name}.html",
+        mime="text/html",
+        key="review_download_html",
+        on_click="ignore",
+    )

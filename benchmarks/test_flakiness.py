@@ -1,0 +1,174 @@
+"""Run the tests most likely to fail at random (browser, fleet, timing-sensitive) N times, each
+time in a fresh pytest process, and print every test that failed at least once: its id, failures
+out of runs, and the first line of its first error. Exits 1 if any test failed.
+
+    python benchmarks/test_flakiness.py --runs 20 [-k EXPR] [--load] [--group browser --group fleet]
+        [--max-minutes M]
+
+--load keeps one core busy for the whole measurement (a spinning child process this script
+starts and stops), as a parallel job on a CI machine would. Each run has its own pytest base
+temporary directory, removed afterwards; the environment is passed through, so
+DECODELAB_TEST_PG_URL and DECODELAB_REQUIRE_BROWSER=1 apply as they do in CI.
+
+Not a pytest module (pytest collects only tests/): the name says what it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUPS = {
+    "browser": ["tests/test_browser.py"],
+    "fleet": ["tests/test_fleet.py"],
+    "timing": ["tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_timing.py"],
+}
+# A run that hangs is a failure of every test it did not finish, not a reason to wait forever
+# (one run of the browser and fleet tests took 30 minutes on the 2 shared cores at a load of 25).
+RUN_TIMEOUT_SECONDS = 3600
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    first_error: dict[str, str] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
+    seen: Counter[str] = field(default_factory=Counter)
+    broken_runs: list[str] = field(default_factory=list)
+
+    def record(self, test_id: str, error: str | None) -> None:
+        self.seen[test_id] += 1
+        if error is not None:
+            self.failures[test_id] += 1
+            self.first_error.setdefault(test_id, error)
+            self.last_error[test_id] = error
+
+
+def test_id(case: ElementTree.Element) -> str:
+    """pytest's node id from a JUnit ``testcase`` (classname ``tests.test_x``, name ``test_y[p]``)."""
+    module = case.get("classname", "").replace(".", "/")
+    return f"{module}.py::{case.get('name', '')}"
+
+
+def first_line(problem: ElementTree.Element) -> str:
+    message = (problem.get("message") or problem.text or "").strip()
+    return message.splitlines()[0] if message else problem.tag
+
+
+def read_report(report: Path, tally: Tally) -> None:
+    root = ElementTree.parse(report).getroot()
+    for case in root.iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
+        problems = [child for child in case if child.tag in ("failure", "error")]
+        tally.record(test_id(case), first_line(problems[0]) if problems else None)
+
+
+@contextmanager
+def busy_core(enabled: bool) -> Iterator[None]:
+    """One spinning child process for the duration of the block (nothing when not ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def run_once(paths: list[str], expression: str | None, number: int, tally: Tally) -> float:
+    """One fresh pytest process over ``paths``; returns its wall seconds."""
+    base = Path(tempfile.mkdtemp(prefix=f"flakiness-run{number}-"))
+    report = base / "report.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
+    command += ["--basetemp", str(base / "tmp"), "--junitxml", str(report), "-o", "junit_family=xunit1"]
+    if expression:
+        command += ["-k", expression]
+    started = time.monotonic()
+    # Its own session: a run stopped for taking too long takes its servers and workers with it.
+    pytest = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        output, _ = pytest.communicate(timeout=RUN_TIMEOUT_SECONDS)
+        if report.exists():
+            read_report(report, tally)
+        if pytest.returncode not in (0, 1) or not report.exists():
+            tail = output.strip().splitlines()[-1:] or ["no output"]
+            tally.broken_runs.append(f"run {number}: pytest exited {pytest.returncode}: {tail[0]}")
+    except subprocess.TimeoutExpired:
+        os.killpg(pytest.pid, signal.SIGKILL)
+        pytest.communicate()
+        tally.broken_runs.append(f"run {number}: over {RUN_TIMEOUT_SECONDS} s, stopped")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    tally.runs += 1
+    return time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1, help="fresh pytest processes, 1 to 1000 (default 1)")
+    parser.add_argument("-k", dest="expression", help="pytest's -k: only tests whose names match")
+    parser.add_argument("--load", action="store_true", help="keep one core busy while the tests run")
+    parser.add_argument(
+        "--max-minutes", type=float, help="start no run after this many minutes (the figures say how many ran)"
+    )
+    parser.add_argument(
+        "--group", action="append", choices=sorted(GROUPS), help="which tests (repeatable; default: all groups)"
+    )
+    arguments = parser.parse_args()
+    if not 1 <= arguments.runs <= 1000:
+        parser.error(f"--runs must be between 1 and 1000, got {arguments.runs}")
+    paths = [path for group in arguments.group or sorted(GROUPS) for path in GROUPS[group]]
+
+    tally = Tally()
+    seconds: list[float] = []
+    started = time.monotonic()
+    with busy_core(arguments.load):
+        for number in range(1, arguments.runs + 1):
+            if arguments.max_minutes is not None and time.monotonic() - started > arguments.max_minutes * 60:
+                print(f"stopped after {tally.runs} of {arguments.runs} runs: --max-minutes {arguments.max_minutes:g}")
+                break
+            before = Counter(tally.failures)
+            seconds.append(run_once(paths, arguments.expression, number, tally))
+            failed_now = sorted((tally.failures - before).keys())
+            print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, {len(failed_now)} failed", flush=True)
+            for name in failed_now:
+                print(f"  failed: {name}: {tally.last_error[name]}", flush=True)
+
+    print(
+        f"\n{len(tally.seen)} tests, {tally.runs} runs of {' '.join(paths)}"
+        + (f" -k {arguments.expression!r}" if arguments.expression else "")
+        + (" under one busy core" if arguments.load else "")
+        + (f"; {min(seconds):.0f}-{max(seconds):.0f} s a run" if seconds else "")
+    )
+    for problem in tally.broken_runs:
+        print(f"BROKEN {problem}")
+    for name in sorted(tally.seen):
+        failures = tally.failures[name]
+        line = f"{'FAIL' if failures else 'ok  '} {failures}/{tally.seen[name]} {name}"
+        if failures:
+            line += f"\n      first error: {tally.first_error[name]}"
+        print(line)
+    return 1 if tally.failures or tally.broken_runs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
