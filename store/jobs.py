@@ -16,6 +16,7 @@ owner's finish cannot deadlock.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, or_, select, text, update
@@ -31,6 +32,23 @@ from store.schema import Job, Run, Worker
 # A job whose worker went silent this many times is failed instead of requeued again.
 MAX_STALE_RECLAIMS = 3
 JOB_END_STATUSES = ("done", "failed", "interrupted")
+
+
+def new_request_id() -> str:
+    """One id per enqueue or claim call, the same for all its retries."""
+    return str(uuid.uuid4())
+
+
+def job_record(row: Any, worker: WorkerRecord) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        spec=row.spec,
+        preset=row.preset,
+        machine_name=row.machine_name,
+        run_id=row.run_id,
+        attempts=row.attempts,
+        worker_id=worker.id,
+    )
 
 
 def owned_by(claim: Claim) -> tuple[ColumnElement[bool], ...]:
@@ -68,7 +86,6 @@ class JobQueue:
     def _now(self, offset_seconds: float = 0.0) -> Any:
         return server_now(self._sessions.backend, offset_seconds)
 
-    @survives_outages
     def enqueue(
         self,
         spec: dict[str, Any],
@@ -76,9 +93,21 @@ class JobQueue:
         preset: str | None = None,
         machine_name: str | None = None,
         cases_total: int = 0,
+        request_id: str | None = None,
+    ) -> int:
+        """Add a queued job; returns its id. Every try of one call carries one request id, so a
+        retry after a lost reply finds the job its first try added instead of adding another."""
+        return self._enqueue(spec, preset, machine_name, cases_total, request_id or new_request_id())
+
+    @survives_outages
+    def _enqueue(
+        self, spec: dict[str, Any], preset: str | None, machine_name: str | None, cases_total: int, request_id: str
     ) -> int:
         with self._sessions.write() as session:
-            return self._add_queued(session, spec, preset, machine_name, cases_total).id
+            earlier = session.scalar(select(Job.id).where(Job.request_id == request_id))
+            if earlier is not None:
+                return earlier
+            return self._add_queued(session, spec, preset, machine_name, cases_total, request_id).id
 
     def _machine_lock(self, session: Session, machine_name: str) -> None:
         """Serialize claims for one machine (PostgreSQL; SQLite's BEGIN IMMEDIATE already
@@ -94,7 +123,7 @@ class JobQueue:
             select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine_name).limit(1)
         )
 
-    def _take(self, session: Session, candidate: Any, worker: WorkerRecord) -> JobRecord | None:
+    def _take(self, session: Session, candidate: Any, worker: WorkerRecord, request_id: str) -> JobRecord | None:
         """Claim the job ``candidate`` selects (a job id, or a scalar subquery of one) in one
         statement, UPDATE … RETURNING: a claim is one round trip, however busy the queue."""
         now = self._now()
@@ -109,25 +138,29 @@ class JobQueue:
                 claimed_at=now,
                 heartbeat_at=now,
                 attempts=Job.attempts + 1,
+                claim_request_id=request_id,
             )
             .returning(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts)
         ).one_or_none()
-        if row is None:
-            return None
-        return JobRecord(
-            id=row.id,
-            spec=row.spec,
-            preset=row.preset,
-            machine_name=row.machine_name,
-            run_id=row.run_id,
-            attempts=row.attempts,
-            worker_id=worker.id,
-        )
+        return None if row is None else job_record(row, worker)
+
+    def _claimed_by(self, session: Session, request_id: str, worker: WorkerRecord) -> JobRecord | None:
+        """The job an earlier try of this claim took, while that claim still holds."""
+        row = session.execute(
+            select(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts).where(
+                Job.claim_request_id == request_id, Job.status == "running", Job.worker_id == worker.id
+            )
+        ).one_or_none()
+        return None if row is None else job_record(row, worker)
+
+    def claim(self, worker: WorkerRecord, *, request_id: str | None = None) -> JobRecord | None:
+        """The oldest queued job this machine may run, or None when there is none or when a
+        job already runs on this machine (the worker waits: one timing job per machine). A
+        retry after a lost reply gets the job its first try claimed (one request id)."""
+        return self._claim(worker, request_id or new_request_id())
 
     @survives_outages
-    def claim(self, worker: WorkerRecord) -> JobRecord | None:
-        """The oldest queued job this machine may run, or None when there is none or when a
-        job already runs on this machine (the worker waits: one timing job per machine)."""
+    def _claim(self, worker: WorkerRecord, request_id: str) -> JobRecord | None:
         machine = worker.machine_name
         running_here = select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine).exists()
         candidate = (
@@ -140,25 +173,50 @@ class JobQueue:
             candidate = candidate.with_for_update(skip_locked=True)
         with self._sessions.write() as session:
             self._machine_lock(session, machine)
-            return self._take(session, candidate.scalar_subquery(), worker)
+            earlier = self._claimed_by(session, request_id, worker)
+            if earlier is not None:
+                return earlier
+            return self._take(session, candidate.scalar_subquery(), worker, request_id)
 
-    @survives_outages
     def claim_new(
-        self, spec: dict[str, Any], worker: WorkerRecord, *, preset: str | None = None, cases_total: int = 0
+        self,
+        spec: dict[str, Any],
+        worker: WorkerRecord,
+        *,
+        preset: str | None = None,
+        cases_total: int = 0,
+        request_id: str | None = None,
     ) -> JobRecord | None:
         """A job for a sweep run from a terminal, pinned to this machine and claimed at once,
-        so the machine's slot is taken as by any job; None while another job runs here."""
+        so the machine's slot is taken as by any job; None while another job runs here. A
+        retry after a lost reply gets the job its first try added and claimed."""
+        return self._claim_new(spec, worker, preset, cases_total, request_id or new_request_id())
+
+    @survives_outages
+    def _claim_new(
+        self, spec: dict[str, Any], worker: WorkerRecord, preset: str | None, cases_total: int, request_id: str
+    ) -> JobRecord | None:
         with self._sessions.write() as session:
             self._machine_lock(session, worker.machine_name)
+            earlier = self._claimed_by(session, request_id, worker)
+            if earlier is not None:
+                return earlier
             if self._running_on(session, worker.machine_name) is not None:
                 return None
-            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total)
-            return self._take(session, job.id, worker)
+            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total, request_id)
+            return self._take(session, job.id, worker, request_id)
 
     def _add_queued(
-        self, session: Session, spec: dict[str, Any], preset: str | None, machine_name: str | None, cases_total: int
+        self,
+        session: Session,
+        spec: dict[str, Any],
+        preset: str | None,
+        machine_name: str | None,
+        cases_total: int,
+        request_id: str,
     ) -> Job:
         job = Job(
+            request_id=request_id,
             spec=spec,
             preset=preset,
             machine_name=machine_name,
