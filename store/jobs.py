@@ -259,18 +259,32 @@ class JobQueue:
         model_id: int | None,
         preset: str | None = None,
     ) -> tuple[int, bool]:
-        """The claimed job's run: the one it already has, set running again (a resume), or a
-        new one attached to it in the same transaction. Returns (run id, resumed)."""
+        """The claimed job's run: the one it already has, set running again (a resume on the
+        machine that began it), or a new one attached to it in the same transaction. A run's
+        cases all come from one machine: a job taken over on another machine starts a new run,
+        and the partial one is marked abandoned (its cases kept). Returns (run id, resumed)."""
         with self._sessions.write() as session:
             job = owned_job(session, self._sessions.backend, claim)
             if job.run_id is not None:
-                session.execute(
-                    update(Run).where(Run.id == job.run_id).values(status="running", error=None, finished_at=None)
-                )
-                return job.run_id, True
+                earlier_machine = session.scalar(select(Run.machine_id).where(Run.id == job.run_id))
+                if earlier_machine == machine_id:
+                    session.execute(
+                        update(Run).where(Run.id == job.run_id).values(status="running", error=None, finished_at=None)
+                    )
+                    return job.run_id, True
             run_id = new_run(
                 session, machine_id=machine_id, spec=spec, code_version=code_version, model_id=model_id, preset=preset
             )
+            if job.run_id is not None:
+                session.execute(
+                    update(Run)
+                    .where(Run.id == job.run_id)
+                    .values(
+                        status="abandoned",
+                        error=f"job {job.id} continued on machine {job.claimed_by_machine} as run {run_id}",
+                        finished_at=func.coalesce(Run.finished_at, self._now()),
+                    )
+                )
             job.run_id = run_id
             return run_id, False
 
@@ -342,22 +356,27 @@ class JobQueue:
     def _end_run(self, session: Session, run_id: int, status: str, error: str | None, wall: float | None) -> None:
         values: dict[str, Any] = {"status": status, "error": error, "finished_at": self._now()}
         if wall is not None:
-            values["wall_seconds"] = wall
+            # A resumed run's wall time is the sum of its attempts (each adds its own).
+            values["wall_seconds"] = func.coalesce(Run.wall_seconds, 0.0) + wall
         session.execute(update(Run).where(Run.id == run_id).values(**values))
 
     @survives_outages
     def reclaim_stale(self, stale_after_seconds: float) -> list[int]:
-        """Requeue running jobs whose heartbeat is older than the limit (by the server's clock);
-        their runs are marked interrupted until a worker resumes them. A job whose worker went
+        """Requeue running jobs whose heartbeat is older than their owner's own stale limit
+        (recorded with the worker; ``stale_after_seconds`` only for a job whose worker row is
+        gone), by the server's clock: a taker's shorter limit never takes a live job. Their
+        runs are marked interrupted until a worker resumes them. A job whose worker went
         silent MAX_STALE_RECLAIMS times is failed. A job whose row is locked (its worker is in
         a transaction right now) is not silent: it is skipped."""
+        owners_limit = func.coalesce(Worker.stale_after_seconds, stale_after_seconds)
         query = (
             select(Job)
-            .where(Job.status == "running", Job.heartbeat_at < self._now(-stale_after_seconds))
+            .outerjoin(Worker, Worker.id == Job.worker_id)
+            .where(Job.status == "running", Job.heartbeat_at < server_now(self._sessions.backend, -owners_limit))
             .order_by(Job.id)
         )
         if self._sessions.backend == "postgresql":
-            query = query.with_for_update(skip_locked=True)
+            query = query.with_for_update(skip_locked=True, of=Job)
         reclaimed: list[int] = []
         with self._sessions.write() as session:
             for job in session.scalars(query).all():
