@@ -291,11 +291,24 @@ class JobQueue:
     @survives_outages
     def heartbeat(self, claim: Claim) -> bool:
         """Refresh the job's heartbeat and its worker's last seen; False when the job is no
-        longer this worker's (the worker must then stop that job at once)."""
+        longer this worker's (the worker must then stop that job at once). A job that this
+        very claim already ended (done, failed, interrupted) is not lost: a beat that lands
+        after the run's own finish (the heartbeat thread races the main thread's finish, more
+        often while an outage delays both) returns True and changes nothing."""
         with self._sessions.write() as session:
             result = session.execute(update(Job).where(*owned_by(claim)).values(heartbeat_at=self._now()))
             session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_seen_at=self._now()))
-            return bool(getattr(result, "rowcount", 0))
+            if getattr(result, "rowcount", 0):
+                return True
+            ended = session.execute(
+                select(Job.id).where(
+                    Job.id == claim.job_id,
+                    Job.worker_id == claim.worker_id,
+                    Job.attempts == claim.attempt,
+                    Job.status.in_(JOB_END_STATUSES),
+                )
+            ).one_or_none()
+            return ended is not None
 
     @survives_outages
     def progress(self, claim: Claim, cases_done: int, cases_total: int) -> None:
