@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import counting
 from runner.catalog import PRESET_DIRECTORY, preset_names
+from runner.cost_model import check_limits
+from runner.cost_model import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
@@ -37,6 +38,13 @@ TOP_FIELDS = {
     "seed": Field("int", 1234, 0, 2**31 - 1),
     "threads": Field(
         "int", 0, 0, 1024, help="threads of torch and of the fast path while the experiments run (0: their defaults)"
+    ),
+    "max_hours": Field(
+        "float",
+        24.0,
+        0.01,
+        8760,
+        help="refuse the sweep when its estimated wall time (training and cases) exceeds this",
     ),
 }
 MODEL_FIELDS = {
@@ -137,6 +145,9 @@ def validate(raw: Any) -> SweepSpec:
         _check_cuda_fields(checked["experiments"])
     spec = SweepSpec(checked)
     spec.plan()  # experiments refuse combinations of fields here, before anything runs
+    # Fields are bounded one at a time above; together they must still fit the machine and the
+    # time the spec allows itself.
+    check_limits(spec)
     return spec
 
 
@@ -205,38 +216,3 @@ def preset_text(name: str) -> str:
 
 def load_preset(name: str) -> SweepSpec:
     return parse_toml(preset_text(name), source=f"preset {name}")
-
-
-# A rough cost model for confirmations, not a measurement: seconds per decode step on 2 CPU
-# cores (dispatch overhead plus arithmetic) and training throughput.
-STEP_OVERHEAD_SECONDS = 6e-4
-FLOPS_PER_SECOND = 1.5e10
-
-
-def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) -> float:
-    """One decode step over t positions: the overhead plus two flops per multiplication."""
-    return STEP_OVERHEAD_SECONDS + 2 * n_layer * counting.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
-
-
-def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
-    """A rough estimate of a sweep's wall time, for asking before a long launch."""
-    model = spec.raw["model"]
-    d, layers = model["d_model"], model["n_layer"]
-    total = 0.0
-    if not model_stored:
-        train = spec.raw["train"]
-        parameters = layers * counting.projection_mults(1, d)  # one multiplication per linear weight
-        total += train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
-    for experiment, case in spec.plan():
-        if experiment.name == "kv_cache" and case["part"] in ("timing", "width"):
-            n, width = case["n"], case["d_model"]
-            uncached = sum(_step_seconds(width, layers, t, cache=False) for t in range(1, n + 1))
-            total += (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, n))
-        elif experiment.name == "quantization":
-            tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
-            total += 3 * tokens * _step_seconds(d, layers)
-        elif experiment.name == "speculative" and case["part"] in ("speculative", "aa"):
-            total += 3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d, layers) * (1 + case["k"])
-        else:
-            total += 0.5
-    return total
