@@ -43,7 +43,10 @@ LONG = spec_text(
 def test_the_parameter_estimate_is_the_models_own_count() -> None:
     for d_model, n_layer, n_head, context_length, vocabulary in ((32, 1, 2, 64, 80), (128, 3, 4, 1024, 100)):
         model = {"d_model": d_model, "n_layer": n_layer, "n_head": n_head, "context_length": context_length}
-        built = CharGPT(ModelConfig(vocab_size=vocabulary, **model))
+        config = ModelConfig(
+            vocab_size=vocabulary, d_model=d_model, n_layer=n_layer, n_head=n_head, context_length=context_length
+        )
+        built = CharGPT(config)
         assert parameter_count(model, vocabulary) == sum(parameter.numel() for parameter in built.parameters())
 
 
