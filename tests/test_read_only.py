@@ -131,3 +131,27 @@ def test_a_read_only_store_refuses_every_write(store_url: str) -> None:
     with pytest.raises((StoreError, sa.exc.DBAPIError), match="read-only|readonly"):
         reader.jobs.enqueue({"name": "x"})
     reader.close()
+
+
+def test_the_read_only_dashboard_reads_through_a_read_only_connection(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dashboard import data
+
+    Store(sqlite_url).close()
+    monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
+    data.store_for.clear()
+    try:
+        store = data.store_for(sqlite_url)
+        assert store.read_only
+        with pytest.raises(StoreError, match="readonly"):
+            store.jobs.enqueue({"name": "from a visitor"})
+    finally:
+        data.store_for.clear()
+
+
+def test_the_read_only_dashboard_never_creates_a_store(tmp_path: Path) -> None:
+    missing = tmp_path / "mistyped.db"
+    result = as_ordinary_user("dashboard", "--read-only", "--port", "1", "--db", f"sqlite:///{missing}", cwd=tmp_path)
+    assert result.returncode == 2 and "no such file" in result.stderr, result.stderr
+    assert not missing.exists()
