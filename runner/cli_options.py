@@ -27,7 +27,8 @@ def open_store(db: str | None, command: str, *, upgrade: bool | None = None, rea
     try:
         store = Store(db, upgrade=upgrade, read_only=read_only)
     except SchemaBehind as behind:
-        raise StoreError(f"`decodelab {command}` does not migrate a shared store: {behind}") from None
+        reason = "only reads" if read_only else "does not migrate a shared store"
+        raise StoreError(f"`decodelab {command}` {reason}: {behind}") from None
     if store.backup_path is not None:
         typer.echo(f"upgraded the store's schema; the old file is kept as {store.backup_path}", err=True)
     return store
