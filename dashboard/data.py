@@ -31,7 +31,8 @@ def store_url() -> str:
 @st.cache_resource(show_spinner=False)
 def store_for(url: str) -> Store:
     # The dashboard never writes the schema: `decodelab dashboard` upgrades before it starts.
-    return Store(url, upgrade=False)
+    # Read-only (--read-only) is the connection's, not only the pages': nothing can write.
+    return Store(url, upgrade=False, read_only=os.environ.get("DECODELAB_READ_ONLY") == "1")
 
 
 # ---- plain functions -----------------------------------------------------------------------

@@ -169,7 +169,7 @@ def export(
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
     check_output_file(out)  # before the store is opened: a refused export does no work
-    store = open_store(db, "export")
+    store = open_store(db, "export", read_only=True)
     if run_id is not None and not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     if export_format == "json":
@@ -265,7 +265,7 @@ def report_seeds(
 
     if not out.is_dir():
         raise InputError(f"--out: {str(out)!r} is not a directory")
-    store = open_store(db, "report seeds")
+    store = open_store(db, "report seeds", read_only=True)
     if not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     rows = seed_rows(store.results, run_id)

@@ -71,7 +71,7 @@ def workers(
     from store import frames
     from store.user_text import for_terminal
 
-    listed = frames.workers(open_store(db, "workers", upgrade=False), seen_within_hours=hours)
+    listed = frames.workers(open_store(db, "workers", read_only=True), seen_within_hours=hours)
     if listed.empty:
         typer.echo(f"no worker seen in the last {hours:g} hours")
         return
@@ -122,7 +122,7 @@ def db_current(db: DbOption = None) -> None:
     if sqlite_file is not None and not sqlite_file.exists():
         # Looking must not create: SQLite would make an empty file at a mistyped path.
         raise StoreError(f"store {mask_url(url)}: no such file {str(sqlite_file)!r}")
-    engine = create_store_engine(url)
+    engine = create_store_engine(url, read_only=True)
     try:
         revision = current_revision(engine)
     except (OperationalError, DatabaseError) as error:
@@ -218,7 +218,7 @@ def dashboard(
     if port_in_use(host, port):
         raise InputError(f"--port: {port} is in use on {host} (allowed: a free port, e.g. --port {port + 1})")
     # Read-only never upgrades: a read-only dashboard writes nothing, the schema included.
-    store = open_store(db, "dashboard", upgrade=False if read_only else None)
+    store = open_store(db, "dashboard", read_only=read_only)
     app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     command = [
         sys.executable,

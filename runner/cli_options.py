@@ -17,16 +17,18 @@ DbOption = Annotated[
 ]
 
 
-def open_store(db: str | None, command: str, *, upgrade: bool | None = None) -> Store:
+def open_store(db: str | None, command: str, *, upgrade: bool | None = None, read_only: bool = False) -> Store:
     """The store for ``decodelab COMMAND``. An older SQLite store is upgraded on open (the old
     file copied aside first); an older PostgreSQL store is refused, naming the command: on a
-    shared store only ``decodelab db upgrade`` migrates."""
+    shared store only ``decodelab db upgrade`` migrates. A reading command (``read_only``)
+    opens it read-only: it never creates, upgrades or writes a store."""
     from store.store import Store  # imported here to keep --help fast
 
     try:
-        store = Store(db, upgrade=upgrade)
+        store = Store(db, upgrade=upgrade, read_only=read_only)
     except SchemaBehind as behind:
-        raise StoreError(f"`decodelab {command}` does not migrate a shared store: {behind}") from None
+        reason = "only reads" if read_only else "does not migrate a shared store"
+        raise StoreError(f"`decodelab {command}` {reason}: {behind}") from None
     if store.backup_path is not None:
         typer.echo(f"upgraded the store's schema; the old file is kept as {store.backup_path}", err=True)
     return store

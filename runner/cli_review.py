@@ -131,7 +131,7 @@ def report_run(
 
     chosen_format = checked_format(out, report_format)
     gate = checked_gate(fail_on)
-    store = open_store(db, "report run")
+    store = open_store(db, "report run", read_only=True)
     check_run(store, run_id)
     runs = frames.runs(store)
     known = set(runs["run_id"].tolist())
@@ -193,7 +193,7 @@ def report_machines(
     from store import frames
 
     chosen_format = checked_format(out, report_format)
-    store = open_store(db, "report machines")
+    store = open_store(db, "report machines", read_only=True)
     runs = frames.runs(store)
     presets = machines.presets_by_machines(runs)
     if not presets:

@@ -15,7 +15,8 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from runner.sweeps import SweepSpec, case_seconds, training_seconds
+from runner.cost_limits import case_seconds, training_seconds
+from runner.sweeps import SweepSpec
 from store.schema import Case, Machine, Run
 from store.store import Store
 
@@ -76,7 +77,7 @@ def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
         previous = (run_id, created_at)
         model = spec.get("model", {})
         try:
-            priced = case_seconds(experiment, params, model["d_model"], model["n_layer"])
+            priced = case_seconds(experiment, params, model)
         except KeyError:
             continue  # a case of an older shape the model cannot price: left out of the calibration
         recorded[experiment] += max((created_at - since).total_seconds(), 0.0)
@@ -93,7 +94,7 @@ def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> 
     for experiment, case in spec.plan():
         factor = factors.get(experiment.name)
         used[experiment.name] = factor is not None
-        total += case_seconds(experiment.name, case, model["d_model"], model["n_layer"]) * (factor or 1.0)
+        total += case_seconds(experiment.name, case, model) * (factor or 1.0)
     return Estimate(
         seconds=total,
         training_seconds=training,

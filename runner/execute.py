@@ -22,7 +22,7 @@ from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
 from runner.labels import part_labels, progress_label
-from runner.lifecycle import check_stop, run_lifecycle
+from runner.lifecycle import check_stop, job_ends_before_its_run, run_lifecycle
 from runner.machine import code_version, fingerprint
 from runner.sweeps import SweepSpec
 from runner.timing import Harness
@@ -135,34 +135,39 @@ def execute(
 ) -> RunOutcome:
     """Run ``spec`` and record it; Ctrl-C or SIGTERM marks the run interrupted and re-raises
     (and, with ``requeue_on_interrupt``, gives its job back to the queue for the next worker)."""
-    check_device(spec.device)
     started = time.perf_counter()
-    model_spec = spec.raw["model"]
+    claim = job.claim if job is not None else None
+    threads = spec.raw.get("threads", 0)
+    plan = spec.plan()
+    total, done, recorded_now = len(plan), 0, 0
     corpus: Any
-    if spec.is_hf:
-        from runner.hf_run import load_target
+    # Nothing between the two guards below but entering the second: a stop or an error at any
+    # point ends the job (requeued, interrupted or failed), never leaves it running.
+    with job_ends_before_its_run(store, claim, requeue_on_interrupt=requeue_on_interrupt):
+        check_device(spec.device)
+        model_spec = spec.raw["model"]
+        if spec.is_hf:
+            from runner.hf_run import load_target
 
-        # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
-        target = load_target(store.results, spec, log)
-        model, model_record, corpus = target.model.to(spec.device).eval(), target.record, target.corpus
-    else:
-        corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
-        model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
-        trained = train_or_reuse(
-            store.results,
-            model_config,
-            spec.train_config(),
-            corpus,
-            show_progress=show_progress,
-            log=lambda message: log(f"the model: {message}"),
-        )
-        model, model_record = trained.model.to(spec.device).eval(), trained.record
-    # The experiments run on the spec's threads, and the machine is recorded with that count.
-    with torch_threads(spec.raw.get("threads", 0), fast_path=True):
-        machine_id = store.results.machine_id(fingerprint(spec.device))
-        roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
-
-        claim = job.claim if job is not None else None
+            # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
+            target = load_target(store.results, spec, log)
+            model, model_record, corpus = target.model.to(spec.device).eval(), target.record, target.corpus
+        else:
+            corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
+            model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
+            trained = train_or_reuse(
+                store.results,
+                model_config,
+                spec.train_config(),
+                corpus,
+                show_progress=show_progress,
+                log=lambda message: log(f"the model: {message}"),
+            )
+            model, model_record = trained.model.to(spec.device).eval(), trained.record
+        # The experiments run on the spec's threads, and the machine is recorded with that count.
+        with torch_threads(threads, fast_path=True):
+            machine_id = store.results.machine_id(fingerprint(spec.device))
+            roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
         run_fields: dict[str, Any] = {
             "machine_id": machine_id,
             "spec": spec.raw,
@@ -176,71 +181,72 @@ def execute(
                 log(f"resuming run {run_id}")
         else:
             run_id = store.results.start_run(**run_fields)
-        recorded = store.results.recorded_case_keys(run_id)
-        plan = spec.plan()
-        total = len(plan)
-        done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
-        if claim is not None:
-            store.jobs.progress(claim, done, total)
-        progress: Any = None
+    progress: Any = None
 
-        def log_beside_bar(message: str) -> None:
-            """A line logged while the bar is drawn: on a line of its own, the bar redrawn below."""
-            if progress is None or progress.disable:
-                log(message)
-                return
-            with progress.external_write_mode(file=sys.stderr):
-                log(message)
+    def log_beside_bar(message: str) -> None:
+        """A line logged while the bar is drawn: on a line of its own, the bar redrawn below."""
+        if progress is None or progress.disable:
+            log(message)
+            return
+        with progress.external_write_mode(file=sys.stderr):
+            log(message)
 
-        context = ExperimentContext(
-            model=model,
-            model_record=model_record,
-            corpus=corpus,
-            harness=Harness(device=spec.device),
-            device=spec.device,
-            seed=spec.seed,
-            earlier=lambda experiment: store.results.measurements(run_id, experiment),
-            train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
-                store, model_config, train_config, corpus, spec.device, log_beside_bar, teacher, name
-            ),
-            roof=roof,
-            overheads=store.profiles.overheads(machine_id),
-        )
-        recorded_now = 0
-        labels = case_progress_labels(plan)
-        # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
-        # a draft for a minute would otherwise swing it from seconds to many minutes).
-        progress = tqdm(
-            total=total,
-            initial=done,
-            desc=f"run {run_id}",
-            unit="case",
-            disable=not show_progress,
-            file=sys.stderr,
-            smoothing=0,
-        )
-        sweep_started = time.perf_counter()
-        try:
-            with run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt):
-                for experiment, case in plan:
-                    check_stop()
-                    if (experiment.name, case_key(case)) in recorded:
-                        continue
-                    progress.set_postfix_str(labels[(experiment.name, case_key(case))])
-                    torch.manual_seed(spec.seed)
-                    measurements = experiment.run_case(case, context)
-                    record = CaseRecord(experiment.name, case, measurements)
-                    if store.results.record_case(run_id, record, claim) is not None:
-                        recorded_now += 1
-                    done += 1
-                    progress.update(1)
-                    if claim is not None:
-                        store.jobs.progress(claim, done, total)
-        except KeyboardInterrupt:
-            requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
-            log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
-            raise
-        finally:
+    sweep_started = time.perf_counter()
+    try:
+        with (
+            run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt),
+            torch_threads(threads, fast_path=True),
+        ):
+            recorded = store.results.recorded_case_keys(run_id)
+            done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
+            # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
+            # a draft for a minute would otherwise swing it from seconds to many minutes).
+            progress = tqdm(
+                total=total,
+                initial=done,
+                desc=f"run {run_id}",
+                unit="case",
+                disable=not show_progress,
+                file=sys.stderr,
+                smoothing=0,
+            )
+            if claim is not None:
+                store.jobs.progress(claim, done, total)
+            context = ExperimentContext(
+                model=model,
+                model_record=model_record,
+                corpus=corpus,
+                harness=Harness(device=spec.device),
+                device=spec.device,
+                seed=spec.seed,
+                earlier=lambda experiment: store.results.measurements(run_id, experiment),
+                train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
+                    store, model_config, train_config, corpus, spec.device, log_beside_bar, teacher, name
+                ),
+                roof=roof,
+                overheads=store.profiles.overheads(machine_id),
+            )
+            labels = case_progress_labels(plan)
+            for experiment, case in plan:
+                check_stop()
+                if (experiment.name, case_key(case)) in recorded:
+                    continue
+                progress.set_postfix_str(labels[(experiment.name, case_key(case))])
+                torch.manual_seed(spec.seed)
+                measurements = experiment.run_case(case, context)
+                record = CaseRecord(experiment.name, case, measurements)
+                if store.results.record_case(run_id, record, claim) is not None:
+                    recorded_now += 1
+                done += 1
+                progress.update(1)
+                if claim is not None:
+                    store.jobs.progress(claim, done, total)
+    except KeyboardInterrupt:
+        requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
+        log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
+        raise
+    finally:
+        if progress is not None:
             progress.close()
     wall = time.perf_counter() - started
     log(done_line(run_id, recorded_now, total - recorded_now, time.perf_counter() - sweep_started, wall))

@@ -1,5 +1,6 @@
 """How a run ends, in one place, for `decodelab run`, the worker and `decodelab bench`: done when
-its body returns, interrupted on Ctrl-C or SIGTERM, failed on an error.
+its body returns, interrupted on Ctrl-C or SIGTERM, failed on an error; and how a job ends
+when it stops before its run began (job_ends_before_its_run).
 
 Under a job's claim every end is written through the claim (store.jobs: a worker that lost its
 job writes nothing), otherwise on the run itself (store.results). Two ends are not written at
@@ -58,6 +59,29 @@ def one_line(error: BaseException) -> str:
     with the run, where History and exports show it."""
     text = str(error).strip()
     return mask_secrets(f"{type(error).__name__}: {text.splitlines()[0] if text else ''}")
+
+
+@contextmanager
+def job_ends_before_its_run(store: Store, claim: Claim | None, *, requeue_on_interrupt: bool = False) -> Iterator[None]:
+    """Under a job's claim, before its run has begun (corpus loading, training, starting the
+    run): a stop requeues the job (``requeue_on_interrupt``: a worker) or marks it interrupted
+    (a terminal ``decodelab run``), an error marks it failed with one line, and what ended it
+    is re-raised. Without this, the job stayed ``running`` with no heartbeat behind it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if claim is not None:
+            if requeue_on_interrupt:
+                store.jobs.requeue(claim, error=f"{INTERRUPTED}; requeued")
+            else:
+                store.jobs.finish(claim, "interrupted", error=INTERRUPTED)
+        raise
+    except StoreDown:
+        raise
+    except Exception as error:
+        if claim is not None:
+            store.jobs.finish(claim, "failed", error=one_line(error))
+        raise
 
 
 @contextmanager

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import counting, hf_spec
+from runner import hf_spec
 from runner.catalog import PRESET_DIRECTORY, preset_names
+from runner.cost_limits import check_limits
+from runner.cost_limits import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
@@ -39,6 +41,13 @@ TOP_FIELDS = {
     "seed": Field("int", 1234, 0, 2**31 - 1),
     "threads": Field(
         "int", 0, 0, 1024, help="threads of torch and of the fast path while the experiments run (0: their defaults)"
+    ),
+    "max_hours": Field(
+        "float",
+        24.0,
+        0.01,
+        8760,
+        help="refuse the sweep when its estimated wall time (training and cases) exceeds this",
     ),
 }
 MODEL_FIELDS = {
@@ -157,8 +166,12 @@ def validate(raw: Any) -> SweepSpec:
         _check_cuda_fields(checked["experiments"])
     spec = SweepSpec(checked)
     spec.plan()  # experiments refuse combinations of fields here, before anything runs
+    # Fields are bounded one at a time above; together they must still fit the machine and the
+    # time the spec allows itself (a local checkpoint by its own estimate: it trains nothing).
     if checkpoint is not None:
         hf_spec.check_affordable(spec)
+    else:
+        check_limits(spec)
     return spec
 
 
@@ -227,46 +240,3 @@ def preset_text(name: str) -> str:
 
 def load_preset(name: str) -> SweepSpec:
     return parse_toml(preset_text(name), source=f"preset {name}")
-
-
-# A rough cost model for confirmations, not a measurement: seconds per decode step on 2 CPU
-# cores (dispatch overhead plus arithmetic) and training throughput.
-STEP_OVERHEAD_SECONDS = 6e-4
-FLOPS_PER_SECOND = 1.5e10
-
-
-def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) -> float:
-    """One decode step over t positions: the overhead plus two flops per multiplication."""
-    return STEP_OVERHEAD_SECONDS + 2 * n_layer * counting.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
-
-
-def training_seconds(spec: SweepSpec) -> float:
-    """The model's training, by the cost model: six flops per weight per trained token."""
-    model, train = spec.raw["model"], spec.raw["train"]
-    parameters = model["n_layer"] * counting.projection_mults(1, model["d_model"])  # one per linear weight
-    return train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
-
-
-def case_seconds(experiment: str, case: dict[str, Any], d_model: int, n_layer: int) -> float:
-    """One case, by the cost model (a model of ``d_model`` and ``n_layer`` as the spec's)."""
-    if experiment == "kv_cache" and case.get("part") in ("timing", "width"):
-        n, width = case["n"], case["d_model"]
-        uncached = sum(_step_seconds(width, n_layer, t, cache=False) for t in range(1, n + 1))
-        return float((case["pairs"] + 1) * (uncached + n * _step_seconds(width, n_layer, n)))
-    if experiment == "quantization":
-        tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
-        return 3 * tokens * _step_seconds(d_model, n_layer)
-    if experiment == "speculative" and case.get("part") in ("speculative", "aa"):
-        return float(3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d_model, n_layer) * (1 + case["k"]))
-    return 0.5
-
-
-def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
-    """A rough estimate of a sweep's wall time, for asking before a long launch."""
-    if spec.is_hf:
-        return hf_spec.estimate(spec).seconds
-    model = spec.raw["model"]
-    total = 0.0 if model_stored else training_seconds(spec)
-    for experiment, case in spec.plan():
-        total += case_seconds(experiment.name, case, model["d_model"], model["n_layer"])
-    return total

@@ -31,7 +31,7 @@ from runner.data_folder import check_dashboard_job, split_dashboard_job
 from runner.errors import InputError
 from runner.estimate import estimate_here
 from runner.execute import Log, RunOutcome, execute, log_to_stderr
-from runner.lifecycle import check_stop, stop_on_signals
+from runner.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals
 from runner.machine import machine_name
 from runner.sweeps import SweepSpec, validate
 from store.errors import ClaimLost, StoreDown
@@ -141,12 +141,13 @@ def run_job(
     try:
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             try:
-                spec_raw, dashboard_mark = split_dashboard_job(job.spec)
-                spec = validate(spec_raw)
-                if dashboard_mark is not None:
-                    check_dashboard_job(spec.corpus, dashboard_mark)
+                # A stop requeues the job, a bad spec fails it (with its one line).
+                with job_ends_before_its_run(store, job.claim, requeue_on_interrupt=True):
+                    spec_raw, dashboard_mark = split_dashboard_job(job.spec)
+                    spec = validate(spec_raw)
+                    if dashboard_mark is not None:
+                        check_dashboard_job(spec.corpus, dashboard_mark)
             except InputError as error:
-                store.jobs.finish(job.claim, "failed", error=str(error))
                 log(f"job {job.id} failed validation: {error}")
                 return
             log(f"job {job.id}: running {spec.name} ({spec.cases_total()} cases) as {worker.name}")
@@ -163,10 +164,7 @@ def run_job(
             except StoreDown:
                 raise
             except Exception as error:
-                # execute() already marked run and job failed when the run had started.
-                if store.jobs.status(job.id) == "running":
-                    message = mask_secrets(str(error).splitlines()[0] if str(error) else repr(error))
-                    store.jobs.finish(job.claim, "failed", error=message)
+                # execute() marked the job (and its run, if it had begun) failed.
                 log(f"job {job.id} failed: {mask_secrets(str(error))}")
     except ClaimLost as lost:
         log(f"job {job.id} is no longer this worker's ({lost}): stopped it without writing anything more")

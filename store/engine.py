@@ -6,6 +6,7 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -53,7 +54,7 @@ def parse_url(url: str) -> URL:
     return parsed
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event issue BEGIN itself, so writers can take the lock up front.
@@ -61,10 +62,12 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode != "wal":
-            cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        # A reader leaves the journal mode as it found it (changing it is a write).
+        if not read_only:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -84,7 +87,20 @@ def sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-def create_store_engine(url: str) -> Engine:
+def read_only_sqlite_url(path: Path) -> URL:
+    """A URI that opens the file read-only (``mode=ro``: never creates it, never writes), and
+    as ``immutable`` when the file or its folder is not writable: a WAL store then needs no
+    side files (-wal, -shm) that it could not create, so a copy handed out read-only opens."""
+    resolved = path.resolve()
+    writable = os.access(resolved, os.W_OK) and os.access(resolved.parent, os.W_OK)
+    query = {"mode": "ro", "uri": "true", **({} if writable else {"immutable": "1"})}
+    return URL.create("sqlite", database=f"file:{quote(str(resolved))}", query=query)
+
+
+def create_store_engine(url: str, *, read_only: bool = False) -> Engine:
+    """The store's engine. ``read_only``: SQLite opens the file with ``mode=ro`` (a missing
+    file is refused, never created); PostgreSQL sessions start with
+    ``default_transaction_read_only=on``, so the server refuses any write."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
@@ -94,18 +110,23 @@ def create_store_engine(url: str) -> Engine:
                 raise StoreError(f"store directory {str(path.parent)!r} does not exist")
             if path.is_dir():
                 raise StoreError(f"store {database!r} is a folder (allowed: a SQLite file, or a path for a new one)")
+            if read_only and not path.is_file():
+                raise StoreError(f"store {mask_url(url)}: no such file {str(path)!r} (a reading command creates none)")
             if path.exists() and path.stat().st_size > 0:
                 with open(path, "rb") as handle:
                     if handle.read(16) != b"SQLite format 3\x00":
                         raise StoreError(f"{database!r} is not a SQLite database")
-        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        _configure_sqlite(engine)
+        target = read_only_sqlite_url(path) if read_only and path is not None else parsed
+        engine = create_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine, read_only=read_only)
         return engine
     # A session idle inside a transaction (its worker suspended mid-heartbeat) would hold the
     # job's row lock and block the reclaim for ever; the server ends such a session instead.
-    idle_limit = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    settings = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    if read_only:
+        settings += " -c default_transaction_read_only=on"
     given = parsed.query.get("options")
-    options = f"{given} {idle_limit}" if given else idle_limit
+    options = f"{given} {settings}" if given else settings
     connect_args = {
         "connect_timeout": 10,
         "options": options,

@@ -16,6 +16,7 @@ owner's finish cannot deadlock.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, or_, select, text, update
@@ -31,6 +32,23 @@ from store.schema import Job, Run, Worker
 # A job whose worker went silent this many times is failed instead of requeued again.
 MAX_STALE_RECLAIMS = 3
 JOB_END_STATUSES = ("done", "failed", "interrupted")
+
+
+def new_request_id() -> str:
+    """One id per enqueue or claim call, the same for all its retries."""
+    return str(uuid.uuid4())
+
+
+def job_record(row: Any, worker: WorkerRecord) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        spec=row.spec,
+        preset=row.preset,
+        machine_name=row.machine_name,
+        run_id=row.run_id,
+        attempts=row.attempts,
+        worker_id=worker.id,
+    )
 
 
 def owned_by(claim: Claim) -> tuple[ColumnElement[bool], ...]:
@@ -68,7 +86,6 @@ class JobQueue:
     def _now(self, offset_seconds: float = 0.0) -> Any:
         return server_now(self._sessions.backend, offset_seconds)
 
-    @survives_outages
     def enqueue(
         self,
         spec: dict[str, Any],
@@ -77,9 +94,27 @@ class JobQueue:
         machine_name: str | None = None,
         cases_total: int = 0,
         estimated_seconds: float | None = None,
+        request_id: str | None = None,
+    ) -> int:
+        """Add a queued job; returns its id. Every try of one call carries one request id, so a
+        retry after a lost reply finds the job its first try added instead of adding another."""
+        return self._enqueue(spec, preset, machine_name, cases_total, request_id or new_request_id(), estimated_seconds)
+
+    @survives_outages
+    def _enqueue(
+        self,
+        spec: dict[str, Any],
+        preset: str | None,
+        machine_name: str | None,
+        cases_total: int,
+        request_id: str,
+        estimated_seconds: float | None = None,
     ) -> int:
         with self._sessions.write() as session:
-            return self._add_queued(session, spec, preset, machine_name, cases_total, estimated_seconds).id
+            earlier = session.scalar(select(Job.id).where(Job.request_id == request_id))
+            if earlier is not None:
+                return earlier
+            return self._add_queued(session, spec, preset, machine_name, cases_total, request_id, estimated_seconds).id
 
     def _machine_lock(self, session: Session, machine_name: str) -> None:
         """Serialize claims for one machine (PostgreSQL; SQLite's BEGIN IMMEDIATE already
@@ -95,7 +130,7 @@ class JobQueue:
             select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine_name).limit(1)
         )
 
-    def _take(self, session: Session, candidate: Any, worker: WorkerRecord) -> JobRecord | None:
+    def _take(self, session: Session, candidate: Any, worker: WorkerRecord, request_id: str) -> JobRecord | None:
         """Claim the job ``candidate`` selects (a job id, or a scalar subquery of one) in one
         statement, UPDATE … RETURNING: a claim is one round trip, however busy the queue."""
         now = self._now()
@@ -110,25 +145,29 @@ class JobQueue:
                 claimed_at=now,
                 heartbeat_at=now,
                 attempts=Job.attempts + 1,
+                claim_request_id=request_id,
             )
             .returning(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts)
         ).one_or_none()
-        if row is None:
-            return None
-        return JobRecord(
-            id=row.id,
-            spec=row.spec,
-            preset=row.preset,
-            machine_name=row.machine_name,
-            run_id=row.run_id,
-            attempts=row.attempts,
-            worker_id=worker.id,
-        )
+        return None if row is None else job_record(row, worker)
+
+    def _claimed_by(self, session: Session, request_id: str, worker: WorkerRecord) -> JobRecord | None:
+        """The job an earlier try of this claim took, while that claim still holds."""
+        row = session.execute(
+            select(Job.id, Job.spec, Job.preset, Job.machine_name, Job.run_id, Job.attempts).where(
+                Job.claim_request_id == request_id, Job.status == "running", Job.worker_id == worker.id
+            )
+        ).one_or_none()
+        return None if row is None else job_record(row, worker)
+
+    def claim(self, worker: WorkerRecord, *, request_id: str | None = None) -> JobRecord | None:
+        """The oldest queued job this machine may run, or None when there is none or when a
+        job already runs on this machine (the worker waits: one timing job per machine). A
+        retry after a lost reply gets the job its first try claimed (one request id)."""
+        return self._claim(worker, request_id or new_request_id())
 
     @survives_outages
-    def claim(self, worker: WorkerRecord) -> JobRecord | None:
-        """The oldest queued job this machine may run, or None when there is none or when a
-        job already runs on this machine (the worker waits: one timing job per machine)."""
+    def _claim(self, worker: WorkerRecord, request_id: str) -> JobRecord | None:
         machine = worker.machine_name
         running_here = select(Job.id).where(Job.status == "running", Job.claimed_by_machine == machine).exists()
         candidate = (
@@ -141,9 +180,11 @@ class JobQueue:
             candidate = candidate.with_for_update(skip_locked=True)
         with self._sessions.write() as session:
             self._machine_lock(session, machine)
-            return self._take(session, candidate.scalar_subquery(), worker)
+            earlier = self._claimed_by(session, request_id, worker)
+            if earlier is not None:
+                return earlier
+            return self._take(session, candidate.scalar_subquery(), worker, request_id)
 
-    @survives_outages
     def claim_new(
         self,
         spec: dict[str, Any],
@@ -152,15 +193,34 @@ class JobQueue:
         preset: str | None = None,
         cases_total: int = 0,
         estimated_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> JobRecord | None:
         """A job for a sweep run from a terminal, pinned to this machine and claimed at once,
-        so the machine's slot is taken as by any job; None while another job runs here."""
+        so the machine's slot is taken as by any job; None while another job runs here. A
+        retry after a lost reply gets the job its first try added and claimed."""
+        return self._claim_new(spec, worker, preset, cases_total, request_id or new_request_id(), estimated_seconds)
+
+    @survives_outages
+    def _claim_new(
+        self,
+        spec: dict[str, Any],
+        worker: WorkerRecord,
+        preset: str | None,
+        cases_total: int,
+        request_id: str,
+        estimated_seconds: float | None = None,
+    ) -> JobRecord | None:
         with self._sessions.write() as session:
             self._machine_lock(session, worker.machine_name)
+            earlier = self._claimed_by(session, request_id, worker)
+            if earlier is not None:
+                return earlier
             if self._running_on(session, worker.machine_name) is not None:
                 return None
-            job = self._add_queued(session, spec, preset, worker.machine_name, cases_total, estimated_seconds)
-            return self._take(session, job.id, worker)
+            job = self._add_queued(
+                session, spec, preset, worker.machine_name, cases_total, request_id, estimated_seconds
+            )
+            return self._take(session, job.id, worker, request_id)
 
     def _add_queued(
         self,
@@ -169,9 +229,11 @@ class JobQueue:
         preset: str | None,
         machine_name: str | None,
         cases_total: int,
+        request_id: str,
         estimated_seconds: float | None = None,
     ) -> Job:
         job = Job(
+            request_id=request_id,
             spec=spec,
             preset=preset,
             machine_name=machine_name,
@@ -215,29 +277,56 @@ class JobQueue:
         model_id: int | None,
         preset: str | None = None,
     ) -> tuple[int, bool]:
-        """The claimed job's run: the one it already has, set running again (a resume), or a
-        new one attached to it in the same transaction. Returns (run id, resumed)."""
+        """The claimed job's run: the one it already has, set running again (a resume on the
+        machine that began it), or a new one attached to it in the same transaction. A run's
+        cases all come from one machine: a job taken over on another machine starts a new run,
+        and the partial one is marked abandoned (its cases kept). Returns (run id, resumed)."""
         with self._sessions.write() as session:
             job = owned_job(session, self._sessions.backend, claim)
             if job.run_id is not None:
-                session.execute(
-                    update(Run).where(Run.id == job.run_id).values(status="running", error=None, finished_at=None)
-                )
-                return job.run_id, True
+                earlier_machine = session.scalar(select(Run.machine_id).where(Run.id == job.run_id))
+                if earlier_machine == machine_id:
+                    session.execute(
+                        update(Run).where(Run.id == job.run_id).values(status="running", error=None, finished_at=None)
+                    )
+                    return job.run_id, True
             run_id = new_run(
                 session, machine_id=machine_id, spec=spec, code_version=code_version, model_id=model_id, preset=preset
             )
+            if job.run_id is not None:
+                session.execute(
+                    update(Run)
+                    .where(Run.id == job.run_id)
+                    .values(
+                        status="abandoned",
+                        error=f"job {job.id} continued on machine {job.claimed_by_machine} as run {run_id}",
+                        finished_at=func.coalesce(Run.finished_at, self._now()),
+                    )
+                )
             job.run_id = run_id
             return run_id, False
 
     @survives_outages
     def heartbeat(self, claim: Claim) -> bool:
         """Refresh the job's heartbeat and its worker's last seen; False when the job is no
-        longer this worker's (the worker must then stop that job at once)."""
+        longer this worker's (the worker must then stop that job at once). A job that this
+        very claim already ended (done, failed, interrupted) is not lost: a beat that lands
+        after the run's own finish (the heartbeat thread races the main thread's finish, more
+        often while an outage delays both) returns True and changes nothing."""
         with self._sessions.write() as session:
             result = session.execute(update(Job).where(*owned_by(claim)).values(heartbeat_at=self._now()))
             session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_seen_at=self._now()))
-            return bool(getattr(result, "rowcount", 0))
+            if getattr(result, "rowcount", 0):
+                return True
+            ended = session.execute(
+                select(Job.id).where(
+                    Job.id == claim.job_id,
+                    Job.worker_id == claim.worker_id,
+                    Job.attempts == claim.attempt,
+                    Job.status.in_(JOB_END_STATUSES),
+                )
+            ).one_or_none()
+            return ended is not None
 
     @survives_outages
     def progress(self, claim: Claim, cases_done: int, cases_total: int) -> None:
@@ -298,22 +387,27 @@ class JobQueue:
     def _end_run(self, session: Session, run_id: int, status: str, error: str | None, wall: float | None) -> None:
         values: dict[str, Any] = {"status": status, "error": error, "finished_at": self._now()}
         if wall is not None:
-            values["wall_seconds"] = wall
+            # A resumed run's wall time is the sum of its attempts (each adds its own).
+            values["wall_seconds"] = func.coalesce(Run.wall_seconds, 0.0) + wall
         session.execute(update(Run).where(Run.id == run_id).values(**values))
 
     @survives_outages
     def reclaim_stale(self, stale_after_seconds: float) -> list[int]:
-        """Requeue running jobs whose heartbeat is older than the limit (by the server's clock);
-        their runs are marked interrupted until a worker resumes them. A job whose worker went
+        """Requeue running jobs whose heartbeat is older than their owner's own stale limit
+        (recorded with the worker; ``stale_after_seconds`` only for a job whose worker row is
+        gone), by the server's clock: a taker's shorter limit never takes a live job. Their
+        runs are marked interrupted until a worker resumes them. A job whose worker went
         silent MAX_STALE_RECLAIMS times is failed. A job whose row is locked (its worker is in
         a transaction right now) is not silent: it is skipped."""
+        owners_limit = func.coalesce(Worker.stale_after_seconds, stale_after_seconds)
         query = (
             select(Job)
-            .where(Job.status == "running", Job.heartbeat_at < self._now(-stale_after_seconds))
+            .outerjoin(Worker, Worker.id == Job.worker_id)
+            .where(Job.status == "running", Job.heartbeat_at < server_now(self._sessions.backend, -owners_limit))
             .order_by(Job.id)
         )
         if self._sessions.backend == "postgresql":
-            query = query.with_for_update(skip_locked=True)
+            query = query.with_for_update(skip_locked=True, of=Job)
         reclaimed: list[int] = []
         with self._sessions.write() as session:
             for job in session.scalars(query).all():

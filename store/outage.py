@@ -2,10 +2,11 @@
 operation is one transaction, so an operation that could not reach the server is simply run
 again, with bounded backoff, until the server answers or the outage outlasts a limit.
 
-Only operations that are safe to run twice are retried, and every store operation is: a case
-that was committed before the connection dropped is found on the second try (the insert does
-nothing), finishing a finished job changes nothing, and starting a job's run reuses the run
-that the first try attached to the job.
+Only operations that are safe to run twice are retried, and every store operation is: an
+enqueue or a claim carries a request id, so a retry finds the job its first try added or
+claimed (store.jobs); a case that was committed before the connection dropped is found on the
+second try (the insert does nothing), finishing a finished job changes nothing, and starting a
+job's run reuses the run that the first try attached to the job.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from store.outage import OutageGuard, survives_outages
 from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
 from store.schema import Case, Job, Machine, Measurement, Model, Run, Sample, utc_now
 
-RUN_STATUSES = ("queued", "running", "done", "failed", "interrupted")
+# abandoned: a job's partial run that another machine took over (it continued as a new run).
+RUN_STATUSES = ("queued", "running", "done", "failed", "interrupted", "abandoned")
 
 
 class Sessions(Protocol):

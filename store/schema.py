@@ -85,7 +85,7 @@ class Model(Base):
     corpus_hash: Mapped[str] = mapped_column(String(64))
     train_loss: Mapped[float] = mapped_column(Float)
     val_loss: Mapped[float] = mapped_column(Float)
-    parameter_count: Mapped[int] = mapped_column(Integer)
+    parameter_count: Mapped[int] = mapped_column(BigInteger)
     weight_bytes: Mapped[int] = mapped_column(BigInteger)
     weights: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
@@ -220,6 +220,10 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     # What the launcher said it would take (runner.estimate), to set beside the run's wall time.
     estimated_seconds: Mapped[float | None] = mapped_column(Float)
+    # Idempotent retries: the enqueue's request id, and the request id of the current claim.
+    # A retry after a lost reply finds the job its first try added or claimed by these.
+    request_id: Mapped[str | None] = mapped_column(String(36))
+    claim_request_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     claimed_at: Mapped[datetime | None] = mapped_column()
     heartbeat_at: Mapped[datetime | None] = mapped_column()
@@ -228,6 +232,8 @@ class Job(Base):
     __table_args__ = (
         Index("ix_job_status_created_at", "status", "created_at"),
         Index("ix_job_status_claimed_by_machine", "status", "claimed_by_machine"),
+        Index("ix_job_request_id", "request_id", unique=True),
+        Index("ix_job_claim_request_id", "claim_request_id", unique=True),
     )
 
 

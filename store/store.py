@@ -33,14 +33,21 @@ from store.workers import Workers
 class Store:
     """``upgrade``: None (the default) upgrades an older SQLite store on open, after copying
     the file aside, and refuses an older PostgreSQL store (a shared store migrates only through
-    ``decodelab db upgrade``); True upgrades either; False upgrades neither."""
+    ``decodelab db upgrade``); True upgrades either; False upgrades neither.
 
-    def __init__(self, url: str | None = None, *, upgrade: bool | None = None) -> None:
+    ``read_only``: opened so that nothing can be written (SQLite ``mode=ro``, PostgreSQL
+    ``default_transaction_read_only``), never created, never upgraded: for the reading
+    commands and the read-only dashboard."""
+
+    def __init__(self, url: str | None = None, *, upgrade: bool | None = None, read_only: bool = False) -> None:
         self.url = resolve_url(url)
         self.masked_url = mask_url(self.url)
-        self.engine = create_store_engine(self.url)
+        self.read_only = read_only
+        self.engine = create_store_engine(self.url, read_only=read_only)
         self.backend = self.engine.dialect.name
-        self.backup_path: Path | None = check_and_upgrade(self.engine, self.url, allow_upgrade=upgrade)
+        self.backup_path: Path | None = check_and_upgrade(
+            self.engine, self.url, allow_upgrade=False if read_only else upgrade
+        )
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         # Writers on SQLite take the write lock at BEGIN (see store.engine); PostgreSQL ignores it.
         self._writer = sessionmaker(self.engine.execution_options(sqlite_immediate=True), expire_on_commit=False)

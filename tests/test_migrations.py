@@ -183,3 +183,54 @@ def test_an_older_sqlite_store_is_copied_aside_then_upgraded_on_open(tmp_path: P
     assert current_revision(opened.engine) == head_revision() and len(frames.jobs(opened)) == 3
     assert opened.backup_path is None, "a store at head is not copied again"
     opened.close()
+
+
+def test_a_0005_store_upgrades_to_request_ids_and_64_bit_parameter_counts(empty_store_url: str) -> None:
+    engine = create_store_engine(empty_store_url)
+    upgrade(engine, "0005")
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO job (id, spec, status, cases_done, cases_total, attempts, stale_reclaims, created_at) "
+                "VALUES (1, '{}', 'queued', 0, 3, 0, 0, :now)"
+            ),
+            NOW,
+        )
+    engine.dispose()
+    store = Store(empty_store_url, upgrade=True)
+    assert current_revision(store.engine) == head_revision()
+    # A parameter count past 2**31 (a 2.4e9-parameter spec) fits the column now.
+    with store.engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO model (id, weights_hash, recipe_hash, config, corpus_hash, train_loss, val_loss, "
+                "parameter_count, weight_bytes, weights, created_at) VALUES (1, 'w', 'r', '{}', 'c', 1.0, 1.0, "
+                ":count, 1, :weights, :now)"
+            ),
+            {"count": 2_400_000_000, "weights": b"x", **NOW},
+        )
+        assert connection.execute(sa.text("SELECT parameter_count FROM model")).scalar() == 2_400_000_000
+    # The old job has no request id; request ids are unique.
+    worker = store.workers.register(
+        name="w:1", kind="worker", machine_name="m", host="h", pid=1, stale_after_seconds=60
+    )
+    claimed = store.jobs.claim(worker)
+    assert claimed is not None and claimed.id == 1
+    inspector = sa.inspect(store.engine)
+    unique = {index["name"] for index in inspector.get_indexes("job") if index["unique"]}
+    assert {"ix_job_request_id", "ix_job_claim_request_id"} <= unique
+    with store.engine.begin() as connection:
+        connection.execute(sa.text("DELETE FROM model"))
+    store.close()
+    downgraded = create_store_engine(empty_store_url)
+    with downgraded.connect() as connection:
+        from alembic import command
+
+        from store.engine import alembic_config
+
+        config = alembic_config()
+        with connection.begin():
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0005")
+    assert current_revision(downgraded) == "0005"
+    downgraded.dispose()

@@ -107,8 +107,8 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     url = f"sqlite:///{store_copy}"
     real_create = store_module.create_store_engine
 
-    def on_a_tiny_disk(store_url: str):  # noqa: ANN202
-        engine = real_create(store_url)
+    def on_a_tiny_disk(store_url: str, *, read_only: bool = False):  # noqa: ANN202
+        engine = real_create(store_url, read_only=read_only)
 
         @event.listens_for(engine, "connect")
         def limit(dbapi_connection, _record) -> None:  # noqa: ANN001

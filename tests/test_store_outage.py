@@ -149,7 +149,10 @@ def test_a_worker_rides_out_a_postgresql_restart(cluster: Cluster, tmp_path: Pat
 
 
 def test_a_store_down_past_the_limit_ends_the_worker(cluster: Cluster, tmp_path: Path) -> None:
-    url, store, job, running = start_timed_job(cluster, tmp_path, "--store-outage-limit-seconds", "2")
+    # A stale limit of its own that the test can wait out: a takeover goes by the owner's limit.
+    url, store, job, running = start_timed_job(
+        cluster, tmp_path, "--store-outage-limit-seconds", "2", "--stale-after-seconds", "3"
+    )
     run_id = int(frames.jobs(store).iloc[0]["run_id"])
     store.close()
     cluster.stop()

@@ -2,14 +2,14 @@
 per working-set size), for placing every timed decode on its roofline.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0006
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
