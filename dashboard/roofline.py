@@ -179,7 +179,8 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
             ],
         )
     )
-    return alt.layer(lines, dots).resolve_scale(color="independent")
+    title = "the roof: ceilings per cache level and precision, and every timed decode at its intensity"
+    return alt.layer(lines, dots).resolve_scale(color="independent").properties(title=title)
 
 
 def percent(value: float) -> str:

@@ -16,6 +16,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from runner.cost_limits import case_seconds, training_seconds
+from runner.errors import InputError
 from runner.sweeps import SweepSpec
 from store.schema import Case, Machine, Run
 from store.store import Store
@@ -86,7 +87,13 @@ def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
 
 
 def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> Estimate:
-    """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one."""
+    """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one
+    (a local Hugging Face checkpoint: its own estimate, runner.hf_spec; it trains nothing)."""
+    if spec.is_hf:
+        from runner import hf_spec
+
+        names = tuple(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
+        return Estimate(hf_spec.estimate(spec).seconds, 0.0, calibrated=(), uncalibrated=names)
     model = spec.raw["model"]
     training = 0.0 if model_stored else training_seconds(spec)
     total = training
@@ -105,12 +112,19 @@ def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> 
 
 def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
     """``spec``'s time on ``machine_name`` as ``decodelab run`` will run it: training counted
-    unless the store holds the model already."""
+    unless the store holds the model already. A corpus that cannot be read here counts its
+    training: the run itself then fails its job with the reason, in one line."""
     from runner.corpus import load_corpus
     from runner.train import recipe_hash
 
-    corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
-    config = spec.model_config(vocab_size=len(corpus.vocabulary))
-    wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
-    stored = store.results.find_model(recipe_hash=wanted) is not None
+    stored = False
+    if not spec.is_hf:
+        try:
+            corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
+        except InputError:
+            corpus = None
+        if corpus is not None:
+            config = spec.model_config(vocab_size=len(corpus.vocabulary))
+            wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
+            stored = store.results.find_model(recipe_hash=wanted) is not None
     return estimate(spec, scale_factors(store, machine_name), model_stored=stored)

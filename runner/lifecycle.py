@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from runner.errors import InputError
 from store.errors import StoreDown
 from store.masking import mask_secrets
 from store.records import Claim
@@ -55,10 +56,12 @@ def check_stop() -> None:
 
 
 def one_line(error: BaseException) -> str:
-    """The error's type and the first line of its message, any password masked: it is stored
-    with the run, where History and exports show it."""
+    """The first line of the error's message, after its type unless it is a refusal of the
+    spec's own (an InputError already names its field and range), any password masked: it is
+    stored with the run and the job, where History and exports show it."""
     text = str(error).strip()
-    return mask_secrets(f"{type(error).__name__}: {text.splitlines()[0] if text else ''}")
+    first = text.splitlines()[0] if text else ""
+    return mask_secrets(first if isinstance(error, InputError) else f"{type(error).__name__}: {first}")
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import charts, data, headlines, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
-from runner.sweeps import preset_text
+from runner.sweeps import parse_toml, preset_text
 from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC, kill_job_workers, rows_by
@@ -314,7 +314,8 @@ def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, m
     app.radio(key="launch_source").set_value("spec").run()
     app.text_area(key="launch_spec").input(TINY_SPEC.read_text()).run()
     # The estimate is there before the click: the size and the time, and what the time rests on.
-    assert any(caption.value.startswith("78 cases, about ") for caption in app.sidebar.caption), [
+    cases = parse_toml(TINY_SPEC.read_text(), source="tiny").cases_total()
+    assert any(caption.value.startswith(f"{cases} cases, about ") for caption in app.sidebar.caption), [
         caption.value for caption in app.sidebar.caption
     ]
     app.button(key="launch_button").click().run()

@@ -90,7 +90,10 @@ def test_a_corpus_error_fails_the_terminal_runs_job_with_one_line(
     result = run_decodelab(
         "run", "--spec", str(write_spec(tmp_path / "s.toml", corpus=str(corpus))), "--db", url, cwd=tmp_path
     )
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    # The run says its plan first (the sweep's size and estimate), then the refusal: one line.
+    errors = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().splitlines()[-1] == errors[0]
     store = Store(url)
     job = frames.jobs(store).iloc[0]
     assert job["status"] == "failed", "the job was left running with nobody behind it"

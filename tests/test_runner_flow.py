@@ -16,11 +16,11 @@ from store import frames
 from store.store import Store
 from tests.conftest import TINY_SPEC, run_decodelab
 
-# training_summary 1; kv_cache 25 (two impls: equivalence 2, no_mask, counter_check, recomputation,
-# counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache); overhead 9;
-# quantization 6 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast); speculative 34 (distribution 6,
-# per impl aa + 12 + choice); context_cost 3
-TINY_CASES = 78
+# training_summary 1; kv_cache 27 (two impls: equivalence 2, no_mask, counter_check, recomputation,
+# counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache, aa 2); overhead 12
+# (aa 3); quantization 8 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast, aa 2); speculative 34
+# (distribution 6, per impl aa + 12 + choice); context_cost 3
+TINY_CASES = 85
 
 
 def quiet(_: str) -> None:
