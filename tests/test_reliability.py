@@ -23,12 +23,14 @@ COMPLETE = {
     "counter_check": 10,
     "counts": 8,
     "recomputation": 5,
-    "timing": 19,
-    "width": 19,
+    # 19 of its own, and the roofline's placement of each side (runner.roofline: 10 per side).
+    "timing": 39,
+    "width": 39,
     "fit": 6,
     "prefill": 3,
     "memory": 8,
     "rounded_cache": 5,
+    "aa": 4,  # the A/A noise floor: aa_speedup and its band, aa_min_ratio
 }
 
 # The workers' stale limit: a heartbeat older than this lets the next worker take the job.
