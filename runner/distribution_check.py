@@ -177,15 +177,23 @@ def target_rows(
     target: CharGPT, prompt: list[int], emitted: Sequence[list[int]], temperature: float
 ) -> dict[tuple[int, ...], torch.Tensor]:
     """For each distinct pass (its emitted tokens but the last), the target's distribution before
-    each of its tokens (prompt + the pass's earlier tokens), in batched eager passes (right
-    padding: a causal model's earlier positions do not see it)."""
+    each of its tokens (prompt + the pass's earlier tokens): the prompt fed once, its K/V copied
+    into a batched cache, and the passes fed as one batch (right padding: a causal model's earlier
+    positions do not see it)."""
     longest = max(len(tokens) for tokens in emitted)
     prefixes = sorted({tuple(tokens[:-1]) for tokens in emitted})
+    shared = target.new_cache(capacity=len(prompt) + longest)
+    if len(prompt) > 1:
+        target.forward_cached(torch.tensor([prompt[:-1]], device=target.device), shared)
     rows_of: dict[tuple[int, ...], torch.Tensor] = {}
     for begin in range(0, len(prefixes), ROWS_PER_BATCH):
         chunk = prefixes[begin : begin + ROWS_PER_BATCH]
-        batch = torch.tensor([prompt + list(prefix) + [0] * (longest - 1 - len(prefix)) for prefix in chunk])
-        logits = target(batch.to(target.device))[:, len(prompt) - 1 :].float()
+        cache = target.new_cache(batch_size=len(chunk), capacity=shared.capacity)
+        cache.keys[:, :, :, : shared.length] = shared.keys[:, :, :, : shared.length]
+        cache.values[:, :, :, : shared.length] = shared.values[:, :, :, : shared.length]
+        cache.length = shared.length
+        batch = torch.tensor([[prompt[-1], *prefix, *[0] * (longest - 1 - len(prefix))] for prefix in chunk])
+        logits = target.forward_cached(batch.to(target.device), cache).float()
         distributions = probabilities(logits, temperature).double().cpu()
         for index, prefix in enumerate(chunk):
             rows_of[prefix] = distributions[index, : len(prefix) + 1]

@@ -20,6 +20,7 @@ from runner.distribution_check import (
     chi_square,
     detectable_tv,
     first_position_output,
+    target_rows,
     tv_noise_bounds,
 )
 from runner.drafts import BigramDraft, ModelDraft
@@ -121,6 +122,50 @@ def test_a_near_draft_stays_within_the_stated_limit(target: CharGPT, temperature
     # so it is not due to be caught, and the record says so rather than claiming power.
     assert not check.must_detect("accept_all")
     assert check.variants["accept_all"].effect_tv == pytest.approx(check.draft_target_tvd)
+
+
+class LyingDraft:
+    """Proposes as ``draft`` does but reports the target's own distribution as the one it drew
+    from: the accept rule then corrects towards nothing and the output follows the draft."""
+
+    name = "lying"
+
+    def __init__(self, draft: BigramDraft, target: CharGPT) -> None:
+        self.draft, self.target = draft, target
+
+    def start(self, prompt: list[int]) -> None:
+        self.prompt = list(prompt)
+        self.draft.start(prompt)
+
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        tokens, _ = self.draft.propose(k, temperature, generator)
+        with torch.inference_mode():
+            logits = self.target(torch.tensor([self.prompt + tokens]))[0, len(self.prompt) - 1 : -1]
+        return tokens, torch.softmax(logits / temperature, dim=-1)
+
+    def commit(self, accepted: int, emitted: list[int]) -> None: ...
+
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def test_a_draft_that_samples_from_what_it_does_not_report_is_caught(target: CharGPT) -> None:
+    tokens = torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(1))
+    lying = LyingDraft(BigramDraft(tokens, VOCAB), target)
+    check = check_passes(target, "fast", lying, PROMPT, 2, 1000, 1.0, seed=4, variants=("correct",))
+    assert not check.passes and check.correct.chi_square.pvalue < 1e-12
+
+
+def test_the_expected_rows_are_the_targets_distributions_after_each_prefix(target: CharGPT) -> None:
+    emitted = [[5], [5, 2, 9], [1, 4], [5, 2, 3]]
+    rows = target_rows(target, PROMPT, emitted, 0.7)
+    assert set(rows) == {(), (5, 2), (1,)}, "one entry per distinct pass, its last token left out"
+    for prefix, got in rows.items():
+        with torch.inference_mode():
+            logits = target(torch.tensor([PROMPT + list(prefix)]))[0, len(PROMPT) - 1 :]
+        assert torch.allclose(got, torch.softmax(logits.double() / 0.7, dim=-1), atol=1e-5)
 
 
 def test_the_noise_bound_shrinks_with_samples() -> None:
