@@ -10,15 +10,15 @@ from runner.experiments.speculative_choice import Candidate, candidate_of, descr
 from runner.speculative import SCHEDULES
 from store.records import RecordedMeasurement
 
-# A verification of k + 1 positions costing under this many plain steps: the target pass is bound
-# by per-call overhead, so verifying more positions is nearly free.
-OVERHEAD_BOUND_VERIFY_STEPS = 1.5
+# A verification of k + 1 positions costing under this share of k + 1 plain steps: the target pass
+# is bound by per-call overhead (more positions are nearly free); above it, by arithmetic.
+OVERHEAD_BOUND_SHARE = 0.5
 
 
-def regime(verify_cost_ratio: float) -> str:
-    if verify_cost_ratio < OVERHEAD_BOUND_VERIFY_STEPS:
-        return f"overhead-bound: a verification costs {verify_cost_ratio:.2f} plain steps"
-    return f"arithmetic-bound: a verification costs {verify_cost_ratio:.2f} plain steps"
+def regime(verify_cost_ratio: float, positions: float) -> str:
+    """In words, what bounds a verification of ``positions`` positions costing ``verify_cost_ratio`` steps."""
+    kind = "overhead-bound" if verify_cost_ratio < OVERHEAD_BOUND_SHARE * positions else "arithmetic-bound"
+    return f"{kind}: verifying {positions:.1f} positions costs {verify_cost_ratio:.2f} plain steps"
 
 
 def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
@@ -60,7 +60,7 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
         if "draft_cost_ratio" in case:
             why.append(f"a draft token costs {case['draft_cost_ratio']:.3f} plain steps")
         if "verify_cost_ratio" in case:
-            why.append(regime(case["verify_cost_ratio"]))
+            why.append(regime(case["verify_cost_ratio"], case.get("mean_draft_length", picked[2]) + 1))
         lines.append(
             f"{impl}, temperature {temperature:g}: {describe(picked)}; predicted "
             f"{values['a_priori_choice_predicted_speedup']:.2f}x, measured {values['a_priori_choice_speedup']:.2f}x "
