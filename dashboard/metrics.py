@@ -41,7 +41,15 @@ DETERMINISTIC_RATIOS = frozenset(
         "cache_to_weight_ratio",
         "quad_ratio",
         "linear_ratio",
+        "system_efficiency",  # counted speculative passes
+        "a_priori_chars_per_pass_error",  # seeded simulation against seeded counts
     }
+)
+# Per draft position, counted or simulated with seeds.
+DETERMINISTIC_RATIO_PREFIXES = (
+    "cache_to_weight_ratio",
+    "acceptance_rate_at_position_",
+    "predicted_acceptance_rate_at_position_",
 )
 
 
@@ -49,7 +57,7 @@ def is_deterministic(metric: str, unit: str) -> bool:
     """Whether ``metric`` must reproduce exactly in a second identical run on one machine."""
     if unit in DETERMINISTIC_UNITS:
         return True
-    return unit == "ratio" and (metric in DETERMINISTIC_RATIOS or metric.startswith("cache_to_weight_ratio"))
+    return unit == "ratio" and (metric in DETERMINISTIC_RATIOS or metric.startswith(DETERMINISTIC_RATIO_PREFIXES))
 
 
 # Metrics renamed when their name claimed more than they measure: old name → current name.

@@ -91,7 +91,7 @@ def choice(case: dict[str, Any], context: ExperimentContext, name: str) -> list[
         MeasurementRecord("a_priori_regret", 0.0 if within else regret, "ratio"),
         MeasurementRecord("a_priori_regret_measured", regret, "ratio"),
         MeasurementRecord("a_priori_regret_noise_band", band, "ratio"),
-        MeasurementRecord("a_priori_regret_within_noise", within, "bool"),
+        MeasurementRecord("a_priori_regret_within_noise", within, "choice"),
         MeasurementRecord("a_priori_chose_best", chosen == best, "choice"),
     ]
 
