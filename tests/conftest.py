@@ -28,6 +28,18 @@ ROOT = Path(__file__).parent.parent
 os.environ.setdefault("DECODELAB_PROFILE", "quick")
 
 
+# Streamlit's AppTest runs a page as __main__ and leaves it there; a process started later with
+# multiprocessing's spawn re-imports __main__ in the child, which would then run that page instead
+# of the test's function (test_concurrency's reader never reported after test_access's AppTests).
+REAL_MAIN_MODULE = sys.modules["__main__"]
+
+
+@pytest.fixture(autouse=True)
+def restore_main_module() -> Iterator[None]:
+    yield
+    sys.modules["__main__"] = REAL_MAIN_MODULE
+
+
 def rows_by(frame: pd.DataFrame, column: str) -> dict[Any, dict[Any, Any]]:
     """The frame's rows as plain dicts keyed by ``column``: plain Python values to compare."""
     return {row[column]: row for row in frame.to_dict("records")}
