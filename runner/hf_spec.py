@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runner import counting
+from runner.cost_limits import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
 from runner.errors import InputError
 from runner.fields import Field, check_section, field_path
 from runner.hf_model import (
@@ -119,8 +120,6 @@ def check_experiments(experiments: dict[str, Any], checkpoint: Checkpoint | None
 
 # ---- the cost model --------------------------------------------------------------------------
 
-STEP_OVERHEAD_SECONDS = 6e-4  # as runner.sweeps: dispatch per decode step on 2 cores
-FLOPS_PER_SECOND = 1.5e10
 # Tokens the default corpus holds through GPT-2's tokenizer is about a quarter of its
 # characters; the n-gram tables' rows are bounded by those tokens.
 CHARACTERS_PER_TOKEN = 4
