@@ -27,6 +27,10 @@ from runner.decode import Stepper
 from runner.model import Block, CharGPT
 
 MIN_CAPACITY = 64
+# Of what inductor offers on the CPU, frozen weights and its C++ wrapper (no Python between the
+# generated kernels) gave the quickest step on the development machine: 381-416 µs against 462-483
+# without. benchmarks/compiled_options.py times each set against eager static.
+OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"freezing": True, "cpp_wrapper": True}
 
 
 def capacity_for(positions: int) -> int:
@@ -40,33 +44,41 @@ def capacity_for(positions: int) -> int:
 class StaticStep(nn.Module):
     """One decode step of ``model`` over a static cache of ``capacity`` positions, kept as the
     module's buffers (so the compiled graph writes the new K/V in place instead of copying the
-    cache back): fixed shapes whatever the position."""
+    cache back): fixed shapes whatever the position.
+
+    One K and one V buffer per layer, written whole-buffer with ``index_copy_`` (gpt-fast's
+    pattern): inductor writes that in place. Writing a view of one buffer shared by every layer
+    (``keys[layer, :, position] = k``) made it copy each layer's whole cache several times a step
+    and write every layer back at the end, O(capacity) bytes a step (docs/experiments.md, the
+    compiled impl)."""
 
     def __init__(self, model: CharGPT, capacity: int) -> None:
         super().__init__()
         self.model = model
         config = model.config
-        shape = (config.n_layer, config.n_head, capacity, config.head_dim)
-        self.keys: torch.Tensor
-        self.values: torch.Tensor
-        self.register_buffer("keys", torch.zeros(shape, device=model.device), persistent=False)
-        self.register_buffer("values", torch.zeros(shape, device=model.device), persistent=False)
+        shape = (1, config.n_head, capacity, config.head_dim)
+        for layer in range(config.n_layer):
+            self.register_buffer(f"keys_{layer}", torch.zeros(shape, device=model.device), persistent=False)
+            self.register_buffer(f"values_{layer}", torch.zeros(shape, device=model.device), persistent=False)
 
     def forward(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         model = self.model
         config = model.config
-        heads, head_dim, capacity = config.n_head, config.head_dim, self.keys.shape[2]
+        heads, head_dim = config.n_head, config.head_dim
+        capacity = cast(torch.Tensor, self.keys_0).shape[2]
         x = model.wte(token) + model.wpe(position)  # (1, 1, d)
         # Slots after the new position are this or an earlier generation's leftovers: masked out.
         visible = torch.arange(capacity, device=token.device) <= position
         mask = torch.where(visible, 0.0, float("-inf")).to(x.dtype).view(1, capacity)
         for layer, block in enumerate(cast(list[Block], model.blocks)):
             attention = block.attn
+            keys = cast(torch.Tensor, getattr(self, f"keys_{layer}"))
+            values = cast(torch.Tensor, getattr(self, f"values_{layer}"))
             q, k, v = attention.c_attn(block.ln_1(x)).split(config.d_model, dim=2)
             q = q.view(1, 1, heads, head_dim).transpose(1, 2)
-            self.keys[layer, :, position] = k.view(heads, 1, head_dim)
-            self.values[layer, :, position] = v.view(heads, 1, head_dim)
-            y = F.scaled_dot_product_attention(q, self.keys[layer][None], self.values[layer][None], attn_mask=mask)
+            keys.index_copy_(2, position, k.view(1, heads, 1, head_dim))
+            values.index_copy_(2, position, v.view(1, heads, 1, head_dim))
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
             x = x + attention.c_proj(y.transpose(1, 2).reshape(1, 1, config.d_model))
             x = x + block.mlp(block.ln_2(x))
         return model.lm_head(model.ln_f(x))[:, -1, :]
@@ -80,12 +92,9 @@ def compiled_step(model: CharGPT, capacity: int) -> Callable[..., torch.Tensor]:
     inductor keeps what it generated on disk for the next process)."""
     steps = _STEPS.setdefault(model, {})
     if capacity not in steps:
-        # Of what inductor offers on the CPU, frozen weights and its C++ wrapper (no Python between
-        # the generated kernels) gave the quickest step here: 381-416 µs against 462-483 without.
-        options: dict[str, str | int | bool | Callable[..., Any]] = {"freezing": True, "cpp_wrapper": True}
         steps[capacity] = cast(
             Callable[..., torch.Tensor],
-            torch.compile(StaticStep(model, capacity), fullgraph=True, dynamic=False, options=options),
+            torch.compile(StaticStep(model, capacity), fullgraph=True, dynamic=False, options=dict(OPTIONS)),
         )
     return steps[capacity]
 
