@@ -248,6 +248,25 @@ def test_every_page_renders_on_a_real_store(page: str, filled_store_url: str, mo
         assert json.loads(element.proto.spec)  # a real Vega-Lite spec
 
 
+def test_the_kv_cache_page_judges_both_models_on_the_same_points(
+    filled_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26, D7: the roofline's prediction and the overhead calibration's, over the same timed
+    points of the run, each with its median |error| and whether it fits; a misfit is named."""
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "kv_cache.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    assert "Measured against the roofline's prediction" in [header.value for header in app.subheader]
+    fits = next(frame.value for frame in app.dataframe if "median_abs_error" in frame.value.columns)
+    assert set(fits["model"]) == {"roofline", "overhead a + b·mults"}
+    points = fits.pivot_table(index=["impl", "side"], columns="model", values="points")
+    assert (points["roofline"] == points["overhead a + b·mults"]).all(), points
+    misfits = fits[~fits["fits"].astype(bool)]
+    warnings = [warning.value for warning in app.warning if "does not fit" in warning.value]
+    assert len(warnings) == len(misfits)
+
+
 def test_pages_show_an_empty_state_naming_the_command(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     Store(sqlite_url).close()
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
