@@ -8,7 +8,8 @@ steps), the int8 and bfloat16 kernels against float32, and what a compiled call 
 arithmetic; and the fast fp32 and int8 steps on this machine's measured roof (runner.roofline:
 ``fast_roof_fraction``, ``fast_int8_roof_fraction``, the roofline's time over the measured one;
 the roof is the store's profile of this machine, measured first if it has none). Ends with
-``name=value`` lines. Needs the bench extra.
+``name=value`` lines, after the 1-minute load average at the start and the end (a time measured
+beside other work is not the machine's). Needs the bench extra.
 
     python benchmarks/decode_vs_transformers.py [--db URL] [--tokens 256] [--pairs 5]
 """
@@ -121,6 +122,7 @@ def main() -> None:
 
     reference = transformers_generate()[0, len(prompt) :].tolist()
     harness = Harness(device=device)
+    load_at_start = os.getloadavg()[0]  # a time on a shared machine means little without it
     # The fast path and the compiled step run on the CPU only.
     impls = [impl for impl in (*IMPLS, COMPILED) if device == "cpu" or impl not in ("fast", COMPILED)]
     print(
@@ -167,6 +169,9 @@ def main() -> None:
     if device == "cpu":
         lines.update(fast_path_ratios(model, prompt, n, harness, arguments.pairs))
         lines.update(roof_fractions(store, model, len(prompt), n, lines))
+    load_at_end = os.getloadavg()[0]
+    cpus = os.cpu_count()
+    print(f"load average (1 min): {load_at_start:.2f} at the start, {load_at_end:.2f} at the end; {cpus} CPUs")
     for name, value in lines.items():
         print(f"{name}={value:.6g}" if isinstance(value, float) else f"{name}={value}")
 
