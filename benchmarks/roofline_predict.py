@@ -5,6 +5,10 @@ a stored roof and the counts alone, beside the figures that benchmark printed th
 
 ``--bench`` is a file of the benchmark's ``name=value`` lines (e.g. another machine's); the
 predictions need only the roof, so a machine that cannot run here is judged by its profile.
+``--measure`` times the three figures here instead, in seconds rather than the benchmark's
+minutes (its fast fp32 and int8 steps paired, its verification in plain steps), with the
+quick model from ``--db`` and the load average beside them: on a shared machine, run it pinned
+to one core at a raised priority (``taskset -c 1 chrt -f 10 python ...``) and quote the load.
 Prints the roofline's and the predicted (runner.cost_model.Placement.predicted_seconds) µs per
 token of the fast fp32 and int8 steps beside the measured ones, a 5-position
 verification in plain steps, and the speculative speedup of a fast_int8 draft at k = 4 over a
@@ -28,13 +32,17 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--machine", required=True)
     parser.add_argument("--bench", type=Path, default=None)
+    parser.add_argument("--measure", action="store_true", help="time the figures here (see above)")
+    parser.add_argument("--pairs", type=int, default=7)
     arguments = parser.parse_args()
     roofs = Store(arguments.db).profiles.by_machine_name()
     if arguments.machine not in roofs:
         raise SystemExit(f"error: --machine: no profile of {arguments.machine!r} (profiled: {', '.join(roofs)})")
     roof = roofs[arguments.machine]
     measured: dict[str, float] = {}
-    if arguments.bench is not None:
+    if arguments.measure:
+        measured = measure_here(arguments.db, arguments.pairs)
+    elif arguments.bench is not None:
         for line in arguments.bench.read_text().splitlines():
             name, _, value = line.partition("=")
             try:
@@ -74,6 +82,45 @@ def main() -> None:
         speedup = cost_model.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
         print(f"fast_int8 draft, k={VERIFY_K}, acceptance {acceptance}: roofline speedup {speedup:.2f}x")
     print(f"fast_int8_draft_break_even_acceptance={break_even if break_even is not None else 1.0:.3g}")
+
+
+def measure_here(url: str, pairs: int) -> dict[str, float]:
+    """The fast fp32 and int8 steps (paired: each its least time over the pairs) and a 5-position
+    verification in plain steps (decode_vs_transformers.verify_in_steps), on the quick model."""
+    import functools
+    import os
+
+    import torch
+    from decode_vs_transformers import verify_in_steps  # this script's folder is on the path
+
+    from runner.corpus import load_corpus
+    from runner.decode import generate
+    from runner.quantize import quantize_model
+    from runner.sweeps import load_preset
+    from runner.timing import Harness
+    from runner.train import train_or_reuse
+
+    torch.set_num_threads(1)
+    spec, corpus = load_preset("quick"), load_corpus()
+    model_config = spec.model_config(len(corpus.vocabulary))
+    model = train_or_reuse(Store(url).results, model_config, spec.train_config(), corpus).model.eval()
+    if cost_model.Shape.of(model.config) != QUICK:
+        raise SystemExit(f"error: the quick model's shape {cost_model.Shape.of(model.config)} is not {QUICK}")
+    prompt, harness = corpus.encode(corpus.text[:1]), Harness()
+    quantized = quantize_model(model, "int8", kernel="fast_int8")
+    load_at_start = os.getloadavg()[0]
+    steps = harness.paired(
+        functools.partial(generate, model, prompt, TOKENS, temperature=0.0, impl="fast"),
+        functools.partial(generate, quantized, prompt, TOKENS, temperature=0.0, impl="fast"),
+        pairs=pairs,
+    )
+    verify = verify_in_steps(model, prompt, TOKENS, harness, pairs)
+    print(f"measured here at load average {load_at_start:.2f} (start) to {os.getloadavg()[0]:.2f} (end)")
+    return {
+        "fast_us_per_token": min(steps.baseline_seconds) / TOKENS * 1e6,
+        "fast_int8_us_per_token": min(steps.candidate_seconds) / TOKENS * 1e6,
+        f"fast_verify_k{VERIFY_K}_steps": 1 / verify.median,
+    }
 
 
 if __name__ == "__main__":
