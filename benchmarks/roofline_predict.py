@@ -1,12 +1,14 @@
 """What the roofline predicts for decode_vs_transformers.py's fast-path figures on a machine, from
 a stored roof and the counts alone, beside the figures that benchmark printed there.
 
-    python benchmarks/roofline_predict.py --db URL --machine NAME [--bench LINES.txt]
+    python benchmarks/roofline_predict.py --db URL --machine NAME [--bench LINES.txt | --measure]
 
 ``--bench`` is a file of the benchmark's ``name=value`` lines (e.g. another machine's); the
 predictions need only the roof, so a machine that cannot run here is judged by its profile.
-``--measure`` times the three figures here instead, in seconds rather than the benchmark's
-minutes (its fast fp32 and int8 steps paired, its verification in plain steps), with the
+``--measure`` times the figures here instead, in seconds rather than the benchmark's minutes
+(its fast fp32 and int8 steps paired, its verification in plain steps, and speculative decoding
+with the fast_int8 draft at k = 4 against plain fast decoding, judged at the acceptance it
+measured: the verdict, wins or loses, against the roofline's), with the
 quick model from ``--db`` and the load average beside them: on a shared machine, run it pinned
 to one core at a raised priority (``taskset -c 1 chrt -f 10 python ...``) and quote the load.
 Prints the roofline's and the predicted (runner.cost_model.Placement.predicted_seconds) µs per
@@ -82,6 +84,15 @@ def main() -> None:
         speedup = cost_model.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
         print(f"fast_int8 draft, k={VERIFY_K}, acceptance {acceptance}: roofline speedup {speedup:.2f}x")
     print(f"fast_int8_draft_break_even_acceptance={break_even if break_even is not None else 1.0:.3g}")
+    acceptance_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_acceptance")
+    speedup_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_speedup")
+    if acceptance_seen is not None and speedup_seen is not None:
+        speedup = cost_model.speculative_speedup(acceptance_seen, VERIFY_K, step, draft, verify_seconds)
+        verdict = "right" if (speedup >= 1.0) == (speedup_seen >= 1.0) else "wrong"
+        print(
+            f"fast_int8 draft, k={VERIFY_K}, measured acceptance {acceptance_seen:.3f}: measured {speedup_seen:.2f}x, "
+            f"roofline {speedup:.2f}x (error {(speedup - speedup_seen) / speedup_seen:+.0%}): verdict {verdict}"
+        )
 
 
 def measure_here(url: str, pairs: int) -> dict[str, float]:
@@ -95,7 +106,9 @@ def measure_here(url: str, pairs: int) -> dict[str, float]:
 
     from runner.corpus import load_corpus
     from runner.decode import generate
+    from runner.drafts import ModelDraft
     from runner.quantize import quantize_model
+    from runner.speculative import speculative_decode
     from runner.sweeps import load_preset
     from runner.timing import Harness
     from runner.train import train_or_reuse
@@ -115,11 +128,21 @@ def measure_here(url: str, pairs: int) -> dict[str, float]:
         pairs=pairs,
     )
     verify = verify_in_steps(model, prompt, TOKENS, harness, pairs)
+    # Speculative decoding on the fast impl with the fast_int8 draft, sampled as the quick preset.
+    draft = ModelDraft(quantized, "fast_int8", fast=True)
+    speculative = functools.partial(
+        speculative_decode, model, draft, VERIFY_K, prompt, TOKENS, temperature=1.0, seed=1, impl="fast"
+    )
+    plain = functools.partial(generate, model, prompt, TOKENS, temperature=1.0, seed=1, impl="fast")
+    decoded = speculative()
+    speedup = harness.paired(plain, speculative, pairs=pairs)
     print(f"measured here at load average {load_at_start:.2f} (start) to {os.getloadavg()[0]:.2f} (end)")
     return {
         "fast_us_per_token": min(steps.baseline_seconds) / TOKENS * 1e6,
         "fast_int8_us_per_token": min(steps.candidate_seconds) / TOKENS * 1e6,
         f"fast_verify_k{VERIFY_K}_steps": 1 / verify.median,
+        f"fast_int8_draft_k{VERIFY_K}_acceptance": decoded.acceptance_rate,
+        f"fast_int8_draft_k{VERIFY_K}_speedup": speedup.median,
     }
 
 
