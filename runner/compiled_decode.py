@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from runner.decode import Stepper
 from runner.model import Block, CharGPT
+from runner.stepper import Stepper
 
 MIN_CAPACITY = 64
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner import counting
+from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
 from runner.errors import InputError
 
 if TYPE_CHECKING:
     from runner.sweeps import SweepSpec
 
-# Seconds per decode step on 2 CPU cores (dispatch overhead plus arithmetic), and throughput.
-STEP_OVERHEAD_SECONDS = 6e-4
-FLOPS_PER_SECOND = 1.5e10
 FLOAT_BYTES = 4
 # Parameters, their gradients and AdamW's two moments: four float32 tensors per parameter.
 TRAINING_BYTES_PER_PARAMETER = 4 * FLOAT_BYTES
