@@ -33,7 +33,11 @@ def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) ->
 
 
 def training_seconds(spec: SweepSpec) -> float:
-    model, train = spec.raw["model"], spec.raw["train"]
+    return training_seconds_of(spec.raw["model"], spec.raw["train"])
+
+
+def training_seconds_of(model: dict[str, Any], train: dict[str, Any]) -> float:
+    """Training's time from a spec's model and train sections: steps × model size × batch."""
     parameters = model["n_layer"] * counting.projection_mults(1, model["d_model"])  # one mult per linear weight
     return train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
 

@@ -5,30 +5,48 @@ runs in the store, each experiment's price is scaled by what those runs took: th
 a case's record and the one before it (the run's start for its first case) summed per
 experiment, over what the model said of the same cases. An experiment this machine never ran
 keeps the model's price, and the estimate says which experiments were calibrated.
+
+Training is priced the same way from the runs that trained their model: a run's command began
+``wall_seconds`` before it finished, and its model was stored when training ended (before the
+run's own start), so the model's ``created_at`` less the command's start is that training's
+time. Its ratio to the cost model's training time for that spec scales the cost model's time for
+the new spec (steps × model size × batch): a spec of another size is scaled, not copied.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from runner.cost_limits import case_seconds, training_seconds
+from runner.cost_limits import case_seconds, training_seconds, training_seconds_of
 from runner.errors import InputError
 from runner.sweeps import SweepSpec
-from store.schema import Case, Machine, Run
+from store.schema import Case, Machine, Model, Run
 from store.store import Store
 
 # The newest done runs of the machine that calibrate it: recent enough to be today's machine.
 CALIBRATION_RUNS = 5
+# Runs read to find the newest ones that trained their model (most reuse a stored one).
+TRAINING_LOOKBACK_RUNS = 200
+
+
+@dataclass(frozen=True)
+class TrainingScale:
+    """This machine's measured training times over the cost model's, summed over its newest runs
+    that trained their model."""
+
+    factor: float
+    runs: int
 
 
 @dataclass(frozen=True)
 class Estimate:
     seconds: float
     training_seconds: float  # included in seconds; 0 when the model is stored
+    training_runs: int  # this machine's earlier trainings that priced it (0: the cost model alone)
     calibrated: tuple[str, ...]  # experiments priced from this machine's earlier runs
     uncalibrated: tuple[str, ...]  # experiments priced by the cost model alone
 
@@ -43,8 +61,17 @@ class Estimate:
             )
         else:
             basis = "by the cost model (no earlier run of these experiments on this machine)"
-        training = f", {minutes(self.training_seconds)} of it training the model" if self.training_seconds else ""
-        return f"about {minutes(self.seconds)}{training}, {basis}"
+        return f"about {minutes(self.seconds)}{self.training_part()}, {basis}"
+
+    def training_part(self) -> str:
+        if not self.training_seconds:
+            return ""
+        if self.training_runs:
+            said = "earlier training" if self.training_runs == 1 else f"{self.training_runs} earlier trainings"
+            basis = f"scaled from this machine's {said}"
+        else:
+            basis = "by the cost model (no earlier training on this machine)"
+        return f", {minutes(self.training_seconds)} of it training the model ({basis})"
 
 
 def minutes(seconds: float) -> str:
@@ -86,17 +113,53 @@ def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
     return {name: recorded[name] / modelled[name] for name in modelled if modelled[name] > 0 and recorded[name] > 0}
 
 
-def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> Estimate:
-    """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one
-    (a local Hugging Face checkpoint: its own estimate, runner.hf_spec; it trains nothing)."""
+def training_scale(store: Store, machine_name: str) -> TrainingScale | None:
+    """Measured over modelled training time of ``machine_name``'s newest runs that trained their
+    model (None: none did, or none of a shape the cost model prices)."""
+    query = (
+        select(Run.spec, Run.started_at, Run.finished_at, Run.wall_seconds, Model.created_at)
+        .join(Machine, Machine.id == Run.machine_id)
+        .join(Model, Model.id == Run.model_id)
+        .where(Machine.name == machine_name, Run.finished_at.is_not(None), Run.wall_seconds.is_not(None))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(TRAINING_LOOKBACK_RUNS)
+    )
+    with store.read() as session:
+        rows = session.execute(query).all()
+    measured, modelled, runs = 0.0, 0.0, 0
+    for spec, started_at, finished_at, wall_seconds, model_stored_at in rows:
+        command_started = finished_at - timedelta(seconds=wall_seconds)
+        # A model stored before this command began was reused, not trained, by this run.
+        if not command_started <= model_stored_at <= started_at:
+            continue
+        try:
+            priced = training_seconds_of(spec["model"], spec["train"])
+        except (KeyError, TypeError):
+            continue  # a Hugging Face checkpoint, or a spec of an older shape: nothing to scale
+        measured += (model_stored_at - command_started).total_seconds()
+        modelled += priced
+        runs += 1
+        if runs == CALIBRATION_RUNS:
+            break
+    if runs == 0 or modelled <= 0 or measured <= 0:
+        return None
+    return TrainingScale(measured / modelled, runs)
+
+
+def estimate(
+    spec: SweepSpec, factors: dict[str, float], model_stored: bool, training: TrainingScale | None = None
+) -> Estimate:
+    """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one,
+    and its training scaled by ``training`` where this machine trained before (a local Hugging
+    Face checkpoint: its own estimate, runner.hf_spec; it trains nothing)."""
     if spec.is_hf:
         from runner import hf_spec
 
         names = tuple(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
-        return Estimate(hf_spec.estimate(spec).seconds, 0.0, calibrated=(), uncalibrated=names)
+        return Estimate(hf_spec.estimate(spec).seconds, 0.0, 0, calibrated=(), uncalibrated=names)
     model = spec.raw["model"]
-    training = 0.0 if model_stored else training_seconds(spec)
-    total = training
+    training_time = 0.0 if model_stored else training_seconds(spec) * (training.factor if training else 1.0)
+    total = training_time
     used: dict[str, bool] = {}
     for experiment, case in spec.plan():
         factor = factors.get(experiment.name)
@@ -104,7 +167,8 @@ def estimate(spec: SweepSpec, factors: dict[str, float], model_stored: bool) -> 
         total += case_seconds(experiment.name, case, model) * (factor or 1.0)
     return Estimate(
         seconds=total,
-        training_seconds=training,
+        training_seconds=training_time,
+        training_runs=training.runs if training is not None and not model_stored else 0,
         calibrated=tuple(name for name, calibrated in used.items() if calibrated),
         uncalibrated=tuple(name for name, calibrated in used.items() if not calibrated),
     )
@@ -127,4 +191,6 @@ def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
             config = spec.model_config(vocab_size=len(corpus.vocabulary))
             wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
             stored = store.results.find_model(recipe_hash=wanted) is not None
-    return estimate(spec, scale_factors(store, machine_name), model_stored=stored)
+    return estimate(
+        spec, scale_factors(store, machine_name), model_stored=stored, training=training_scale(store, machine_name)
+    )

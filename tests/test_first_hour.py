@@ -250,3 +250,50 @@ def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None
     points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
     [drawn] = spec["datasets"][points["data"]["name"]]
     assert drawn["row"] == "speculative · speedup_median · fast · bigram · k=1"
+
+
+def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    """The filled store's run trained the tiny model: its training took from the command's start
+    (its end less its wall time) to the model's storing. The same spec's training estimate must be
+    that time, a spec with twice the steps twice it; a machine that never trained, or a run whose
+    model was stored before it began (reused), leaves training to the cost model."""
+    import sqlalchemy as sa
+
+    from runner.cost_limits import training_seconds
+    from runner.estimate import estimate, training_scale
+    from runner.machine import machine_name
+    from runner.sweeps import load_spec_file, validate
+    from store.store import Store
+    from tests.conftest import TINY_SPEC, copy_store
+
+    spec = load_spec_file(TINY_SPEC)
+    store = Store(filled_store_url)
+    with store.engine.connect() as connection:
+        finished, wall, stored = connection.execute(
+            sa.text(
+                "SELECT run.finished_at, run.wall_seconds, model.created_at"
+                " FROM run JOIN model ON model.id = run.model_id"
+            )
+        ).one()
+    took = (pd.Timestamp(stored) - (pd.Timestamp(finished) - pd.Timedelta(seconds=wall))).total_seconds()
+    scale = training_scale(store, machine_name())
+    store.close()
+    assert scale is not None and scale.runs == 1 and took > 0
+    same = estimate(spec, {}, model_stored=False, training=scale)
+    assert same.training_seconds == pytest.approx(took, rel=1e-6)
+    assert "scaled from this machine's earlier training" in same.describe()
+    longer = validate({**spec.raw, "train": {**spec.raw["train"], "steps": 2 * spec.raw["train"]["steps"]}})
+    assert estimate(longer, {}, model_stored=False, training=scale).training_seconds == pytest.approx(2 * took)
+    assert estimate(spec, {}, model_stored=True, training=scale).training_seconds == 0
+    unscaled = estimate(spec, {}, model_stored=False, training=None)
+    assert unscaled.training_seconds == training_seconds(spec)
+    assert "by the cost model (no earlier training on this machine)" in unscaled.describe()
+
+    copy = Store(copy_store(filled_store_url, tmp_path / "reused.db"))
+    assert training_scale(copy, "a-machine-never-seen") is None
+    with copy.engine.begin() as connection:  # the model stored before the run began: reused, not trained
+        connection.execute(sa.text("UPDATE model SET created_at = '2000-01-01 00:00:00.000000'"))
+    assert training_scale(copy, machine_name()) is None
+    copy.close()
