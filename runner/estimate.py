@@ -51,27 +51,28 @@ class Estimate:
     uncalibrated: tuple[str, ...]  # experiments priced by the cost model alone
 
     def describe(self) -> str:
-        """One line: the estimate and what it rests on."""
+        """One line: the estimate and what each part rests on."""
         if self.calibrated and not self.uncalibrated:
             basis = "from this machine's earlier runs"
         elif self.calibrated:
             basis = (
-                f"from this machine's earlier runs for {', '.join(self.calibrated)}; "
+                f"from this machine's earlier runs for {', '.join(self.calibrated)}, "
                 f"by the cost model for {', '.join(self.uncalibrated)}"
             )
         else:
             basis = "by the cost model (no earlier run of these experiments on this machine)"
-        return f"about {minutes(self.seconds)}{self.training_part()}, {basis}"
+        return f"about {minutes(self.seconds)}; the cases {basis}{self.training_part()}"
 
     def training_part(self) -> str:
+        """What training adds and what its price rests on (empty when the model is stored)."""
         if not self.training_seconds:
             return ""
         if self.training_runs:
             said = "earlier training" if self.training_runs == 1 else f"{self.training_runs} earlier trainings"
             basis = f"scaled from this machine's {said}"
         else:
-            basis = "by the cost model (no earlier training on this machine)"
-        return f", {minutes(self.training_seconds)} of it training the model ({basis})"
+            basis = "by the cost model, as this machine trained none before"
+        return f"; training the model {minutes(self.training_seconds)} of it, {basis}"
 
 
 def minutes(seconds: float) -> str:

@@ -289,7 +289,7 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
     assert estimate(spec, {}, model_stored=True, training=scale).training_seconds == 0
     unscaled = estimate(spec, {}, model_stored=False, training=None)
     assert unscaled.training_seconds == training_seconds(spec)
-    assert "by the cost model (no earlier training on this machine)" in unscaled.describe()
+    assert "by the cost model, as this machine trained none before" in unscaled.describe()
 
     copy = Store(copy_store(filled_store_url, tmp_path / "reused.db"))
     assert training_scale(copy, "a-machine-never-seen") is None
