@@ -93,7 +93,7 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
     that machine's earlier runs in this store (runner.estimate), training included unless the
     model is stored already (scaled by that machine's earlier trainings where it has any)."""
-    from runner.estimate import estimate, scale_factors, training_scale
+    from runner.estimate import earlier_trainings, estimate, scale_factors
     from runner.machine import machine_name
     from runner.train import recipe_hash
 
@@ -102,7 +102,7 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
         spec,
         scale_factors(store, name),
         model_stored=_model_stored(store, spec, recipe_hash),
-        training=training_scale(store, name),
+        trainings=earlier_trainings(store, name),
     )
 
 

@@ -6,18 +6,23 @@ a case's record and the one before it (the run's start for its first case) summe
 experiment, over what the model said of the same cases. An experiment this machine never ran
 keeps the model's price, and the estimate says which experiments were calibrated.
 
-Training is priced the same way from the runs that trained their model: a run's command began
+Training is priced from this machine's runs that trained their model: a run's command began
 ``wall_seconds`` before it finished, and its model was stored when training ended (before the
 run's own start), so the model's ``created_at`` less the command's start is that training's
-time. Its ratio to the cost model's training time for that spec scales the cost model's time for
-the new spec (steps × model size × batch): a spec of another size is scaled, not copied.
+time. The same model, batch and sequence length trained before: its measured seconds per step
+times the steps asked for. Another shape within a factor of ``TRAINING_SHAPE_RANGE`` of the cost
+model's time per step: the nearest one's measured over modelled time scales the cost model's
+(steps × model size × batch). Shapes further apart (a tiny test model's time is all per-step
+overhead, a real one's arithmetic) or no training at all: the cost model alone.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 
@@ -31,22 +36,33 @@ from store.store import Store
 CALIBRATION_RUNS = 5
 # Runs read to find the newest ones that trained their model (most reuse a stored one).
 TRAINING_LOOKBACK_RUNS = 200
+# How far apart (as a ratio of the cost model's time per step) an earlier training may be and
+# still scale the new one: beyond it the time per step is made of different things.
+TRAINING_SHAPE_RANGE = 8.0
+# The spec fields that make one training step cost what another does.
+STEP_SHAPE_FIELDS = (("model", "d_model"), ("model", "n_layer"), ("model", "n_head"), ("model", "context_length"))
+BATCH_SHAPE_FIELDS = (("train", "batch_size"), ("train", "sequence_length"))
 
 
 @dataclass(frozen=True)
-class TrainingScale:
-    """This machine's measured training times over the cost model's, summed over its newest runs
-    that trained their model."""
+class Training:
+    """One earlier training on this machine: its step's shape, steps, measured and modelled time."""
 
-    factor: float
-    runs: int
+    shape: tuple[Any, ...]
+    steps: int
+    measured_seconds: float
+    modelled_seconds: float
+
+
+def step_shape(raw: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(raw[section][name] for section, name in (*STEP_SHAPE_FIELDS, *BATCH_SHAPE_FIELDS))
 
 
 @dataclass(frozen=True)
 class Estimate:
     seconds: float
     training_seconds: float  # included in seconds; 0 when the model is stored
-    training_runs: int  # this machine's earlier trainings that priced it (0: the cost model alone)
+    training_basis: str  # what the training's price rests on ("" when nothing is trained)
     calibrated: tuple[str, ...]  # experiments priced from this machine's earlier runs
     uncalibrated: tuple[str, ...]  # experiments priced by the cost model alone
 
@@ -67,12 +83,7 @@ class Estimate:
         """What training adds and what its price rests on (empty when the model is stored)."""
         if not self.training_seconds:
             return ""
-        if self.training_runs:
-            said = "earlier training" if self.training_runs == 1 else f"{self.training_runs} earlier trainings"
-            basis = f"scaled from this machine's {said}"
-        else:
-            basis = "by the cost model, as this machine trained none before"
-        return f"; training the model {minutes(self.training_seconds)} of it, {basis}"
+        return f"; training the model {minutes(self.training_seconds)} of it, {self.training_basis}"
 
 
 def minutes(seconds: float) -> str:
@@ -114,9 +125,9 @@ def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
     return {name: recorded[name] / modelled[name] for name in modelled if modelled[name] > 0 and recorded[name] > 0}
 
 
-def training_scale(store: Store, machine_name: str) -> TrainingScale | None:
-    """Measured over modelled training time of ``machine_name``'s newest runs that trained their
-    model (None: none did, or none of a shape the cost model prices)."""
+def earlier_trainings(store: Store, machine_name: str) -> list[Training]:
+    """``machine_name``'s newest runs that trained their model, newest first, at most
+    ``CALIBRATION_RUNS`` (a Hugging Face checkpoint trains nothing and is left out)."""
     query = (
         select(Run.spec, Run.started_at, Run.finished_at, Run.wall_seconds, Model.created_at)
         .join(Machine, Machine.id == Run.machine_id)
@@ -127,39 +138,67 @@ def training_scale(store: Store, machine_name: str) -> TrainingScale | None:
     )
     with store.read() as session:
         rows = session.execute(query).all()
-    measured, modelled, runs = 0.0, 0.0, 0
+    found: list[Training] = []
     for spec, started_at, finished_at, wall_seconds, model_stored_at in rows:
         command_started = finished_at - timedelta(seconds=wall_seconds)
         # A model stored before this command began was reused, not trained, by this run.
         if not command_started <= model_stored_at <= started_at:
             continue
         try:
-            priced = training_seconds_of(spec["model"], spec["train"])
-        except (KeyError, TypeError):
+            shape, steps = step_shape(spec), int(spec["train"]["steps"])
+            modelled = training_seconds_of(spec["model"], spec["train"])
+        except (KeyError, TypeError, ValueError):
             continue  # a Hugging Face checkpoint, or a spec of an older shape: nothing to scale
-        measured += (model_stored_at - command_started).total_seconds()
-        modelled += priced
-        runs += 1
-        if runs == CALIBRATION_RUNS:
+        measured = (model_stored_at - command_started).total_seconds()
+        if measured > 0 and modelled > 0 and steps > 0:
+            found.append(Training(shape, steps, measured, modelled))
+        if len(found) == CALIBRATION_RUNS:
             break
-    if runs == 0 or modelled <= 0 or measured <= 0:
-        return None
-    return TrainingScale(measured / modelled, runs)
+    return found
+
+
+def price_training(spec: SweepSpec, trainings: list[Training]) -> tuple[float, str]:
+    """``spec``'s training time and what it rests on: this machine's trainings of the same shape
+    (seconds per step × steps), else the nearest shape's (scaled by the cost model), else the cost
+    model alone."""
+    modelled = training_seconds(spec)
+    steps = int(spec.raw["train"]["steps"])
+    same = [training for training in trainings if training.shape == step_shape(spec.raw)]
+    if same:
+        per_step = sum(training.measured_seconds for training in same) / sum(training.steps for training in same)
+        said = "training" if len(same) == 1 else f"{len(same)} trainings"
+        return per_step * steps, f"from this machine's earlier {said} of this model per step, times {steps:,} steps"
+    wanted = modelled / steps
+    near = [
+        training
+        for training in trainings
+        if abs(math.log((training.modelled_seconds / training.steps) / wanted)) <= math.log(TRAINING_SHAPE_RANGE)
+    ]
+    if near:
+        nearest = min(near, key=lambda training: abs(math.log((training.modelled_seconds / training.steps) / wanted)))
+        d_model, n_layer = nearest.shape[0], nearest.shape[1]
+        return modelled * nearest.measured_seconds / nearest.modelled_seconds, (
+            f"scaled by steps × model size from this machine's earlier training of a d_model={d_model}, "
+            f"n_layer={n_layer} model"
+        )
+    if trainings:
+        return modelled, "by the cost model (this machine's earlier trainings were of models too unlike this one)"
+    return modelled, "by the cost model, as this machine trained none before"
 
 
 def estimate(
-    spec: SweepSpec, factors: dict[str, float], model_stored: bool, training: TrainingScale | None = None
+    spec: SweepSpec, factors: dict[str, float], model_stored: bool, trainings: list[Training] | None = None
 ) -> Estimate:
     """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one,
-    and its training scaled by ``training`` where this machine trained before (a local Hugging
+    and its training priced from ``trainings``, this machine's earlier ones (price_training) (a local Hugging
     Face checkpoint: its own estimate, runner.hf_spec; it trains nothing)."""
     if spec.is_hf:
         from runner import hf_spec
 
         names = tuple(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
-        return Estimate(hf_spec.estimate(spec).seconds, 0.0, 0, calibrated=(), uncalibrated=names)
+        return Estimate(hf_spec.estimate(spec).seconds, 0.0, "", calibrated=(), uncalibrated=names)
     model = spec.raw["model"]
-    training_time = 0.0 if model_stored else training_seconds(spec) * (training.factor if training else 1.0)
+    training_time, training_basis = (0.0, "") if model_stored else price_training(spec, trainings or [])
     total = training_time
     used: dict[str, bool] = {}
     for experiment, case in spec.plan():
@@ -169,7 +208,7 @@ def estimate(
     return Estimate(
         seconds=total,
         training_seconds=training_time,
-        training_runs=training.runs if training is not None and not model_stored else 0,
+        training_basis=training_basis,
         calibrated=tuple(name for name, calibrated in used.items() if calibrated),
         uncalibrated=tuple(name for name, calibrated in used.items() if not calibrated),
     )
@@ -193,5 +232,5 @@ def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
             wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
             stored = store.results.find_model(recipe_hash=wanted) is not None
     return estimate(
-        spec, scale_factors(store, machine_name), model_stored=stored, training=training_scale(store, machine_name)
+        spec, scale_factors(store, machine_name), model_stored=stored, trainings=earlier_trainings(store, machine_name)
     )

@@ -256,15 +256,16 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
     filled_store_url: str, tmp_path: Path
 ) -> None:
     """The filled store's run trained the tiny model: its training took from the command's start
-    (its end less its wall time) to the model's storing. The same spec's training estimate must be
-    that time, a spec with twice the steps twice it; a machine that never trained, or a run whose
-    model was stored before it began (reused), leaves training to the cost model."""
+    (its end less its wall time) to the model's storing. The same model's training estimate must be
+    that time per step times the steps asked for; a model of a near size that time scaled by the
+    cost model; a model far from it (all overhead against all arithmetic), a machine that never
+    trained, or a run whose model was stored before it began (reused), the cost model alone."""
     import sqlalchemy as sa
 
     from runner.cost_limits import training_seconds
-    from runner.estimate import estimate, training_scale
+    from runner.estimate import earlier_trainings, estimate
     from runner.machine import machine_name
-    from runner.sweeps import load_spec_file, validate
+    from runner.sweeps import load_preset, load_spec_file, validate
     from store.store import Store
     from tests.conftest import TINY_SPEC, copy_store
 
@@ -278,22 +279,30 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
             )
         ).one()
     took = (pd.Timestamp(stored) - (pd.Timestamp(finished) - pd.Timedelta(seconds=wall))).total_seconds()
-    scale = training_scale(store, machine_name())
+    trainings = earlier_trainings(store, machine_name())
     store.close()
-    assert scale is not None and scale.runs == 1 and took > 0
-    same = estimate(spec, {}, model_stored=False, training=scale)
+    assert len(trainings) == 1 and took > 0
+    same = estimate(spec, {}, model_stored=False, trainings=trainings)
     assert same.training_seconds == pytest.approx(took, rel=1e-6)
-    assert "scaled from this machine's earlier training" in same.describe()
-    longer = validate({**spec.raw, "train": {**spec.raw["train"], "steps": 2 * spec.raw["train"]["steps"]}})
-    assert estimate(longer, {}, model_stored=False, training=scale).training_seconds == pytest.approx(2 * took)
-    assert estimate(spec, {}, model_stored=True, training=scale).training_seconds == 0
-    unscaled = estimate(spec, {}, model_stored=False, training=None)
+    assert "from this machine's earlier training of this model per step, times 15 steps" in same.describe()
+    raw = spec.raw
+    longer = validate({**raw, "train": {**raw["train"], "steps": 2 * raw["train"]["steps"]}})
+    assert estimate(longer, {}, model_stored=False, trainings=trainings).training_seconds == pytest.approx(2 * took)
+    wider = validate({**raw, "model": {**raw["model"], "d_model": 48}})
+    scaled = estimate(wider, {}, model_stored=False, trainings=trainings)
+    assert scaled.training_seconds == pytest.approx(took * training_seconds(wider) / training_seconds(spec))
+    assert "scaled by steps × model size from this machine's earlier training of a d_model=32" in scaled.describe()
+    quick = load_preset("quick")
+    unlike = estimate(quick, {}, model_stored=False, trainings=trainings)
+    assert unlike.training_seconds == training_seconds(quick) and "too unlike this one" in unlike.describe()
+    assert estimate(spec, {}, model_stored=True, trainings=trainings).training_seconds == 0
+    unscaled = estimate(spec, {}, model_stored=False, trainings=[])
     assert unscaled.training_seconds == training_seconds(spec)
     assert "by the cost model, as this machine trained none before" in unscaled.describe()
 
     copy = Store(copy_store(filled_store_url, tmp_path / "reused.db"))
-    assert training_scale(copy, "a-machine-never-seen") is None
+    assert earlier_trainings(copy, "a-machine-never-seen") == []
     with copy.engine.begin() as connection:  # the model stored before the run began: reused, not trained
         connection.execute(sa.text("UPDATE model SET created_at = '2000-01-01 00:00:00.000000'"))
-    assert training_scale(copy, machine_name()) is None
+    assert earlier_trainings(copy, machine_name()) == []
     copy.close()
