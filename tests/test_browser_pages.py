@@ -27,6 +27,7 @@ from tests.browser_helpers import (
     CHROMIUM_ARGS,
     ROOT,
     SCREENSHOTS,
+    SERVERS,
     free_port,
     healthy,
     require_browser,
@@ -125,7 +126,12 @@ def dashboard_on(
     else:
         url = three_runs_store(directory, filled_store_url)
     with serve_dashboard(url, directory) as address:
+        server = SERVERS[address]
         yield request.param, address
+    # What the server printed while every page was drawn: a warning there (e.g. Altair's "I don't
+    # know how to infer vegalite type") is a chart the page drew wrong, even if it looks whole.
+    printed = server.stdout.read() if server.stdout else ""
+    assert not [line for line in printed.splitlines() if "Warning" in line or "Traceback" in line], printed[-3000:]
 
 
 @pytest.fixture(scope="module")
