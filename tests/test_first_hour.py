@@ -142,6 +142,26 @@ def test_version_and_flags_without_a_type_in_help(tmp_path: Path) -> None:
     assert "<bool>" not in helped.stdout and "<float range>" in helped.stdout
 
 
+def test_no_commands_help_shows_a_flag_as_a_typed_value() -> None:
+    """Every command and subcommand's --help, read in-process: a flag is written --flag/--no-flag
+    (or alone), never with a <bool> or BOOLEAN value a newcomer would try to type."""
+    import typer
+    from typer.testing import CliRunner
+
+    from runner.cli import app
+
+    def paths(command: object, path: list[str]) -> list[list[str]]:
+        below = getattr(command, "commands", {})
+        return [path, *[found for name, sub in below.items() for found in paths(sub, [*path, name])]]
+
+    every = paths(typer.main.get_command(app), [])
+    assert len(every) > 20 and ["report", "seeds"] in every
+    for path in every:
+        helped = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert helped.exit_code == 0, (path, helped.output)
+        assert "<bool>" not in helped.output and "BOOLEAN" not in helped.output, (path, helped.output)
+
+
 def test_a_dashboard_on_a_busy_port_says_so_in_one_line_and_claims_no_address(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
