@@ -92,13 +92,18 @@ def build_spec(request: LaunchRequest) -> Any:
 def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
     that machine's earlier runs in this store (runner.estimate), training included unless the
-    model is stored already."""
-    from runner.estimate import estimate, scale_factors
+    model is stored already (scaled by that machine's earlier trainings where it has any)."""
+    from runner.estimate import earlier_trainings, estimate, scale_factors
     from runner.machine import machine_name
     from runner.train import recipe_hash
 
-    factors = scale_factors(store, machine or machine_name())
-    return estimate(spec, factors, model_stored=_model_stored(store, spec, recipe_hash))
+    name = machine or machine_name()
+    return estimate(
+        spec,
+        scale_factors(store, name),
+        model_stored=_model_stored(store, spec, recipe_hash),
+        trainings=earlier_trainings(store, name),
+    )
 
 
 def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
+from dashboard import tables
 from runner import metrics
 from runner.metrics import NUMERICAL_TOLERANCE, is_deterministic
 from store.records import MachineRecord
@@ -86,10 +87,11 @@ def fingerprints(details: pd.DataFrame, machines: Sequence[str]) -> pd.DataFrame
 
 
 def field_text(name: str, value: Any) -> str:
+    """A fingerprint cell as every table writes it (dashboard.tables): "–" for none, bytes in binary units."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if name == "memory_bytes":
-        return f"{int(value) / 2**30:.1f} GiB"
+        return tables.MISSING
+    if tables.is_bytes(name):
+        return tables.binary_bytes(value)
     if name == "started_at":
         return f"{pd.Timestamp(value):%Y-%m-%d %H:%M}"
     if name == "model_hash":

@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from runner.decode import Stepper
 from runner.model import Block, CharGPT
+from runner.stepper import Stepper
 
 MIN_CAPACITY = 64
 # Of what inductor offers on the CPU, frozen weights and its C++ wrapper (no Python between the

@@ -13,14 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner import counting
+from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
 from runner.errors import InputError
 
 if TYPE_CHECKING:
     from runner.sweeps import SweepSpec
 
-# Seconds per decode step on 2 CPU cores (dispatch overhead plus arithmetic), and throughput.
-STEP_OVERHEAD_SECONDS = 6e-4
-FLOPS_PER_SECOND = 1.5e10
 FLOAT_BYTES = 4
 # Parameters, their gradients and AdamW's two moments: four float32 tensors per parameter.
 TRAINING_BYTES_PER_PARAMETER = 4 * FLOAT_BYTES
@@ -35,7 +33,11 @@ def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) ->
 
 
 def training_seconds(spec: SweepSpec) -> float:
-    model, train = spec.raw["model"], spec.raw["train"]
+    return training_seconds_of(spec.raw["model"], spec.raw["train"])
+
+
+def training_seconds_of(model: dict[str, Any], train: dict[str, Any]) -> float:
+    """Training's time from a spec's model and train sections: steps × model size × batch."""
     parameters = model["n_layer"] * counting.projection_mults(1, model["d_model"])  # one mult per linear weight
     return train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
 

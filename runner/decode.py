@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Generator
 from dataclasses import dataclass
 
 import torch
 
 from runner.model import CharGPT
+from runner.stepper import Stepper
 
 
 @dataclass(frozen=True)
@@ -146,10 +146,6 @@ def generate(
             logits = next_logits.send(token)
     tokens = torch.cat(generated, dim=1)[0].tolist() if generated else []
     return Generation(tokens=tokens, logits=torch.stack(kept) if keep_logits else None)
-
-
-# Each stepper yields the logits (1 × vocab) for the next position and is sent the chosen token.
-Stepper = Generator[torch.Tensor, torch.Tensor, None]
 
 
 def _static_steps(

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from runner.hf_model import TokenCorpus
 from runner.model import CharGPT
 from runner.timing import Paired

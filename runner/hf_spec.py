@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runner import counting
-from runner.cost_limits import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
+from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
 from runner.errors import InputError
 from runner.fields import Field, check_section, field_path
 from runner.hf_model import (

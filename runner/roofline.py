@@ -16,7 +16,7 @@ from typing import Any
 
 from runner import cost_model
 from runner.cost_model import Placement, Shape
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
 LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")

@@ -71,7 +71,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _healthy(address: str) -> bool:
+def healthy(address: str) -> bool:
     try:
         with urllib.request.urlopen(f"{address}/_stcore/health", timeout=2) as response:
             return bool(response.read() == b"ok")
@@ -96,7 +96,7 @@ def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
     SERVERS[address] = server
     try:
         deadline = time.monotonic() + SERVER_START_SECONDS
-        while not _healthy(address):
+        while not healthy(address):
             if time.monotonic() > deadline or server.poll() is not None:
                 server.kill()
                 output = server.stdout.read() if server.stdout else ""

@@ -142,6 +142,26 @@ def test_version_and_flags_without_a_type_in_help(tmp_path: Path) -> None:
     assert "<bool>" not in helped.stdout and "<float range>" in helped.stdout
 
 
+def test_no_commands_help_shows_a_flag_as_a_typed_value() -> None:
+    """Every command and subcommand's --help, read in-process: a flag is written --flag/--no-flag
+    (or alone), never with a <bool> or BOOLEAN value a newcomer would try to type."""
+    import typer
+    from typer.testing import CliRunner
+
+    from runner.cli import app
+
+    def paths(command: object, path: list[str]) -> list[list[str]]:
+        below = getattr(command, "commands", {})
+        return [path, *[found for name, sub in below.items() for found in paths(sub, [*path, name])]]
+
+    every = paths(typer.main.get_command(app), [])
+    assert len(every) > 20 and ["report", "seeds"] in every
+    for path in every:
+        helped = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert helped.exit_code == 0, (path, helped.output)
+        assert "<bool>" not in helped.output and "BOOLEAN" not in helped.output, (path, helped.output)
+
+
 def test_a_dashboard_on_a_busy_port_says_so_in_one_line_and_claims_no_address(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -250,3 +270,59 @@ def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None
     points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
     [drawn] = spec["datasets"][points["data"]["name"]]
     assert drawn["row"] == "speculative · speedup_median · fast · bigram · k=1"
+
+
+def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    """The filled store's run trained the tiny model: its training took from the command's start
+    (its end less its wall time) to the model's storing. The same model's training estimate must be
+    that time per step times the steps asked for; a model of a near size that time scaled by the
+    cost model; a model far from it (all overhead against all arithmetic), a machine that never
+    trained, or a run whose model was stored before it began (reused), the cost model alone."""
+    import sqlalchemy as sa
+
+    from runner.cost_limits import training_seconds
+    from runner.estimate import earlier_trainings, estimate
+    from runner.machine import machine_name
+    from runner.sweeps import load_preset, load_spec_file, validate
+    from store.store import Store
+    from tests.conftest import TINY_SPEC, copy_store
+
+    spec = load_spec_file(TINY_SPEC)
+    store = Store(filled_store_url)
+    with store.engine.connect() as connection:
+        finished, wall, stored = connection.execute(
+            sa.text(
+                "SELECT run.finished_at, run.wall_seconds, model.created_at"
+                " FROM run JOIN model ON model.id = run.model_id"
+            )
+        ).one()
+    took = (pd.Timestamp(stored) - (pd.Timestamp(finished) - pd.Timedelta(seconds=wall))).total_seconds()
+    trainings = earlier_trainings(store, machine_name())
+    store.close()
+    assert len(trainings) == 1 and took > 0
+    same = estimate(spec, {}, model_stored=False, trainings=trainings)
+    assert same.training_seconds == pytest.approx(took, rel=1e-6)
+    assert "from this machine's earlier training of this model per step, times 15 steps" in same.describe()
+    raw = spec.raw
+    longer = validate({**raw, "train": {**raw["train"], "steps": 2 * raw["train"]["steps"]}})
+    assert estimate(longer, {}, model_stored=False, trainings=trainings).training_seconds == pytest.approx(2 * took)
+    wider = validate({**raw, "model": {**raw["model"], "d_model": 48}})
+    scaled = estimate(wider, {}, model_stored=False, trainings=trainings)
+    assert scaled.training_seconds == pytest.approx(took * training_seconds(wider) / training_seconds(spec))
+    assert "scaled by steps × model size from this machine's earlier training of a d_model=32" in scaled.describe()
+    quick = load_preset("quick")
+    unlike = estimate(quick, {}, model_stored=False, trainings=trainings)
+    assert unlike.training_seconds == training_seconds(quick) and "too unlike this one" in unlike.describe()
+    assert estimate(spec, {}, model_stored=True, trainings=trainings).training_seconds == 0
+    unscaled = estimate(spec, {}, model_stored=False, trainings=[])
+    assert unscaled.training_seconds == training_seconds(spec)
+    assert "by the cost model, as this machine trained none before" in unscaled.describe()
+
+    copy = Store(copy_store(filled_store_url, tmp_path / "reused.db"))
+    assert earlier_trainings(copy, "a-machine-never-seen") == []
+    with copy.engine.begin() as connection:  # the model stored before the run began: reused, not trained
+        connection.execute(sa.text("UPDATE model SET created_at = '2000-01-01 00:00:00.000000'"))
+    assert earlier_trainings(copy, machine_name()) == []
+    copy.close()

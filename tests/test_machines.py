@@ -100,7 +100,8 @@ def test_the_matrix_gives_bands_and_ratios_and_the_fingerprints_mark_what_differ
     assert [case.split(" · ")[1] for case in wide.index.get_level_values("case")] == ["n=64", "n=256"] * 2
     differs = report.fingerprints.set_index("field")["differs"]
     assert differs["cores"] and differs["run_id"] and not differs["cpu_model"] and not differs["seed"]
-    assert report.fingerprints.set_index("field").loc["memory_bytes", "laptop"] == "8.0 GiB"
+    shown = report.fingerprints.set_index("field")
+    assert shown.loc["memory_bytes", "laptop"] == "8.00 GiB" and shown.loc["gpu_name", "laptop"] == "–"
 
 
 def test_runs_of_different_seeds_are_not_audited_against_each_other(sqlite_url: str) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner import counting
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import measure
 from store.records import MeasurementRecord
 

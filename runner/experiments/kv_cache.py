@@ -24,7 +24,8 @@ from typing import Any
 
 from runner.decode import IMPLS
 from runner.errors import InputError
-from runner.experiments import ExperimentContext, kv_arithmetic, kv_exactness, kv_memory, kv_timing
+from runner.experiments import kv_arithmetic, kv_exactness, kv_memory, kv_timing
+from runner.experiments.base import ExperimentContext
 from runner.fields import Field
 from runner.model import CACHE_ROUNDINGS
 from store.records import MeasurementRecord

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.decode import Generation, first_difference, generate
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
 # The largest |logit difference| the cached path may show against the uncached one: float32

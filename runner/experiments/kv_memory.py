@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from runner import counting
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import measure
 from runner.model import CharGPT, KVCache, ModelConfig
 from store.records import MeasurementRecord

@@ -14,7 +14,7 @@ import torch
 from runner import counting, roofline
 from runner.cost_model import Shape
 from runner.decode import generate
-from runner.experiments import ExperimentContext, aa_measurements
+from runner.experiments.base import ExperimentContext, aa_measurements
 from runner.experiments.kv_exactness import measure
 from runner.fitting import fit_power_law
 from runner.model import CharGPT, ModelConfig

@@ -17,7 +17,7 @@ import torch
 from runner import counting, roofline
 from runner.cost_model import Shape
 from runner.decode import IMPLS, generate
-from runner.experiments import AA_PART, ExperimentContext, aa_measurements
+from runner.experiments.base import AA_PART, ExperimentContext, aa_measurements
 from runner.fields import Field
 from runner.fitting import fit_line
 from runner.model import CharGPT, ModelConfig

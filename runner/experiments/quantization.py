@@ -19,7 +19,7 @@ from runner import roofline
 from runner.cost_model import Shape
 from runner.decode import first_difference, generate
 from runner.errors import InputError
-from runner.experiments import AA_PART, ExperimentContext, aa_measurements
+from runner.experiments.base import AA_PART, ExperimentContext, aa_measurements
 from runner.fields import Field
 from runner.model import CharGPT
 from runner.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes

@@ -28,7 +28,7 @@ from runner.decode import generate
 from runner.distribution_check import check_first_tokens
 from runner.drafts import MAX_NGRAM_ORDER, BigramDraft, ModelDraft, NGramDraft
 from runner.errors import InputError
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from runner.fields import Field
 from runner.hf_model import DRAFT_PREFIX, load_model, read_checkpoint
 from runner.model import ModelConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.decode import generate
-from runner.experiments import ExperimentContext
+from runner.experiments.base import ExperimentContext
 from runner.fields import Field
 from store.records import MeasurementRecord
 
