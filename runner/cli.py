@@ -274,6 +274,24 @@ def report_seeds(
     typer.echo(summary(rows))
 
 
+@app.command()
+def recommend(
+    run_id: Annotated[int, typer.Option("--run", help="A run with the speculative experiment.")],
+    db: DbOption = None,
+) -> None:
+    """The speculative setup the a-priori prediction picks per impl, predicted and measured, and why."""
+    from runner.recommend import recommendations
+
+    store = open_store(db, "recommend")
+    if not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    lines = recommendations(store.results.measurements(run_id, "speculative"))
+    if not lines:
+        raise InputError(f"--run: run {run_id} recorded no speculative choice (its spec has no speculative section)")
+    for line in lines:
+        typer.echo(line)
+
+
 @report_app.command("scale")
 def report_scale(
     prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 400,

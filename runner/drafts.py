@@ -8,7 +8,8 @@
   float32 model on the CPU proposes through the compiled path, sampling included.
 
 Every draft draws its i-th proposal by inverse CDF at the i-th of k uniforms from the loop's
-generator, as plain decoding does.
+generator, as plain decoding does, and stops early (the confidence schedule) before a proposal
+whose distribution's top probability is below ``p_min``.
 """
 
 from __future__ import annotations
@@ -31,30 +32,37 @@ class ContextTableDraft:
     history_length = 1
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[tuple[int, ...], float], tuple[torch.Tensor, list[float]]] = {}
+        self._rows: dict[tuple[tuple[int, ...], float], tuple[torch.Tensor, list[float], float]] = {}
         self._history: list[int] = []
 
     def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
         """Log-probabilities (vocab) of the next token after ``context`` (at most history_length tokens)."""
         raise NotImplementedError
 
-    def _row(self, context: tuple[int, ...], temperature: float) -> tuple[torch.Tensor, list[float]]:
+    def _row(self, context: tuple[int, ...], temperature: float) -> tuple[torch.Tensor, list[float], float]:
+        """The distribution, its cumulative sums and its top probability."""
         key = (context, temperature)
         row = self._rows.get(key)
         if row is None:
             distribution = probabilities(self.log_distribution(context), temperature)
-            row = self._rows[key] = (distribution, distribution.double().cumsum(dim=0).tolist())
+            cumulative = distribution.double().cumsum(dim=0).tolist()
+            row = self._rows[key] = (distribution, cumulative, float(distribution.max()))
         return row
 
     def start(self, prompt: list[int]) -> None:
         self._history = list(prompt[-self.history_length :])
 
-    def propose(self, k: int, temperature: float, generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
         draws = uniforms(k, temperature, generator).tolist()
         history = list(self._history)
-        tokens, rows = [], []
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
         for draw in draws:
-            distribution, cumulative = self._row(tuple(history[len(history) - self.history_length :]), temperature)
+            distribution, cumulative, top = self._row(tuple(history[len(history) - self.history_length :]), temperature)
+            if tokens and top < p_min:
+                break
             token = inverse_cdf(cumulative, draw)  # the argmax at temperature 0, where draws are 0
             tokens.append(token)
             rows.append(distribution)
@@ -161,25 +169,31 @@ class ModelDraft:
         self._pending = list(prompt[kept:])
 
     @torch.inference_mode()
-    def propose(self, k: int, temperature: float, generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
         assert self._cache is not None, "start() first"
         draws = uniforms(k, temperature, generator)
         self._committed_length = self._cache.length + len(self._pending)
         feed, self._pending = self._pending, []
         if self._fast is not None:
-            tokens, distributions = self._fast.sample(feed, k, temperature, draws, self._cache)
-            self._fed += feed + tokens[:-1]
-            return tokens, distributions
-        tokens, rows = [], []
-        step = torch.tensor([feed], device=self.model.device)
-        for draw in draws.tolist():
-            # Feeds the pending text, then each proposal but the last (which may be rejected).
-            logits = self.model.forward_cached(step, self._cache)[:, -1].float()
-            step = choose_token(logits, temperature, draw)
-            tokens.append(int(step))
-            rows.append(probabilities(logits[0], temperature))
-        self._fed += feed + tokens[:-1]
-        return tokens, torch.stack(rows)
+            tokens, distributions = self._fast.sample(feed, k, temperature, draws, self._cache, p_min)
+        else:
+            tokens, rows = [], []
+            step = torch.tensor([feed], device=self.model.device)
+            for draw in draws.tolist():
+                # Feeds the pending text, then each proposal but the last (which may be rejected).
+                logits = self.model.forward_cached(step, self._cache)[:, -1].float()
+                row = probabilities(logits[0], temperature)
+                if tokens and float(row.max()) < p_min:
+                    break  # the last proposal was fed to see this: the cache holds it
+                step = choose_token(logits, temperature, draw)
+                tokens.append(int(step))
+                rows.append(row)
+            distributions = torch.stack(rows)
+        # Fed: the pending text and every proposal but the last, or all of them after an early stop.
+        self._fed += feed + tokens[: self._cache.length - self._committed_length]
+        return tokens, distributions
 
     @torch.inference_mode()
     def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:

@@ -38,6 +38,7 @@ from runner.quantize import Bfloat16Linear, Int8DynamicLinear, quantization_of
 
 FORMATS = {"float32": 0, "fast_bf16": 1, "fast_int8": 2}  # runner/csrc/linear.h Format, by quantization kernel
 FAST_KERNELS = tuple(FORMATS)
+BONUS_FROM_DRAFT = 4  # runner.speculative.RULE_VARIANTS' index of the variant whose q has k + 1 rows
 
 _pointer, _int64, _int32, _double = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
 
@@ -54,10 +55,10 @@ def library(march: str = "native") -> ctypes.CDLL:
     loaded.dl_forward.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer]
     loaded.dl_sample.restype = _int32
     loaded.dl_sample.argtypes = [_pointer, _pointer, _int64, _int64, _int64, _double, _pointer]
-    loaded.dl_sample.argtypes += [_pointer, _pointer, _int64, _int32, _pointer, _pointer]
+    loaded.dl_sample.argtypes += [_pointer, _pointer, _int64, _int32, _pointer, _pointer, _double]
     loaded.dl_verify.restype = _int64
     loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
-    loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer]
+    loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer, _int32]
     loaded.dl_set_threads.argtypes = [_int32]
     loaded.dl_threads.restype = _int32
     loaded.dl_set_threads(_threads_wanted)
@@ -203,19 +204,28 @@ class FastDecoder:
         return self.forward([token], cache)[0]
 
     def verify(
-        self, tokens: list[int], cache: KVCache, q: torch.Tensor, temperature: float, randoms: torch.Tensor
+        self,
+        tokens: list[int],
+        cache: KVCache,
+        q: torch.Tensor,
+        temperature: float,
+        randoms: torch.Tensor,
+        variant: int = 0,
     ) -> tuple[int, list[int], list[float]]:
         """A speculative verification in one call: ``tokens`` (the last committed token, then the k
         proposals) fed from ``cache.length`` and the accept rule against the draft's distributions ``q``
         (k × vocab) with 2k + 1 ``randoms``, as runner.speculative.verify does in Python. Returns the
         proposals kept, the emitted tokens and TV(p, q) of each decided position. The cache keeps all
-        k + 1 new positions (the caller rolls it back)."""
+        k + 1 new positions (the caller rolls it back). ``variant`` (an index into
+        runner.speculative.RULE_VARIANTS) runs a deliberately broken rule; for ``bonus_from_draft`` ``q``
+        holds k + 1 rows."""
         keys, values, capacity = self._cache_pointers(cache)
         fed = self._tokens(tokens)
         k = len(fed) - 1
         q = q.float().contiguous()
-        if q.shape != (k, self.vocab_size) or q.device.type != "cpu":
-            raise RuntimeError(f"q must be a {k} × {self.vocab_size} CPU tensor")
+        rows = k + 1 if variant == BONUS_FROM_DRAFT else k
+        if q.shape != (rows, self.vocab_size) or q.device.type != "cpu":
+            raise RuntimeError(f"q must be a {rows} × {self.vocab_size} CPU tensor")
         if randoms.dtype != torch.float64 or randoms.device.type != "cpu" or randoms.numel() < 2 * k + 1:
             raise RuntimeError(f"need {2 * k + 1} float64 CPU uniforms")
         randoms = randoms.contiguous()
@@ -235,6 +245,7 @@ class FastDecoder:
             randoms.data_ptr(),
             emitted.buffer_info()[0],
             variations.buffer_info()[0],
+            variant,
         )
         assert accepted >= 0, "the checks above admit only what the library accepts"
         cache.length += len(fed)
@@ -251,6 +262,7 @@ class FastDecoder:
         cache: KVCache,
         no_cache: bool,
         keep_distributions: bool,
+        p_min: float = 0.0,
     ) -> tuple[list[int], torch.Tensor | None]:
         keys, values, capacity = self._cache_pointers(cache)
         fed = self._tokens(feed)
@@ -262,7 +274,7 @@ class FastDecoder:
         self._positions_fit(start, len(fed) + max(new_tokens - 1, 0), capacity)
         tokens = torch.empty(new_tokens, dtype=torch.int64)
         distributions = torch.empty(new_tokens, self.vocab_size) if keep_distributions else None
-        status = self._library.dl_sample(
+        chosen = self._library.dl_sample(
             self._handle,
             fed.buffer_info()[0],
             len(fed),
@@ -276,18 +288,29 @@ class FastDecoder:
             int(no_cache),
             tokens.data_ptr(),
             _address(distributions),
+            p_min,
         )
-        assert status == 0, "the checks above admit only what the library accepts"
-        return tokens.tolist(), distributions
+        assert chosen >= 0, "the checks above admit only what the library accepts"
+        return tokens[:chosen].tolist(), None if distributions is None else distributions[:chosen]
 
     def sample(
-        self, feed: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor, cache: KVCache
+        self,
+        feed: list[int],
+        new_tokens: int,
+        temperature: float,
+        uniforms: torch.Tensor,
+        cache: KVCache,
+        p_min: float = 0.0,
     ) -> tuple[list[int], torch.Tensor]:
         """Feed ``feed``, then choose ``new_tokens`` tokens in C++ (no Python between steps), the i-th
         by inverse CDF at ``uniforms[i]`` (argmax at temperature 0), feeding every one but the last.
-        Returns the tokens and the distributions they were drawn from (new_tokens × vocab)."""
-        tokens, distributions = self._sample(feed, cache.length, new_tokens, temperature, uniforms, cache, False, True)
-        cache.length += len(feed) + new_tokens - 1
+        Returns the tokens and the distributions they were drawn from (new_tokens × vocab). With
+        ``p_min`` it stops before a token whose distribution's top probability is below it (never
+        before the first), having fed every token it returns."""
+        tokens, distributions = self._sample(
+            feed, cache.length, new_tokens, temperature, uniforms, cache, False, True, p_min
+        )
+        cache.length += len(feed) + len(tokens) - (1 if len(tokens) == new_tokens else 0)
         assert distributions is not None
         return tokens, distributions
 

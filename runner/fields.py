@@ -9,10 +9,12 @@ from typing import Any
 
 from runner.errors import InputError
 
+LIST_KINDS = {"int_list": "int", "float_list": "float", "str_list": "str"}  # and the kind of an item
+
 
 @dataclass(frozen=True)
 class Field:
-    """One spec key. ``kind`` is int, float, str, bool, int_list or str_list.
+    """One spec key. ``kind`` is int, float, str, bool, int_list, float_list or str_list.
 
     ``maximum`` may name a model field (e.g. ``"context_length"``) for bounds that depend on
     the model the spec trains.
@@ -37,7 +39,7 @@ class Field:
         high = "" if maximum is None else _number(maximum)
         if self.kind == "bool":
             return "true or false"
-        if self.kind in ("int_list", "str_list"):
+        if self.kind in LIST_KINDS:
             return f"a list of 1..{self.max_items} values, each {low}..{high}".replace(" each ..", "")
         return f"{low}..{high}"
 
@@ -65,13 +67,13 @@ class Field:
             if len(value) > 1000:
                 raise refuse("text longer than 1000 characters")
             return value
-        if self.kind in ("int_list", "str_list"):
+        if self.kind in LIST_KINDS:
             if not isinstance(value, list):
                 raise refuse(f"expected a list, got {value!r}")
             if not 1 <= len(value) <= self.max_items:
                 raise refuse(f"{len(value)} values")
             item = Field(
-                "int" if self.kind == "int_list" else "str",
+                LIST_KINDS[self.kind],
                 None,
                 self.minimum,
                 self.maximum,

@@ -30,6 +30,7 @@ from runner.hf_model import (
     load_tokenizer,
     read_checkpoint,
 )
+from runner.speculative import longest_draft
 
 SHAPE_KEYS = ("d_model", "n_layer", "n_head", "context_length", "vocab_size")
 HF_MODEL_FIELDS = {
@@ -110,7 +111,7 @@ def check_experiments(experiments: dict[str, Any], checkpoint: Checkpoint | None
             drafted = read_checkpoint(draft[len(DRAFT_PREFIX) :], path)
             check_weights(drafted, path)
             check_same_vocabulary(checkpoint, drafted, path)
-            needed = 1 + speculative["new_tokens"] + max(speculative["ks"])
+            needed = 1 + speculative["new_tokens"] + longest_draft(speculative)
             if drafted.shape["context_length"] < needed:
                 raise InputError(
                     f"{path}: its context {drafted.shape['context_length']} is shorter than the {needed} positions "

@@ -139,7 +139,15 @@ def test_an_altered_deterministic_figure_is_listed_in_words(two_machines_url: st
     measured = frames.measurements(store, beta_run, "speculative")
     target = measured[
         (measured["metric"] == "acceptance_rate")
-        & measured["params"].map(lambda p: p.get("draft") == "bigram" and p.get("k") == 3 and p.get("impl") == "fast")
+        & measured["params"].map(
+            lambda p: (
+                p.get("draft") == "bigram"
+                and p.get("k") == 3
+                and p.get("impl") == "fast"
+                and p.get("schedule") == "fixed"
+                and p.get("temperature") == 1.0
+            )
+        )
     ]
     [(measurement_id, old_value)] = zip(target["measurement_id"], target["value"], strict=True)
     store.close()
@@ -150,10 +158,11 @@ def test_an_altered_deterministic_figure_is_listed_in_words(two_machines_url: st
     assert len(audit.differences) == 1, audit.differences
     row = audit.differences.iloc[0]
     assert (row["experiment"], row["metric"]) == ("speculative", "acceptance_rate")
-    assert row["case"] == "speculative · fast · bigram · k=3"
+    case = "speculative · fast · bigram · k=3 · schedule=fixed · temperature=1"
+    assert row["case"] == case
     assert row["alpha"] == old_value and row["beta"] == old_value + 0.125
     assert f"1 of {audit.compared} deterministic figures differ" in audit.line()
-    assert "speculative · acceptance_rate · speculative · fast · bigram · k=3: alpha" in audit.line()
+    assert f"speculative · acceptance_rate · {case}: alpha" in audit.line()
 
 
 def test_report_machines_writes_the_matrix_fingerprints_and_audit(two_machines_url: str, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from runner.decode import generate
-from runner.distribution_check import empirical, total_variation, tv_noise_bounds
+from runner.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
 from runner.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.model import CharGPT, ModelConfig
 from runner.quantize import quantize_model
@@ -91,14 +91,17 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
 
     store = Store(filled_store_url)
     rows = frames.measurements(store, int(frames.runs(store)["run_id"].min()), "speculative")
-    rows["part"] = rows["params"].map(lambda params: params["part"])
-    rows["draft"] = rows["params"].map(lambda params: params.get("draft"))
-    rows["impl"] = rows["params"].map(lambda params: params.get("impl"))
-    rows["k"] = rows["params"].map(lambda params: params.get("k"))
+    for key in ("part", "draft", "impl", "k", "schedule", "temperature", "p_min"):
+        rows[key] = rows["params"].map(lambda params, key=key: params.get(key))
     required = {
         "acceptance_rate",
         "chars_per_target_pass",
         "target_passes",
+        "mean_accepted_length",
+        "system_efficiency",
+        "mean_draft_length",
+        "acceptance_rate_at_position_1",
+        "predicted_chars_per_pass",
         "tvd",
         "tvd_direct",
         "draft_cost_ratio",
@@ -112,9 +115,15 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "a_priori_relative_error",
         "alpha_a_priori",
         "expected_chars_per_pass",
-        "check_detects_broken_rule",
         "chi2_pvalue",
+        "detectable_tv",
+        "distribution_check_passes",
+        *(f"check_detects_{variant}" for variant in BUG_VARIANTS),
         "a_priori_regret",
+        "a_priori_regret_noise_band",
+        "a_priori_error_median",
+        "a_priori_within_10pct",
+        "greedy_matches_target",
         "target_pass_us",
         "draft_call_us",
         "draft_cost_ratio_writeup",
@@ -124,25 +133,56 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
     assert not {"predicted_speedup", "predicted_speedup_refined"} & set(rows["metric"])
     speculative = rows[rows["part"] == "speculative"]
     assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small", "fast_int8"}
-    assert {params["k"] for params in speculative["params"]} == {1, 3}
-    assert (rows.loc[rows["metric"] == "within_sampling_noise", "value"] == 1.0).all()
-    choice = rows[rows["part"] == "choice"].set_index("metric")["value"]
-    assert len(choice) == 2 * 8, "one choice case per impl"
+    assert set(speculative["schedule"]) == {"fixed", "heuristic", "confidence"}
+    assert set(speculative["temperature"]) == {1.0, 0.7, 0.0}
+    assert {params["k"] for params in speculative["params"]} == {1, 3, 4}, "ks, and k_max for confidence"
+    greedy = rows[rows["metric"] == "greedy_matches_target"]
+    assert set(greedy["temperature"]) == {0.0} and (greedy["value"] == 1.0).all()
+    assert (rows.loc[rows["metric"] == "distribution_check_passes", "value"] == 1.0).all()
     # The choice, recomputed here from the speculative cases: the a-priori model's pick is the
-    # case it predicted fastest, the regret what that pick measured short of the measured best.
+    # case it predicted fastest, the regret what that pick measured short of the measured best,
+    # zero when within the noise band of the two cases' pairs.
     for impl in ("static", "fast"):
-        cases = speculative[speculative["impl"] == impl].pivot_table(
-            index=["draft", "k"], columns="metric", values="value", aggfunc="first"
-        )
-        picked: Any = cases["predicted_speedup_a_priori"].idxmax()
-        best = cases["speedup_median"].max()
-        recorded = rows[(rows["part"] == "choice") & (rows["impl"] == impl)].set_index("metric")["value"]
-        assert recorded["a_priori_choice_k"] == picked[1]
-        assert recorded["a_priori_choice_speedup"] == cases.loc[picked, "speedup_median"]
-        assert recorded["measured_best_speedup"] == best
-        assert recorded["a_priori_regret"] == pytest.approx(best - cases.loc[picked, "speedup_median"])
+        for temperature in (1.0, 0.7, 0.0):
+            chosen_cases = speculative[(speculative["impl"] == impl) & (speculative["temperature"] == temperature)]
+            cases = chosen_cases.assign(p_min=chosen_cases["p_min"].fillna(0.0)).pivot_table(
+                index=["draft", "schedule", "k", "p_min"], columns="metric", values="value", aggfunc="first"
+            )
+            picked: Any = cases["predicted_speedup_a_priori"].idxmax()
+            best: Any = cases["speedup_median"].idxmax()
+            choice = rows[(rows["part"] == "choice") & (rows["impl"] == impl) & (rows["temperature"] == temperature)]
+            recorded = choice.set_index("metric")["value"]
+            assert recorded["a_priori_choice_k"] == picked[2]
+            assert recorded["a_priori_choice_p_min"] == picked[3]
+            assert recorded["a_priori_choice_speedup"] == cases.loc[picked, "speedup_median"]
+            assert recorded["measured_best_speedup"] == cases.loc[best, "speedup_median"]
+            regret = cases.loc[best, "speedup_median"] - cases.loc[picked, "speedup_median"]
+            band = (cases.loc[picked, "speedup_max"] - cases.loc[picked, "speedup_median"]) + (
+                cases.loc[best, "speedup_median"] - cases.loc[best, "speedup_min"]
+            )
+            assert recorded["a_priori_regret_measured"] == pytest.approx(regret)
+            assert recorded["a_priori_regret_noise_band"] == pytest.approx(band)
+            assert recorded["a_priori_regret"] == pytest.approx(0.0 if regret <= band else regret)
+        accuracy = rows[(rows["part"] == "accuracy") & (rows["impl"] == impl)].set_index("metric")["value"]
+        errors = speculative.loc[
+            (speculative["impl"] == impl) & (speculative["metric"] == "a_priori_relative_error"), "value"
+        ].abs()
+        assert accuracy["a_priori_error_median"] == pytest.approx(errors.median())
+        assert accuracy["a_priori_within_10pct"] == pytest.approx((errors <= 0.1).mean())
     median_id = int(rows.loc[(rows["part"] == "aa") & (rows["metric"] == "speedup_median"), "measurement_id"].iloc[0])
     assert len(frames.samples(store, [median_id])) == 10, "five A/A pairs, both sides"
+
+
+def test_recommend_prints_the_pick_per_impl_and_refuses_a_missing_run(filled_store_url: str) -> None:
+    from tests.conftest import ROOT, run_decodelab
+
+    result = run_decodelab("recommend", "--run", "1", "--db", filled_store_url, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 * 3, "one line per (impl, temperature)"
+    assert all("predicted" in line and "measured" in line and "Why:" in line for line in lines)
+    missing = run_decodelab("recommend", "--run", "999", "--db", filled_store_url, cwd=ROOT)
+    assert missing.returncode == 2 and "--run: no run 999" in missing.stderr
 
 
 def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:

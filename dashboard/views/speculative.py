@@ -1,9 +1,10 @@
-"""Speculative decoding: acceptance, characters per pass, speedup bands, a prediction made
-before each run beside what it measured, and a distribution check that says when it has power."""
+"""Speculative decoding: acceptance (per draft position too), characters per pass, speedup bands
+per schedule and temperature, a prediction made before each run beside what it measured, and a
+distribution check that says what it rules out."""
 
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, data, speculative_figures, ui
 
 st.title("Speculative decoding")
 st.caption("Counts are deterministic for a seed; times carry their min–max band from paired runs.")
@@ -14,7 +15,7 @@ if opened and run_id is not None:
     cases, old_names = data.with_current_names(data.load_cases(opened[0], run_id, "speculative"))
     for old, new in old_names.items():
         st.caption(f"Run {run_id} recorded `{new}` under its old name `{old}`; the figure is shown as `{new}`.")
-    speculative = data.with_impl(data.part(cases, "speculative"))
+    speculative = speculative_figures.with_schedule(data.with_impl(data.part(cases, "speculative")))
     if not speculative.empty:
         best = data.best_speedup_by_impl(speculative)
         st.subheader("Best measured speedup per target impl")
@@ -26,17 +27,61 @@ if opened and run_id is not None:
             "a speedup over a slow baseline is not a fast decoder."
         )
         ui.table(best, "speculative_best")
-        choices = data.a_priori_choices(data.with_impl(data.part(cases, "choice")))
+        choices = speculative_figures.choices(data.with_impl(data.part(cases, "choice")))
         if not choices.empty:
             st.caption(
-                "Following the a-priori model: the (draft, k) it would pick per impl, what that measured, the "
-                "measured best, and the speedup lost by following the model (a_priori_regret)."
+                "Following the a-priori model: the (draft, schedule, k or p_min) it would pick per impl and "
+                "temperature, what that measured, the measured best, and the speedup lost by following the model "
+                "(a_priori_regret: 0 when within the noise band of the two cases' pairs, shown beside it)."
             )
             ui.table(choices, "speculative_a_priori_choice")
+        accuracy = data.with_impl(data.part(cases, "accuracy"))
+        if not accuracy.empty:
+            st.caption("How close the a-priori prediction came, over every case of the impl (targets: ≤ 5%, ≥ 90%).")
+            ui.table(accuracy, "speculative_accuracy", ["impl", "a_priori_error_median", "a_priori_within_10pct"])
         impls = sorted(speculative["impl"].unique())
         if len(impls) > 1:
             chosen = st.radio("target impl", impls, horizontal=True, key="speculative_impl")
             speculative = speculative[speculative["impl"] == chosen].reset_index(drop=True)
+        temperatures = sorted(speculative["temperature"].unique(), reverse=True)
+        if len(temperatures) > 1:
+            picked = st.radio("temperature (0: greedy)", temperatures, horizontal=True, key="speculative_temperature")
+            speculative = speculative[speculative["temperature"] == picked].reset_index(drop=True)
+        if "greedy_matches_target" in speculative.columns and speculative["greedy_matches_target"].notna().any():
+            matches = speculative["greedy_matches_target"].dropna()
+            st.caption(
+                f"Greedy: {int(matches.sum())} of {len(matches)} cases reproduce the target's greedy text exactly."
+            )
+        curves = speculative_figures.position_curves(speculative)
+        if not curves.empty:
+            st.subheader("Acceptance per draft position")
+            st.caption(
+                "Of the passes that drafted at least i proposals, the share that kept the i-th (as vLLM reports "
+                "it), beside α^i, what independent acceptances at the case's own rate α would give, and the "
+                "a-priori prediction from calibration text. Rejections that cluster bend the measured curve "
+                "away from α^i."
+            )
+            setting = st.selectbox("schedule", sorted(curves["setting"].unique()), key="speculative_setting")
+            ui.chart(speculative_figures.position_chart(curves[curves["setting"] == setting]))
+        if "mean_draft_length" in speculative.columns:
+            ui.table(
+                speculative,
+                "speculative_schedules",
+                [
+                    "draft",
+                    "setting",
+                    "mean_draft_length",
+                    "mean_accepted_length",
+                    "system_efficiency",
+                    "acceptance_rate",
+                    "predicted_chars_per_pass",
+                    "chars_per_target_pass",
+                    "speedup_median",
+                    "predicted_speedup_a_priori",
+                ],
+            )
+        # The charts over k show the fixed schedule (the others set k differently).
+        speculative = speculative[speculative["schedule"] == "fixed"].reset_index(drop=True)
         left, right = st.columns(2)
         with left:
             ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
@@ -52,10 +97,12 @@ if opened and run_id is not None:
         if "predicted_speedup_a_priori" in speculative.columns:
             st.subheader("Predicted before the run, measured after")
             st.caption(
-                "The a-priori prediction uses nothing the loop measures: α = mean Σ min(p, q) of the draft's and "
-                "the target's next-character distributions on held-out text, E = (1 − α^(k+1)) / (1 − α) "
-                "characters per pass, and the verify (v) and draft (c) costs from a calibration session along "
-                "held-out text before the loop, in plain steps: predicted = E / (v + k·c)."
+                "The a-priori prediction uses nothing the loop measures: the acceptance chance Σ min(p, q) at every "
+                "position of calibration text (the target's own generation from held-out prompts) and the schedule "
+                "run over it give the characters per pass (predicted_chars_per_pass) and the mean draft length L; "
+                "the verify (v) and draft (c) costs come from a calibration session along held-out text before the "
+                "loop, in plain steps: predicted = characters per pass / (v + L·c). expected_chars_per_pass is the "
+                "i.i.d. formula (1 − α^(k+1)) / (1 − α), shown for comparison."
             )
             ui.chart(charts.predicted_vs_measured(speculative, ["predicted_speedup_a_priori"]))
             ui.table(
@@ -147,6 +194,30 @@ if opened and run_id is not None:
     distribution = data.part(cases, "distribution")
     if distribution.empty:
         ui.absent("distribution check")
+    elif "distribution_check_passes" in distribution.columns:
+        st.subheader("Does the output keep the target's distribution?")
+        st.caption(
+            f"{int(distribution['samples'].iloc[0]):,} passes per draft from one context through its own proposal "
+            f"path and the impl's production verification (C++ for fast), the {unit} emitted at every position "
+            "tested by one chi-square test (p < 0.001 fails). detectable_tv: the smallest total variation the "
+            "test catches with 80% power at this sample count, so a pass rules it out. Controls: the accept "
+            "rule's bug variants through the same path; each should be caught wherever its effect exceeds "
+            "detectable_tv."
+        )
+        ui.table(
+            speculative_figures.check_verdicts(data.with_impl(distribution)),
+            "speculative_check",
+            [
+                "impl",
+                "temperature",
+                "draft",
+                "verdict",
+                "chi2_pvalue",
+                "detectable_tv",
+                "draft_target_tvd",
+                "bugs_caught",
+            ],
+        )
     else:
         st.subheader("Does the output keep the target's distribution?")
         ui.chart(charts.tvd(distribution))

@@ -247,12 +247,15 @@ int32_t dl_forward(const void* handle, const int64_t* tokens, int64_t m, int64_t
 
 // Feeds `feed` (m tokens) from cache position `start`, then chooses n tokens, feeding each but the last.
 // Writes the tokens and, unless `distributions` is null, the n x vocab distributions they were drawn from.
+// Returns how many were chosen (n), or -1 for positions past the cache. With p_min > 0 (a draft's
+// confidence schedule) it stops before a token whose distribution's top probability is below p_min (never
+// before the first), having fed every token chosen.
 //
 // With no_cache the cache is only the pass's scratch space: every step feeds the whole sequence again from
 // position 0 (the prefix's K/V recomputed, as a decoder without a cache does).
 int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t start, int64_t n, double temperature,
                   const double* uniforms, float* keys, float* values, int64_t capacity, int32_t no_cache,
-                  int64_t* tokens, float* distributions) {
+                  int64_t* tokens, float* distributions, double p_min) {
   const Model& model = *static_cast<const Model*>(handle);
   const int64_t vocab = model.vocab;
   if (!fits(model, start, m + std::max<int64_t>(n - 1, 0), capacity) || (no_cache && start != 0)) return -1;
@@ -265,7 +268,9 @@ int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t st
   int64_t position = start + m;
   for (int64_t i = 0; i < n; ++i) {
     float* row = distributions ? distributions + i * vocab : s.probabilities.data();
-    tokens[i] = sampling::choose(last, vocab, temperature, uniforms[i], row);
+    const int64_t token = sampling::choose(last, vocab, temperature, uniforms[i], row);
+    if (i > 0 && p_min > 0.0 && *std::max_element(row, row + vocab) < p_min) return static_cast<int32_t>(i);
+    tokens[i] = token;
     if (i + 1 == n) break;
     if (no_cache) {
       sequence.push_back(tokens[i]);
@@ -277,7 +282,7 @@ int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t st
       last = s.logits.data();
     }
   }
-  return 0;
+  return static_cast<int32_t>(n);
 }
 
 // One speculative verification: feeds tokens[0] (the last committed token) and the k proposals
@@ -285,9 +290,10 @@ int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t st
 // draft's distributions q (k x vocab). Writes the emitted tokens (the kept proposals, then the
 // correction or bonus token) and TV(p, q) per decided row; returns the number of proposals kept, or -1
 // for positions past the cache. The cache keeps all k + 1 new positions: the caller rolls it back.
+// `variant` (sampling::Variant) runs a deliberately broken rule, for the distribution check's controls.
 int64_t dl_verify(const void* handle, const int64_t* tokens, int64_t k, int64_t start, float* keys, float* values,
                   int64_t capacity, const float* q, double temperature, const double* randoms, int64_t* emitted,
-                  float* variations) {
+                  float* variations, int32_t variant) {
   const Model& model = *static_cast<const Model*>(handle);
   const int64_t vocab = model.vocab;
   if (!fits(model, start, k + 1, capacity)) return -1;
@@ -299,7 +305,7 @@ int64_t dl_verify(const void* handle, const int64_t* tokens, int64_t k, int64_t 
     sampling::distribution(s.logits.data() + row * vocab, vocab, temperature, s.probabilities.data() + row * vocab);
   std::vector<double> residual(vocab);
   return sampling::accept(s.probabilities.data(), q, tokens + 1, k, vocab, temperature, randoms, emitted, variations,
-                          residual.data());
+                          residual.data(), variant);
 }
 
 }  // extern "C"

@@ -76,15 +76,25 @@ inline int64_t sample_index(const double* weights, int64_t n, double draw) {
   return argmax(weights, n);  // rounding left the threshold unreached
 }
 
+// The accept rule's bug variants, controls for the distribution check (runner.speculative.RULE_VARIANTS).
+enum Variant : int32_t {
+  kCorrect = 0,
+  kAcceptAll = 1,             // keep every proposal
+  kInvertedRatio = 2,         // keep with min(1, q/p)
+  kResidualUnnormalised = 3,  // compare the residual's cumulative sum with the draw, not draw x total
+  kBonusFromDraft = 4,        // the bonus token drawn from the draft's row k (q then holds k + 1 rows)
+};
+
 // The speculative accept rule over k proposals (runner.speculative.verify, which this mirrors): p holds the
 // target's k + 1 distributions, q the draft's k, randoms 2k + 1 uniforms. Proposal x at row i is kept when
 // randoms[2i] * q(x) < p(x); else the row's correction is drawn from normalize(max(0, p - q)) at
 // randoms[2i + 1] and the rest discarded; all k kept, a bonus token from p's last row at randoms[2k]
 // (its argmax at temperature 0). Writes the emitted tokens and TV(p, q) of every decided row; returns
-// the number of proposals kept. `residual` holds vocab doubles of scratch.
+// the number of proposals kept. `residual` holds vocab doubles of scratch. `variant` other than
+// kCorrect runs a deliberately broken rule.
 inline int64_t accept(const float* p, const float* q, const int64_t* proposals, int64_t k, int64_t vocab,
-                      double temperature, const double* randoms, int64_t* emitted, float* variations,
-                      double* residual) {
+                      double temperature, const double* randoms, int64_t* emitted, float* variations, double* residual,
+                      int32_t variant = kCorrect) {
   for (int64_t i = 0; i < k; ++i) {
     const float* pi = p + i * vocab;
     const float* qi = q + i * vocab;
@@ -92,7 +102,11 @@ inline int64_t accept(const float* p, const float* q, const int64_t* proposals, 
     for (int64_t v = 0; v < vocab; ++v) variation += std::fabs(pi[v] - qi[v]);
     variations[i] = 0.5f * variation;
     const int64_t x = proposals[i];
-    if (randoms[2 * i] * static_cast<double>(qi[x]) < static_cast<double>(pi[x])) {
+    const double px = pi[x], qx = qi[x];
+    const bool kept = variant == kAcceptAll       ? true
+                      : variant == kInvertedRatio ? randoms[2 * i] * px < qx
+                                                  : randoms[2 * i] * qx < px;
+    if (kept) {
       emitted[i] = x;
       continue;
     }
@@ -100,10 +114,11 @@ inline int64_t accept(const float* p, const float* q, const int64_t* proposals, 
     for (int64_t v = 0; v < vocab; ++v) total += residual[v] = std::max(0.0, static_cast<double>(pi[v]) - qi[v]);
     if (total <= 0.0)  // p == q: nothing to correct towards
       for (int64_t v = 0; v < vocab; ++v) residual[v] = pi[v];
-    emitted[i] = sample_index(residual, vocab, randoms[2 * i + 1]);
+    const double draw = variant == kResidualUnnormalised ? randoms[2 * i + 1] / total : randoms[2 * i + 1];
+    emitted[i] = sample_index(residual, vocab, draw);
     return i;
   }
-  const float* last = p + k * vocab;
+  const float* last = (variant == kBonusFromDraft ? q : p) + k * vocab;
   for (int64_t v = 0; v < vocab; ++v) residual[v] = last[v];
   emitted[k] = temperature == 0.0 ? argmax(residual, vocab) : sample_index(residual, vocab, randoms[2 * k]);
   return k;

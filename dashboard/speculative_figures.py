@@ -1,0 +1,118 @@
+"""The Speculative page's tables and charts for schedules, per-position acceptance, the choice and
+the distribution check: plain functions of the run's wide case frame, testable without a server."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dashboard.charts import Figure
+
+POSITION_PREFIX = "acceptance_rate_at_position_"
+PREDICTED_POSITION_PREFIX = "predicted_acceptance_rate_at_position_"
+SCHEDULE_NAMES = ("fixed", "heuristic", "confidence")  # runner.speculative.SCHEDULES, by index
+BUG_VARIANTS = ("accept_all", "inverted_ratio", "residual_unnormalised", "bonus_from_draft")
+
+
+def with_schedule(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``schedule``, ``temperature`` and a ``setting`` in words; cases recorded before
+    schedules and temperatures were dimensions ran fixed k at temperature 1."""
+    if frame.empty:
+        return frame
+    schedule = frame["schedule"] if "schedule" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+    temperature = frame["temperature"] if "temperature" in frame.columns else pd.Series(1.0, index=frame.index)
+    frame = frame.assign(schedule=schedule.fillna("fixed"), temperature=temperature.fillna(1.0))
+    settings = []
+    for row in frame.to_dict("records"):
+        if row["schedule"] == "confidence":
+            settings.append(f"confidence p_min={row['p_min']:g} (≤{int(row['k'])})")
+        elif row["schedule"] == "heuristic":
+            settings.append(f"heuristic k={int(row['k'])}→{int(row['k_max'])}")
+        else:
+            settings.append(f"fixed k={int(row['k'])}")
+    return frame.assign(setting=settings)
+
+
+def position_curves(speculative: pd.DataFrame) -> pd.DataFrame:
+    """Per case and draft position: the measured acceptance, the i.i.d. model's α^i with α the
+    case's own acceptance rate, and the a-priori prediction where recorded (long form)."""
+    columns = [column for column in speculative.columns if column.startswith(POSITION_PREFIX)]
+    rows = []
+    for row in speculative.to_dict("records"):
+        alpha = row.get("acceptance_rate")
+        for column in columns:
+            position = int(column.removeprefix(POSITION_PREFIX))
+            measured = row.get(column)
+            if measured is None or pd.isna(measured):
+                continue
+            key = {"draft": row["draft"], "setting": row.get("setting", ""), "position": position}
+            rows.append({**key, "series": "measured", "acceptance": measured})
+            if alpha is not None and not pd.isna(alpha):
+                rows.append({**key, "series": "i.i.d. α^i", "acceptance": alpha**position})
+            predicted = row.get(PREDICTED_POSITION_PREFIX + str(position))
+            if predicted is not None and not pd.isna(predicted):
+                rows.append({**key, "series": "a priori", "acceptance": predicted})
+    return pd.DataFrame(rows, columns=["draft", "setting", "position", "series", "acceptance"])
+
+
+def position_chart(curves: pd.DataFrame) -> Figure:
+    """Acceptance at each draft position, one line per draft, dashed where a model."""
+    return (
+        alt.Chart(curves)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("position:O", title="draft position i"),
+            y=alt.Y("acceptance:Q", title="share of passes keeping position i", scale=alt.Scale(domain=[0, 1])),
+            color="draft:N",
+            strokeDash=alt.StrokeDash("series:N", sort=["measured", "i.i.d. α^i", "a priori"]),
+            tooltip=["draft", "setting", "position", "series", "acceptance"],
+        )
+        .properties(title="acceptance per draft position: measured, i.i.d. α^i, a priori")
+    )
+
+
+def choices(choice: pd.DataFrame) -> pd.DataFrame:
+    """Per (impl, temperature), the a-priori pick and the measured best in words, the regret and
+    its noise band (runs recorded before schedules show fixed k)."""
+    if choice.empty:
+        return pd.DataFrame()
+    rows = []
+    for row in choice.to_dict("records"):
+        drafts = list(row["drafts"])
+
+        def named(prefix: str, drafts: list[str] = drafts, row: dict = row) -> str:
+            draft = drafts[int(row[prefix + "_draft_index"])]
+            index = row.get(prefix + "_schedule_index")
+            schedule = "fixed" if index is None or pd.isna(index) else SCHEDULE_NAMES[int(index)]
+            if schedule == "confidence":
+                return f"{draft} · confidence p_min={row[prefix + '_p_min']:g} (≤{int(row[prefix + '_k'])})"
+            return f"{draft} · {schedule} k={int(row[prefix + '_k'])}"
+
+        rows.append(
+            {
+                "impl": row["impl"],
+                "temperature": row.get("temperature", 1.0),
+                "a_priori_choice": named("a_priori_choice"),
+                "a_priori_choice_speedup": row["a_priori_choice_speedup"],
+                "measured_best": named("measured_best"),
+                "measured_best_speedup": row["measured_best_speedup"],
+                "a_priori_regret": row["a_priori_regret"],
+                "a_priori_regret_noise_band": row.get("a_priori_regret_noise_band"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def check_verdicts(distribution: pd.DataFrame) -> pd.DataFrame:
+    """Each chi-square check in words: fails, or passes and rules out a TV of ``detectable_tv``;
+    with the bug variants it caught."""
+    frame = distribution.copy()
+    verdicts, caught = [], []
+    for row in frame.to_dict("records"):
+        if row["distribution_check_passes"] != 1:
+            verdicts.append(f"❌ chi-square p = {row['chi2_pvalue']:.2g}")
+        else:
+            verdicts.append(f"✅ passes; rules out TV ≥ {row['detectable_tv']:.3f} (80% power)")
+        found = [variant for variant in BUG_VARIANTS if row.get(f"check_detects_{variant}") == 1]
+        caught.append(", ".join(found) or "none")
+    return frame.assign(verdict=verdicts, bugs_caught=caught)

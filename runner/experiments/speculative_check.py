@@ -1,0 +1,49 @@
+"""The speculative experiment's distribution part: does the output keep the target's distribution,
+through each impl's production verification, and what would the check have caught
+(runner.distribution_check says how)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.distribution_check import BUG_VARIANTS, check_passes
+from runner.experiments.base import ExperimentContext
+from runner.experiments.speculative_drafts import make_draft
+from store.records import MeasurementRecord
+
+
+def distribution(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    prompt = context.prompt(case["context_chars"])
+    check = check_passes(
+        context.model,
+        case["impl"],
+        make_draft(case, context),
+        prompt,
+        case["k"],
+        case["samples"],
+        case["temperature"],
+        seed=context.seed,
+    )
+    correct = check.correct.chi_square
+    records = [
+        MeasurementRecord("chi2_pvalue", correct.pvalue, "probability"),
+        MeasurementRecord("chi2_degrees_of_freedom", correct.degrees_of_freedom, "count"),
+        MeasurementRecord("distribution_check_passes", check.passes, "bool"),
+        MeasurementRecord("detectable_tv", check.detectable_tv, "probability"),
+        MeasurementRecord("draft_target_tvd", check.draft_target_tvd, "probability"),
+        MeasurementRecord("tvd", check.tvd, "probability"),
+        MeasurementRecord("tvd_direct", check.tvd_direct, "probability"),
+        MeasurementRecord("tvd_noise_bound", check.tvd_noise_bound, "probability"),
+    ]
+    for variant in BUG_VARIANTS:
+        result = check.variants[variant]
+        records += [
+            MeasurementRecord(f"check_detects_{variant}", result.detected, "bool"),
+            MeasurementRecord(f"chi2_pvalue_{variant}", result.chi_square.pvalue, "probability"),
+            MeasurementRecord(f"effect_tv_{variant}", result.effect_tv, "probability"),
+            # The stated power covers this variant, and the check caught it (or it was not due to).
+            MeasurementRecord(
+                f"check_keeps_its_power_{variant}", result.detected or not check.must_detect(variant), "bool"
+            ),
+        ]
+    return records

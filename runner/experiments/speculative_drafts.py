@@ -1,0 +1,131 @@
+"""The speculative experiment's drafts and calibration text, built once per target and reused by
+every case that asks for the same ones (an n-gram table takes half a second to count; a draft's
+state is reset by start() at each use)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.decode import generate
+from runner.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.experiments.base import ExperimentContext
+from runner.hf_model import DRAFT_PREFIX, load_model, read_checkpoint
+from runner.model import ModelConfig
+from runner.quantize import quantize_model
+from runner.speculative import Draft
+from runner.speculative_costs import ALPHA_WINDOWS, held_out_windows
+from runner.speculative_prediction import Calibration, calibrate
+from runner.train import TrainConfig
+
+# int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
+# fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.
+DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
+DRAFT_FIELDS = ("draft", "ngram_order", "small_draft_d_model", "small_draft_steps", "small_draft_distilled")
+CALIBRATION_WINDOWS = 4  # held-out prompts the target continues for the calibration text
+CALIBRATION_PROMPT_CHARS = 32
+CALIBRATION_CHARS = 256
+
+_DRAFTS: dict[tuple[Any, ...], Draft] = {}
+_CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
+_TEXTS: dict[tuple[Any, ...], list[list[int]]] = {}
+
+
+def target_key(context: ExperimentContext) -> tuple[Any, ...]:
+    return (id(context.model), context.model_record.weights_hash)
+
+
+def draft_key(case: dict[str, Any], context: ExperimentContext) -> tuple[Any, ...]:
+    return (*target_key(context), *(case.get(field) for field in DRAFT_FIELDS))
+
+
+def _forget_other_targets(context: ExperimentContext) -> None:
+    """One target at a time: do not keep drafts and calibrations of earlier runs alive."""
+    current = target_key(context)
+    for cache in (_DRAFTS, _CALIBRATIONS, _TEXTS):
+        if any(key[:2] != current for key in cache):
+            cache.clear()
+
+
+def make_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
+    key = draft_key(case, context)
+    if key not in _DRAFTS:
+        _forget_other_targets(context)
+        _DRAFTS[key] = build_draft(case, context)
+    return _DRAFTS[key]
+
+
+def calibration_text(context: ExperimentContext, temperature: float) -> list[list[int]]:
+    """The target's plain generations at ``temperature`` from CALIBRATION_WINDOWS held-out prompts:
+    what a loop at that temperature emits, from a generation that is not the timed loop's."""
+    key = (*target_key(context), temperature, context.seed)
+    if key not in _TEXTS:
+        _forget_other_targets(context)
+        _, held_out = context.corpus.split()
+        model = context.model
+        length = min(CALIBRATION_CHARS, model.config.context_length)
+        prompt_chars = min(CALIBRATION_PROMPT_CHARS, length // 2)
+        prompts = held_out_windows(held_out, prompt_chars)[:: max(1, ALPHA_WINDOWS // CALIBRATION_WINDOWS)]
+        impl = "fast" if model.device.type == "cpu" and model.config.is_gpt2 else "static"
+        _TEXTS[key] = [
+            prompt
+            + generate(
+                model, prompt, length - len(prompt), temperature=temperature, seed=context.seed + 1 + index, impl=impl
+            ).tokens
+            for index, prompt in enumerate(prompts)
+        ]
+    return _TEXTS[key]
+
+
+def calibration_for(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> Calibration:
+    """Per-position acceptance and draft confidence along the calibration text, per (draft, temperature)."""
+    key = (*draft_key(case, context), case["temperature"], context.seed)
+    if key not in _CALIBRATIONS:
+        text = calibration_text(context, case["temperature"])
+        _CALIBRATIONS[key] = calibrate(context.model, draft, text, case["temperature"])
+    return _CALIBRATIONS[key]
+
+
+def held_out_alpha(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> float:
+    """The write-ups' α on held-out corpus text (kept beside the calibration's for comparison)."""
+    key = (*draft_key(case, context), case["temperature"], "held_out")
+    if key not in _CALIBRATIONS:
+        _, held_out = context.corpus.split()
+        windows = held_out_windows(held_out, context.model.config.context_length)
+        _CALIBRATIONS[key] = calibrate(context.model, draft, windows, case["temperature"])
+    return _CALIBRATIONS[key].alpha
+
+
+def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
+    name = case["draft"]
+    config = context.model.config
+    if name in ("bigram", "ngram"):
+        train_tokens, _ = context.corpus.split()
+        if name == "bigram":
+            return BigramDraft(train_tokens, config.vocab_size)
+        return NGramDraft(train_tokens, config.vocab_size, order=case["ngram_order"])
+    if name in ("int8", "int4"):
+        return ModelDraft(quantize_model(context.model, name, group_size=32, kernel="fake"), name)
+    if name == "fast_int8":
+        return ModelDraft(quantize_model(context.model, "int8", kernel="fast_int8"), name, fast=True)
+    if name.startswith(DRAFT_PREFIX):
+        drafted = load_model(read_checkpoint(name[len(DRAFT_PREFIX) :], "experiments.speculative.drafts"))
+        drafted = drafted.to(context.device).eval()
+        return ModelDraft(drafted, name, fast=drafted.device.type == "cpu")
+    if name == "small":
+        if context.train_model is None:
+            raise RuntimeError("the small draft needs a way to train a model (run it through decodelab run)")
+        heads = 4 if case["small_draft_d_model"] % 4 == 0 else 1
+        small = context.train_model(
+            ModelConfig(
+                vocab_size=config.vocab_size,
+                d_model=case["small_draft_d_model"],
+                n_layer=1,
+                n_head=heads,
+                context_length=config.context_length,
+            ),
+            TrainConfig(steps=case["small_draft_steps"], sequence_length=min(128, config.context_length // 2)),
+            context.model if case["small_draft_distilled"] else None,
+            name="the small draft (speculative decoding)",
+        )
+        return ModelDraft(small, "small", fast=small.device.type == "cpu")
+    raise ValueError(f"unknown draft {name!r} (known: {', '.join(DRAFTS)})")

@@ -1,0 +1,76 @@
+"""The Speculative page's schedule, per-position and check figures, without a server."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dashboard import speculative_figures
+
+
+def test_the_per_position_curve_sits_beside_alpha_to_the_i_and_the_prediction() -> None:
+    cases = speculative_figures.with_schedule(
+        pd.DataFrame(
+            {
+                "draft": ["ngram", "small"],
+                "k": [2, 4],
+                "schedule": [None, "confidence"],
+                "p_min": [None, 0.5],
+                "acceptance_rate": [0.5, 0.8],
+                "acceptance_rate_at_position_1": [0.6, 0.9],
+                "acceptance_rate_at_position_2": [0.4, float("nan")],
+                "predicted_acceptance_rate_at_position_1": [0.55, None],
+            }
+        )
+    )
+    assert list(cases["setting"]) == ["fixed k=2", "confidence p_min=0.5 (≤4)"], "old rows ran fixed k"
+    assert list(cases["temperature"]) == [1.0, 1.0]
+    long = speculative_figures.position_curves(cases)
+    curves = long.set_index(["draft", "position", "series"])["acceptance"]
+    assert curves[("ngram", 1, "measured")] == 0.6
+    assert curves[("ngram", 2, "i.i.d. α^i")] == pytest.approx(0.25), "α^i from the case's own acceptance rate"
+    assert curves[("ngram", 1, "a priori")] == 0.55
+    assert ("small", 2, "measured") not in curves.index, "no pass drafted position 2"
+    chart = speculative_figures.position_chart(long).to_dict()
+    assert chart["encoding"]["strokeDash"]["field"] == "series"
+
+
+def test_the_choice_and_the_check_are_named_in_words() -> None:
+    choice = pd.DataFrame(
+        [
+            {
+                "impl": "fast",
+                "temperature": 0.7,
+                "drafts": ["bigram", "fast_int8"],
+                "a_priori_choice_draft_index": 1,
+                "a_priori_choice_schedule_index": 2,
+                "a_priori_choice_k": 4,
+                "a_priori_choice_p_min": 0.5,
+                "a_priori_choice_speedup": 1.1,
+                "measured_best_draft_index": 0,
+                "measured_best_schedule_index": 0,
+                "measured_best_k": 2,
+                "measured_best_p_min": 0.0,
+                "measured_best_speedup": 1.15,
+                "a_priori_regret": 0.0,
+                "a_priori_regret_noise_band": 0.08,
+            }
+        ]
+    )
+    named = speculative_figures.choices(choice).iloc[0]
+    assert named["a_priori_choice"] == "fast_int8 · confidence p_min=0.5 (≤4)"
+    assert named["measured_best"] == "bigram · fixed k=2"
+    check = speculative_figures.check_verdicts(
+        pd.DataFrame(
+            {
+                "distribution_check_passes": [1.0, 0.0],
+                "chi2_pvalue": [0.4, 1e-9],
+                "detectable_tv": [0.031, 0.031],
+                "check_detects_accept_all": [1.0, 1.0],
+                "check_detects_bonus_from_draft": [0.0, 1.0],
+            }
+        )
+    )
+    assert check["verdict"].iloc[0] == "✅ passes; rules out TV ≥ 0.031 (80% power)"
+    assert check["verdict"].iloc[1].startswith("❌")
+    assert check["bugs_caught"].tolist() == ["accept_all", "accept_all, bonus_from_draft"]

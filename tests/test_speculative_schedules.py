@@ -1,0 +1,217 @@
+"""Draft-length schedules (fixed, heuristic, confidence) on a scripted draft, the engines' metrics
+(per-position acceptance, mean accepted length, system efficiency) against hand-made sequences,
+and the a-priori simulation on scripted calibrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from runner.decode import generate
+from runner.drafts import ContextTableDraft, ModelDraft
+from runner.model import CharGPT, ModelConfig
+from runner.speculative import Schedule, acceptance_at_positions, speculative_decode
+from runner.speculative_prediction import Calibration, simulate
+from tests.shared_parts import VOCAB, peaked_target
+
+PROMPT = [3, 1, 4]
+
+
+@pytest.fixture(scope="module")
+def target() -> CharGPT:
+    return peaked_target()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Many tiny passes: one torch thread, as the runner's presets time them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class ScriptedDraft:
+    """A greedy draft that knows the target's greedy text: in its i-th pass it proposes the text's
+    next ``script[i]`` characters, then a wrong one, so that a greedy verification keeps exactly
+    min(script[i], length) proposals. It records the length each pass asked for."""
+
+    name = "scripted"
+
+    def __init__(self, text: list[int], script: list[int]) -> None:
+        self.text, self.script = text, script
+        self.asked: list[int] = []
+
+    def start(self, prompt: list[int]) -> None:
+        self.position, self.passes = 0, 0
+
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        self.asked.append(k)
+        right = self.script[self.passes % len(self.script)]
+        upcoming = self.text[self.position : self.position + k]
+        tokens = [token if index < right else (token + 1) % VOCAB for index, token in enumerate(upcoming)]
+        return tokens, torch.nn.functional.one_hot(torch.tensor(tokens), VOCAB).float()
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        self.position += len(emitted)
+        self.passes += 1
+
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def scripted_run(target: CharGPT, script: list[int], schedule: Schedule, impl: str = "static") -> ScriptedDraft:
+    text = generate(target, PROMPT, 80, temperature=0.0).tokens
+    draft = ScriptedDraft(text, script)
+    result = speculative_decode(target, draft, schedule.k, PROMPT, 60, temperature=0.0, impl=impl, schedule=schedule)
+    assert result.tokens == text[:60], "greedy speculative output is the target's greedy text"
+    assert result.drafted_per_pass == draft.asked
+    assert result.accepted_per_pass == [
+        min(right, asked) for right, asked in zip(script * 60, draft.asked, strict=False)
+    ]
+    return draft
+
+
+@pytest.mark.parametrize("impl", ["static", "fast"])
+def test_the_fixed_schedule_drafts_k_every_pass(target: CharGPT, impl: str) -> None:
+    draft = scripted_run(target, [0, 5, 2], Schedule("fixed", 3, 3), impl)
+    assert set(draft.asked) == {3}
+
+
+@pytest.mark.parametrize("impl", ["static", "fast"])
+def test_the_heuristic_schedule_grows_by_two_after_a_full_pass_and_shrinks_by_one(target: CharGPT, impl: str) -> None:
+    # Passes keep 9, 9, 9, 0, 0, 1, ...: lengths 2, 4 (+2), 6 (+2, at k_max 6), 6, 5 (−1), 4, 3 ...
+    draft = scripted_run(target, [9, 9, 9, 0, 0, 1, 0, 0, 0, 0, 9], Schedule("heuristic", 2, 6), impl)
+    assert draft.asked[:11] == [2, 4, 6, 6, 5, 4, 3, 2, 1, 1, 1]
+    assert draft.asked[11] == 3, "a full pass at length 1: +2"
+
+
+def test_the_confidence_schedule_stops_before_an_unsure_proposal() -> None:
+    class Table(ContextTableDraft):
+        """Sure (top 0.9) after even characters, unsure (top 0.3) after odd ones; proposes the next
+        character up."""
+
+        history_length = 1
+
+        def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
+            top = 0.9 if context[-1] % 2 == 0 else 0.3
+            row = torch.full((VOCAB,), (1 - top) / (VOCAB - 1))
+            row[(context[-1] + 1) % VOCAB] = top
+            return row.log()
+
+    draft = Table()
+    draft.start([2])
+    tokens, _ = draft.propose(6, 0.0, None, p_min=0.5)
+    assert tokens == [3, 4, 5, 6, 7, 8], "greedy: every distribution is one-hot, sure, so all six"
+    draft.start([1])
+    tokens, rows = draft.propose(6, 1.0, torch.Generator().manual_seed(0), p_min=0.95)
+    assert len(tokens) == 1 and rows.shape == (1, VOCAB), "nothing is sure enough: the first is always drafted"
+    draft.start([1])
+    tokens, _ = draft.propose(6, 1.0, torch.Generator().manual_seed(0), p_min=0.2)
+    assert len(tokens) == 6, "p_min below every top: all six"
+    for seed in range(10):  # sampled: the stop depends on what was drawn
+        draft.start([1])
+        tokens, rows = draft.propose(6, 1.0, torch.Generator().manual_seed(seed), p_min=0.5)
+        assert len(rows) == len(tokens)
+        assert all(previous % 2 == 0 for previous in tokens[:-1]), "every proposal after the first was a sure one"
+        assert len(tokens) == 6 or tokens[-1] % 2 == 1, "it stopped only before an unsure one"
+
+
+@pytest.mark.parametrize("p_min", [0.3, 0.5, 0.7])
+def test_a_model_draft_stops_at_p_min_through_the_compiled_path_as_the_eager_one(target: CharGPT, p_min: float) -> None:
+    fast, eager = ModelDraft(target, "fast", fast=True), ModelDraft(target, "eager")
+    lengths = set()
+    for seed in range(12):
+        proposals = []
+        for draft in (fast, eager):
+            draft.start([1, 2, 3, seed % VOCAB])
+            proposals.append(draft.propose(8, 1.0, torch.Generator().manual_seed(seed), p_min))
+        (fast_tokens, fast_q), (eager_tokens, eager_q) = proposals
+        assert fast_tokens == eager_tokens
+        assert torch.allclose(fast_q, eager_q, atol=1e-5)
+        assert all(float(row.max()) >= p_min for row in eager_q[1:])
+        if len(eager_tokens) < 8:  # the next distribution was unsure
+            with torch.inference_mode():
+                logits = target(torch.tensor([[1, 2, 3, seed % VOCAB, *eager_tokens]]))[0, -1]
+            assert float(torch.softmax(logits, dim=-1).max()) < p_min
+        lengths.add(len(eager_tokens))
+    assert len(lengths) > 1, f"lengths {lengths}: the threshold bit in some passes, not in others"
+
+
+def test_the_confidence_schedule_runs_the_loop_to_the_targets_distribution(target: CharGPT) -> None:
+    torch.manual_seed(2)
+    small = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=16, n_layer=1, n_head=2, context_length=128)).eval()
+    outputs = []
+    for impl in ("static", "fast"):
+        result = speculative_decode(
+            target,
+            ModelDraft(small, "small", fast=True),
+            6,
+            PROMPT,
+            50,
+            temperature=1.0,
+            seed=3,
+            impl=impl,
+            schedule=Schedule("confidence", 6, 6, 0.2),
+        )
+        assert min(result.drafted_per_pass) >= 1 and max(result.drafted_per_pass) <= 6
+        outputs.append((result.tokens, result.drafted_per_pass))
+    assert outputs[0] == outputs[1], "both impls decide the same"
+    greedy = speculative_decode(
+        target, ModelDraft(small, "small"), 6, PROMPT, 50, temperature=0.0, schedule=Schedule("confidence", 6, 6, 0.9)
+    )
+    assert greedy.tokens == generate(target, PROMPT, 50, temperature=0.0).tokens
+
+
+def test_per_position_acceptance_against_a_hand_made_sequence() -> None:
+    accepted, drafted = [2, 0, 3, 1, 0], [3, 3, 3, 2, 1]
+    # Position 1: 5 passes drafted it, 3 kept it; position 2: 4 drafted, 2 kept (2 and 3);
+    # position 3: 3 drafted, 1 kept; position 4: none drafted.
+    rates = acceptance_at_positions(accepted, drafted, 4)
+    assert rates[:3] == [3 / 5, 2 / 4, 1 / 3]
+    assert rates[3] != rates[3], "nan where no pass drafted"
+
+
+def test_the_engines_metrics_from_a_run(target: CharGPT) -> None:
+    text = generate(target, PROMPT, 80, temperature=0.0).tokens
+    result = speculative_decode(
+        target, ScriptedDraft(text, [0, 5, 2]), 3, PROMPT, 60, temperature=0.0, schedule=Schedule("fixed", 3, 3)
+    )
+    # Passes keep 0, 3, 2 in turn: 1 + 4 + 3 = 8 characters per three passes.
+    passes = result.target_passes
+    assert result.accepted_per_pass[:3] == [0, 3, 2]
+    assert result.mean_accepted_length == pytest.approx(result.accepted / passes + 1)
+    assert result.mean_draft_length == 3
+    assert result.system_efficiency == pytest.approx((result.accepted + passes) / (4 * passes))
+    assert acceptance_at_positions(result.accepted_per_pass[:3], result.drafted_per_pass[:3], 3) == [
+        2 / 3,
+        2 / 3,
+        1 / 3,
+    ]
+
+
+def test_the_simulation_follows_the_calibration_and_the_schedule() -> None:
+    # Every position kept for sure: every pass keeps all it drafts.
+    sure = Calibration([[1.0] * 100], [[1.0] * 100])
+    fixed = simulate(sure, Schedule("fixed", 4, 4), seed=0)
+    assert fixed.chars_per_pass == 5 and fixed.mean_draft_length == 4
+    heuristic = simulate(sure, Schedule("heuristic", 1, 7), seed=0, repeats=1)
+    # Lengths 1, 3, 5 (+2 each), then 7 (k_max) for the 11 passes that fit in 100 positions.
+    assert heuristic.draft_length_share == pytest.approx([1 / 14, 0, 1 / 14, 0, 1 / 14, 0, 11 / 14])
+    # Never kept: one character per pass, the heuristic shrinks to 1.
+    never = Calibration([[0.0] * 100], [[1.0] * 100])
+    assert simulate(never, Schedule("fixed", 4, 4), seed=0).chars_per_pass == 1
+    assert simulate(never, Schedule("heuristic", 4, 8), seed=0).mean_draft_length < 1.2
+    # Clustered: alternate stretches of 20 sure and 20 hopeless positions, mean α = 0.5. The
+    # i.i.d. formula gives (1 − 0.5^5) / 0.5 = 1.94 per pass; the loop crosses a sure stretch in
+    # about 4 passes of 5 and a hopeless one in 20 of 1: about 40 / 24 = 1.67 per pass.
+    clustered = Calibration([([1.0] * 20 + [0.0] * 20) * 5], [[1.0] * 200])
+    prediction = simulate(clustered, Schedule("fixed", 4, 4), seed=0)
+    assert 1.55 < prediction.chars_per_pass < 1.8
+    # Confidence: a draft unsure everywhere drafts one.
+    unsure = Calibration([[0.5] * 100], [[0.1] * 100])
+    assert simulate(unsure, Schedule("confidence", 6, 6, 0.5), seed=0).mean_draft_length == 1
