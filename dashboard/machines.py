@@ -167,12 +167,12 @@ def ratio(value: Any, reference: Any) -> float | None:
 
 
 def value_text(value: Any, low: Any = None, high: Any = None) -> str:
-    """``1.23 [1.10–1.40]``; an empty text for a missing value."""
+    """``1.23 [1.10–1.40]``; "–" for a missing value, as every table writes it (dashboard.tables)."""
     if value is None or pd.isna(value):
-        return ""
+        return tables.MISSING
     number = float(value)
-    # Counts stay whole (739328, not 7.393e+05); measured values keep four digits.
-    text = f"{int(number)}" if number.is_integer() and abs(number) < 1e15 else f"{number:.4g}"
+    # Counts stay whole with separators (739,328, not 7.393e+05); measured values keep four digits.
+    text = f"{int(number):,}" if number.is_integer() and abs(number) < 1e15 else f"{number:.4g}"
     if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
         text += f" [{float(low):.4g}–{float(high):.4g}]"
     return text

@@ -1,7 +1,7 @@
 """One table formatter for every page: flags as yes/no, a missing value as "–", whole numbers
 with thousands separators, byte counts in binary units, internal columns (case_id, params)
-hidden. Display only: the numbers underneath stay numbers (a column sorts by value), and the
-CSV download keeps the raw values."""
+hidden. Display only: the numbers underneath stay numbers where they can (a column sorts by
+value; see ``display``), and the CSV download keeps the raw values."""
 
 from __future__ import annotations
 
@@ -107,10 +107,19 @@ def formatters(frame: pd.DataFrame) -> dict[Any, Callable[[Any], str]]:
 
 
 def display(frame: pd.DataFrame) -> Styler:
-    """``frame`` as every page shows it: internal columns dropped, each cell formatted."""
+    """``frame`` as every page shows it: internal columns dropped, each cell formatted.
+
+    Streamlit's table draws a missing cell as its own grey "None" and a boolean column as
+    checkboxes whatever the style says, so flags and every column with a missing value hold their
+    texts underneath (such a column sorts as text); the others keep their numbers (sorted by value)
+    and are formatted by the style."""
     shown = frame[shown_columns(frame)]
     chosen: dict[Any, Any] = formatters(shown)
-    return shown.style.format(chosen, na_rep=MISSING)
+    underneath = shown.copy()
+    as_text = [column for column in shown.columns if chosen.get(column) is yes_no or shown[column].isna().any()]
+    for column in as_text:
+        underneath[column] = shown[column].map(chosen.get(column, plain)).astype(object)
+    return underneath.style.format({column: chosen[column] for column in chosen if column not in as_text})
 
 
 def cell_texts(frame: pd.DataFrame) -> pd.DataFrame:

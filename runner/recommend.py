@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runner.cost_model import REGIMES
 from runner.experiments.speculative_choice import Candidate, candidate_of, describe
 from runner.speculative import SCHEDULES
 from store.records import RecordedMeasurement
@@ -61,6 +62,12 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
             why.append(f"a draft token costs {case['draft_cost_ratio']:.3f} plain steps")
         if "verify_cost_ratio" in case:
             why.append(regime(case["verify_cost_ratio"], case.get("mean_draft_length", picked[2]) + 1))
+        if "roofline_verify_regime" in case:
+            # The machine's measured roof (runner.roofline) names the bound from counts, not timings.
+            why.append(f"the roofline places the verification {REGIMES[int(case['roofline_verify_regime'])]}")
+            break_even = case.get("roofline_break_even_acceptance")
+            if break_even is not None:
+                why.append(f"drafts break even above acceptance {break_even:.2f}")
         lines.append(
             f"{impl}, temperature {temperature:g}: {describe(picked)}; predicted "
             f"{values['a_priori_choice_predicted_speedup']:.2f}x, measured {values['a_priori_choice_speedup']:.2f}x "

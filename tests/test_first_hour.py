@@ -112,6 +112,10 @@ def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> 
     # The styled table keeps the numbers underneath (a column sorts by value) and hides case_id.
     styled = tables.display(frame).data  # type: ignore[attr-defined]
     assert "case_id" not in styled.columns and styled["mults_cache"].dtype == float
+    # Streamlit draws its own "None" over a missing cell and checkboxes for booleans, whatever the
+    # style says: those cells hold their texts underneath.
+    assert styled["seconds"].tolist() == ["0.0001235", "–"] and styled["impl"].tolist() == ["static", "–"]
+    assert styled["cache"].tolist() == ["yes", "no"] and styled["strings_identical"].tolist() == ["yes", "no"]
 
 
 def test_labels_say_each_word_once() -> None:

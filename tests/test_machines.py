@@ -100,6 +100,7 @@ def test_the_matrix_gives_bands_and_ratios_and_the_fingerprints_mark_what_differ
     assert [case.split(" · ")[1] for case in wide.index.get_level_values("case")] == ["n=64", "n=256"] * 2
     differs = report.fingerprints.set_index("field")["differs"]
     assert differs["cores"] and differs["run_id"] and not differs["cpu_model"] and not differs["seed"]
+    assert machines.value_text(739328.0) == "739,328" and machines.value_text(None) == "–"
     shown = report.fingerprints.set_index("field")
     assert shown.loc["memory_bytes", "laptop"] == "8.00 GiB" and shown.loc["gpu_name", "laptop"] == "–"
 

@@ -272,3 +272,30 @@ def test_greedy_speculative_output_through_the_fast_path_is_its_greedy_output(ta
     for draft in (fast_int8, eager_int8):
         draft.start([1, 2, 3])
     assert fast_int8.propose(6, 0.0, None)[0] == eager_int8.propose(6, 0.0, None)[0]
+
+
+def test_recommend_names_the_roofline_regime_where_the_run_placed_the_verification() -> None:
+    from runner.recommend import recommendations
+    from store.records import RecordedMeasurement
+
+    case = {"part": "speculative", "impl": "fast", "temperature": 1.0, "draft": "ngram", "schedule": "fixed", "k": 2}
+    choice = {"part": "choice", "impl": "fast", "temperature": 1.0, "drafts": ["bigram", "ngram"]}
+    picked = {
+        "a_priori_choice_draft_index": 1,
+        "a_priori_choice_schedule_index": 0,
+        "a_priori_choice_k": 2,
+        "a_priori_choice_p_min": 0.0,
+        "a_priori_choice_predicted_speedup": 1.4,
+        "a_priori_choice_speedup": 1.3,
+        "measured_best_speedup": 1.35,
+        "a_priori_regret_measured": 0.05,
+        "a_priori_regret_noise_band": 0.1,
+        "a_priori_regret_within_noise": 1.0,
+    }
+    measured = {"acceptance_rate": 0.5, "verify_cost_ratio": 1.2, "roofline_verify_regime": 0.0}
+    rows = [RecordedMeasurement(case, metric, value, "ratio") for metric, value in measured.items()]
+    rows += [RecordedMeasurement(choice, metric, value, "ratio") for metric, value in picked.items()]
+    (line,) = recommendations(rows)
+    assert line.startswith("fast, temperature 1: ngram, fixed k = 2; predicted 1.40x, measured 1.30x"), line
+    assert "regret 0 (measured 0.050" in line and "the roofline places the verification memory-bound" in line
+    assert "break even" not in line, "no break-even acceptance recorded, none printed"
