@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from analysis.runs import sweep_label
 from dashboard import data, tables, theme
 from runner.data_folder import DEFAULT_DATA_DIR
 from store.errors import StoreError
@@ -78,7 +79,8 @@ def pick_run(url: str, experiment: str, title: str) -> int | None:
     wanted = query_int("run")
     index = options.index(wanted) if wanted in options else 0
     labels = {
-        row["run_id"]: f"run {row['run_id']} · {row['model']} · {row['machine']} · {row['preset'] or 'custom'} · "
+        row["run_id"]: f"run {row['run_id']} · {row['model']} · {row['machine']} · "
+        f"{sweep_label(row['preset'], row.get('spec'))} · "
         f"{row['status']} · {pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
         for row in runs.to_dict("records")
     }

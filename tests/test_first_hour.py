@@ -231,7 +231,7 @@ def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None
     every render of the Review page."""
     import warnings
 
-    from dashboard import review_charts
+    from analysis import review_charts
 
     columns = ["kind", "change", "experiment", "metric", "point", "baseline", "run", "p_value", "noise_floor"]
     empty = pd.DataFrame(columns=[*columns, "verdict"])
@@ -242,7 +242,7 @@ def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None
 
 
 def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None:
-    from dashboard import review_charts
+    from analysis import review_charts
 
     row = {"kind": "timed", "change": 0.1, "experiment": "speculative", "metric": "speedup_median"}
     table = pd.DataFrame([{**row, "point": "speculative · fast · bigram · k=1", "verdict": "within noise"}])
