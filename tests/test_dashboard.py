@@ -561,3 +561,27 @@ def test_the_compare_page_keeps_a_pinned_run_and_the_reference_in_the_url(
     # One case per part: labelled by its part alone.
     assert matrix.loc[("measured_speedup", "timing"), "laptop / server"] == "×0.667"  # the pinned run's 2.0 against 3.0
     assert any(success.value.endswith("1 deterministic figure, equal") for success in app.success)
+
+
+def test_a_custom_launch_draws_its_own_history_line_and_makes_no_change_point_in_the_presets() -> None:
+    """A kv_cache-only launch (stored as custom, its spec kept) timed 0.2 s where the quick runs
+    take 230 s: it must not mark the quick series' change points (230 → 0.2 → 230)."""
+    from runner.sweeps import load_preset
+
+    quick = load_preset("quick").raw
+    kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}
+    runs = pd.DataFrame(
+        {
+            "run_id": range(8),
+            "machine": ["a"] * 8,
+            "machine_fingerprint": ["f"] * 8,
+            "started_at": pd.date_range("2026-01-01", periods=8, freq="D"),
+            "tags": "",
+            "preset": ["quick"] * 4 + [None] + ["quick"] * 3,
+            "spec": [quick] * 4 + [kv_only] + [quick] * 3,
+        }
+    )
+    values = pd.DataFrame({"run_id": range(8), "value": [230.0, 231, 229, 230, 0.2, 230, 231, 229]})
+    flagged = headlines.change_points(values, runs)
+    assert not flagged["change_point"].any(), flagged[["run_id", "value", "change_point"]]
+    assert flagged.set_index("run_id")["sweep"].to_dict()[4] == "quick, kv_cache only"
