@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import comparison, review
+from analysis import runs as runs_module
 from store import frames
 from store.store import Store
 
@@ -81,8 +82,9 @@ class Calibration:
 
 
 def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None) -> list[tuple[int, int]]:
-    """(baseline, run) of consecutive done, not suspect runs of ``preset`` with the same code
-    version, model hash and machine fingerprint (on ``fingerprint`` only, if given), oldest first."""
+    """(baseline, run) of consecutive done, not suspect runs of ``preset`` (``custom``: of one
+    spec) with the same code version, model hash and machine fingerprint (on ``fingerprint``
+    only, if given), oldest first."""
     tags = runs["tags"].map(review.tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs))
     chosen = runs[
         (runs["status"] == "done")
@@ -93,7 +95,9 @@ def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None
         chosen = chosen[chosen["machine_fingerprint"] == fingerprint]
     pairs: list[tuple[int, int]] = []
     keys = ["code_version", "model_hash", "machine_fingerprint"]
-    for _, group in chosen.groupby([chosen[key].fillna("") for key in keys]):
+    # Custom runs pair only with runs of the very same spec (analysis.runs.comparable_key).
+    sweeps = runs_module.comparable_keys(chosen).rename("sweep")
+    for _, group in chosen.groupby([sweeps, *(chosen[key].fillna("") for key in keys)]):
         ordered = group.sort_values(["started_at", "run_id"])["run_id"].tolist()
         pairs += [(int(before), int(after)) for before, after in zip(ordered, ordered[1:], strict=False)]
     return sorted(pairs, key=lambda pair: pair[1])

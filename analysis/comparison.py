@@ -56,9 +56,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     drift = None
     if not history.empty:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])
-        machine = history[history["run_id"].isin(runs_module.machine_runs_before(runs, run_id))]
-        presets = runs.set_index("run_id")["preset"]
-        drift = review.drift_figure(machine.assign(preset=machine["run_id"].map(presets)))
+        drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
         run,
         baseline,
@@ -69,6 +67,26 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         between,
         drift,
     )
+
+
+def machine_moves(history: pd.DataFrame, runs: pd.DataFrame, run_ids: list[int]) -> list[float]:
+    """``review.drift_moves`` over the timed headline ``history`` of ``run_ids`` (one machine's),
+    each run compared only with runs like it (analysis.runs.comparable_key)."""
+    machine = history[history["run_id"].isin(run_ids)]
+    sweeps = pd.Series(runs_module.comparable_keys(runs).to_numpy(), index=runs["run_id"])
+    return review.drift_moves(machine.assign(preset=machine["run_id"].map(sweeps)))
+
+
+def record_machine_drift(store: Store, run_id: int) -> float | None:
+    """Learn the drift figure of ``run_id``'s machine over its done, not suspect runs up to and
+    including this one and keep it with the machine (store.drift): called as a run finishes."""
+    runs = frames.runs(store)
+    chosen = [*runs_module.machine_runs_before(runs, run_id), run_id]
+    history = timed_headline_history(store, {(headline.experiment, headline.metric) for headline in review.HEADLINES})
+    moves = machine_moves(history, runs, chosen) if not history.empty else []
+    figure = review.drift_of(moves)
+    store.drift.save(run_id, figure, len(moves))
+    return figure
 
 
 def slowed(inputs: ReviewInputs, slower_by: float) -> pd.DataFrame:

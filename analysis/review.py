@@ -59,6 +59,8 @@ __all__ = [
     "current_names",
     "default_baseline",
     "drift_figure",
+    "drift_moves",
+    "drift_of",
     "earlier_comparable_runs",
     "noise_floors",
     "params_key",
@@ -198,22 +200,32 @@ def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], floa
     return floors
 
 
-def drift_figure(history: pd.DataFrame) -> float | None:
-    """The machine's drift figure: how far a timed headline value moves between consecutive
-    comparable runs (|log| of their ratio, its DRIFT_QUANTILE quantile), over ``history``
-    (run_id, started_at, preset, experiment, metric, params, value of the machine's earlier done
-    runs, any preset); None with fewer than DRIFT_MIN_VALUES such moves."""
+def drift_moves(history: pd.DataFrame) -> list[float]:
+    """How far each timed headline value moved between consecutive comparable runs (|log| of
+    their ratio), over ``history`` (run_id, started_at, preset, experiment, metric, params, value
+    of one machine's done runs, any preset; ``preset`` may be a comparable key, so that custom
+    runs move only against runs of their own spec)."""
     if history.empty:
-        return None
+        return []
     frame = history[history["value"] > 0].sort_values(["started_at", "run_id"])
     keys = frame["params"].map(params_key)
     moves: list[float] = []
     for _, group in frame.groupby([frame["preset"].fillna("custom"), frame["experiment"], frame["metric"], keys]):
         values = group["value"].tolist()
         moves += [abs(math.log(after / before)) for before, after in zip(values, values[1:], strict=False)]
+    return moves
+
+
+def drift_figure(history: pd.DataFrame) -> float | None:
+    """The machine's drift figure: the DRIFT_QUANTILE quantile of ``drift_moves(history)``;
+    None with fewer than DRIFT_MIN_VALUES moves."""
+    return drift_of(drift_moves(history))
+
+
+def drift_of(moves: Sequence[float]) -> float | None:
     if len(moves) < DRIFT_MIN_VALUES:
         return None
-    return float(pd.Series(moves).quantile(DRIFT_QUANTILE))
+    return float(pd.Series(list(moves)).quantile(DRIFT_QUANTILE))
 
 
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:

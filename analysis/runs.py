@@ -1,14 +1,107 @@
 """Which runs are comparable and trusted: one rule for the review's baseline, its between-run
 floors and the machine's drift figure (done, not tagged suspect, the same machine fingerprint,
-and for a baseline the same preset: a launch that changed a preset is custom)."""
+and for a baseline the same preset unchanged or the very same spec: a launch that changed a
+preset is custom), and what a run ran in a few words ("quick, kv_cache only")."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 SUSPECT, PINNED = "suspect", "baseline"
+# Where a dashboard launch records its data folder in the job's spec: not part of what ran.
+LAUNCH_MARKS = ("launched_from_dashboard",)
+# A subset of a preset's experiments is named in full up to this many ("kv_cache and overhead only").
+NAMED_EXPERIMENTS = 2
+
+
+@functools.cache
+def preset_spec(name: str) -> dict[str, Any] | None:
+    """A preset's spec as a run stores it (None: no such preset)."""
+    from runner.sweeps import PRESETS, load_preset
+
+    return load_preset(name).raw if name in PRESETS else None
+
+
+def _ran(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in spec.items() if key not in LAUNCH_MARKS}
+
+
+def sweep_label(preset: Any, spec: Any) -> str:
+    """What a run ran, in a few words: its preset's name for the preset unchanged; for a custom
+    launch, the preset it started from and what it changed ("quick, kv_cache only", "quick,
+    changed lengths"), from its stored spec set beside the preset's; else "custom"."""
+    if isinstance(preset, str) and preset:
+        return preset
+    if not isinstance(spec, Mapping):
+        return "custom"
+    origin = spec.get("name")
+    base = preset_spec(origin) if isinstance(origin, str) else None
+    if base is None:  # a spec file of its own: "custom", as the CLI's --preset custom names them
+        return "custom"
+    ran = _ran(spec)
+    experiments: Mapping[str, Any] = ran.get("experiments") or {}
+    kept = [name for name in base["experiments"] if name in experiments]
+    parts: list[str] = []
+    if len(kept) < len(base["experiments"]):
+        if not kept:
+            parts.append("no experiment of its own")
+        elif len(kept) <= NAMED_EXPERIMENTS:
+            parts.append(f"{' and '.join(kept)} only")
+        else:
+            parts.append(f"{len(kept)} of {len(base['experiments'])} experiments")
+    added = [name for name in experiments if name not in base["experiments"]]
+    if added:
+        parts.append(f"plus {', '.join(added)}")
+    changed: list[str] = []
+    for name in kept:
+        ours, theirs = experiments[name], base["experiments"][name]
+        changed += [key for key in {**theirs, **ours} if ours.get(key) != theirs.get(key)]
+    for section, value in ran.items():
+        if section in ("experiments", "name", "description"):
+            continue
+        theirs = base.get(section)
+        if isinstance(value, Mapping) and isinstance(theirs, Mapping):
+            changed += [key for key in {**theirs, **value} if value.get(key) != theirs.get(key)]
+        elif value != theirs:
+            changed.append(section)
+    if changed:
+        parts.append(f"changed {', '.join(dict.fromkeys(changed))}")
+    return f"{origin}, {', '.join(parts)}" if parts else f"{origin} (as a spec file)"
+
+
+def comparable_key(preset: Any, spec: Any) -> str:
+    """Which runs are like this one: a preset's runs by the preset's name (only a preset run
+    unchanged carries it); a custom run with those of the very same spec, by its hash."""
+    if isinstance(preset, str) and preset:
+        return preset
+    if not isinstance(spec, Mapping):
+        return "custom"
+    canonical = json.dumps(_ran(spec), sort_keys=True, default=str)
+    return "custom " + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def comparable_keys(runs: pd.DataFrame) -> pd.Series:
+    """``comparable_key`` of every row of a runs frame (a frame without specs: by preset alone)."""
+    presets, specs = _column(runs, "preset"), _column(runs, "spec")
+    return pd.Series(
+        [comparable_key(preset, spec) for preset, spec in zip(presets, specs, strict=True)], index=runs.index
+    )
+
+
+def sweep_labels(runs: pd.DataFrame) -> pd.Series:
+    """``sweep_label`` of every row of a runs frame."""
+    presets, specs = _column(runs, "preset"), _column(runs, "spec")
+    return pd.Series([sweep_label(preset, spec) for preset, spec in zip(presets, specs, strict=True)], index=runs.index)
+
+
+def _column(runs: pd.DataFrame, name: str) -> pd.Series:
+    return runs[name] if name in runs.columns else pd.Series([None] * len(runs), index=runs.index)
 
 
 def tag_set(tags: Any) -> set[str]:
@@ -29,14 +122,15 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
 
 
 def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
-    """The runs a run's between-run floor is taken over: done, not suspect, of its preset on its
-    machine fingerprint, started before it."""
+    """The runs a run's between-run floor is taken over: done, not suspect, of its preset (a
+    custom run: of its very spec) on its machine fingerprint, started before it."""
     by_id = runs.set_index("run_id")
     run = by_id.loc[run_id]
     tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
+    keys = comparable_keys(runs)
     chosen = runs[
         (runs["machine_fingerprint"] == run["machine_fingerprint"])
-        & (runs["preset"].fillna("custom") == ("custom" if pd.isna(run["preset"]) else run["preset"]))
+        & (keys == keys[runs["run_id"] == run_id].iloc[0])
         & (runs["status"] == "done")
         & (runs["run_id"] != run_id)
         & (pd.to_datetime(runs["started_at"]) <= pd.to_datetime(run["started_at"]))

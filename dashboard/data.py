@@ -14,9 +14,9 @@ from store import frames
 from store.store import Store
 
 if TYPE_CHECKING:
-    from dashboard.machines_report import MachinesReport
-    from dashboard.report import RunReport
-    from dashboard.roofline_report import RooflineReport
+    from analysis.machines_report import MachinesReport
+    from analysis.report import RunReport
+    from analysis.roofline_report import RooflineReport
 
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
@@ -188,8 +188,10 @@ def compare_table(frame: pd.DataFrame, key: list[str], deterministic: bool) -> p
 def filter_runs(
     runs: pd.DataFrame, machines: list[str], statuses: list[str], presets: list[str], tags: list[str]
 ) -> pd.DataFrame:
-    """The runs on any of ``machines``, with any of ``statuses`` and ``presets`` ("custom" for a
-    spec's run) and every one of ``tags``; an empty list keeps everything."""
+    """The runs on any of ``machines``, with any of ``statuses`` and ``presets`` (what a run ran:
+    a preset's name, or a custom run's label, analysis.runs.sweep_label) and every one of
+    ``tags``; an empty list keeps everything."""
+    from analysis.runs import sweep_labels
     from dashboard.review import tag_set
 
     shown = runs
@@ -198,7 +200,7 @@ def filter_runs(
     if statuses:
         shown = shown[shown["status"].isin(statuses)]
     if presets:
-        shown = shown[shown["preset"].fillna("custom").isin(presets)]
+        shown = shown[sweep_labels(shown).isin(presets)]
     if tags:
         shown = shown[shown["tags"].map(lambda value: set(tags) <= tag_set(value))]
     return shown
@@ -244,7 +246,7 @@ def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
 @st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the two runs…")
 def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool) -> RunReport:
     """The Review page's comparison (shared, not copied: the page only reads it)."""
-    from dashboard.report import build_report
+    from analysis.report import build_report
 
     return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
 
@@ -255,7 +257,7 @@ def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: boo
     (the charts to SVG take seconds). Built on the page, not on click: a file Streamlit generates
     for a click belongs to no element and is collected two script runs later (the jobs panel
     reruns every 2 seconds), so a browser slower than that to ask for it saw the download cancelled."""
-    from dashboard.report import to_html
+    from analysis.report import to_html
 
     return to_html(load_report(url, run_id, baseline_id, headline_only))
 
@@ -265,7 +267,7 @@ def load_machines_report(
     url: str, preset: str, machines: tuple[str, ...], reference: str, pinned: tuple[tuple[str, int], ...]
 ) -> MachinesReport:
     """The Compare page's matrix, fingerprints and audit (shared, not copied: the page only reads it)."""
-    from dashboard.machines_report import build_machines_report
+    from analysis.machines_report import build_machines_report
 
     return build_machines_report(store_for(url), preset, machines, reference=reference, pinned=dict(pinned))
 
@@ -279,7 +281,7 @@ def load_profiled_machines(url: str) -> list[str]:
 @st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Placing the run on its roof…")
 def load_roofline(url: str, run_id: int, others: tuple[str, ...]) -> RooflineReport:
     """The Roofline page's parts (shared, not copied: the page only reads them)."""
-    from dashboard.roofline_report import build
+    from analysis.roofline_report import build
 
     return build(store_for(url), run_id, others)
 

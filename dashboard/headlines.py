@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.review import SUSPECT, tag_set
+from analysis.runs import comparable_keys, sweep_labels
 from analysis.statistics import change_points as level_changes
 from analysis.statistics import noise_sigma
 from store import frames
@@ -150,17 +151,19 @@ def mark_levels(group: pd.DataFrame) -> pd.DataFrame:
 
 def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """``values`` (run_id, value, and the columns in ``by``) with each run's time, machine and
-    tags, ``suspect``, the columns of ``mark_levels`` per machine fingerprint (and ``by``) over
-    the runs not tagged suspect, and a ``review`` link: a change point's against the run before
-    it, any other run's against its default baseline."""
+    tags, ``suspect``, the columns of ``mark_levels`` per machine fingerprint, sweep (a preset, or
+    one custom spec) and ``by`` over the runs not tagged suspect, and a ``review`` link: a change
+    point's against the run before it, any other run's against its default baseline."""
     if values.empty:
         return pd.DataFrame()
     own = values.drop(columns=[column for column in RUN_COLUMNS[1:] if column in values.columns])
-    frame = own.merge(runs[RUN_COLUMNS], on="run_id")
+    # One series per sweep as well: a launch that changed a preset never joins the preset's line.
+    runs = runs.assign(sweep=sweep_labels(runs), sweep_key=comparable_keys(runs))
+    frame = own.merge(runs[[*RUN_COLUMNS, "sweep", "sweep_key"]], on="run_id")
     frame["suspect"] = frame["tags"].map(lambda tags: SUSPECT in tag_set(tags))
     frame["started_at"] = pd.to_datetime(frame["started_at"])
     pieces: list[pd.DataFrame] = []
-    for _, group in frame.sort_values(["started_at", "run_id"]).groupby(["machine_fingerprint", *by]):
+    for _, group in frame.sort_values(["started_at", "run_id"]).groupby(["machine_fingerprint", "sweep_key", *by]):
         trusted = mark_levels(group[~group["suspect"]])
         suspect = group[group["suspect"]].assign(
             median=float("nan"), low=float("nan"), high=float("nan"), change_point=False, previous_run=float("nan")
@@ -177,9 +180,9 @@ def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] 
 
 
 def series_history(store: Store, series: Series) -> pd.DataFrame:
-    """One headline series over every run, its change points per machine and impl, and a
-    ``series`` label (machine · impl) to draw each line by."""
+    """One headline series over every run, its change points per machine, sweep and impl, and a
+    ``series`` label (machine · sweep · impl) to draw each line by."""
     history = change_points(series.read(store)[["run_id", "impl", "value"]], frames.runs(store), by=("impl",))
     if history.empty:
         return history
-    return history.assign(series=history["machine"] + " · " + history["impl"])
+    return history.assign(series=history["machine"] + " · " + history["sweep"] + " · " + history["impl"])

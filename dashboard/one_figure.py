@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from analysis.machines import band_of
 from dashboard import charts, data, ui
-from dashboard.machines import band_of
 from dashboard.metrics import is_deterministic, opening_metric
 from dashboard.review import SUSPECT, tag_set
 from runner.labels import case_labels

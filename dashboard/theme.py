@@ -14,7 +14,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-Figure = alt.Chart | alt.LayerChart | alt.FacetChart | alt.HConcatChart | alt.VConcatChart
+from analysis.figures import Figure
 
 # Reference lines (y = x, parity, the weights, a crossover) are drawn in this, never in a series colour.
 REFERENCE_COLOR = "#444444"

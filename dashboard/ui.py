@@ -1,6 +1,6 @@
 """Small pieces every page uses: the store, the run picker, tables with CSV downloads, and
 charts drawn in the app's one style (dashboard.theme) and tables in its one format
-(dashboard.tables)."""
+(analysis.tables)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, tables, theme
+from analysis import tables
+from analysis.runs import sweep_label
+from dashboard import data, theme
 from runner.data_folder import DEFAULT_DATA_DIR
 from store.errors import StoreError
 from store.store import Store
@@ -78,7 +80,8 @@ def pick_run(url: str, experiment: str, title: str) -> int | None:
     wanted = query_int("run")
     index = options.index(wanted) if wanted in options else 0
     labels = {
-        row["run_id"]: f"run {row['run_id']} · {row['model']} · {row['machine']} · {row['preset'] or 'custom'} · "
+        row["run_id"]: f"run {row['run_id']} · {row['model']} · {row['machine']} · "
+        f"{sweep_label(row['preset'], row.get('spec'))} · "
         f"{row['status']} · {pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}"
         for row in runs.to_dict("records")
     }
@@ -101,7 +104,7 @@ def singular(unit: str) -> str:
 def table(
     frame: pd.DataFrame, name: str, columns: list[str] | None = None, links: dict[str, str] | None = None
 ) -> None:
-    """A table in the one format (dashboard.tables) with its CSV download of the raw values;
+    """A table in the one format (analysis.tables) with its CSV download of the raw values;
     ``links`` shows those columns (relative URLs) as links with the given text."""
     shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
     config = {column: st.column_config.LinkColumn(column, display_text=text) for column, text in (links or {}).items()}

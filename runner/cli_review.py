@@ -68,7 +68,7 @@ def note(
 
 def checked_format(out: Path, report_format: str | None) -> str:
     """The report's format (given, else from the file's suffix), refused before anything is read."""
-    from dashboard import report
+    from analysis import report
 
     chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
     if chosen not in report.REPORT_FORMATS:
@@ -126,7 +126,7 @@ def report_run(
 ) -> None:
     """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file.
     With --fail-on, exits 1 when a listed verdict stands (0 otherwise, 2 for bad input)."""
-    from dashboard import report, review
+    from analysis import report, review
     from store import frames
 
     chosen_format = checked_format(out, report_format)
@@ -189,7 +189,7 @@ def report_machines(
 ) -> None:
     """Machines side by side: fingerprints, a determinism audit and every headline figure with
     its band and ratio to a reference machine, in one file."""
-    from dashboard import machines, machines_report
+    from analysis import machines, machines_report
     from store import frames
 
     chosen_format = checked_format(out, report_format)
@@ -220,7 +220,7 @@ def report_machines(
 
 def parse_pins(pins: list[str], runs: pd.DataFrame, preset: str, chosen: list[str]) -> dict[str, int]:
     """``MACHINE=RUN`` pins, each checked to name a done run of the preset on that machine."""
-    from dashboard import machines
+    from analysis import machines
 
     candidates = machines.candidate_runs(runs, preset)
     pinned: dict[str, int] = {}

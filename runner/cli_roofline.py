@@ -36,7 +36,7 @@ def machine_profile(
 
 def report_roofline(run_id: RunOption, out: OutOption, report_format: FormatOption = None, db: DbOption = None) -> None:
     """A run's timed figures on its machine's roof: the table, the conclusions and (HTML) the chart."""
-    from dashboard import roofline_report
+    from analysis import roofline_report
 
     chosen_format = checked_format(out, report_format)
     store = open_store(db, "report roofline")

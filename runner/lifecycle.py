@@ -127,3 +127,8 @@ def run_lifecycle(
         store.results.finish_run(run_id, "done", wall_seconds=wall())
     else:
         store.jobs.finish(claim, "done", wall_seconds=wall())
+    # A done run is one more look at how far this machine drifts between runs: keep the figure
+    # with the machine, where the Review page and the reports show it.
+    from analysis.comparison import record_machine_drift
+
+    record_machine_drift(store, run_id)

@@ -54,6 +54,13 @@ class Machine(Base):
     device: Mapped[str] = mapped_column(String(50))
     gpu_name: Mapped[str | None] = mapped_column(String(300))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    # The machine's drift figure (store.drift): the DRIFT_QUANTILE quantile of |log ratio| of its
+    # timed headline values between consecutive comparable runs (None: fewer moves than it needs),
+    # how many moves it rests on, and the run whose finish last updated it.
+    drift_log_ratio: Mapped[float | None] = mapped_column(Float)
+    drift_moves: Mapped[int | None] = mapped_column(Integer)
+    drift_run_id: Mapped[int | None] = mapped_column(Integer)
+    drift_updated_at: Mapped[datetime | None] = mapped_column()
 
 
 class MachineProfile(Base):

@@ -6,6 +6,7 @@ and its transactions and is made of parts, each with one job:
 - ``store.workers`` (store/workers.py): the processes that claim jobs;
 - ``store.annotations`` (store/annotations.py): reviewers' tags and notes on runs;
 - ``store.profiles`` (store/profiles.py): machines' measured roofs;
+- ``store.drift`` (store/drift.py): machines' drift figures, kept as their runs finish;
 - ``store.frames`` (a module of functions of a Store): the dashboard's pandas reads.
 
 Only the store package speaks SQL.
@@ -21,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.annotations import Annotations
+from store.drift import Drift
 from store.engine import check_and_upgrade, create_store_engine, mask_url, resolve_url
 from store.errors import StoreError, StoreUnavailable
 from store.jobs import JobQueue
@@ -57,6 +59,7 @@ class Store:
         self.workers = Workers(self)
         self.annotations = Annotations(self)
         self.profiles = Profiles(self)
+        self.drift = Drift(self)
 
     def close(self) -> None:
         self.engine.dispose()

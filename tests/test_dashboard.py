@@ -543,6 +543,14 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     assert int(shown["regressed"]) > 0
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
+    # It opens with the verdict counts, each verdict word a link to its meaning, and the calibration line.
+    texts = [element.value for element in app.markdown]
+    counts = next(text for text in texts if text.startswith("**Verdicts:**"))
+    assert f"{shown['regressed']} [regressed](#verdict-regressed)" in counts, counts
+    assert texts.index(counts) < texts.index(next(text for text in texts if text.startswith("**Calibration:**")))
+    meanings = next(text for text in texts if '<a id="verdict-regressed"></a>' in text)
+    assert all(f'<a id="verdict-{verdict.replace(" ", "-")}"></a>' in meanings for verdict in set(table["verdict"]))
+    assert any("drift figure" in caption.value for caption in app.caption)
     assert app.get("vega_lite_chart"), "the review draws its charts"
     monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
     shown_only = AppTest.from_file(str(DASHBOARD / "views" / "review.py"), default_timeout=120)
@@ -572,3 +580,27 @@ def test_the_compare_page_keeps_a_pinned_run_and_the_reference_in_the_url(
     # One case per part: labelled by its part alone.
     assert matrix.loc[("measured_speedup", "timing"), "laptop / server"] == "×0.667"  # the pinned run's 2.0 against 3.0
     assert any(success.value.endswith("1 deterministic figure, equal") for success in app.success)
+
+
+def test_a_custom_launch_draws_its_own_history_line_and_makes_no_change_point_in_the_presets() -> None:
+    """A kv_cache-only launch (stored as custom, its spec kept) timed 0.2 s where the quick runs
+    take 230 s: it must not mark the quick series' change points (230 → 0.2 → 230)."""
+    from runner.sweeps import load_preset
+
+    quick = load_preset("quick").raw
+    kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}
+    runs = pd.DataFrame(
+        {
+            "run_id": range(8),
+            "machine": ["a"] * 8,
+            "machine_fingerprint": ["f"] * 8,
+            "started_at": pd.date_range("2026-01-01", periods=8, freq="D"),
+            "tags": "",
+            "preset": ["quick"] * 4 + [None] + ["quick"] * 3,
+            "spec": [quick] * 4 + [kv_only] + [quick] * 3,
+        }
+    )
+    values = pd.DataFrame({"run_id": range(8), "value": [230.0, 231, 229, 230, 0.2, 230, 231, 229]})
+    flagged = headlines.change_points(values, runs)
+    assert not flagged["change_point"].any(), flagged[["run_id", "value", "change_point"]]
+    assert flagged.set_index("run_id")["sweep"].to_dict()[4] == "quick, kv_cache only"

@@ -1,5 +1,5 @@
 """What a newcomer meets first, outside the browser: one chart style (dashboard.theme), one table
-format (dashboard.tables), labels that say each word once, the run's closing line, and the
+format (analysis.tables), labels that say each word once, the run's closing line, and the
 command line's --version, flags in --help and a busy dashboard port."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from dashboard import charts, tables, theme
+from analysis import tables
+from dashboard import charts, theme
 from runner.execute import done_line
 from runner.labels import progress_label, variant_label
 from tests.conftest import ROOT, run_decodelab
@@ -255,7 +256,7 @@ def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None
     every render of the Review page."""
     import warnings
 
-    from dashboard import review_charts
+    from analysis import review_charts
 
     columns = ["kind", "change", "experiment", "metric", "point", "baseline", "run", "p_value", "noise_floor"]
     empty = pd.DataFrame(columns=[*columns, "verdict"])
@@ -266,7 +267,7 @@ def test_the_review_draws_an_empty_timed_chart_without_altair_warnings() -> None
 
 
 def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None:
-    from dashboard import review_charts
+    from analysis import review_charts
 
     row = {"kind": "timed", "change": 0.1, "experiment": "speculative", "metric": "speedup_median"}
     table = pd.DataFrame([{**row, "point": "speculative · fast · bigram · k=1", "verdict": "within noise"}])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import machines, machines_report
+from analysis import machines, machines_report
 from runner.labels import case_labels, short_label
 from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord

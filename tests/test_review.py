@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard import report, review
+from analysis import report, review
 from store import frames
 from store.errors import StoreError
 from store.store import Store
@@ -239,8 +239,14 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     deterministic = table[table["kind"] == "deterministic"]
     assert not deterministic.empty and set(deterministic["verdict"]) == {"unchanged"}, "an identical copy"
     markdown = report.to_markdown(built)
-    assert markdown.count("\n| regressed |") == (table["verdict"] == "regressed").sum()
+    assert markdown.count("\n| [regressed](#verdict-regressed) |") == (table["verdict"] == "regressed").sum()
+    # Every verdict word links to its meaning, and each row says why (the test, adjusted p, floor).
+    for verdict in set(table["verdict"]):
+        assert f'<a id="{report.anchor(verdict)}"></a>**{verdict}**' in markdown, verdict
+    assert "Mann–Whitney U p = " in markdown and "Benjamini–Hochberg" in markdown
+    assert "\n- drift: " in markdown and "drift figure" in built.machine_drift
     page = report.to_html(built)
+    assert f'href="#{report.anchor("regressed")}"' in page and f'id="{report.anchor("regressed")}"' in page
     assert page.count("<svg") == len(built.charts) >= 2
     # Self-contained: no URL but the SVG and XLink namespaces, no script, no stylesheet link.
     addresses = set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page))

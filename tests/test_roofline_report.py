@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard import machines_report, roofline
-from dashboard.roofline_report import build, render
+from analysis import machines_report, roofline
+from analysis.roofline_report import build, render
 from tests.conftest import ROOT, copy_store, run_decodelab
 
 

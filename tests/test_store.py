@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 
 import pandas as pd
@@ -174,3 +175,41 @@ def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: st
         assert (connection.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) >= 5000
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     opened.close()
+
+
+def test_a_finished_run_keeps_its_machines_drift_figure_with_the_machine(store: Store) -> None:
+    """As each run finishes (runner.lifecycle), the machine's drift figure is learned from its
+    done runs so far (analysis.review.drift_figure) and kept on the machine row (migration 0010)."""
+    from analysis.review import DRIFT_MIN_VALUES, DRIFT_QUANTILE
+    from runner.lifecycle import run_lifecycle
+
+    machine_id = store.results.machine_id(MACHINE)
+    fingerprint = MACHINE.fingerprint()
+    assert store.drift.of_fingerprint(fingerprint) is None, "no run has finished yet"
+    factors = [1.0, 1.02, 0.97, 1.05, 1.0, 0.9]  # each run's level: the moves are their ratios
+    moves: list[float] = []
+    for index, factor in enumerate(factors):
+        run_id = store.results.start_run(
+            machine_id=machine_id, spec={"name": "quick"}, code_version="a", model_id=None, preset="quick"
+        )
+        with run_lifecycle(store, run_id):
+            for n in (64, 128, 256, 512):
+                value = 2.0 * factor * (1 + n / 10_000)
+                store.results.record_case(
+                    run_id,
+                    CaseRecord(
+                        experiment="kv_cache",
+                        params={"part": "timing", "impl": "fast", "n": n},
+                        measurements=(MeasurementRecord("measured_speedup", value, "ratio"),),
+                    ),
+                )
+        if index:
+            moves += [abs(math.log(factor / factors[index - 1]))] * 4
+        kept = store.drift.of_fingerprint(fingerprint)
+        assert kept is not None and kept.run_id == run_id and kept.moves == len(moves) and kept.machine == "laptop"
+        if len(moves) < DRIFT_MIN_VALUES:
+            assert kept.log_ratio is None, "too few moves for a figure"
+    assert kept is not None and kept.log_ratio == pytest.approx(float(pd.Series(moves).quantile(DRIFT_QUANTILE)))
+    with pytest.raises(ValueError, match="log_ratio"):
+        store.drift.save(run_id, -0.1, 3)
+    assert store.drift.of_fingerprint(fingerprint) == kept, "a refused figure leaves the kept one"

@@ -5,6 +5,7 @@ calibration on a store of five small runs, and the catalogue and package boundar
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import subprocess
@@ -154,7 +155,8 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     gated = run_decodelab(*common, "--out", "-", "--format", "md", "--fail-on", "regressed,changed", cwd=tmp_path)
     assert gated.returncode == 1, gated.stderr
     assert gated.stdout.startswith(f"# decodelab: run {slowed} against baseline {baseline}"), "the comment on stdout"
-    assert "\n| regressed |" in gated.stdout and "--fail-on:" in gated.stderr and "regressed" in gated.stderr
+    assert "\n| [regressed](#verdict-regressed) |" in gated.stdout, "each verdict word links to its meaning"
+    assert "--fail-on:" in gated.stderr and "regressed" in gated.stderr
     passed = run_decodelab(*common, "--out", "r.md", "--fail-on", "changed", cwd=tmp_path)
     assert passed.returncode == 0 and (tmp_path / "r.md").exists(), passed.stderr  # an identical copy: unchanged
     for args, fragment in (
@@ -209,6 +211,33 @@ def test_import_analysis_pulls_in_neither_streamlit_nor_the_dashboard() -> None:
     assert result.returncode == 0 and json.loads(result.stdout.replace("'", '"')) == [], result.stdout + result.stderr
 
 
+def test_the_command_line_modules_import_neither_streamlit_nor_the_dashboard() -> None:
+    """The CLI's reports come from analysis/ (issue 28): every runner module that a command
+    loads, and the report builders they call, leave the dashboard package and Streamlit out."""
+    code = (
+        "import sys, importlib, pkgutil, runner\n"
+        "for module in pkgutil.iter_modules(runner.__path__):\n"
+        "    if module.name.startswith('cli'): importlib.import_module('runner.' + module.name)\n"
+        "import analysis.report, analysis.machines_report, analysis.roofline_report\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('streamlit', 'dashboard')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0 and json.loads(result.stdout.replace("'", '"')) == [], result.stdout + result.stderr
+    # The commands import their helpers inside the function bodies: read every import statement too.
+    found = []
+    for path in sorted([*(ROOT / "runner").rglob("*.py"), *(ROOT / "analysis").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(ROOT)}: {name}"
+                for name in names
+                if name.split(".")[0] in ("dashboard", "streamlit")
+            ]
+    assert not found, found
+
+
 def test_every_metric_a_run_records_is_in_the_catalogue(filled_store_url: str) -> None:
     store = Store(filled_store_url)
     recorded = frames.export_rows(store)
@@ -232,3 +261,54 @@ def test_the_catalogue_classes_each_metric_by_what_a_second_machine_may_do_to_it
         "speedup_median": "timed",
     }
     assert metrics.lookup(name).kind == expected[name]  # type: ignore[union-attr]
+
+
+def test_a_custom_launch_is_labelled_from_its_spec_and_set_only_beside_runs_of_that_spec() -> None:
+    from analysis import runs as runs_module
+    from runner.sweeps import load_preset
+
+    quick = load_preset("quick").raw
+    kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}
+    lengths = {**quick, "experiments": {**quick["experiments"], "kv_cache": {**kv_only["experiments"]["kv_cache"]}}}
+    lengths["experiments"]["kv_cache"]["lengths"] = [64]
+    assert runs_module.sweep_label("quick", quick) == "quick"
+    assert runs_module.sweep_label(None, kv_only) == "quick, kv_cache only"
+    assert runs_module.sweep_label(None, lengths) == "quick, changed lengths"
+    assert runs_module.sweep_label(None, {**kv_only, "launched_from_dashboard": {"data_dir": "x"}}) == (
+        "quick, kv_cache only"
+    )
+    assert runs_module.sweep_label(None, {"name": "tiny", "experiments": {}}) == "custom"
+    runs = pd.DataFrame(
+        [
+            {"run_id": run_id, "started_at": f"2026-01-0{run_id}", "preset": preset, "spec": spec}
+            | {"machine": "laptop", "machine_fingerprint": "f", "status": "done", "tags": ""}
+            for run_id, preset, spec in [
+                (1, "quick", quick),
+                (2, None, kv_only),
+                (3, None, lengths),
+                (4, None, kv_only),
+                (5, "quick", quick),
+            ]
+        ]
+    )
+    assert review.default_baseline(runs, 5) == 1, "a kv_cache-only launch never stands for the quick preset"
+    assert review.default_baseline(runs, 4) == 2, "a custom run is set beside the very same spec"
+    assert review.default_baseline(runs, 3) is None, "changed lengths: no earlier run of that spec"
+    from analysis import machines
+
+    assert machines.presets_by_machines(runs) == ["quick", "quick, changed lengths", "quick, kv_cache only"]
+    assert machines.candidate_runs(runs, "quick")["run_id"].tolist() == [5, 1]
+
+
+def test_a_review_of_two_runs_that_share_no_case_says_so_in_one_line() -> None:
+    """A kv_cache-only launch against a speculative-only baseline: one line, not a table of zeros."""
+    kv = [(experiment, params, steady(2.0, index)) for index, (experiment, params) in enumerate(CASES[-2:])]
+    speculative = [(experiment, params, steady(1.5, index)) for index, (experiment, params) in enumerate(CASES[:3])]
+    run, run_samples = case_rows(2, kv, {})
+    baseline, baseline_samples = case_rows(1, speculative, {})
+    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    assert review.shares_no_case(table)
+    assert review.summary_line(table) == (
+        "the two runs share no case (2 figures only in the run, 3 only in the baseline): nothing to compare"
+    )
+    assert not review.shares_no_case(review_of(1.0)), "runs of one sweep share their cases"

@@ -9,7 +9,8 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, machines, machines_report, one_figure, roofline, ui
+from analysis import machines, machines_report, roofline
+from dashboard import data, one_figure, ui
 from store.user_text import markdown_text
 
 # Machines shown at first: a matrix wider than this stops being readable.

@@ -4,6 +4,7 @@ its tags and note, and any metric's history on request."""
 import streamlit as st
 
 from analysis.review import tag_set
+from analysis.runs import sweep_labels
 from dashboard import charts, data, headlines, ui
 from dashboard.metrics import opening_metric
 from runner.labels import case_labels
@@ -17,9 +18,9 @@ if opened:
         st.info(f"The store holds no run yet. Fill it with `{ui.FILL_COMMAND}` or launch a sweep from the sidebar.")
     else:
         st.caption(
-            "Change points: every run where a series (one machine fingerprint and impl) moves to a new level "
-            "is marked (red diamond, a link to its review against the run before it), found by PELT from the "
-            "ruptures library on the series standardised by its own run-to-run noise (docs/dashboard.md); the "
+            "Change points: every run where a series (one machine fingerprint, sweep and impl) moves to a new "
+            "level is marked (red diamond, a link to its review against the run before it), found by PELT from the "
+            "ruptures library on the series standardised by its own run-to-run noise (README, History); the "
             "band is each level's median ± 3 times that noise. Runs tagged suspect are shown but neither marked "
             "nor counted."
         )
@@ -49,7 +50,8 @@ if opened:
         left, middle, right, last = st.columns(4)
         machines = sorted(runs["machine"].unique())
         statuses = sorted(runs["status"].unique())
-        presets = sorted(runs["preset"].fillna("custom").unique())
+        runs = runs.assign(sweep=sweep_labels(runs))  # "quick", or "quick, kv_cache only" for a custom launch
+        presets = sorted(runs["sweep"].unique())
         tags = sorted({tag for value in runs["tags"] for tag in tag_set(value)})
         chosen_machines = left.multiselect(
             "Machines", machines, default=[m for m in st.query_params.get_all("machine") if m in machines]
@@ -73,7 +75,7 @@ if opened:
                 "run_id",
                 "started_at",
                 "machine",
-                "preset",
+                "sweep",
                 "status",
                 "tags",
                 "note",

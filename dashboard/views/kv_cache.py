@@ -6,7 +6,8 @@ ones after it."""
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, roofline, ui
+from analysis import roofline
+from dashboard import charts, data, ui
 
 YES_NO = {1.0: "yes", 0.0: "no"}
 

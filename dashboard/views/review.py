@@ -5,7 +5,8 @@ hold the choice, so a link shows the same comparison."""
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, report, review, ui
+from analysis import report
+from dashboard import data, review, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
 from store.user_text import markdown_text
@@ -65,9 +66,10 @@ if opened:
     shown_verdicts = ("regressed", "changed", "improved", "unknown drift", "within noise")
     for column, verdict in zip(columns, shown_verdicts, strict=True):
         column.metric(verdict, counts.get(verdict, 0), help=review.VERDICT_MEANINGS[verdict])
+    # Every verdict word links to its meaning below; each row's `why` says which floor, test and adjusted p.
+    st.markdown("**Verdicts:** " + report.linked_counts(counts))
     st.markdown(f"**Calibration:** {built.calibration}")
-    with st.expander("What each verdict means (each row's `why` says which floor, test and adjusted p)"):
-        st.markdown("\n".join(f"- **{verdict}**: {meaning}" for verdict, meaning in review.VERDICT_MEANINGS.items()))
+    st.caption(f"Drift: {markdown_text(built.machine_drift)}")
     st.caption(f"A/A noise floor: {report.floors_line(built.floors)}. {report.METHOD}")
     first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
     if not first.empty:
@@ -87,6 +89,8 @@ if opened:
     if chosen_experiments:
         shown = shown[shown["experiment"].isin(chosen_experiments)]
     ui.table(shown, "review", review.COLUMNS)
+    st.markdown("#### What each verdict means")
+    st.markdown(report.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to
     for chart in built.charts:
         ui.chart(chart)
 

@@ -5,8 +5,8 @@ Compare machines page links)."""
 
 import streamlit as st
 
+from analysis.roofline_report import TABLE_COLUMNS
 from dashboard import data, ui
-from dashboard.roofline_report import TABLE_COLUMNS
 
 st.title("Roofline")
 opened = ui.open_store()

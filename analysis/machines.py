@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import tables
 from analysis.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
-from dashboard import tables
+from analysis.runs import sweep_labels
 from runner import metrics
 from runner.metrics import NUMERICAL_TOLERANCE, is_deterministic
 from store.records import MachineRecord
@@ -37,8 +38,10 @@ def band_of(metric: str, known: Sequence[str]) -> tuple[str, str] | None:
 
 
 def presets_by_machines(runs: pd.DataFrame) -> list[str]:
-    """The presets of done runs ("custom" for a spec's), the one run on most machines first."""
-    done = runs[runs["status"] == "done"].assign(preset=runs["preset"].fillna("custom"))
+    """What done runs ran (a preset's name, or a custom run's label such as "quick, kv_cache
+    only": analysis.runs.sweep_label), the one run on most machines first."""
+    done = runs[runs["status"] == "done"]
+    done = done.assign(preset=sweep_labels(done))
     if done.empty:
         return []
     counts = done.groupby("preset")["machine"].nunique()
@@ -46,10 +49,11 @@ def presets_by_machines(runs: pd.DataFrame) -> list[str]:
 
 
 def candidate_runs(runs: pd.DataFrame, preset: str) -> pd.DataFrame:
-    """The done runs of ``preset`` not tagged suspect, newest first."""
+    """The done runs of ``preset`` (a preset's name or a custom run's label) not tagged suspect,
+    newest first: a launch that changed a preset never stands for the preset."""
     chosen = runs[
         (runs["status"] == "done")
-        & (runs["preset"].fillna("custom") == preset)
+        & (sweep_labels(runs) == preset)
         & ~runs["tags"].map(lambda tags: SUSPECT in tag_set(tags))
     ]
     return chosen.sort_values(["started_at", "run_id"], ascending=False)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from dashboard.charts import Figure
-from dashboard.review import VERDICT_ORDER
+from analysis.figures import Figure
+from analysis.review import VERDICT_ORDER
 from runner.labels import progress_label
 
 VERDICT_COLORS = {

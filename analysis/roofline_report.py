@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard import roofline
-from dashboard.report import STYLE, markdown_table, to_svg
+from analysis import roofline
+from analysis.report import STYLE, markdown_table, to_svg
 from store import frames
 from store.store import Store
 
@@ -134,7 +134,7 @@ def to_html(report: RooflineReport) -> str:
 
 
 def render(report: RooflineReport, report_format: str) -> str:
-    from dashboard.report import REPORT_FORMATS
+    from analysis.report import REPORT_FORMATS
 
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")

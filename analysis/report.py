@@ -15,10 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import calibration, comparison
-from dashboard import review, review_charts
-from dashboard.charts import Figure
-from dashboard.metrics import RENAMED_METRICS
+from analysis import calibration, comparison, review, review_charts
+from analysis.figures import Figure
+from analysis.runs import sweep_label
+from runner.metrics import RENAMED_METRICS
+from store.drift import DriftRecord
 from store.store import Store
 from store.user_text import markdown_cell, markdown_text
 
@@ -35,6 +36,7 @@ class RunReport:
     earlier_runs: int  # how many the between-run floors were taken over
     drift: float | None = None  # the machine's drift figure, where its earlier runs hold one
     calibration: str = ""  # the measured error rates of the verdicts on this machine and preset
+    machine_drift: str = ""  # the machine's drift figure as kept with it, and the one this review used
     charts: list[Figure] = field(default_factory=list)
 
 
@@ -43,7 +45,8 @@ def describe(run: Mapping[Any, Any], escape: Callable[[object], str] = str) -> s
     started = pd.Timestamp(run["started_at"]).strftime("%Y-%m-%d %H:%M")
     tags = f" · tags: {escape(run['tags'])}" if run.get("tags") else ""
     machine = escape(run["machine"])
-    return f"run {run['run_id']} · {machine} · {run['preset'] or 'custom'} · {run['status']} · {started}{tags}"
+    sweep = sweep_label(run.get("preset"), run.get("spec"))
+    return f"run {run['run_id']} · {machine} · {sweep} · {run['status']} · {started}{tags}"
 
 
 def warnings_for(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
@@ -120,6 +123,9 @@ def build_report(
         len(inputs.earlier),
         drift=inputs.drift,
     )
+    report.machine_drift = drift_line(
+        store.drift.of_fingerprint(str(run["machine_fingerprint"])), inputs.drift, int(run["run_id"])
+    )
     if calibrated:
         preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
         report.calibration = calibration.calibrate(
@@ -142,6 +148,50 @@ def build_report(
             review_charts.side_by_side(speculative, "k", "speedup_median", "series", "speculative: measured speedup")
         )
     return report
+
+
+def drift_line(kept: DriftRecord | None, used: float | None, run_id: int) -> str:
+    """The machine's drift figure as the store keeps it, and the allowance this review used (learned
+    from the runs before ``run_id`` only: a run's own shifts must not widen its allowance)."""
+    if kept is None:
+        stored = "not kept yet (no run has finished on this machine since the store kept drift figures)"
+    elif kept.log_ratio is None:
+        stored = (
+            f"not learned yet: {kept.moves} of the {review.DRIFT_MIN_VALUES} moves between its runs it needs "
+            f"(kept after run {kept.run_id})"
+        )
+    else:
+        stored = (
+            f"±{math.expm1(kept.log_ratio):.1%} ({review.DRIFT_QUANTILE:.0%} of {kept.moves} moves of a timed headline "
+            f"value between its consecutive runs stay within it; kept after run {kept.run_id})"
+        )
+    allowance = (
+        f"±{math.expm1(used):.1%}, learned from the runs before run {run_id}"
+        if used is not None
+        else f"the default ±{math.expm1(review.DEFAULT_DRIFT):.0%} (too few moves before run {run_id})"
+    )
+    machine = kept.machine if kept else "this machine"
+    return f"{machine}'s drift figure: {stored}; this review's drift allowance: {allowance}"
+
+
+def anchor(verdict: str) -> str:
+    """The in-page anchor of a verdict's meaning: ``verdict-unknown-drift``."""
+    return "verdict-" + verdict.replace(" ", "-")
+
+
+def linked_counts(counts: Mapping[str, int]) -> str:
+    """The verdict counts as Markdown, each verdict word a link to its meaning."""
+    return ", ".join(f"{count} [{verdict}](#{anchor(verdict)})" for verdict, count in counts.items()) or (
+        "nothing to compare"
+    )
+
+
+def meanings_markdown() -> str:
+    """Each verdict's meaning as a Markdown list whose items carry the anchors of ``anchor``."""
+    return "\n".join(
+        f'- <a id="{anchor(verdict)}"></a>**{verdict}**: {meaning}'
+        for verdict, meaning in review.VERDICT_MEANINGS.items()
+    )
 
 
 def formatted(value: Any, digits: int = 4) -> str:
@@ -181,12 +231,25 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
                 formatted(row["p_value"], 2),
                 formatted(row["adjusted_p"], 2),
                 "" if pd.isna(row["noise_floor"]) else f"±{math.expm1(row['noise_floor']):.1%}",
+                str(row["why"] or ""),
             ]
         )
     return rows
 
 
-HEADER = ["verdict", "experiment", "metric", "point", "baseline", "run", "change", "p", "adjusted p", "noise floor"]
+HEADER = [
+    "verdict",
+    "experiment",
+    "metric",
+    "point",
+    "baseline",
+    "run",
+    "change",
+    "p",
+    "adjusted p",
+    "noise floor",
+    "why",
+]
 METHOD = (
     f"Deterministic metrics must be equal. Timed metrics: a two-sided Mann–Whitney U test on the raw samples of "
     f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times), its p-values adjusted over the "
@@ -206,24 +269,38 @@ def to_markdown(report: RunReport) -> str:
         "",
         f"- run: {describe(report.run, markdown_text)}",
         f"- baseline: {describe(report.baseline, markdown_text)}",
-        f"- verdicts: {review.summary_line(report.table)}",
+        f"- verdicts: {verdicts_markdown(report.table)}",
         f"- A/A noise floor: {floors_line(report.floors)}",
         *([f"- calibration: {report.calibration}"] if report.calibration else []),
+        *([f"- drift: {markdown_text(report.machine_drift)}"] if report.machine_drift else []),
         *(f"- warning: {warning}" for warning in report.warnings),
         *([f"- note: {markdown_text(report.run['note'])}"] if report.run.get("note") else []),
         "",
         METHOD,
         "",
-        *markdown_table(HEADER, table_cells(report.table)),
+        *markdown_table(HEADER, table_cells(report.table), linked_first=True),
+        "",
+        "## What each verdict means",
+        "",
+        meanings_markdown(),
     ]
     return "\n".join(lines) + "\n"
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A Markdown table's lines, each cell kept to one line with no markup (store.user_text)."""
+def verdicts_markdown(table: pd.DataFrame) -> str:
+    """The summary line, its verdict words linked to their meanings (two runs sharing no case: said so)."""
+    return review.summary_line(table) if review.shares_no_case(table) else linked_counts(review.verdict_counts(table))
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, linked_first: bool = False) -> list[str]:
+    """A Markdown table's lines, each cell kept to one line with no markup (store.user_text);
+    ``linked_first``: the first cell is a verdict word (a fixed vocabulary), linked to its meaning."""
     lines = ["| " + " | ".join(markdown_cell(name) for name in header) + " |", "|" + "---|" * len(header)]
     for cells in rows:
-        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
+        shown = [markdown_cell(cell) for cell in cells]
+        if linked_first and cells and cells[0] in review.VERDICT_MEANINGS:
+            shown[0] = f"[{cells[0]}](#{anchor(cells[0])})"
+        lines.append("| " + " | ".join(shown) + " |")
     return lines
 
 
@@ -258,7 +335,7 @@ def to_html(report: RunReport) -> str:
     for cells in table_cells(report.table):
         color = review_charts.VERDICT_COLORS.get(cells[0], "#000")
         rows.append(
-            f'<tr><td class="verdict" style="color:{color}">{escape(cells[0])}</td>'
+            f'<tr><td class="verdict"><a style="color:{color}" href="#{anchor(cells[0])}">{escape(cells[0])}</a></td>'
             + "".join(f"<td>{escape(cell)}</td>" for cell in cells[1:])
             + "</tr>"
         )
@@ -267,6 +344,10 @@ def to_html(report: RunReport) -> str:
     if report.run.get("note"):
         notes.append(f"<li>note: {escape(str(report.run['note']))}</li>")
     charts = "".join(f"<figure>{to_svg(chart)}</figure>" for chart in report.charts)
+    meanings = "".join(
+        f'<li id="{anchor(verdict)}"><b>{escape(verdict)}</b>: {escape(meaning)}</li>'
+        for verdict, meaning in review.VERDICT_MEANINGS.items()
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
@@ -274,17 +355,33 @@ def to_html(report: RunReport) -> str:
 <ul>
 <li>run: {escape(describe(report.run))}</li>
 <li>baseline: {escape(describe(report.baseline))}</li>
-<li>verdicts: {escape(review.summary_line(report.table))}</li>
+<li>verdicts: {verdicts_html(report.table)}</li>
 <li>A/A noise floor: {escape(floors_line(report.floors))}</li>
 {f"<li>calibration: {escape(report.calibration)}</li>" if report.calibration else ""}
+{f"<li>drift: {escape(report.machine_drift)}</li>" if report.machine_drift else ""}
 {"".join(notes)}
 </ul>
 <p>{escape(METHOD)}</p>
 {charts}
 <table><thead><tr>{"".join(f"<th>{escape(name)}</th>" for name in HEADER)}</tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
+<h2>What each verdict means</h2>
+<ul>{meanings}</ul>
 </body></html>
 """
+
+
+def verdicts_html(table: pd.DataFrame) -> str:
+    """The summary line with each verdict word a link to its meaning."""
+    if review.shares_no_case(table):
+        return html.escape(review.summary_line(table))
+    counts = review.verdict_counts(table)
+    return (
+        ", ".join(
+            f'{count} <a href="#{anchor(verdict)}">{html.escape(verdict)}</a>' for verdict, count in counts.items()
+        )
+        or "nothing to compare"
+    )
 
 
 def render(report: RunReport, report_format: str) -> str:
