@@ -116,6 +116,7 @@ def test_every_page_renders_and_a_sweep_launches_from_the_sidebar(dashboard: tup
         open_page(page, address)
         sidebar = page.locator('[data-testid="stSidebar"]')
         expect(sidebar.get_by_role("heading", name="Launch a sweep")).to_be_visible(timeout=30_000)
+        wait_until_idle(page)  # the jobs panel's 2-second rerun may be under way
         sidebar.get_by_text("spec", exact=True).click()
         wait_until_idle(page)  # choosing "spec" reruns the page and swaps the preset box for a text area
         sidebar.locator("textarea").fill(TINY_SPEC.read_text())

@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, SCREENSHOTS, require_browser, serve_dashboard
+from tests.browser_helpers import (
+    ROOT,
+    SCREENSHOTS,
+    chromium,
+    require_browser,
+    serve_dashboard,
+    wait_until_charts_settled,
+)
 from tests.conftest import FIXTURES, copy_store, run_decodelab
 
 pytestmark = pytest.mark.browser
@@ -117,23 +124,8 @@ def dashboard_on(
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-def settled(page: Any) -> None:
-    """Wait until the script has run to its end and the charts on the page are drawn."""
-    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=90_000)
-    page.wait_for_function(
-        """() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
-                 .every((chart) => chart.querySelector('svg.marks'))""",
-        timeout=30_000,
-    )
-    page.wait_for_timeout(300)
+    with chromium() as launched:
+        yield launched
 
 
 def whole_page(page: Any) -> None:
@@ -145,7 +137,7 @@ def whole_page(page: Any) -> None:
                  .map((element) => element.scrollHeight), document.body.scrollHeight)"""
     )
     page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 12_000)})
-    page.wait_for_timeout(500)
+    wait_until_charts_settled(page)
 
 
 def test_the_root_url_opens_the_first_page_at_its_own_url(dashboard_on: tuple[str, str], browser: Any) -> None:
@@ -155,9 +147,9 @@ def test_the_root_url_opens_the_first_page_at_its_own_url(dashboard_on: tuple[st
     expected = "review" if store == "three-runs" else "history"
     # The page's own query (the review's run and baseline) may follow its address.
     page.wait_for_url(re.compile(rf"/{expected}(\?.*)?$"), timeout=60_000)
-    settled(page)
+    wait_until_charts_settled(page)
     page.goto(f"{address}/{expected}")  # the link itself shows the page, not "page not found"
-    settled(page)
+    wait_until_charts_settled(page)
     assert page.locator('[data-testid="stDialog"]').count() == 0
     heading = page.locator('[data-testid="stMain"] h1').first.inner_text()
     assert heading == expected.title(), heading
@@ -169,7 +161,7 @@ def test_the_page_draws_whole_charts_without_errors(dashboard_on: tuple[str, str
     store, address = dashboard_on
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{address}/{path}")
-    settled(page)
+    wait_until_charts_settled(page)
     main = page.locator('[data-testid="stMain"]')
     assert page.locator('[data-testid="stDialog"]').count() == 0, f"{path}: page not found"
     assert main.locator('[data-testid="stException"]').count() == 0, main.inner_text()[:2000]
