@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUPS = {
-    "browser": ["tests/test_browser.py"],
+    "browser": ["tests/test_browser.py", "tests/test_browser_pages.py", "tests/test_browser_roofline.py"],
     "fleet": ["tests/test_fleet.py"],
     "timing": ["tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_timing.py"],
 }

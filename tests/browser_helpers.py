@@ -139,6 +139,31 @@ def wait_until_idle(page: Page, timeout_milliseconds: int = IDLE_TIMEOUT_MILLISE
     expect(page.locator(STATUS_WIDGET)).to_have_count(0, timeout=timeout_milliseconds)
 
 
+# True once every chart on the page has drawn its marks and the charts' drawing (sizes, element
+# counts) is the same as at the previous poll: Vega draws again when its container resizes.
+CHARTS_SETTLED = """
+() => {
+  const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+  const drawn = charts.map((chart) => chart.querySelector('svg.marks'));
+  if (drawn.some((svg) => !svg)) { window.__decodelabCharts = null; return false; }
+  const drawing = drawn.map((svg) =>
+    `${svg.getAttribute('width')}x${svg.getAttribute('height')}:${svg.getElementsByTagName('*').length}`).join('|');
+  const same = window.__decodelabCharts === drawing;
+  window.__decodelabCharts = drawing;
+  return same;
+}
+"""
+CHART_POLL_MILLISECONDS = 200
+
+
+def wait_until_charts_settled(page: Page, timeout_milliseconds: int = IDLE_TIMEOUT_MILLISECONDS) -> None:
+    """Until Streamlit is idle and every chart is drawn and stays the same for one poll (a layout
+    change, such as a new viewport, may make Vega draw a chart again)."""
+    wait_until_idle(page, timeout_milliseconds)
+    page.evaluate("() => { window.__decodelabCharts = null; }")
+    page.wait_for_function(CHARTS_SETTLED, polling=CHART_POLL_MILLISECONDS, timeout=timeout_milliseconds)
+
+
 def open_page(page: Page, address: str, path: str = "") -> None:
     """Go to ``address/path`` and wait for its first script run to finish."""
     page.goto(f"{address}/{path}")

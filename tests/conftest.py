@@ -21,6 +21,9 @@ from store import frames
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"
+# The tiny model and its first, quickest experiment (training_summary): a run in seconds, for tests
+# about launching, storing or showing a run rather than about what the experiments measure.
+QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
 # The machine names the tiny spec is run under for the machines comparison (DECODELAB_MACHINE).
 MACHINE_NAMES = ("alpha", "beta")
 ROOT = Path(__file__).parent.parent

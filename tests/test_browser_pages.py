@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 
 from tests.browser_helpers import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     ROOT,
     SCREENSHOTS,
     SERVERS,
+    chromium,
     free_port,
     healthy,
     require_browser,
     serve_dashboard,
+    wait_until_charts_settled,
 )
 from tests.conftest import FIXTURES, copy_store, run_decodelab
 
@@ -146,42 +146,22 @@ def server_problems(printed: str) -> list[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def settled(page: Any) -> None:
-    """Wait until the script has run to its end and the charts and tables on the page are drawn."""
+    """Wait until the script has run to its end, the charts are drawn and stable, and the tables
+    hold their cells."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=90_000)
-    page.wait_for_function(
-        """() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
-                 .every((chart) => chart.querySelector('svg.marks'))""",
-        timeout=30_000,
-    )
+    wait_until_charts_settled(page)
     with contextlib.suppress(PlaywrightTimeout):  # a table with no row never has any cells
         page.wait_for_function(
             """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')]
                      .every((table) => table.querySelector('td'))""",
             timeout=15_000,
         )
-    # Vega draws a chart again once it knows its container's width: read it only once it stopped.
-    drawn = None
-    for _ in range(40):
-        now = page.evaluate(
-            """() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"] svg.marks')]
-                     .map((svg) => svg.innerHTML).join('|')"""
-        )
-        if now == drawn:
-            break
-        drawn = now
-        page.wait_for_timeout(250)
-    page.wait_for_timeout(300)
 
 
 def page_problems(page: Any) -> list[str]:
@@ -209,7 +189,6 @@ def whole_page(page: Any) -> None:
     )
     page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 12_000)})
     settled(page)  # the tables and charts drawn again at the new size, not their grey placeholders
-    page.wait_for_timeout(500)
 
 
 def test_the_root_url_opens_the_first_page_at_its_own_url(dashboard_on: tuple[str, str], browser: Any) -> None:
@@ -219,9 +198,9 @@ def test_the_root_url_opens_the_first_page_at_its_own_url(dashboard_on: tuple[st
     expected = "review" if store == "three-runs" else "history"
     # The page's own query (the review's run and baseline) may follow its address.
     page.wait_for_url(re.compile(rf"/{expected}(\?.*)?$"), timeout=60_000)
-    settled(page)
+    wait_until_charts_settled(page)
     page.goto(f"{address}/{expected}")  # the link itself shows the page, not "page not found"
-    settled(page)
+    wait_until_charts_settled(page)
     assert page.locator('[data-testid="stDialog"]').count() == 0
     heading = page.locator('[data-testid="stMain"] h1').first.inner_text()
     assert heading == expected.title(), heading

@@ -8,12 +8,22 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
-from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, require_browser, serve_dashboard
+from tests.browser_helpers import (
+    SCREENSHOTS,
+    chromium,
+    open_page,
+    require_browser,
+    serve_dashboard,
+    wait_until_charts_settled,
+)
 from tests.conftest import FIXTURES, ROOT, copy_store, run_decodelab
 
 SECOND_MACHINE = "xeon-amx"
+
+pytestmark = pytest.mark.browser
 
 
 def store_with_two_roofs(filled_store_url: str, tmp_path: Path) -> tuple[str, str]:
@@ -37,14 +47,13 @@ def store_with_two_roofs(filled_store_url: str, tmp_path: Path) -> tuple[str, st
 
 
 def test_the_roofline_page_overlays_a_second_machines_roof(filled_store_url: str, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     require_browser()
     url, own_machine = store_with_two_roofs(filled_store_url, tmp_path)
-    with serve_dashboard(url, tmp_path) as address, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with serve_dashboard(url, tmp_path) as address, chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1200})
-        page.goto(f"{address}/roofline?run=1&compare={SECOND_MACHINE}")
+        open_page(page, address, f"roofline?run=1&compare={SECOND_MACHINE}")
         main = page.locator('[data-testid="stMain"]')
         expect(main.get_by_role("heading", name="Roofline")).to_be_visible(timeout=60_000)
         chart = main.locator('[data-testid="stVegaLiteChart"]').first
@@ -54,9 +63,8 @@ def test_the_roofline_page_overlays_a_second_machines_roof(filled_store_url: str
         expect(chart.locator("svg text", has_text=own_machine).first).to_be_visible()
         expect(main.get_by_text("On ", exact=False).filter(has_text="fast fp32 step").first).to_be_visible()
         expect(main.get_by_text("Median |prediction error| per impl", exact=False).first).to_be_visible()
-        page.wait_for_timeout(500)
+        wait_until_charts_settled(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
         SCREENSHOTS.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "roofline.png"), full_page=True)
-        browser.close()

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from store.engine import create_store_engine
 from store.errors import StoreError
 from store.store import Store
-from tests.conftest import TINY_SPEC, run_decodelab
+from tests.conftest import QUICK_SPEC, run_decodelab
 
 
 def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -172,10 +172,6 @@ def test_workers_and_db_current_report_the_store(tmp_path: Path) -> None:
     assert rows["box-2"][2:5] == ["worker", "stopped", "box-2:200"]
     current = run_decodelab("db", "current", "--db", url, cwd=tmp_path)
     assert current.returncode == 0 and "(up to date)" in current.stdout, current.stderr
-
-
-# The tiny model and one quick experiment: a store with a run and a model in seconds.
-QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
 
 
 @pytest.fixture(scope="module")

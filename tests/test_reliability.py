@@ -103,7 +103,7 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     first = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, 16)  # past the counts: into the timing cases
-    time.sleep(0.3)  # well inside a timing case (each takes about a second)
+    time.sleep(0.3)  # not a wait for something: the kill is meant to land inside a timing case
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     job = rows_by(frames.jobs(store), "job_id")[job_id]
@@ -132,7 +132,7 @@ def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     worker = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, 16)
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait for something: the signal is meant to land inside a timing case
     worker.send_signal(stop_signal)
     output, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, output

@@ -14,9 +14,8 @@ from streamlit.testing.v1 import AppTest
 
 from store.store import Store
 from store.user_text import csv_safe, for_terminal, markdown_cell, markdown_text
-from tests.conftest import ROOT, TINY_SPEC, run_decodelab
+from tests.conftest import QUICK_SPEC, ROOT, run_decodelab
 
-QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
 NOTE = (
     "fine\n| x | y |\n# Heading\n![img](https://evil.example/x.png) [click](javascript:alert(1)) "
     "<script>alert(1)</script> \x1b[31mred"
