@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,28 @@ COMPLETE = {
 STALE_AFTER_SECONDS = 5
 
 pytestmark = pytest.mark.slow
+# How long a wait on a condition may take before the test fails: it ends as soon as the condition
+# holds, so a generous figure costs nothing on a quiet machine. 120 s timed out in the full suite
+# at a load average of 18-23 on the 2 shared cores while the first worker was still training and
+# running its first cases (every kill and interrupt test failed that way in one run).
+CONDITION_TIMEOUT_SECONDS = 600
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_worker_outlives_its_test() -> Iterator[None]:
+    """A failing test must not leave its worker running the slow sweep behind it (those left
+    by such failures ran on for over 15 minutes, slowing every later test)."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    return start_decodelab(
+    worker = start_decodelab(
         "worker",
         "--once",
         "--db",
@@ -53,9 +72,11 @@ def start_worker(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]
         cwd=tmp_path,
         DECODELAB_MACHINE="test-box",
     )
+    STARTED.append(worker)
+    return worker
 
 
-def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 120) -> None:
+def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = CONDITION_TIMEOUT_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if rows_by(frames.jobs(store), "job_id")[job_id]["cases_done"] >= at_least:
@@ -64,7 +85,7 @@ def wait_for_cases(store: Store, job_id: int, at_least: int, timeout: float = 12
     raise AssertionError(f"job {job_id} did not reach {at_least} cases")
 
 
-def wait_until_stale(store: Store, job_id: int, seconds: float, timeout: float = 60) -> None:
+def wait_until_stale(store: Store, job_id: int, seconds: float, timeout: float = CONDITION_TIMEOUT_SECONDS) -> None:
     """Until the job's last heartbeat is older than ``seconds`` by the database server's clock
     (the condition the next worker's claim tests)."""
     from sqlalchemy import func, select
@@ -114,7 +135,7 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
 
     wait_until_stale(store, job_id, STALE_AFTER_SECONDS)
     second = start_worker(store_url, tmp_path)
-    output, _ = second.communicate(timeout=300)
+    output, _ = second.communicate(timeout=CONDITION_TIMEOUT_SECONDS)
     assert second.returncode == 0, output
     assert f"job {job_id}: its worker stopped heartbeating; requeued" in output
     job = rows_by(frames.jobs(store), "job_id")[job_id]
