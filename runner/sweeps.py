@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +110,20 @@ class SweepSpec:
         return [(known[name], params) for name, params in self.raw["experiments"].items()]
 
     def cases_total(self) -> int:
-        return len(self.plan())
+        return len(self.cases)
 
     def plan(self) -> list[tuple[Experiment, dict[str, Any]]]:
-        """Every case of every experiment, in the order they run."""
+        """Every case of every experiment, in the order they run (a new list over the same cases)."""
+        return list(self.cases)
+
+    @cached_property
+    def cases(self) -> tuple[tuple[Experiment, dict[str, Any]], ...]:
+        """The plan, computed once per spec: validation, the limits, the estimate, the job's case
+        count and the run itself all read this one (the spec's fields never change after it)."""
         model = self.raw["model"]
-        return [
+        return tuple(
             (experiment, case) for experiment, params in self.experiments() for case in experiment.plan(params, model)
-        ]
+        )
 
 
 def validate(raw: Any) -> SweepSpec:
