@@ -25,8 +25,8 @@ from typing import Any
 
 from runner import hf_spec
 from runner.catalog import PRESET_DIRECTORY, preset_names
-from runner.cost_limits import check_limits
-from runner.cost_limits import estimate_seconds as estimate_seconds  # the launch form asks here
+from runner.cost.estimates import check_limits
+from runner.cost.estimates import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
