@@ -11,7 +11,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost_model.REGIMES, by stored index
+REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.roofline.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}

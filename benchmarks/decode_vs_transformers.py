@@ -220,16 +220,16 @@ def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness
 def roof_fractions(store: Store, model: CharGPT, prompt_tokens: int, n: int, lines: dict) -> dict[str, float | str]:
     """The fast fp32 and int8 steps placed on this machine's roof: the roofline's time (from the
     counts and the roof alone, no overhead) over the measured one, and the regime."""
-    from runner import cost_model
+    from runner.cost import roofline_model
     from runner.execute import ensure_profile
     from runner.machine import fingerprint
 
     roof = ensure_profile(store, store.results.machine_id(fingerprint()), print)
-    shape = cost_model.Shape.of(model.config)
+    shape = roofline_model.Shape.of(model.config)
     placed: dict[str, float | str] = {}
     for name, precision in (("fast", "fp32"), ("fast_int8", "int8")):
-        passes = cost_model.generation_cost(shape, "fast", precision, prompt_tokens, n, cached=True)
-        placement = cost_model.place(passes, roof)
+        passes = roofline_model.generation_cost(shape, "fast", precision, prompt_tokens, n, cached=True)
+        placement = roofline_model.place(passes, roof)
         measured_us = float(lines[f"{name}_us_per_token"])
         roofline_us = placement.roofline_seconds / n * 1e6
         print(

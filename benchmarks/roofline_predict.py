@@ -11,7 +11,7 @@ with the fast_int8 draft at k = 4 against plain fast decoding, judged at the acc
 measured: the verdict, wins or loses, against the roofline's), with the
 quick model from ``--db`` and the load average beside them: on a shared machine, run it pinned
 to one core at a raised priority (``taskset -c 1 chrt -f 10 python ...``) and quote the load.
-Prints the roofline's and the predicted (runner.cost_model.Placement.predicted_seconds) µs per
+Prints the roofline's and the predicted (runner.cost.roofline_model.Placement.predicted_seconds) µs per
 token of the fast fp32 and int8 steps beside the measured ones, a 5-position
 verification in plain steps, and the speculative speedup of a fast_int8 draft at k = 4 over a
 range of acceptances (the overhead per pass is left out: no fit is known for another machine).
@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner import cost_model
+from runner.cost import roofline_model
 from store.store import Store
 
-QUICK = cost_model.Shape(vocab=103, d_model=128, layers=3, heads=4)  # the quick model, default corpus
+QUICK = roofline_model.Shape(vocab=103, d_model=128, layers=3, heads=4)  # the quick model, default corpus
 TOKENS, VERIFY_K = 256, 4
 
 
@@ -51,10 +51,10 @@ def main() -> None:
                 measured[name] = float(value)
             except ValueError:
                 continue
-    steps: dict[str, cost_model.Placement] = {}
+    steps: dict[str, roofline_model.Placement] = {}
     for name, precision in (("fast", "fp32"), ("fast_int8", "int8")):
-        passes = cost_model.generation_cost(QUICK, "fast", precision, 1, TOKENS, cached=True)
-        steps[name] = cost_model.place(passes, roof)
+        passes = roofline_model.generation_cost(QUICK, "fast", precision, 1, TOKENS, cached=True)
+        steps[name] = roofline_model.place(passes, roof)
         roofline = steps[name].roofline_seconds / TOKENS * 1e6
         predicted = steps[name].predicted_seconds / TOKENS * 1e6
         seen = measured.get(f"{name}_us_per_token")
@@ -69,8 +69,8 @@ def main() -> None:
             f"predicted {predicted:.1f}{against}"
         )
         print(f"{name}_predicted_us_per_token={predicted:.4g}")
-    verifications = [cost_model.pass_cost(QUICK, "fast", "fp32", VERIFY_K + 1, start) for start in range(TOKENS)]
-    verify = cost_model.place(verifications, roof)
+    verifications = [roofline_model.pass_cost(QUICK, "fast", "fp32", VERIFY_K + 1, start) for start in range(TOKENS)]
+    verify = roofline_model.place(verifications, roof)
     ratio = verify.predicted_seconds / steps["fast"].predicted_seconds
     seen = measured.get(f"fast_verify_k{VERIFY_K}_steps")
     against = f", measured {seen:.2f}: error {(ratio - seen) / seen:+.0%}" if seen else ""
@@ -79,15 +79,15 @@ def main() -> None:
     step = steps["fast"].predicted_seconds / TOKENS
     draft = steps["fast_int8"].predicted_seconds / TOKENS
     verify_seconds = verify.predicted_seconds / TOKENS
-    break_even = cost_model.break_even_acceptance(VERIFY_K, step, draft, verify_seconds)
+    break_even = roofline_model.break_even_acceptance(VERIFY_K, step, draft, verify_seconds)
     for acceptance in (0.5, 0.7, 0.9, 0.98):
-        speedup = cost_model.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
+        speedup = roofline_model.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
         print(f"fast_int8 draft, k={VERIFY_K}, acceptance {acceptance}: roofline speedup {speedup:.2f}x")
     print(f"fast_int8_draft_break_even_acceptance={break_even if break_even is not None else 1.0:.3g}")
     acceptance_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_acceptance")
     speedup_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_speedup")
     if acceptance_seen is not None and speedup_seen is not None:
-        speedup = cost_model.speculative_speedup(acceptance_seen, VERIFY_K, step, draft, verify_seconds)
+        speedup = roofline_model.speculative_speedup(acceptance_seen, VERIFY_K, step, draft, verify_seconds)
         verdict = "right" if (speedup >= 1.0) == (speedup_seen >= 1.0) else "wrong"
         print(
             f"fast_int8 draft, k={VERIFY_K}, measured acceptance {acceptance_seen:.3f}: measured {speedup_seen:.2f}x, "
@@ -117,8 +117,8 @@ def measure_here(url: str, pairs: int) -> dict[str, float]:
     spec, corpus = load_preset("quick"), load_corpus()
     model_config = spec.model_config(len(corpus.vocabulary))
     model = train_or_reuse(Store(url).results, model_config, spec.train_config(), corpus).model.eval()
-    if cost_model.Shape.of(model.config) != QUICK:
-        raise SystemExit(f"error: the quick model's shape {cost_model.Shape.of(model.config)} is not {QUICK}")
+    if roofline_model.Shape.of(model.config) != QUICK:
+        raise SystemExit(f"error: the quick model's shape {roofline_model.Shape.of(model.config)} is not {QUICK}")
     prompt, harness = corpus.encode(corpus.text[:1]), Harness()
     quantized = quantize_model(model, "int8", kernel="fast_int8")
     load_at_start = os.getloadavg()[0]

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.metrics import RENAMED_METRICS
+from runner.cost.overhead_fit import OverheadFit
 from store import frames
 from store.store import Store
 
@@ -315,19 +316,15 @@ def calibrated_prediction(timing: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFr
     impl its no-cache path ran through."""
     if timing.empty or fits.empty or "mults_cache_with_lm_head" not in timing.columns:
         return pd.DataFrame()
-    by_impl = fits.set_index("impl")
+    by_impl = {row["impl"]: OverheadFit.of(row) for row in fits.to_dict("records")}
     rows = []
     for row in with_no_cache_path(timing).to_dict("records"):
-        if row["impl"] not in by_impl.index or row["no_cache_impl"] not in by_impl.index:
+        if row["impl"] not in by_impl or row["no_cache_impl"] not in by_impl:
             continue
-        cached, eager = by_impl.loc[row["impl"]], by_impl.loc[row["no_cache_impl"]]
+        cached, eager = by_impl[row["impl"]], by_impl[row["no_cache_impl"]]
         n = row["n"]
-        predicted_cache = (
-            cached["overhead_seconds_per_token"] * n + cached["seconds_per_mult"] * row["mults_cache_with_lm_head"]
-        )
-        predicted_no_cache = (
-            eager["overhead_seconds_per_token"] * n + eager["seconds_per_mult"] * row["mults_no_cache_with_lm_head"]
-        )
+        predicted_cache = cached.seconds(n, row["mults_cache_with_lm_head"])
+        predicted_no_cache = eager.seconds(n, row["mults_no_cache_with_lm_head"])
         rows.append(
             {
                 "impl": row["impl"],

@@ -8,8 +8,8 @@ once per position (they grow with n). A counter routes every multiplication, so 
 here is an exact integer that any machine reproduces.
 
 The module keeps the lab's contract (names and semantics) so it can be imported and probed
-directly. It imports the standard library and runner.counting (itself standard library only,
-where decodelab's closed forms live): never torch.
+directly. It imports the standard library and runner.cost.counts (itself standard library only,
+where decodelab's closed forms and its one counter live): never torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from runner import counting
+from runner.cost import counts
 
 # "Attention Is All You Need", base configuration: the contract's assumed shape.
 D_MODEL = 512
@@ -28,16 +28,9 @@ Matrix = Sequence[Sequence[float]]
 Vector = Sequence[float]
 
 
-class MulCount:
-    """Counts multiplications (``mults``) and how many times it was written to (``calls``)."""
-
-    def __init__(self) -> None:
-        self.mults = 0
-        self.calls = 0
-
-    def add(self, k: int) -> None:
-        self.mults += k
-        self.calls += 1
+# The contract's name for decodelab's one counter: ``mults`` counted, ``calls`` the writes
+# (``add(k)`` once per dot product here).
+MulCount = counts.Counter
 
 
 def dot(a: Vector, b: Vector, ctr: MulCount) -> float:
@@ -61,7 +54,7 @@ def attn_mix(A: Matrix, V: Matrix, ctr: MulCount) -> list[list[float]]:
 
 def quad_mults(n: int, d_model: int) -> int:
     """Scores plus mixing over all heads: 2·n²·d_model (h heads of width d/h sum to d)."""
-    return counting.attention_mults(n, d_model)
+    return counts.attention_mults(n, d_model)
 
 
 def matvec(M: Matrix, x: Vector, ctr: MulCount) -> list[float]:
@@ -87,7 +80,7 @@ def per_position_mults(d_model: int, d_ff: int, ctr: MulCount) -> int:
 
 def linear_mults(n: int, d_model: int, d_ff: int) -> int:
     """The per-position maps for n positions (closed form, no counter): n·(4·d² + 2·d·d_ff)."""
-    return counting.projection_mults(n, d_model, d_ff)
+    return counts.projection_mults(n, d_model, d_ff)
 
 
 def cost_table(ns: Sequence[int], d_model: int, d_ff: int) -> list[tuple[int, int, int, int]]:

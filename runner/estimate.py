@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from runner.cost_limits import case_seconds, training_seconds, training_seconds_of
+from runner.cost.estimates import case_seconds, training_seconds, training_seconds_of
 from runner.errors import InputError
 from runner.sweeps import SweepSpec
 from store.schema import Case, Machine, Model, Run

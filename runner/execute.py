@@ -28,7 +28,7 @@ from runner.sweeps import SweepSpec
 from runner.timing import Harness
 from runner.train import train_or_reuse
 from store.masking import mask_secrets
-from store.records import CaseRecord, JobRecord, case_key
+from store.records import CaseRecord, Claim, JobRecord, case_key
 from store.store import Store
 
 Log = Callable[[str], None]
@@ -123,6 +123,141 @@ def case_progress_labels(plan: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[s
     return {key: progress_label(key[0], label) for key, label in labels.items()}
 
 
+@dataclass(frozen=True)
+class PreparedModel:
+    """The model the cases measure, its stored record, and the text it reads."""
+
+    model: Any
+    record: Any
+    corpus: Any
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """The run the cases are recorded into, on the machine (and its roof) that times them."""
+
+    run_id: int
+    machine_id: int
+    roof: dict[str, Any] | None
+
+
+def prepare_model(store: Store, spec: SweepSpec, *, show_progress: bool, log: Log) -> PreparedModel:
+    """Train (or reuse) the spec's model, or load its local Hugging Face checkpoint, on its device."""
+    check_device(spec.device)
+    if spec.is_hf:
+        from runner.hf_run import load_target
+
+        # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
+        target = load_target(store.results, spec, log)
+        return PreparedModel(target.model.to(spec.device).eval(), target.record, target.corpus)
+    corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
+    trained = train_or_reuse(
+        store.results,
+        spec.model_config(vocab_size=len(corpus.vocabulary)),
+        spec.train_config(),
+        corpus,
+        show_progress=show_progress,
+        log=lambda message: log(f"the model: {message}"),
+    )
+    return PreparedModel(trained.model.to(spec.device).eval(), trained.record, corpus)
+
+
+def open_run(
+    store: Store, spec: SweepSpec, model_record: Any, claim: Claim | None, preset: str | None, log: Log
+) -> OpenedRun:
+    """Start the run (under a claim: begin the job's run, or resume the one it began before)."""
+    # The experiments run on the spec's threads, and the machine is recorded with that count.
+    with torch_threads(spec.raw.get("threads", 0), fast_path=True):
+        machine_id = store.results.machine_id(fingerprint(spec.device))
+        roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
+    run_fields: dict[str, Any] = {
+        "machine_id": machine_id,
+        "spec": spec.raw,
+        "code_version": code_version(),
+        "model_id": model_record.id,
+        "preset": preset,
+    }
+    if claim is None:
+        return OpenedRun(store.results.start_run(**run_fields), machine_id, roof)
+    run_id, resumed = store.jobs.begin_run(claim, **run_fields)
+    if resumed:
+        log(f"resuming run {run_id}")
+    return OpenedRun(run_id, machine_id, roof)
+
+
+class CaseProgress:
+    """The bar over a run's cases and the job's progress in the store, moved together."""
+
+    def __init__(self, store: Store, claim: Claim | None, run_id: int, done: int, total: int, show: bool) -> None:
+        self.store, self.claim, self.done, self.total = store, claim, done, total
+        # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
+        # a draft for a minute would otherwise swing it from seconds to many minutes).
+        self.bar = tqdm(
+            total=total, initial=done, desc=f"run {run_id}", unit="case", disable=not show, file=sys.stderr, smoothing=0
+        )
+        self._report()
+
+    def _report(self) -> None:
+        if self.claim is not None:
+            self.store.jobs.progress(self.claim, self.done, self.total)
+
+    def advance(self) -> None:
+        self.done += 1
+        self.bar.update(1)
+        self._report()
+
+
+def run_cases(
+    store: Store,
+    spec: SweepSpec,
+    plan: list[tuple[Any, dict[str, Any]]],
+    prepared: PreparedModel,
+    opened: OpenedRun,
+    claim: Claim | None,
+    recorded: set[tuple[str, str]],
+    progress: CaseProgress,
+    log: Log,
+) -> int:
+    """Measure and record every case of ``plan`` not in ``recorded`` (the run's cases recorded
+    before, by an earlier attempt), one transaction per case; returns how many this call recorded."""
+    run_id, recorded_now = opened.run_id, 0
+
+    def log_beside_bar(message: str) -> None:
+        """A line logged while the bar is drawn: on a line of its own, the bar redrawn below."""
+        if progress.bar.disable:
+            log(message)
+            return
+        with progress.bar.external_write_mode(file=sys.stderr):
+            log(message)
+
+    context = ExperimentContext(
+        model=prepared.model,
+        model_record=prepared.record,
+        corpus=prepared.corpus,
+        harness=Harness(device=spec.device),
+        device=spec.device,
+        seed=spec.seed,
+        earlier=lambda experiment: store.results.measurements(run_id, experiment),
+        train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
+            store, model_config, train_config, prepared.corpus, spec.device, log_beside_bar, teacher, name
+        ),
+        roof=opened.roof,
+        overheads=store.profiles.overheads(opened.machine_id),
+    )
+    labels = case_progress_labels(plan)
+    for experiment, case in plan:
+        check_stop()
+        if (experiment.name, case_key(case)) in recorded:
+            continue
+        progress.bar.set_postfix_str(labels[(experiment.name, case_key(case))])
+        torch.manual_seed(spec.seed)
+        measurements = experiment.run_case(case, context)
+        if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements), claim) is not None:
+            recorded_now += 1
+        progress.advance()
+    return recorded_now
+
+
 def execute(
     store: Store,
     spec: SweepSpec,
@@ -133,121 +268,38 @@ def execute(
     show_progress: bool = True,
     log: Log = log_to_stderr,
 ) -> RunOutcome:
-    """Run ``spec`` and record it; Ctrl-C or SIGTERM marks the run interrupted and re-raises
-    (and, with ``requeue_on_interrupt``, gives its job back to the queue for the next worker)."""
+    """Run ``spec`` and record it: prepare the model, open the run, run the cases. Ctrl-C or
+    SIGTERM marks the run interrupted and re-raises (and, with ``requeue_on_interrupt``, gives
+    its job back to the queue for the next worker)."""
     started = time.perf_counter()
     claim = job.claim if job is not None else None
-    threads = spec.raw.get("threads", 0)
     plan = spec.plan()
-    total, done, recorded_now = len(plan), 0, 0
-    corpus: Any
+    total, recorded_now = len(plan), 0
     # Nothing between the two guards below but entering the second: a stop or an error at any
     # point ends the job (requeued, interrupted or failed), never leaves it running.
     with job_ends_before_its_run(store, claim, requeue_on_interrupt=requeue_on_interrupt):
-        check_device(spec.device)
-        model_spec = spec.raw["model"]
-        if spec.is_hf:
-            from runner.hf_run import load_target
-
-            # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
-            target = load_target(store.results, spec, log)
-            model, model_record, corpus = target.model.to(spec.device).eval(), target.record, target.corpus
-        else:
-            corpus = load_corpus(spec.corpus, min_length=2 * model_spec["context_length"])
-            model_config = spec.model_config(vocab_size=len(corpus.vocabulary))
-            trained = train_or_reuse(
-                store.results,
-                model_config,
-                spec.train_config(),
-                corpus,
-                show_progress=show_progress,
-                log=lambda message: log(f"the model: {message}"),
-            )
-            model, model_record = trained.model.to(spec.device).eval(), trained.record
-        # The experiments run on the spec's threads, and the machine is recorded with that count.
-        with torch_threads(threads, fast_path=True):
-            machine_id = store.results.machine_id(fingerprint(spec.device))
-            roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
-        run_fields: dict[str, Any] = {
-            "machine_id": machine_id,
-            "spec": spec.raw,
-            "code_version": code_version(),
-            "model_id": model_record.id,
-            "preset": preset,
-        }
-        if claim is not None:
-            run_id, resumed = store.jobs.begin_run(claim, **run_fields)
-            if resumed:
-                log(f"resuming run {run_id}")
-        else:
-            run_id = store.results.start_run(**run_fields)
-    progress: Any = None
-
-    def log_beside_bar(message: str) -> None:
-        """A line logged while the bar is drawn: on a line of its own, the bar redrawn below."""
-        if progress is None or progress.disable:
-            log(message)
-            return
-        with progress.external_write_mode(file=sys.stderr):
-            log(message)
-
+        prepared = prepare_model(store, spec, show_progress=show_progress, log=log)
+        opened = open_run(store, spec, prepared.record, claim, preset, log)
+    run_id = opened.run_id
+    progress: CaseProgress | None = None
     sweep_started = time.perf_counter()
     try:
         with (
             run_lifecycle(store, run_id, claim, started=started, requeue_on_interrupt=requeue_on_interrupt),
-            torch_threads(threads, fast_path=True),
+            torch_threads(spec.raw.get("threads", 0), fast_path=True),
         ):
             recorded = store.results.recorded_case_keys(run_id)
             done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
-            # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
-            # a draft for a minute would otherwise swing it from seconds to many minutes).
-            progress = tqdm(
-                total=total,
-                initial=done,
-                desc=f"run {run_id}",
-                unit="case",
-                disable=not show_progress,
-                file=sys.stderr,
-                smoothing=0,
-            )
-            if claim is not None:
-                store.jobs.progress(claim, done, total)
-            context = ExperimentContext(
-                model=model,
-                model_record=model_record,
-                corpus=corpus,
-                harness=Harness(device=spec.device),
-                device=spec.device,
-                seed=spec.seed,
-                earlier=lambda experiment: store.results.measurements(run_id, experiment),
-                train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
-                    store, model_config, train_config, corpus, spec.device, log_beside_bar, teacher, name
-                ),
-                roof=roof,
-                overheads=store.profiles.overheads(machine_id),
-            )
-            labels = case_progress_labels(plan)
-            for experiment, case in plan:
-                check_stop()
-                if (experiment.name, case_key(case)) in recorded:
-                    continue
-                progress.set_postfix_str(labels[(experiment.name, case_key(case))])
-                torch.manual_seed(spec.seed)
-                measurements = experiment.run_case(case, context)
-                record = CaseRecord(experiment.name, case, measurements)
-                if store.results.record_case(run_id, record, claim) is not None:
-                    recorded_now += 1
-                done += 1
-                progress.update(1)
-                if claim is not None:
-                    store.jobs.progress(claim, done, total)
+            progress = CaseProgress(store, claim, run_id, done, total, show_progress)
+            recorded_now = run_cases(store, spec, plan, prepared, opened, claim, recorded, progress, log)
     except KeyboardInterrupt:
+        done = progress.done if progress is not None else 0
         requeued = f"; job {claim.job_id} requeued for the next worker" if claim and requeue_on_interrupt else ""
         log(f"run {run_id} interrupted after {done}/{total} cases; recorded cases are kept{requeued}")
         raise
     finally:
         if progress is not None:
-            progress.close()
+            progress.bar.close()
     wall = time.perf_counter() - started
     log(done_line(run_id, recorded_now, total - recorded_now, time.perf_counter() - sweep_started, wall))
     return RunOutcome(run_id, recorded_now, total - recorded_now, wall)

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runner import counting
+from runner.cost import counts
 from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
 from runner.errors import InputError
 from runner.fields import Field, check_section, field_path
@@ -145,7 +145,7 @@ class Estimate:
 def _generation_seconds(n: int, d: int, layers: int, vocab: int, cache: bool) -> float:
     """n tokens with or without the cache; without it every step pushes every position through
     the blocks and the lm head (the eager forward computes logits for all of them)."""
-    mults = counting.generation_mults(n, d, layers, cache, vocab)
+    mults = counts.generation_mults(n, d, layers, cache, vocab)
     return n * STEP_OVERHEAD_SECONDS + 2 * mults / FLOPS_PER_SECOND
 
 
@@ -153,7 +153,7 @@ def _loss_seconds(d: int, layers: int, vocab: int, context: int) -> float:
     """One held-out loss: 64 windows through the forward, as runner.train.evaluate_loss."""
     length = min(EVALUATION_SEQUENCE_LENGTH, context)
     positions = 64 * length
-    mults = layers * counting.block_step_mults(length, d, cache=False) * 64 + vocab * d * positions
+    mults = layers * counts.block_step_mults(length, d, cache=False) * 64 + vocab * d * positions
     return 2 * mults / FLOPS_PER_SECOND
 
 
@@ -169,7 +169,7 @@ def estimate(spec: PlannedSpec, corpus_characters: int = DEFAULT_CORPUS_CHARACTE
     measurement): the generations each case times, losses, and the largest table or model copy."""
     model = spec.raw["model"]
     d, layers, vocab, context = model["d_model"], model["n_layer"], model["vocab_size"], model["context_length"]
-    weight_bytes = 4 * (vocab * d + context * d + layers * counting.projection_mults(1, d))
+    weight_bytes = 4 * (vocab * d + context * d + layers * counts.projection_mults(1, d))
     corpus_tokens = corpus_characters // CHARACTERS_PER_TOKEN
     seconds = 2 * _loss_seconds(d, layers, vocab, context)  # the held-out losses of the model record
     largest = 2 * weight_bytes  # the model and transformers' copy of it

@@ -1,5 +1,5 @@
 """Every timed decode placed on its machine's roof: what the experiments call, once each, to record
-beside a measured time its counts (runner.cost_model), the cache level and achieved rates, its
+beside a measured time its counts (runner.cost.roofline_model), the cache level and achieved rates, its
 distance from the roofline, its regime, and the roofline's prediction made from the counts and
 the roof alone, with its error.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runner import cost_model
-from runner.cost_model import Placement, Shape
+from runner.cost import roofline_model
+from runner.cost.roofline_model import Placement, Shape, pass_cost
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
@@ -54,7 +54,7 @@ def placement_records(
         MeasurementRecord(f"achieved_bytes_per_second{suffix}", placement.bytes_moved / measured, "bytes/second"),
         MeasurementRecord(f"achieved_flops_per_second{suffix}", placement.flops / measured, "flops/second"),
         MeasurementRecord(f"roof_fraction{suffix}", placement.roofline_seconds / measured, "ratio"),
-        MeasurementRecord(f"regime{suffix}", cost_model.REGIMES.index(placement.regime), "regime"),
+        MeasurementRecord(f"regime{suffix}", roofline_model.REGIMES.index(placement.regime), "regime"),
         MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
         MeasurementRecord(
             f"roofline_prediction_error{suffix}",
@@ -81,23 +81,23 @@ def timed_generation(
     overhead, threads = overhead_seconds(context, impl), fast_threads(impl)
     records: list[MeasurementRecord] = []
     for suffix, (cached, seconds_per_token) in measured.items():
-        passes = cost_model.generation_cost(shape, impl, precision, prompt_tokens, new_tokens, cached)
-        placement = cost_model.place(passes, context.roof, overhead, threads)
+        passes = roofline_model.generation_cost(shape, impl, precision, prompt_tokens, new_tokens, cached)
+        placement = roofline_model.place(passes, context.roof, overhead, threads)
         records += placement_records(placement, new_tokens, seconds_per_token, suffix)
     return records
 
 
-def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[cost_model.Cost], str | None]:
+def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[roofline_model.Cost], str | None]:
     """One draft proposal's passes and the impl they run through: a model draft's one-position
     pass, a table draft's read of one vocab-sized row of log-probabilities (no impl: no decode
     step's overhead applies to a table lookup)."""
     model = getattr(draft, "model", None)
     if model is None:
-        row = target_shape.vocab * cost_model.FLOAT_BYTES
-        return [cost_model.Cost(row, {}, row)], None
+        row = target_shape.vocab * roofline_model.FLOAT_BYTES
+        return [roofline_model.Cost(row, {}, row)], None
     impl = "fast" if draft.name in ("fast_int8", "small") and model.device.type == "cpu" else "static"
     precision = "int8" if draft.name == "fast_int8" else "fp32"
-    return [cost_model.pass_cost(Shape.of(model.config), impl, precision, 1, start)], impl
+    return [roofline_model.pass_cost(Shape.of(model.config), impl, precision, 1, start)], impl
 
 
 def speculative(
@@ -118,15 +118,15 @@ def speculative(
     acceptance = next(record.value for record in a_priori if record.metric == "alpha_a_priori")
     shape, roof, threads = Shape.of(context.model.config), context.roof, fast_threads(impl)
     overhead = overhead_seconds(context, impl)
-    step = cost_model.place([cost_model.pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
-    verify = cost_model.place([cost_model.pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
+    step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
+    verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
     draft_passes, draft_impl = draft_pass(draft, shape, start)
     draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
-    drafted = cost_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
+    drafted = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
     times = (step.predicted_seconds, drafted.predicted_seconds, verify.predicted_seconds)
     ratio = verify.predicted_seconds / step.predicted_seconds
-    speedup = cost_model.speculative_speedup(acceptance, k, *times)
-    break_even = cost_model.break_even_acceptance(k, *times)
+    speedup = roofline_model.speculative_speedup(acceptance, k, *times)
+    break_even = roofline_model.break_even_acceptance(k, *times)
     return [
         MeasurementRecord("roofline_predicted_verify_cost_ratio", ratio, "ratio"),
         MeasurementRecord(
@@ -136,7 +136,7 @@ def speculative(
         ),
         MeasurementRecord("roofline_predicted_speedup", speedup, "ratio"),
         MeasurementRecord("roofline_speedup_error", (speedup - measured_speedup) / measured_speedup, "ratio"),
-        MeasurementRecord("roofline_verify_regime", cost_model.REGIMES.index(verify.regime), "regime"),
+        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify.regime), "regime"),
         # 1.0 where even full acceptance loses: no draft of this cost can win.
         MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "ratio"),
     ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner import counting
+from runner.cost import counts
 
 GIB = 1 << 30
 GB = 10**9
@@ -74,7 +74,7 @@ def attention_work_with_cache(prompt_tokens: int, new_tokens: int, layers: int) 
 
 def kv_bytes_per_token(shape: ModelShape) -> int:
     """K and V for every layer and kv head: 2 × layers × kv_heads × head_dim × bytes."""
-    return counting.cache_bytes(shape.layers, shape.kv_heads, 1, shape.head_dim, shape.dtype_bytes)
+    return counts.cache_bytes(shape.layers, shape.kv_heads, 1, shape.head_dim, shape.dtype_bytes)
 
 
 def kv_bytes_per_request(shape: ModelShape, tokens: int) -> int:

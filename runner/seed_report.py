@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner import counting, scale
+from runner import scale
+from runner.cost import counts
 from store.records import RecordedMeasurement
 
 FIGURES_PATH = Path(__file__).parent / "data" / "seed_figures.toml"
@@ -36,7 +37,7 @@ EXPERIMENTS = ("kv_cache", "speculative", "quantization", "context_cost")
 
 # Figures decodelab computes from its own modules (the write-ups' arithmetic about real models).
 COMPUTED: dict[str, Callable[[], float]] = {
-    "cache_4096_32_8192_fp16_gib": lambda: counting.cache_bytes(32, 32, 8192, 128, 2) / 2**30,
+    "cache_4096_32_8192_fp16_gib": lambda: counts.cache_bytes(32, 32, 8192, 128, 2) / 2**30,
     "explainer_6_to_15": lambda: scale.attention_work_without_cache(6, 10, 96),
     "explainer_400_100_no_cache_billions": lambda: scale.attention_work_without_cache(400, 100, 96) / 1e9,
     "explainer_400_100_cache_millions": lambda: scale.attention_work_with_cache(400, 100, 96) / 1e6,

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from runner import hf_spec
 from runner.catalog import PRESET_DIRECTORY, preset_names
-from runner.cost_limits import check_limits
-from runner.cost_limits import estimate_seconds as estimate_seconds  # the launch form asks here
+from runner.cost.estimates import check_limits
+from runner.cost.estimates import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.fields import Field, check_section, field_path
@@ -109,14 +110,20 @@ class SweepSpec:
         return [(known[name], params) for name, params in self.raw["experiments"].items()]
 
     def cases_total(self) -> int:
-        return len(self.plan())
+        return len(self.cases)
 
     def plan(self) -> list[tuple[Experiment, dict[str, Any]]]:
-        """Every case of every experiment, in the order they run."""
+        """Every case of every experiment, in the order they run (a new list over the same cases)."""
+        return list(self.cases)
+
+    @cached_property
+    def cases(self) -> tuple[tuple[Experiment, dict[str, Any]], ...]:
+        """The plan, computed once per spec: validation, the limits, the estimate, the job's case
+        count and the run itself all read this one (the spec's fields never change after it)."""
         model = self.raw["model"]
-        return [
+        return tuple(
             (experiment, case) for experiment, params in self.experiments() for case in experiment.plan(params, model)
-        ]
+        )
 
 
 def validate(raw: Any) -> SweepSpec:

@@ -25,7 +25,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Literal
 
 from runner.data_folder import check_dashboard_job, split_dashboard_job
 from runner.errors import InputError
@@ -170,6 +172,66 @@ def run_job(
         log(f"job {job.id} is no longer this worker's ({lost}): stopped it without writing anything more")
 
 
+@contextlib.contextmanager
+def worker_session(
+    store: Store, kind: str, *, stale_after_seconds: float, outage_limit_seconds: float, log: Log
+) -> Iterator[tuple[WorkerRecord, MainThreadStop]]:
+    """A registered worker row (a ``worker``, or a terminal ``run``) for the block: Ctrl-C and
+    SIGTERM stop it, the store's outages are ridden out up to the limit, and the row is marked
+    stopped however the block ends."""
+    # SIGTERM stops a worker the way Ctrl-C does: the current run is interrupted, its job requeued.
+    stop_on_signals()
+    stop = MainThreadStop()
+    store.survive_outages(outage_limit_seconds, log)
+    me = register(store, kind, stale_after_seconds)
+    try:
+        yield me, stop
+    except StoreDown:
+        store.outages.give_up()
+        raise
+    finally:
+        unregister(store, me)
+
+
+# What a wait loop does when no job could be claimed: give up, wait idle, or wait for the job
+# running on this machine (queued work is waiting for it: not idle).
+WaitChoice = Literal["give_up", "idle", "queued"]
+
+
+def claim_when_free(
+    store: Store,
+    me: WorkerRecord,
+    claim: Callable[[], JobRecord | None],
+    choose: Callable[[], WaitChoice],
+    *,
+    stale_after_seconds: float,
+    poll_seconds: float,
+    log: Log,
+) -> JobRecord | None:
+    """The one wait loop: requeue stale jobs and try ``claim`` until it gives a job (returned) or
+    ``choose`` gives up (None); while queued work waits, the job running on this machine is named
+    once. One timing job per machine: the store's claim refuses while one runs there."""
+    waiting_for: int | None = None
+    while True:
+        check_stop()
+        for job_id in store.jobs.reclaim_stale(stale_after_seconds):
+            log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
+        job = claim()
+        if job is not None:
+            return job
+        store.workers.touch(me.id)
+        choice = choose()
+        if choice == "give_up":
+            return None
+        if choice == "queued":
+            busy = store.jobs.running_on(me.machine_name)
+            if busy is not None and busy != waiting_for:
+                log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
+            waiting_for = busy
+        check_stop()
+        time.sleep(poll_seconds)
+
+
 def work(
     store: Store,
     *,
@@ -186,51 +248,45 @@ def work(
     """Claim and run jobs until interrupted, idle too long, or (``once``: after one job;
     ``until_empty``: once) no queued job is left for this machine. While another job runs on
     this machine, queued jobs wait, and so does the worker. Returns the number of jobs run."""
-    # SIGTERM stops a worker the way Ctrl-C does: the current run is interrupted, its job requeued.
-    stop_on_signals()
-    stop = MainThreadStop()
-    store.survive_outages(outage_limit_seconds, log)
-    me = register(store, "worker", stale_after_seconds)
-    log(f"worker {me.name} on machine {me.machine_name!r}, store {store.masked_url}")
     jobs_run = 0
     idle_since = time.monotonic()
-    waiting_for: int | None = None
-    try:
-        while True:
-            check_stop()
-            for job_id in store.jobs.reclaim_stale(stale_after_seconds):
-                log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
-            job = store.jobs.claim(me)
-            if job is not None:
-                waiting_for = None
-                run_job(store, job, me, stop, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log)
-                jobs_run += 1
-                idle_since = time.monotonic()
-                if once:
-                    return jobs_run
-                continue
-            store.workers.touch(me.id)
+
+    with worker_session(
+        store, "worker", stale_after_seconds=stale_after_seconds, outage_limit_seconds=outage_limit_seconds, log=log
+    ) as (me, stop):
+        log(f"worker {me.name} on machine {me.machine_name!r}, store {store.masked_url}")
+
+        def choose() -> WaitChoice:
+            nonlocal idle_since
             if store.jobs.queued_for(me.machine_name) == 0:
                 if once or until_empty:
                     log("no queued job left for this machine" if jobs_run else "no queued job for this machine")
-                    return jobs_run
+                    return "give_up"
                 if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
                     log(f"idle for {max_idle_seconds:.0f} s; stopping")
-                    return jobs_run
-            else:
-                # Queued work waits for the machine's running job: waiting is not idling.
-                idle_since = time.monotonic()
-                busy = store.jobs.running_on(me.machine_name)
-                if busy is not None and busy != waiting_for:
-                    log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
-                waiting_for = busy
-            check_stop()
-            time.sleep(poll_seconds)
-    except StoreDown:
-        store.outages.give_up()
-        raise
-    finally:
-        unregister(store, me)
+                    return "give_up"
+                return "idle"
+            # Queued work waits for the machine's running job: waiting is not idling.
+            idle_since = time.monotonic()
+            return "queued"
+
+        while (
+            job := claim_when_free(
+                store,
+                me,
+                lambda: store.jobs.claim(me),
+                choose,
+                stale_after_seconds=stale_after_seconds,
+                poll_seconds=poll_seconds,
+                log=log,
+            )
+        ) is not None:
+            run_job(store, job, me, stop, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log)
+            jobs_run += 1
+            idle_since = time.monotonic()
+            if once:
+                break
+        return jobs_run
 
 
 def run_here(
@@ -247,33 +303,23 @@ def run_here(
 ) -> RunOutcome:
     """``decodelab run``: the sweep in this process, as a job of its own pinned to this machine
     and claimed at once, so no worker times beside it (and it waits for one that is timing)."""
-    stop = MainThreadStop()
-    stop_on_signals()
-    store.survive_outages(outage_limit_seconds, log)
-    me = register(store, "run", stale_after_seconds)
-    waiting_for: int | None = None
-    try:
+    with worker_session(
+        store, "run", stale_after_seconds=stale_after_seconds, outage_limit_seconds=outage_limit_seconds, log=log
+    ) as (me, stop):
         # Said before it starts, and kept on its job: History sets it beside the time taken.
         estimated = estimate_here(store, spec, me.machine_name)
         log(f"the sweep: {spec.cases_total()} cases, {estimated.describe()}")
-        while (
-            job := store.jobs.claim_new(
+        job = claim_when_free(
+            store,
+            me,
+            lambda: store.jobs.claim_new(
                 spec.raw, me, preset=preset, cases_total=spec.cases_total(), estimated_seconds=estimated.seconds
-            )
-        ) is None:
-            for job_id in store.jobs.reclaim_stale(stale_after_seconds):
-                log(f"job {job_id}: its worker stopped heartbeating; requeued (its run is marked interrupted)")
-            busy = store.jobs.running_on(me.machine_name)
-            if busy is not None and busy != waiting_for:
-                log(f"waiting: job {busy} is running on machine {me.machine_name!r} (one timing job per machine)")
-            waiting_for = busy
-            store.workers.touch(me.id)
-            check_stop()
-            time.sleep(poll_seconds)
+            ),
+            lambda: "queued",
+            stale_after_seconds=stale_after_seconds,
+            poll_seconds=poll_seconds,
+            log=log,
+        )
+        assert job is not None  # this loop never gives up: it waits for the machine
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             return execute(store, spec, preset=preset, job=job, show_progress=show_progress, log=log)
-    except StoreDown:
-        store.outages.give_up()
-        raise
-    finally:
-        unregister(store, me)

@@ -33,6 +33,16 @@ def test_constants() -> None:
     assert (cost.D_MODEL, cost.D_FF, cost.N_HEADS) == (512, 2048, 8)
 
 
+def test_the_contracts_counter_is_decodelabs_one_counter() -> None:
+    from runner.cost import counts
+
+    assert cost.MulCount is counts.Counter
+    counter = cost.MulCount()
+    counts.dot([1.0, 2.0], [3.0, 4.0], counter)
+    cost.dot([1.0, 2.0], [3.0, 4.0], counter)
+    assert (counter.mults, counter.calls) == (4, 3)  # two mul() writes, one add(2)
+
+
 def test_counter_starts_at_zero_and_counts_multiplications_not_calls() -> None:
     counter = cost.MulCount()
     assert (counter.mults, counter.calls) == (0, 0)

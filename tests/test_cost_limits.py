@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.cost_limits import check_limits, parameter_count, peak_memory_bytes
+from runner.cost.estimates import check_limits, parameter_count, peak_memory_bytes
 from runner.errors import InputError
 from runner.model import CharGPT, ModelConfig
 from runner.sweeps import validate

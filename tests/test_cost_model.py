@@ -1,12 +1,12 @@
-"""runner.cost_model: the counts against values worked out by hand for two shapes, the regime rule
+"""runner.cost.roofline_model: the counts against values worked out by hand for two shapes, the regime rule
 on synthetic points, and the roofline arithmetic (no timing here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner import cost_model
-from runner.cost_model import Cost, Shape, pass_cost, place, regime
+from runner.cost import roofline_model
+from runner.cost.roofline_model import Cost, Shape, pass_cost, place, regime
 
 # The quick preset's shape with the default corpus' vocabulary size, and a second, smaller one.
 QUICK = Shape(vocab=65, d_model=128, layers=3, heads=4)
@@ -22,7 +22,7 @@ def test_fast_fp32_step_counted_by_hand() -> None:
     # = 264,192; mlp c_proj 512·128·4 + 512 = 262,656; two LayerNorms 2,048: 793,088. Three blocks
     # 2,379,264; head: 65 rows padded to 80: 128·80·4 + 65·4 = 41,220; final LayerNorm 1,024.
     parameters = 2_379_264 + 41_220 + 1_024
-    assert cost_model.parameter_bytes(QUICK, "fast", "fp32") == parameters == 2_421_508
+    assert roofline_model.parameter_bytes(QUICK, "fast", "fp32") == parameters == 2_421_508
     # + embedding rows 2·128·4; K/V of 10 positions read 2·3·10·128·4; one position written 2·3·128·4.
     assert cost.bytes_moved == parameters + 1_024 + 30_720 + 3_072 == 2_456_324
     assert cost.working_set_bytes == parameters + 30_720
@@ -33,7 +33,7 @@ def test_fast_int8_parameters_counted_by_hand() -> None:
     # c_attn 32·384·4 + 3·384·4 = 53,760; c_proj 32·128·4 + 1,536 = 17,920; c_fc 32·512·4 + 6,144 =
     # 71,680; mlp c_proj 128·128·4 + 1,536 = 67,072; LayerNorms 2,048: 212,480 a block. The head
     # stays float32 (41,220), the final LayerNorm 1,024.
-    assert cost_model.parameter_bytes(QUICK, "fast", "int8") == 3 * 212_480 + 41_220 + 1_024 == 679_684
+    assert roofline_model.parameter_bytes(QUICK, "fast", "int8") == 3 * 212_480 + 41_220 + 1_024 == 679_684
     cost = pass_cost(QUICK, "fast", "int8", positions=1, start=0)
     assert cost.flops == {"int8": 2 * 589_824, "fp32": 2 * (2 * 128 * 1 * 3 + 8_320)}
 
@@ -45,7 +45,7 @@ def test_eager_verification_pass_counted_by_hand() -> None:
     assert cost.flops == {"fp32": 2 * (491_520 + 10_240 + 32_000)}
     # Parameters: weights 12·64²·4 = 196,608, biases (192 + 64 + 256 + 64)·4 = 2,304, LayerNorms 1,024
     # per block, two blocks 399,872; the tied head 100·64·4 = 25,600; final LayerNorm 512.
-    assert cost_model.parameter_bytes(SMALL, "static", "fp32") == 425_984
+    assert roofline_model.parameter_bytes(SMALL, "static", "fp32") == 425_984
     # + five embedding rows 2·5·64·4; K/V of 8 positions read 2·2·8·64·4; 5 written 2·2·5·64·4.
     assert cost.bytes_moved == 425_984 + 2_560 + 8_192 + 5_120 == 441_856
     # torch.cat copies the whole cache every pass: the 3 old positions read, all 8 written.
@@ -61,11 +61,11 @@ def test_fast_verification_pass_counts_the_causal_triangle() -> None:
 
 
 def test_generation_is_its_passes() -> None:
-    cached = cost_model.generation_cost(SMALL, "fast", "fp32", prompt_tokens=1, new_tokens=4, cached=True)
-    assert [(c.working_set_bytes - cost_model.parameter_bytes(SMALL, "fast", "fp32")) for c in cached] == [
-        cost_model.cache_bytes(SMALL, positions) for positions in (1, 2, 3, 4)
+    cached = roofline_model.generation_cost(SMALL, "fast", "fp32", prompt_tokens=1, new_tokens=4, cached=True)
+    assert [(c.working_set_bytes - roofline_model.parameter_bytes(SMALL, "fast", "fp32")) for c in cached] == [
+        roofline_model.cache_bytes(SMALL, positions) for positions in (1, 2, 3, 4)
     ]
-    uncached = cost_model.generation_cost(SMALL, "fast", "fp32", prompt_tokens=1, new_tokens=4, cached=False)
+    uncached = roofline_model.generation_cost(SMALL, "fast", "fp32", prompt_tokens=1, new_tokens=4, cached=False)
     assert [c.total_flops for c in uncached] == [
         pass_cost(SMALL, "fast", "fp32", positions, 0).total_flops for positions in (1, 2, 3, 4)
     ]
@@ -103,19 +103,19 @@ def test_bandwidth_interpolates_the_sweep_on_log_axes() -> None:
         {"working_set_bytes": 1_000, "bytes_per_second": 100.0},
         {"working_set_bytes": 4_000, "bytes_per_second": 25.0},
     ]
-    assert cost_model.bandwidth_at(2_000, sweep) == pytest.approx(50.0)
-    assert cost_model.bandwidth_at(10, sweep) == 100.0
-    assert cost_model.bandwidth_at(10**9, sweep) == 25.0
+    assert roofline_model.bandwidth_at(2_000, sweep) == pytest.approx(50.0)
+    assert roofline_model.bandwidth_at(10, sweep) == 100.0
+    assert roofline_model.bandwidth_at(10**9, sweep) == 25.0
 
 
 def test_speculative_arithmetic() -> None:
-    assert cost_model.expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
-    assert cost_model.expected_tokens_per_round(1.0, 4) == 5
+    assert roofline_model.expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
+    assert roofline_model.expected_tokens_per_round(1.0, 4) == 5
     # A free draft and a verification that costs a step: α = 0 breaks even, any α > 0 wins.
-    assert cost_model.speculative_speedup(0.0, 4, 1.0, 0.0, 1.0) == pytest.approx(1.0)
+    assert roofline_model.speculative_speedup(0.0, 4, 1.0, 0.0, 1.0) == pytest.approx(1.0)
     # Drafts costing half a step with k = 4 and a verification of 1.5 steps: 3.5 steps a round;
     # break-even where (1 − α⁵)/(1 − α) = 3.5.
-    break_even = cost_model.break_even_acceptance(4, 1.0, 0.5, 1.5)
+    break_even = roofline_model.break_even_acceptance(4, 1.0, 0.5, 1.5)
     assert break_even is not None
-    assert cost_model.expected_tokens_per_round(break_even, 4) == pytest.approx(3.5, rel=1e-6)
-    assert cost_model.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay
+    assert roofline_model.expected_tokens_per_round(break_even, 4) == pytest.approx(3.5, rel=1e-6)
+    assert roofline_model.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay

@@ -287,7 +287,7 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
     trained, or a run whose model was stored before it began (reused), the cost model alone."""
     import sqlalchemy as sa
 
-    from runner.cost_limits import training_seconds
+    from runner.cost.estimates import training_seconds
     from runner.estimate import earlier_trainings, estimate
     from runner.machine import machine_name
     from runner.sweeps import load_preset, load_spec_file, validate

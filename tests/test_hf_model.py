@@ -69,7 +69,7 @@ def values(frame: pd.DataFrame, metric: str, **where: Any) -> list[float]:
 
 
 def test_an_hf_spec_runs_end_to_end_through_decodelab_run(hf_run_url: str, hf_checkpoints: Any) -> None:
-    from runner import counting
+    from runner.cost import counts
     from runner.hf_model import content_hash
 
     frame = measurements(hf_run_url)
@@ -92,7 +92,7 @@ def test_an_hf_spec_runs_end_to_end_through_decodelab_run(hf_run_url: str, hf_ch
     assert len(values(frame, "speedup_vs_transformers_cache")) == 4
     # Exact counts from the config's shape (d 32, 2 blocks, vocab 320).
     assert values(frame, "mults_cache", part="counts") == [
-        counting.generation_mults(n, 32, 2, cache=True) for n in (8, 16)
+        counts.generation_mults(n, 32, 2, cache=True) for n in (8, 16)
     ]
     # Quantization on the spec's text: int8 costs a quarter of the blocks' float32 bytes.
     assert len(values(frame, "loss_increase")) == 3

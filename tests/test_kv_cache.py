@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import counting
+from runner.cost import counts
 from runner.decode import generate
 from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
 from runner.fitting import fit_power_law
@@ -86,47 +86,47 @@ def test_a_rounded_cache_exceeds_the_equivalence_tolerance(tiny_model: CharGPT, 
 )
 def test_the_counter_equals_the_closed_form(d_heads: tuple[int, int], layers: int, n: int, seed: int) -> None:
     d, heads = d_heads
-    blocks = [counting.BlockWeights.random(d, heads, seed + layer) for layer in range(layers)]
+    blocks = [counts.BlockWeights.random(d, heads, seed + layer) for layer in range(layers)]
     generator = random.Random(seed)
     inputs = [[generator.gauss(0, 1) for _ in range(d)] for _ in range(n)]
-    without, causal, with_cache = counting.Counter(), counting.Counter(), counting.Counter()
-    caches: list[tuple[counting.Matrix, counting.Matrix]] = [([], []) for _ in blocks]
+    without, causal, with_cache = counts.Counter(), counts.Counter(), counts.Counter()
+    caches: list[tuple[counts.Matrix, counts.Matrix]] = [([], []) for _ in blocks]
     for t in range(1, n + 1):
         before, before_causal = without.mults, causal.mults
         hidden, hidden_causal = inputs[:t], inputs[:t]
         for block in blocks:
-            hidden = counting.block_step_no_cache(hidden, block, without)
-            hidden_causal = counting.block_step_no_cache(hidden_causal, block, causal, causal=True)
-        assert without.mults - before == layers * counting.block_step_mults(t, d, cache=False)
-        assert causal.mults - before_causal == layers * counting.block_step_mults(t, d, cache=False, causal=True)
+            hidden = counts.block_step_no_cache(hidden, block, without)
+            hidden_causal = counts.block_step_no_cache(hidden_causal, block, causal, causal=True)
+        assert without.mults - before == layers * counts.block_step_mults(t, d, cache=False)
+        assert causal.mults - before_causal == layers * counts.block_step_mults(t, d, cache=False, causal=True)
         # Skipping the masked pairs changes the count, not the result.
         assert max(abs(a - b) for a, b in zip(hidden[-1], hidden_causal[-1], strict=True)) < 1e-9
         before = with_cache.mults
         new = inputs[t - 1]
         for block, cache in zip(blocks, caches, strict=True):
-            new = counting.block_step_cache(new, cache, block, with_cache)
-        assert with_cache.mults - before == layers * counting.block_step_mults(t, d, cache=True)
+            new = counts.block_step_cache(new, cache, block, with_cache)
+        assert with_cache.mults - before == layers * counts.block_step_mults(t, d, cache=True)
         assert max(abs(a - b) for a, b in zip(hidden[-1], new, strict=True)) < 1e-9
-    assert without.mults == counting.generation_mults(n, d, layers, cache=False)
-    assert causal.mults == counting.generation_mults(n, d, layers, cache=False, causal=True)
-    assert with_cache.mults == counting.generation_mults(n, d, layers, cache=True)
+    assert without.mults == counts.generation_mults(n, d, layers, cache=False)
+    assert causal.mults == counts.generation_mults(n, d, layers, cache=False, causal=True)
+    assert with_cache.mults == counts.generation_mults(n, d, layers, cache=True)
 
 
 @settings(max_examples=25, deadline=None)
 @given(d=st.integers(1, 12), n=st.integers(1, 9), seed=st.integers(0, 1000))
 def test_one_head_per_token_counts(d: int, n: int, seed: int) -> None:
-    weights = counting.HeadWeights.random(d, seed)
+    weights = counts.HeadWeights.random(d, seed)
     generator = random.Random(seed)
     inputs = [[generator.gauss(0, 1) for _ in range(d)] for _ in range(n)]
-    full = counting.Counter()
-    expected = counting.head_token_no_cache(inputs, weights, full)
-    assert full.mults == counting.head_mults(n, d, cache=False) == 3 * n * d * d + 2 * n * d
-    cache: tuple[counting.Matrix, counting.Matrix] = ([], [])
+    full = counts.Counter()
+    expected = counts.head_token_no_cache(inputs, weights, full)
+    assert full.mults == counts.head_mults(n, d, cache=False) == 3 * n * d * d + 2 * n * d
+    cache: tuple[counts.Matrix, counts.Matrix] = ([], [])
     for x in inputs[:-1]:
-        counting.head_token_cache(x, cache, weights, counting.Counter())
-    last = counting.Counter()
-    got = counting.head_token_cache(inputs[-1], cache, weights, last)
-    assert last.mults == counting.head_mults(n, d, cache=True) == 3 * d * d + 2 * n * d
+        counts.head_token_cache(x, cache, weights, counts.Counter())
+    last = counts.Counter()
+    got = counts.head_token_cache(inputs[-1], cache, weights, last)
+    assert last.mults == counts.head_mults(n, d, cache=True) == 3 * d * d + 2 * n * d
     assert max(abs(a - b) for a, b in zip(expected, got, strict=True)) < 1e-9
 
 
@@ -135,28 +135,28 @@ def test_a_generations_closed_form_is_the_sum_of_its_steps(cache: bool, causal: 
     for n, d, layers, vocab in [(1, 8, 1, 0), (9, 16, 2, 10), (64, 128, 3, 103)]:
         positions = [1 if cache else t for t in range(1, n + 1)]  # pushed through at step t
         steps = sum(
-            layers * counting.block_step_mults(t, d, cache, causal) + vocab * d * pushed
+            layers * counts.block_step_mults(t, d, cache, causal) + vocab * d * pushed
             for t, pushed in zip(range(1, n + 1), positions, strict=True)
         )
-        assert counting.generation_mults(n, d, layers, cache, vocab, causal) == steps
+        assert counts.generation_mults(n, d, layers, cache, vocab, causal) == steps
         if cache:
-            mean = counting.mean_cached_step_mults(n, d, layers, vocab)
+            mean = counts.mean_cached_step_mults(n, d, layers, vocab)
             assert mean == pytest.approx(
-                sum(counting.cached_step_mults(t, d, layers, vocab) for t in range(1, n + 1)) / n
+                sum(counts.cached_step_mults(t, d, layers, vocab) for t in range(1, n + 1)) / n
             )
 
 
 def test_the_model_shaped_arithmetic_ratio() -> None:
-    assert counting.arithmetic_ratio(256, 128, 3) == pytest.approx(134.59, abs=0.005)
+    assert counts.arithmetic_ratio(256, 128, 3) == pytest.approx(134.59, abs=0.005)
     # Counting only the visible score pairs: blocks 3·(12·d²·T(n) + d·n(n+1)(n+2)/3) over the cache's.
     d, n = 128, 256
     causal = 3 * (12 * d * d * n * (n + 1) // 2 + d * n * (n + 1) * (n + 2) // 3)
-    assert counting.generation_mults(n, d, 3, cache=False, causal=True) == causal
-    assert counting.arithmetic_ratio(n, d, 3, causal=True) == pytest.approx(122.41, abs=0.005)
+    assert counts.generation_mults(n, d, 3, cache=False, causal=True) == causal
+    assert counts.arithmetic_ratio(n, d, 3, causal=True) == pytest.approx(122.41, abs=0.005)
     lengths = (64, 128, 256, 512, 1024)
-    assert [round(counting.arithmetic_ratio(n, 128, 3), 1) for n in lengths] == [32.9, 66.1, 134.6, 277.8, 580.7]
+    assert [round(counts.arithmetic_ratio(n, 128, 3), 1) for n in lengths] == [32.9, 66.1, 134.6, 277.8, 580.7]
     # The write-ups' table also counts an lm head of about 100 characters.
-    with_head = [round(counting.arithmetic_ratio(n, 128, 3, vocab_size=100), 1) for n in lengths]
+    with_head = [round(counts.arithmetic_ratio(n, 128, 3, vocab_size=100), 1) for n in lengths]
     assert with_head == [32.9, 66.1, 134.5, 277.5, 579.9]
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner import cost_model, machine_profile
+from runner import machine_profile
+from runner.cost import roofline_model
 from store import frames
 from tests.conftest import ROOT, run_decodelab
 
@@ -79,12 +80,12 @@ def test_a_run_profiles_its_machine_first_and_places_its_timed_cases(filled_stor
     record = store.results.find_model(weights_hash=timing.iloc[0]["model_hash"])
     assert record is not None
     config = ModelConfig(**record.config["model"])
-    shape = cost_model.Shape.of(config)
+    shape = roofline_model.Shape.of(config)
     placed = 0
     for case_id, rows in timing.groupby("case_id"):
         values = dict(zip(rows["metric"], rows["value"], strict=True))
         params = rows.iloc[0]["params"]
-        passes = cost_model.generation_cost(shape, params["impl"], "fp32", 1, params["n"], cached=True)
+        passes = roofline_model.generation_cost(shape, params["impl"], "fp32", 1, params["n"], cached=True)
         assert values["bytes_per_token"] == sum(p.bytes_moved for p in passes) / params["n"], case_id
         assert values["flops_per_token"] == sum(p.total_flops for p in passes) / params["n"]
         assert values["roof_fraction"] > 0 and values["regime"] in (0, 1, 2)

@@ -13,6 +13,18 @@ def test_fit_line_recovers_a_line() -> None:
     assert intercept == pytest.approx(4e-4) and slope == pytest.approx(2e-10) and error < 1e-9
 
 
+def test_the_overhead_fit_is_one_type_that_fits_records_and_predicts() -> None:
+    from runner.cost.overhead_fit import OverheadFit
+
+    mults = [1e4, 1e5, 1e6]
+    fitted = OverheadFit.fit(mults, [4e-4 + 2e-10 * x for x in mults])
+    assert fitted.widths_fitted == 3 and fitted.max_fit_error < 1e-9
+    recorded = {record.metric: record.value for record in fitted.measurements()}
+    assert OverheadFit.of(recorded).seconds(10, 5e6) == pytest.approx(10 * 4e-4 + 2e-10 * 5e6)
+    with pytest.raises(RuntimeError, match="two widths"):
+        OverheadFit.fit([1e4], [1e-3])
+
+
 def test_the_overhead_experiment_records_a_fit_per_impl(filled_store_url: str) -> None:
     from dashboard.data import calibrated_prediction, part, wide_cases
     from store.store import Store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +105,30 @@ def test_the_launch_catalog_lists_every_preset_and_experiment_the_runner_knows()
     assert set(catalog.experiment_names()) == set(registry())
     for name in PRESETS:
         assert catalog.preset_experiments(name) == tuple(load_preset(name).raw["experiments"])
+
+
+def test_a_launch_plans_its_cases_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation, the limits, the launch estimate, the job's case count and the run's own plan
+    all read one plan: each experiment's plan() runs once per launch, not once per reader."""
+    from runner.estimate import estimate_here
+    from runner.experiments import registry
+    from store.store import Store
+
+    calls: dict[str, int] = {}
+    for experiment in registry().values():
+        planned = type(experiment).plan
+
+        def counted(self: Any, params: dict[str, Any], model: dict[str, Any], _plan: Any = planned) -> Any:
+            calls[self.name] = calls.get(self.name, 0) + 1
+            return _plan(self, params, model)
+
+        monkeypatch.setattr(type(experiment), "plan", counted)
+    spec = validate(tiny())
+    store = Store(f"sqlite:///{tmp_path / 'plan.db'}", upgrade=True)
+    try:
+        estimate_here(store, spec, "this-machine")
+    finally:
+        store.close()
+    cases = spec.plan()
+    assert spec.cases_total() == len(cases) > 0
+    assert calls == {name: 1 for name in tiny()["experiments"]}

@@ -1,6 +1,6 @@
 """What the cache promises in arithmetic: the KV-cache experiment's counted parts
 (docs/experiments.md, KV cache). A pure-Python path counts every multiplication and every K/V
-computation; the closed forms of runner.counting must equal the counter, then give the counts
+computation; the closed forms of runner.cost.counts must equal the counter, then give the counts
 at the model's real shape."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from runner import counting
+from runner.cost import counts as exact_counts
 from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import measure
 from store.records import MeasurementRecord
@@ -22,28 +22,28 @@ RECOMPUTATION_WIDTH = 8  # the count does not depend on the width; the counting 
 
 @dataclass(frozen=True)
 class CountedGeneration:
-    without: counting.Counter  # no cache, the dense score matrix
-    causal: counting.Counter  # no cache, the visible pairs only
-    with_cache: counting.Counter
+    without: exact_counts.Counter  # no cache, the dense score matrix
+    causal: exact_counts.Counter  # no cache, the visible pairs only
+    with_cache: exact_counts.Counter
     largest_output_difference: float  # among the three paths' outputs: they compute the same
 
 
 def counted_generation(d: int, heads: int, layers: int, n: int, seed: int) -> CountedGeneration:
     """n generation steps through the counting path, three ways."""
-    blocks = [counting.BlockWeights.random(d, heads, seed=seed + layer) for layer in range(layers)]
+    blocks = [exact_counts.BlockWeights.random(d, heads, seed=seed + layer) for layer in range(layers)]
     generator = random.Random(seed)
     inputs = [[generator.gauss(0.0, 1.0) for _ in range(d)] for _ in range(n)]
-    without, causal, with_cache = counting.Counter(), counting.Counter(), counting.Counter()
-    caches = [([], []) for _ in blocks]  # type: list[tuple[counting.Matrix, counting.Matrix]]
+    without, causal, with_cache = exact_counts.Counter(), exact_counts.Counter(), exact_counts.Counter()
+    caches = [([], []) for _ in blocks]  # type: list[tuple[exact_counts.Matrix, exact_counts.Matrix]]
     largest = 0.0
     for t in range(1, n + 1):
         hidden, hidden_causal = inputs[:t], inputs[:t]
         for block in blocks:
-            hidden = counting.block_step_no_cache(hidden, block, without)
-            hidden_causal = counting.block_step_no_cache(hidden_causal, block, causal, causal=True)
+            hidden = exact_counts.block_step_no_cache(hidden, block, without)
+            hidden_causal = exact_counts.block_step_no_cache(hidden_causal, block, causal, causal=True)
         new = inputs[t - 1]
         for block, cache in zip(blocks, caches, strict=True):
-            new = counting.block_step_cache(new, cache, block, with_cache)
+            new = exact_counts.block_step_cache(new, cache, block, with_cache)
         for output in (new, hidden_causal[-1]):
             largest = max(largest, max(abs(a - b) for a, b in zip(hidden[-1], output, strict=True)))
     return CountedGeneration(without, causal, with_cache, largest)
@@ -53,13 +53,14 @@ def counter_check(case: dict[str, Any], context: ExperimentContext) -> list[Meas
     d, heads, layers, n = case["d_model"], case["n_head"], case["n_layer"], case["n"]
     counted = counted_generation(d, heads, layers, n, context.seed)
     without, causal, with_cache = counted.without, counted.causal, counted.with_cache
-    closed_without = counting.generation_mults(n, d, layers, cache=False)
-    closed_causal = counting.generation_mults(n, d, layers, cache=False, causal=True)
-    closed_with = counting.generation_mults(n, d, layers, cache=True)
-    head = counting.HeadWeights.random(d, seed=context.seed)
+    closed_without = exact_counts.generation_mults(n, d, layers, cache=False)
+    closed_causal = exact_counts.generation_mults(n, d, layers, cache=False, causal=True)
+    closed_with = exact_counts.generation_mults(n, d, layers, cache=True)
+    head = exact_counts.HeadWeights.random(d, seed=context.seed)
     generator = random.Random(context.seed)
-    head_counter = counting.Counter()
-    counting.head_token_no_cache([[generator.gauss(0.0, 1.0) for _ in range(d)] for _ in range(n)], head, head_counter)
+    head_counter = exact_counts.Counter()
+    inputs = [[generator.gauss(0.0, 1.0) for _ in range(d)] for _ in range(n)]
+    exact_counts.head_token_no_cache(inputs, head, head_counter)
     return [
         measure("counted_mults_no_cache", without.mults, "multiplications"),
         measure("counted_mults_cache", with_cache.mults, "multiplications"),
@@ -73,7 +74,7 @@ def counter_check(case: dict[str, Any], context: ExperimentContext) -> list[Meas
             "bool",
         ),
         measure("head_counted_mults_no_cache", head_counter.mults, "multiplications"),
-        measure("head_closed_form_mults_no_cache", counting.head_mults(n, d, cache=False), "multiplications"),
+        measure("head_closed_form_mults_no_cache", exact_counts.head_mults(n, d, cache=False), "multiplications"),
         measure("reference_max_output_diff", counted.largest_output_difference, "value"),
     ]
 
@@ -84,8 +85,8 @@ def recomputation(case: dict[str, Any], context: ExperimentContext) -> list[Meas
     layers, n = case["n_layer"], case["n"]
     counted = counted_generation(RECOMPUTATION_WIDTH, 2, layers, n, context.seed)
     without, with_cache = counted.without, counted.with_cache
-    matches = without.kv_computations == counting.kv_computations(n, layers, cache=False) and (
-        with_cache.kv_computations == counting.kv_computations(n, layers, cache=True)
+    matches = without.kv_computations == exact_counts.kv_computations(n, layers, cache=False) and (
+        with_cache.kv_computations == exact_counts.kv_computations(n, layers, cache=True)
     )
     return [
         measure("kv_computations_no_cache", without.kv_computations, "computations"),
@@ -99,29 +100,29 @@ def recomputation(case: dict[str, Any], context: ExperimentContext) -> list[Meas
 def counts(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     n, d, layers = case["n"], case["d_model"], case["n_layer"]
     measurements = [
-        measure("mults_no_cache", counting.generation_mults(n, d, layers, cache=False), "multiplications"),
-        measure("mults_cache", counting.generation_mults(n, d, layers, cache=True), "multiplications"),
-        measure("arithmetic_ratio", counting.arithmetic_ratio(n, d, layers), "ratio"),
+        measure("mults_no_cache", exact_counts.generation_mults(n, d, layers, cache=False), "multiplications"),
+        measure("mults_cache", exact_counts.generation_mults(n, d, layers, cache=True), "multiplications"),
+        measure("arithmetic_ratio", exact_counts.arithmetic_ratio(n, d, layers), "ratio"),
         measure(
             "mults_no_cache_causal",
-            counting.generation_mults(n, d, layers, cache=False, causal=True),
+            exact_counts.generation_mults(n, d, layers, cache=False, causal=True),
             "multiplications",
         ),
-        measure("arithmetic_ratio_causal", counting.arithmetic_ratio(n, d, layers, causal=True), "ratio"),
+        measure("arithmetic_ratio_causal", exact_counts.arithmetic_ratio(n, d, layers, causal=True), "ratio"),
         measure(
             "arithmetic_ratio_with_lm_head",
-            counting.arithmetic_ratio(n, d, layers, vocab_size=context.model.config.vocab_size),
+            exact_counts.arithmetic_ratio(n, d, layers, vocab_size=context.model.config.vocab_size),
             "ratio",
         ),
-        measure("head_mults_per_token_no_cache", counting.head_mults(n, d, cache=False), "multiplications"),
-        measure("head_mults_per_token_cache", counting.head_mults(n, d, cache=True), "multiplications"),
+        measure("head_mults_per_token_no_cache", exact_counts.head_mults(n, d, cache=False), "multiplications"),
+        measure("head_mults_per_token_cache", exact_counts.head_mults(n, d, cache=True), "multiplications"),
     ]
     if case.get("writeup_vocab_size"):
         # The write-ups' timing table counts the blocks and their model's 100-character lm head.
         measurements.append(
             measure(
                 "arithmetic_ratio_writeup_model",
-                counting.arithmetic_ratio(n, d, layers, vocab_size=case["writeup_vocab_size"]),
+                exact_counts.arithmetic_ratio(n, d, layers, vocab_size=case["writeup_vocab_size"]),
                 "ratio",
             )
         )

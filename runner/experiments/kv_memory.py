@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from runner import counting
+from runner.cost import counts
 from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import measure
 from runner.model import CharGPT, KVCache, ModelConfig
@@ -39,7 +39,7 @@ def _cache_measurements(config: ModelConfig, n: int, dtype: str, weight_bytes: i
     measurements = []
     for kv_heads in _divisors(config.n_head):
         suffix = "" if kv_heads == config.n_head else f"_kv_heads_{kv_heads}"
-        elements = counting.cache_elements(config.n_layer, kv_heads, n, config.head_dim)
+        elements = counts.cache_elements(config.n_layer, kv_heads, n, config.head_dim)
         measurements += [
             measure(f"cache_elements{suffix}", elements, "elements"),
             measure(f"cache_bytes{suffix}", elements * bytes_per_element, "bytes"),

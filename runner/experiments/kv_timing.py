@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
-from runner import counting, roofline
-from runner.cost_model import Shape
+from runner import roofline
+from runner.cost import counts
+from runner.cost.roofline_model import Shape
 from runner.decode import generate
 from runner.experiments.base import ExperimentContext, aa_measurements
 from runner.experiments.kv_exactness import measure
@@ -50,8 +51,8 @@ def time_cache(
     cross_impl = Paired(rounds.get("eager_no_cache", rounds["no_cache"]), rounds["cache"])
     config = model.config
     d, layers, vocab = config.d_model, config.n_layer, config.vocab_size
-    arithmetic = counting.arithmetic_ratio(n, d, layers)
-    arithmetic_causal = counting.arithmetic_ratio(n, d, layers, causal=True)
+    arithmetic = counts.arithmetic_ratio(n, d, layers)
+    arithmetic_causal = counts.arithmetic_ratio(n, d, layers, causal=True)
     return [
         measure("seconds_no_cache", min(same_impl.baseline_seconds), "seconds"),
         measure("seconds_cache", min(same_impl.candidate_seconds), "seconds"),
@@ -64,14 +65,12 @@ def time_cache(
         *cross_impl.measurements("speedup_vs_eager_no_cache"),
         measure("arithmetic_ratio", arithmetic, "ratio"),
         measure("arithmetic_ratio_causal", arithmetic_causal, "ratio"),
-        measure("arithmetic_ratio_with_lm_head", counting.arithmetic_ratio(n, d, layers, vocab_size=vocab), "ratio"),
+        measure("arithmetic_ratio_with_lm_head", counts.arithmetic_ratio(n, d, layers, vocab_size=vocab), "ratio"),
         measure("received_fraction", same_impl.median / arithmetic, "ratio"),
         measure("received_fraction_causal", same_impl.median / arithmetic_causal, "ratio"),
         # What the overhead experiment's a + b·mults calibration needs to predict this point.
-        measure(
-            "mults_no_cache_with_lm_head", counting.generation_mults(n, d, layers, False, vocab), "multiplications"
-        ),
-        measure("mults_cache_with_lm_head", counting.generation_mults(n, d, layers, True, vocab), "multiplications"),
+        measure("mults_no_cache_with_lm_head", counts.generation_mults(n, d, layers, False, vocab), "multiplications"),
+        measure("mults_cache_with_lm_head", counts.generation_mults(n, d, layers, True, vocab), "multiplications"),
         *transformers_records,
         *roofline.timed_generation(
             context,

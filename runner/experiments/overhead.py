@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
-from runner import counting, roofline
-from runner.cost_model import Shape
+from runner import roofline
+from runner.cost import counts
+from runner.cost.overhead_fit import OverheadFit
+from runner.cost.roofline_model import Shape
 from runner.decode import IMPLS, generate
 from runner.experiments.base import AA_PART, ExperimentContext, aa_measurements
 from runner.fields import Field
-from runner.fitting import fit_line
 from runner.model import CharGPT, ModelConfig
 from store.records import MeasurementRecord
 
@@ -91,7 +92,7 @@ class OverheadExperiment:
             timing.measurement("seconds_per_token", scale=1.0 / n),
             MeasurementRecord(
                 "mults_per_token",
-                counting.mean_cached_step_mults(n, case["d_model"], case["n_layer"], model.config.vocab_size),
+                counts.mean_cached_step_mults(n, case["d_model"], case["n_layer"], model.config.vocab_size),
                 "multiplications",
             ),
             *roofline.timed_generation(
@@ -122,17 +123,8 @@ class OverheadExperiment:
             if params.get("part") == "point" and params.get("impl") == case["impl"]:
                 points.setdefault(params["d_model"], {})[row.metric] = row.value
         usable = [point for point in points.values() if {"seconds_per_token", "mults_per_token"} <= set(point)]
-        if len(usable) < 2:
-            raise RuntimeError(f"the overhead fit needs two widths, this run has {len(usable)}")
-        intercept, slope, error = fit_line(
-            [p["mults_per_token"] for p in usable], [p["seconds_per_token"] for p in usable]
-        )
-        return (
-            MeasurementRecord("overhead_seconds_per_token", intercept, "seconds"),
-            MeasurementRecord("seconds_per_mult", slope, "seconds"),
-            MeasurementRecord("max_fit_error", error, "ratio"),
-            MeasurementRecord("widths_fitted", len(usable), "count"),
-        )
+        fitted = OverheadFit.fit([p["mults_per_token"] for p in usable], [p["seconds_per_token"] for p in usable])
+        return fitted.measurements()
 
 
 EXPERIMENT = OverheadExperiment()

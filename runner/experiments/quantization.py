@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from runner import roofline
-from runner.cost_model import Shape
+from runner.cost.roofline_model import Shape
 from runner.decode import first_difference, generate
 from runner.errors import InputError
 from runner.experiments.base import AA_PART, ExperimentContext, aa_measurements

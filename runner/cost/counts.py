@@ -1,4 +1,5 @@
-"""Count multiplications, do not guess them (docs/experiments.md, KV cache: counter_check).
+"""Exact counts, the one home of decodelab's multiplication counting: count multiplications, do
+not guess them (docs/experiments.md, KV cache: counter_check).
 
 A pure-Python reference path of attention and of a full transformer block in which every
 multiplication of the matrix products goes through ``mul`` and a counter, so counts are
@@ -29,14 +30,24 @@ Matrix = list[list[float]]
 
 
 class Counter:
+    """The one multiplication counter: ``mults`` counted, ``calls`` the writes that counted them
+    (one per ``mul``, one per ``add`` of a whole dot product: the context-cost contract's
+    MulCount is this class), ``kv_computations`` the positions whose K and V a block computed
+    (the counting lab's 1 + 2 + … + n against n)."""
+
     def __init__(self) -> None:
         self.mults = 0
-        # Positions whose K and V a block computed (the counting lab's 1 + 2 + … + n against n).
+        self.calls = 0
         self.kv_computations = 0
+
+    def add(self, k: int) -> None:
+        self.mults += k
+        self.calls += 1
 
 
 def mul(a: float, b: float, counter: Counter) -> float:
     counter.mults += 1
+    counter.calls += 1
     return a * b
 
 

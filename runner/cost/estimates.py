@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner import counting
+from runner.cost import counts
 from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
 from runner.errors import InputError
 
@@ -29,7 +29,7 @@ SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
 def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) -> float:
     """One decode step over t positions: the overhead plus two flops per multiplication."""
-    return STEP_OVERHEAD_SECONDS + 2 * n_layer * counting.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
+    return STEP_OVERHEAD_SECONDS + 2 * n_layer * counts.block_step_mults(t, d_model, cache) / FLOPS_PER_SECOND
 
 
 def training_seconds(spec: SweepSpec) -> float:
@@ -38,7 +38,7 @@ def training_seconds(spec: SweepSpec) -> float:
 
 def training_seconds_of(model: dict[str, Any], train: dict[str, Any]) -> float:
     """Training's time from a spec's model and train sections: steps × model size × batch."""
-    parameters = model["n_layer"] * counting.projection_mults(1, model["d_model"])  # one mult per linear weight
+    parameters = model["n_layer"] * counts.projection_mults(1, model["d_model"])  # one mult per linear weight
     return train["steps"] * 6 * parameters * train["batch_size"] * train["sequence_length"] / FLOPS_PER_SECOND
 
 
@@ -73,7 +73,7 @@ def parameter_count(model: dict[str, Any], vocabulary: int = VOCABULARY_ESTIMATE
     """The model's parameters (runner.model.CharGPT): token and position embeddings, each
     block's linear layers and norms, the final norm; the head shares the token embedding."""
     d, layers, context = model["d_model"], model["n_layer"], model["context_length"]
-    block = counting.projection_mults(1, d) + 13 * d  # weights, biases (9d) and two norms (4d)
+    block = counts.projection_mults(1, d) + 13 * d  # weights, biases (9d) and two norms (4d)
     return vocabulary * d + context * d + layers * block + 2 * d
 
 

@@ -1,0 +1,12 @@
+"""decodelab's cost model, one home :
+
+- ``counts``: exact multiplication counts, the one counter and the closed forms beside it
+  (standard library only: the context-cost contract imports it without torch);
+- ``roofline_model``: what a decode pass costs on the roofline (bytes, flops, working set,
+  regime, predicted time) and the speculative speedup it implies;
+- ``overhead_fit``: the per-step fit seconds = a + b · multiplications, as a type;
+- ``estimates``: what a sweep will cost before it runs (the validator's time and memory limits,
+  the launch estimate's per-case seconds and training).
+
+Importing this package imports nothing: each module is imported by name.
+"""
