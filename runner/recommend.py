@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner.cost_model import REGIMES
+from runner.cost.roofline_model import REGIMES
 from runner.experiments.speculative_choice import Candidate, candidate_of, describe
 from runner.speculative import SCHEDULES
 from store.records import RecordedMeasurement
