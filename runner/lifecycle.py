@@ -17,12 +17,14 @@ from contextlib import contextmanager
 from types import FrameType
 
 from runner.errors import InputError
-from store.errors import StoreDown
+from store.errors import StoreDown, StoreError
 from store.masking import mask_secrets
 from store.records import Claim
 from store.store import Store
 
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+# What a failed run's row says when the store had no room for the error itself.
+STORE_FULL = "the store is full"
 _stop_requested = False
 
 
@@ -118,10 +120,7 @@ def run_lifecycle(
     except StoreDown:
         raise
     except Exception as error:
-        if claim is None:
-            store.results.finish_run(run_id, "failed", error=one_line(error), wall_seconds=wall())
-        else:
-            store.jobs.finish(claim, "failed", error=one_line(error), wall_seconds=wall())
+        _finish_failed(store, run_id, claim, one_line(error), wall())
         raise
     if claim is None:
         store.results.finish_run(run_id, "done", wall_seconds=wall())
@@ -132,3 +131,22 @@ def run_lifecycle(
     from analysis.comparison import record_machine_drift
 
     record_machine_drift(store, run_id)
+
+
+def _finish_failed(store: Store, run_id: int, claim: Claim | None, error: str, wall_seconds: float) -> None:
+    """Mark the run (and its job) failed with its error. A full store may refuse the longer row
+    that the error's text makes: then mark it failed with a short reason instead, so the run never
+    stays ``running`` for want of a few bytes (seen with SQLite pages filled to the last byte)."""
+
+    def finish(reason: str) -> None:
+        if claim is None:
+            store.results.finish_run(run_id, "failed", error=reason, wall_seconds=wall_seconds)
+        else:
+            store.jobs.finish(claim, "failed", error=reason, wall_seconds=wall_seconds)
+
+    try:
+        finish(error)
+    except StoreError as refused:
+        if "full" not in str(refused):
+            raise
+        finish(STORE_FULL)
