@@ -46,7 +46,9 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         .mark_point(filled=True, size=80)
         .encode(
             x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
-            y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=480)),
+            # The longest rows (a speculative case with its schedule and temperature) run to ~100
+            # characters: room for them whole, never cut.
+            y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=760)),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
             # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
             tooltip=[
