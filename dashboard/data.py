@@ -129,30 +129,6 @@ def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
     return best[[column for column in columns if column in best.columns]].reset_index(drop=True)
 
 
-def a_priori_choices(choice: pd.DataFrame) -> pd.DataFrame:
-    """Per impl, the a-priori model's pick and the measured best in words, with their speedups."""
-    if choice.empty:
-        return pd.DataFrame()
-    rows = []
-    for row in choice.to_dict("records"):
-        drafts = list(row["drafts"])
-
-        def named(prefix: str, drafts: list[str] = drafts, row: dict = row) -> str:
-            return f"{drafts[int(row[prefix + '_draft_index'])]} · k={int(row[prefix + '_k'])}"
-
-        rows.append(
-            {
-                "impl": row["impl"],
-                "a_priori_choice": named("a_priori_choice"),
-                "a_priori_choice_speedup": row["a_priori_choice_speedup"],
-                "measured_best": named("measured_best"),
-                "measured_best_speedup": row["measured_best_speedup"],
-                "a_priori_regret": row["a_priori_regret"],
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def distribution_verdicts(distribution: pd.DataFrame) -> pd.DataFrame:
     """Each draft's distribution check in words: outside the noise bound, within it, or within it
     with no power (a broken accept-everything rule passes as well, so passing shows nothing)."""

@@ -159,25 +159,6 @@ def test_the_distribution_check_says_no_power_instead_of_a_tick() -> None:
     assert "power unknown" in verdicts[3]
 
 
-def test_the_a_priori_choice_is_named_in_words() -> None:
-    choice = pd.DataFrame(
-        {
-            "impl": ["static"],
-            "drafts": [["bigram", "ngram"]],
-            "a_priori_choice_draft_index": [1.0],
-            "a_priori_choice_k": [4.0],
-            "a_priori_choice_speedup": [1.5],
-            "measured_best_draft_index": [0.0],
-            "measured_best_k": [2.0],
-            "measured_best_speedup": [1.6],
-            "a_priori_regret": [0.1],
-        }
-    )
-    row = data.a_priori_choices(choice).iloc[0]
-    assert (row["a_priori_choice"], row["measured_best"]) == ("ngram · k=4", "bigram · k=2")
-    assert data.a_priori_choices(pd.DataFrame()).empty
-
-
 def test_cache_bytes_has_a_weights_rule_and_kv_head_layouts() -> None:
     memory = pd.DataFrame(
         {
