@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from runner.cost import roofline_model
+from runner.cost import speculative as speculative_cost
 from store.store import Store
 
 QUICK = roofline_model.Shape(vocab=103, d_model=128, layers=3, heads=4)  # the quick model, default corpus
@@ -79,15 +80,15 @@ def main() -> None:
     step = steps["fast"].predicted_seconds / TOKENS
     draft = steps["fast_int8"].predicted_seconds / TOKENS
     verify_seconds = verify.predicted_seconds / TOKENS
-    break_even = roofline_model.break_even_acceptance(VERIFY_K, step, draft, verify_seconds)
+    break_even = speculative_cost.break_even_acceptance(VERIFY_K, step, draft, verify_seconds)
     for acceptance in (0.5, 0.7, 0.9, 0.98):
-        speedup = roofline_model.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
+        speedup = speculative_cost.speculative_speedup(acceptance, VERIFY_K, step, draft, verify_seconds)
         print(f"fast_int8 draft, k={VERIFY_K}, acceptance {acceptance}: roofline speedup {speedup:.2f}x")
     print(f"fast_int8_draft_break_even_acceptance={break_even if break_even is not None else 1.0:.3g}")
     acceptance_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_acceptance")
     speedup_seen = measured.get(f"fast_int8_draft_k{VERIFY_K}_speedup")
     if acceptance_seen is not None and speedup_seen is not None:
-        speedup = roofline_model.speculative_speedup(acceptance_seen, VERIFY_K, step, draft, verify_seconds)
+        speedup = speculative_cost.speculative_speedup(acceptance_seen, VERIFY_K, step, draft, verify_seconds)
         verdict = "right" if (speedup >= 1.0) == (speedup_seen >= 1.0) else "wrong"
         print(
             f"fast_int8 draft, k={VERIFY_K}, measured acceptance {acceptance_seen:.3f}: measured {speedup_seen:.2f}x, "

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from runner.corpus import load_corpus
 from runner.errors import InputError
 from runner.experiments import ExperimentContext
+from runner.experiments.base import RunMeasurements
 from runner.labels import part_labels, progress_label
 from runner.lifecycle import check_stop, job_ends_before_its_run, run_lifecycle
 from runner.machine import code_version, fingerprint
@@ -230,6 +231,10 @@ def run_cases(
         with progress.bar.external_write_mode(file=sys.stderr):
             log(message)
 
+    # Summary cases read the run's measurements from memory; a resumed run first loads what its
+    # earlier attempt recorded, once per experiment.
+    resumed_experiments = sorted({experiment for experiment, _ in recorded})
+    made = RunMeasurements({name: store.results.measurements(run_id, name) for name in resumed_experiments})
     context = ExperimentContext(
         model=prepared.model,
         model_record=prepared.record,
@@ -237,7 +242,7 @@ def run_cases(
         harness=Harness(device=spec.device),
         device=spec.device,
         seed=spec.seed,
-        earlier=lambda experiment: store.results.measurements(run_id, experiment),
+        earlier=made.of,
         train_model=lambda model_config, train_config, teacher=None, name="a side model": train_side_model(
             store, model_config, train_config, prepared.corpus, spec.device, log_beside_bar, teacher, name
         ),
@@ -252,6 +257,7 @@ def run_cases(
         progress.bar.set_postfix_str(labels[(experiment.name, case_key(case))])
         torch.manual_seed(spec.seed)
         measurements = experiment.run_case(case, context)
+        made.add(experiment.name, case, measurements)
         if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements), claim) is not None:
             recorded_now += 1
         progress.advance()

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.cost import roofline_model
+from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Placement, Shape, pass_cost
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
@@ -125,8 +126,8 @@ def speculative(
     drafted = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
     times = (step.predicted_seconds, drafted.predicted_seconds, verify.predicted_seconds)
     ratio = verify.predicted_seconds / step.predicted_seconds
-    speedup = roofline_model.speculative_speedup(acceptance, k, *times)
-    break_even = roofline_model.break_even_acceptance(k, *times)
+    speedup = speculative_cost.speculative_speedup(acceptance, k, *times)
+    break_even = speculative_cost.break_even_acceptance(k, *times)
     return [
         MeasurementRecord("roofline_predicted_verify_cost_ratio", ratio, "ratio"),
         MeasurementRecord(

@@ -6,6 +6,7 @@
   E = (1 − α^(k+1)) / (1 − α), and the costs of a verification and a draft turn from a
   calibration session that follows held-out text (a dry run of the draft along it decides how
   many proposals each turn keeps). Predicted speedup = E / ((verify + draft turn) / plain step).
+  The formulas live in runner.cost.speculative; this module measures what they take.
 - Component model (a cost decomposition, not a forecast): the loop's own characters per pass
   over the verify and draft costs timed after each timed pair, replaying the loop's own passes.
   It checks that the loop's time is its passes' costs, nothing more.
@@ -58,12 +59,6 @@ def alpha_a_priori(target: CharGPT, draft: Draft, windows: Sequence[list[int]], 
         q = draft.distributions(window, temperature).float().cpu()
         overlaps.append(torch.minimum(p, q).sum(dim=-1))
     return float(torch.cat(overlaps).mean())
-
-
-def expected_chars_per_pass(alpha: float, k: int) -> float:
-    """E = 1 + α + … + α^k: characters a pass emits when each proposal is kept with
-    probability α independently (the bonus or correction character included)."""
-    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
 def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:

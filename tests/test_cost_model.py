@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runner.cost import roofline_model
+from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Cost, Shape, pass_cost, place, regime
 
 # The quick preset's shape with the default corpus' vocabulary size, and a second, smaller one.
@@ -109,13 +110,13 @@ def test_bandwidth_interpolates_the_sweep_on_log_axes() -> None:
 
 
 def test_speculative_arithmetic() -> None:
-    assert roofline_model.expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
-    assert roofline_model.expected_tokens_per_round(1.0, 4) == 5
+    assert speculative_cost.expected_chars_per_pass(0.5, 2) == pytest.approx(1.75)
+    assert speculative_cost.expected_chars_per_pass(1.0, 4) == 5
     # A free draft and a verification that costs a step: α = 0 breaks even, any α > 0 wins.
-    assert roofline_model.speculative_speedup(0.0, 4, 1.0, 0.0, 1.0) == pytest.approx(1.0)
+    assert speculative_cost.speculative_speedup(0.0, 4, 1.0, 0.0, 1.0) == pytest.approx(1.0)
     # Drafts costing half a step with k = 4 and a verification of 1.5 steps: 3.5 steps a round;
     # break-even where (1 − α⁵)/(1 − α) = 3.5.
-    break_even = roofline_model.break_even_acceptance(4, 1.0, 0.5, 1.5)
+    break_even = speculative_cost.break_even_acceptance(4, 1.0, 0.5, 1.5)
     assert break_even is not None
-    assert roofline_model.expected_tokens_per_round(break_even, 4) == pytest.approx(3.5, rel=1e-6)
-    assert roofline_model.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay
+    assert speculative_cost.expected_chars_per_pass(break_even, 4) == pytest.approx(3.5, rel=1e-6)
+    assert speculative_cost.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay

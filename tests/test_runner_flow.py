@@ -74,6 +74,17 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
         return real_run_case(case, context)
 
     monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", interrupted_on_the_second)
+    # Summary cases (fits, the speculative choice) read the cases this process just measured from
+    # memory: a fresh run reads no measurements back from the store; a resumed one reads the
+    # earlier attempt's once per experiment.
+    read_back: list[str] = []
+    real_measurements = store.results.measurements
+
+    def counted_measurements(run_id: int, experiment: str) -> Any:
+        read_back.append(experiment)
+        return real_measurements(run_id, experiment)
+
+    monkeypatch.setattr(store.results, "measurements", counted_measurements)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     worker = store.workers.register(
         name="test-worker", kind="worker", machine_name="test-machine", host="h", pid=0, stale_after_seconds=60
@@ -87,7 +98,8 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     assert store.jobs.status(job_id) == "queued", "a worker stopped by a signal requeues its job"
     # Everything before the interrupted second context_cost case (context_cost runs last, three cases).
     assert len(store.results.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
-    monkeypatch.undo()
+    assert read_back == [], "a fresh run's summary cases read the cases measured in memory"
+    monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", real_run_case)
 
     # The next claim resumes the same run and fills in only what is missing.
     resumed_job = store.jobs.claim(worker)
@@ -96,6 +108,8 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, TINY_CASES - 2)
     assert len(store.results.recorded_case_keys(outcome.run_id)) == TINY_CASES
     assert frames.runs(store).iloc[0]["status"] == "done"
+    assert sorted(read_back) == sorted(set(read_back)), "the earlier attempt's cases read once per experiment"
+    assert "speculative" in read_back
 
 
 def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:

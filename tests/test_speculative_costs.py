@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from runner.cost.speculative import expected_chars_per_pass
 from runner.drafts import BigramDraft, ModelDraft
 from runner.model import CharGPT
 from runner.speculative import speculative_decode
@@ -13,7 +14,6 @@ from runner.speculative_costs import (
     CostSession,
     alpha_a_priori,
     dry_run_passes,
-    expected_chars_per_pass,
     held_out_windows,
     passes_of_run,
 )

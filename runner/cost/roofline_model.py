@@ -220,35 +220,3 @@ def place(
         roofline_seconds=roofline,
         overhead_seconds=overhead_seconds_per_pass * len(passes),
     )
-
-
-def expected_tokens_per_round(acceptance: float, k: int) -> float:
-    """Tokens a speculative round yields with per-token acceptance α and k drafted: (1 − α^(k+1)) / (1 − α)."""
-    if acceptance >= 1.0:
-        return float(k + 1)
-    return (1 - acceptance ** (k + 1)) / (1 - acceptance)
-
-
-def speculative_speedup(
-    acceptance: float, k: int, step_seconds: float, draft_step_seconds: float, verify_seconds: float
-) -> float:
-    """Plain decoding's time per token over speculative decoding's: a round drafts k tokens and
-    verifies k + 1 positions, and yields expected_tokens_per_round tokens."""
-    return expected_tokens_per_round(acceptance, k) * step_seconds / (k * draft_step_seconds + verify_seconds)
-
-
-def break_even_acceptance(
-    k: int, step_seconds: float, draft_step_seconds: float, verify_seconds: float
-) -> float | None:
-    """The smallest acceptance at which speculative decoding stops losing, by bisection; None if
-    even α = 1 loses."""
-    if speculative_speedup(1.0, k, step_seconds, draft_step_seconds, verify_seconds) < 1.0:
-        return None
-    low, high = 0.0, 1.0
-    for _ in range(50):
-        middle = (low + high) / 2
-        if speculative_speedup(middle, k, step_seconds, draft_step_seconds, verify_seconds) < 1.0:
-            low = middle
-        else:
-            high = middle
-    return high

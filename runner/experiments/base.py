@@ -4,15 +4,70 @@ which imports every experiment: an experiment imports from here, so no import co
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runner.corpus import Corpus
 from runner.fields import Field
+from runner.labels import progress_label, short_label
 from runner.model import CharGPT
 from runner.timing import Harness
-from store.records import MeasurementRecord, RecordedMeasurement
+from store.records import MeasurementRecord, RecordedMeasurement, case_key
+
+# The part of a case without a ``part`` param: an experiment of one kind of case
+# (training_summary), or quantization's variant cases beside its ``aa`` part.
+WHOLE = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a plan, typed: its experiment, its part and its params. ``params`` is what the
+    store keeps (the part is one of them, so the stored format is unchanged); ``key`` is the
+    store's case key and ``label`` the words the progress bar and the pages show."""
+
+    experiment: str
+    params: Mapping[str, Any] = field(hash=False)
+
+    @property
+    def part(self) -> str:
+        return str(self.params.get("part", WHOLE))
+
+    @property
+    def key(self) -> str:
+        return case_key(dict(self.params))
+
+    def label(self, varying: Sequence[str] | None = None) -> str:
+        """``experiment · part · …``: the params in ``varying`` (every param when None) after the
+        experiment's name, each word once (runner.labels)."""
+        return progress_label(self.experiment, short_label(self.params, varying))
+
+
+# How an experiment measures one part: the case's params and the context in, records out.
+Part = Callable[[dict[str, Any], "ExperimentContext"], Iterable[MeasurementRecord]]
+
+
+class UnknownPart(ValueError):
+    """A case whose part its experiment does not measure (a hand-edited job, a newer planner)."""
+
+
+def run_part(case: Case, parts: Mapping[str, Part], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+    """The one dispatch every experiment uses: ``parts`` maps each part to its function."""
+    measure = parts.get(case.part)
+    if measure is None:
+        known = ", ".join(repr(name) for name in parts)
+        raise UnknownPart(f"{case.experiment}: unknown part {case.part!r} (known parts: {known})")
+    return tuple(measure(dict(case.params), context))
+
+
+class PartsExperiment:
+    """An experiment that measures each case through its ``parts`` (part name → function)."""
+
+    name: str
+    parts: Mapping[str, Part]
+
+    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+        return run_part(Case(self.name, case), self.parts, context)
 
 
 @dataclass
@@ -25,8 +80,8 @@ class ExperimentContext:
     harness: Harness
     device: str
     seed: int
-    # Measurements this run already recorded for an experiment: how a summary case (e.g. a fit
-    # over lengths) sees earlier cases, also after a resume.
+    # Measurements this run already made for an experiment (RunMeasurements.of): how a summary
+    # case (a fit over lengths, the speculative choice) sees earlier cases, also after a resume.
     earlier: Callable[[str], list[RecordedMeasurement]] = field(default=lambda experiment: [])
     # Train (or reuse from the store) another model on the same corpus, e.g. a small draft;
     # arguments: model config, train config, and optionally a teacher to distil from.
@@ -40,6 +95,26 @@ class ExperimentContext:
         """The corpus' first ``chars`` characters (tokens, for an hf model's tokenizer): the
         prompt every generation starts from."""
         return self.corpus.prompt(chars)
+
+
+class RunMeasurements:
+    """The run's measurements, kept in memory as its cases are measured: what a summary case
+    reads, so it is computed from the cases this process just produced, not read back from the
+    store. A resumed run starts from the cases its earlier attempt recorded (``resumed``)."""
+
+    def __init__(self, resumed: dict[str, list[RecordedMeasurement]] | None = None) -> None:
+        self._by_experiment: dict[str, list[RecordedMeasurement]] = {
+            experiment: list(rows) for experiment, rows in (resumed or {}).items()
+        }
+
+    def add(self, experiment: str, params: dict[str, Any], measurements: tuple[MeasurementRecord, ...]) -> None:
+        # float(): the value as the store keeps it (a bool measurement reads back as 0.0 or 1.0).
+        self._by_experiment.setdefault(experiment, []).extend(
+            RecordedMeasurement(params, record.metric, float(record.value), record.unit) for record in measurements
+        )
+
+    def of(self, experiment: str) -> list[RecordedMeasurement]:
+        return list(self._by_experiment.get(experiment, []))
 
 
 class Experiment(Protocol):

@@ -20,6 +20,7 @@ from runner.context_cost import (
     score_bytes,
     wasted_pairs,
 )
+from runner.experiments.base import Part, PartsExperiment
 from runner.fields import Field
 from store.records import MeasurementRecord
 
@@ -36,8 +37,54 @@ FIELDS = {
 }
 
 
-class ContextCost:
+def table(case: dict[str, Any], context: Any = None) -> tuple[MeasurementRecord, ...]:
+    ((_, quad, linear, total),) = cost_table([case["n"]], case["d_model"], case["d_ff"])
+    return (
+        MeasurementRecord("quad_mults", quad, "multiplications"),
+        MeasurementRecord("linear_mults", linear, "multiplications"),
+        MeasurementRecord("total_mults", total, "multiplications"),
+    )
+
+
+def summary(case: dict[str, Any], context: Any = None) -> tuple[MeasurementRecord, ...]:
+    n, d_model, d_ff = case["n"], case["d_model"], case["d_ff"]
+    measurements = [
+        MeasurementRecord("crossover_n", crossover_n(d_model, d_ff), "tokens"),
+        MeasurementRecord("causal_pairs", causal_pairs(n), "pairs"),
+        MeasurementRecord("wasted_pairs", wasted_pairs(n), "pairs"),
+        MeasurementRecord("score_bytes", score_bytes(n, case["n_heads"], case["itemsize"]), "bytes"),
+        MeasurementRecord(
+            "max_context_for_bytes",
+            max_context_for_bytes(case["budget_bytes"], case["n_heads"], case["itemsize"]),
+            "tokens",
+        ),
+        MeasurementRecord("append_pairs", append_pairs(n), "pairs"),
+        MeasurementRecord("generate_pairs", generate_pairs(n, case["generated_tokens"]), "pairs"),
+    ]
+    if len(case.get("ratio_lengths", [])) == 2:
+        (_, quad_before, linear_before, _), (_, quad_last, linear_last, _) = cost_table(
+            case["ratio_lengths"], d_model, d_ff
+        )
+        measurements += [
+            MeasurementRecord("quad_ratio", quad_last / quad_before, "ratio"),
+            MeasurementRecord("linear_ratio", linear_last / linear_before, "ratio"),
+        ]
+    if case["count_with_counter"]:
+        counter = MulCount()
+        measurements.append(
+            MeasurementRecord(
+                "per_position_mults_counted", per_position_mults(d_model, d_ff, counter), "multiplications"
+            )
+        )
+    return tuple(measurements)
+
+
+PARTS: dict[str, Part] = {"table": table, "summary": summary}
+
+
+class ContextCost(PartsExperiment):
     name = "context_cost"
+    parts = PARTS
     title = "Context cost"
     fields = FIELDS
 
@@ -57,45 +104,6 @@ class ContextCost:
             }
         )
         return cases
-
-    def run_case(self, case: dict[str, Any], context: Any = None) -> tuple[MeasurementRecord, ...]:
-        n, d_model, d_ff = case["n"], case["d_model"], case["d_ff"]
-        if case["part"] == "table":
-            ((_, quad, linear, total),) = cost_table([n], d_model, d_ff)
-            return (
-                MeasurementRecord("quad_mults", quad, "multiplications"),
-                MeasurementRecord("linear_mults", linear, "multiplications"),
-                MeasurementRecord("total_mults", total, "multiplications"),
-            )
-        measurements = [
-            MeasurementRecord("crossover_n", crossover_n(d_model, d_ff), "tokens"),
-            MeasurementRecord("causal_pairs", causal_pairs(n), "pairs"),
-            MeasurementRecord("wasted_pairs", wasted_pairs(n), "pairs"),
-            MeasurementRecord("score_bytes", score_bytes(n, case["n_heads"], case["itemsize"]), "bytes"),
-            MeasurementRecord(
-                "max_context_for_bytes",
-                max_context_for_bytes(case["budget_bytes"], case["n_heads"], case["itemsize"]),
-                "tokens",
-            ),
-            MeasurementRecord("append_pairs", append_pairs(n), "pairs"),
-            MeasurementRecord("generate_pairs", generate_pairs(n, case["generated_tokens"]), "pairs"),
-        ]
-        if len(case.get("ratio_lengths", [])) == 2:
-            (_, quad_before, linear_before, _), (_, quad_last, linear_last, _) = cost_table(
-                case["ratio_lengths"], d_model, d_ff
-            )
-            measurements += [
-                MeasurementRecord("quad_ratio", quad_last / quad_before, "ratio"),
-                MeasurementRecord("linear_ratio", linear_last / linear_before, "ratio"),
-            ]
-        if case["count_with_counter"]:
-            counter = MulCount()
-            measurements.append(
-                MeasurementRecord(
-                    "per_position_mults_counted", per_position_mults(d_model, d_ff, counter), "multiplications"
-                )
-            )
-        return tuple(measurements)
 
 
 EXPERIMENT = ContextCost()

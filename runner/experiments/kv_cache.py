@@ -19,16 +19,14 @@ Parts, each a kind of case (param ``part``), measured in the module named beside
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from runner.decode import IMPLS
 from runner.errors import InputError
 from runner.experiments import kv_arithmetic, kv_exactness, kv_memory, kv_timing
-from runner.experiments.base import ExperimentContext
+from runner.experiments.base import Part, PartsExperiment
 from runner.fields import Field
 from runner.model import CACHE_ROUNDINGS
-from store.records import MeasurementRecord
 
 EQUIVALENCE_TOLERANCE = kv_exactness.EQUIVALENCE_TOLERANCE
 
@@ -50,7 +48,6 @@ FIELDS = {
     "roundings": Field("str_list", ["bfloat16", "int8"], choices=CACHE_ROUNDINGS),
 }
 
-Part = Callable[[dict[str, Any], ExperimentContext], list[MeasurementRecord]]
 PARTS: dict[str, Part] = {
     "equivalence": kv_exactness.equivalence,
     "no_mask": kv_exactness.no_mask,
@@ -68,8 +65,9 @@ PARTS: dict[str, Part] = {
 }
 
 
-class KVCacheExperiment:
+class KVCacheExperiment(PartsExperiment):
     name = "kv_cache"
+    parts = PARTS
     title = "KV cache"
     fields = FIELDS
 
@@ -163,9 +161,6 @@ class KVCacheExperiment:
             ]
         cases += [{"part": "rounded_cache", "rounding": rounding, **exact} for rounding in params["roundings"]]
         return cases
-
-    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-        return tuple(PARTS[case["part"]](case, context))
 
 
 EXPERIMENT = KVCacheExperiment()

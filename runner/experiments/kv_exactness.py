@@ -48,7 +48,7 @@ def closest_top2_margin(generation: Generation) -> tuple[float, int]:
 
 
 def equivalence(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    model, prompt, n, impl = context.model, context.prompt(), case["n"], case.get("impl", "static")
+    model, prompt, n, impl = context.model, context.prompt(), case["n"], case["impl"]
     reference_sampled = generate(
         model, prompt, n, use_cache=False, temperature=1.0, seed=context.seed, keep_logits=True
     )

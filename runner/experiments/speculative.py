@@ -3,63 +3,34 @@ how often are drafts accepted (per draft position too), what do drafts and verif
 what is the measured speedup, and how well an a-priori prediction calls it, per draft, schedule
 (runner.speculative.Schedule), temperature and impl.
 
-Parts (param ``part``):
+Parts (param ``part``), each measured in its own module (PARTS):
 - distribution (speculative_check): fixed context, passes through the draft's real proposal
   path and the impl's production verification at the case's temperature, a chi-square test over
   every emitted position against the target, the TV it detects with 80% power, and the accept
   rule's bug variants as controls (runner.distribution_check).
-- aa: the baseline paired against itself, the noise floor of the paired method, per impl.
-- speculative: per (impl, temperature, draft, schedule, k or p_min): an a-priori prediction made
-  before the loop runs (runner.speculative_prediction), then deterministic counts (seeded), paired
-  speedup against plain decoding through the same impl, and two after-the-fact models beside it
-  (runner.speculative_costs says what each is). Greedy cases check the target's greedy text.
+- aa (speculative_timing): the baseline paired against itself, the noise floor of the paired
+  method, per impl.
+- speculative (speculative_timing): per (impl, temperature, draft, schedule, k or p_min): an
+  a-priori prediction made before the loop runs (runner.speculative_prediction), then
+  deterministic counts (seeded), paired speedup against plain decoding through the same impl,
+  and two after-the-fact models beside it (runner.cost.speculative holds their formulas).
+  Greedy cases check the target's greedy text.
 - choice (speculative_choice), per (impl, temperature): which case the a-priori model picks, the
   measured best, and the regret with its noise band; accuracy, per impl: the prediction's errors.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from runner import roofline
-from runner.decode import generate
-from runner.drafts import MAX_NGRAM_ORDER, ModelDraft
+from runner.drafts import MAX_NGRAM_ORDER
 from runner.errors import InputError
-from runner.experiments import speculative_check, speculative_choice
-from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_drafts import (
-    DRAFTS,
-    calibration_for,
-    held_out_alpha,
-    make_draft,
-)
+from runner.experiments import speculative_check, speculative_choice, speculative_timing
+from runner.experiments.base import AA_PART, Part, PartsExperiment
+from runner.experiments.speculative_drafts import DRAFTS
 from runner.fields import Field
 from runner.hf_model import DRAFT_PREFIX
-from runner.speculative import (
-    MAX_DRAFT_LENGTH,
-    SCHEDULES,
-    SPECULATIVE_IMPLS,
-    Draft,
-    Schedule,
-    acceptance_at_positions,
-    longest_draft,
-    speculative_decode,
-)
-from runner.speculative_costs import (
-    COST_CALLS,
-    CostSession,
-    dry_run_passes,
-    expected_chars_per_pass,
-    middle_passes,
-    passes_of_run,
-    single_call_costs,
-)
-from runner.speculative_prediction import simulate
-from runner.timing import Paired
-from store.records import MeasurementRecord
-
-CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
+from runner.speculative import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
 
 FIELDS = {
     "drafts": Field(
@@ -106,16 +77,6 @@ FIELDS = {
 }
 
 
-def schedule_of(case: dict[str, Any]) -> Schedule:
-    """Cases recorded before schedules were a dimension ran the fixed schedule."""
-    kind = case.get("schedule", "fixed")
-    if kind == "fixed":
-        return Schedule("fixed", case["k"], case["k"])
-    if kind == "heuristic":
-        return Schedule("heuristic", case["k"], max(case["k"], case["k_max"]))
-    return Schedule("confidence", case["k"], case["k"], case["p_min"])
-
-
 def schedule_params(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The schedule part of each timed case: k for fixed, the first k and k_max for heuristic,
     p_min and the most (k_max, as k) for confidence."""
@@ -131,12 +92,18 @@ def schedule_params(params: dict[str, Any]) -> list[dict[str, Any]]:
     return points
 
 
-def relative_error(predicted: float, measured: float) -> float:
-    return (predicted - measured) / measured
+PARTS: dict[str, Part] = {
+    "distribution": speculative_check.distribution,
+    AA_PART: speculative_timing.aa,
+    "speculative": speculative_timing.speculative,
+    "choice": speculative_choice.choice,
+    "accuracy": speculative_choice.accuracy,
+}
 
 
-class SpeculativeExperiment:
-    name = "speculative"
+class SpeculativeExperiment(PartsExperiment):
+    name = speculative_choice.NAME
+    parts = PARTS
     title = "Speculative decoding"
     fields = FIELDS
 
@@ -177,7 +144,9 @@ class SpeculativeExperiment:
                 if draft in params["distribution_drafts"]
             ]
         for impl in params["impls"]:
-            cases.append({"part": "aa", "draft": "none", "k": 0, "impl": impl, "temperature": 1.0, **timing, **shape})
+            cases.append(
+                {"part": AA_PART, "draft": "none", "k": 0, "impl": impl, "temperature": 1.0, **timing, **shape}
+            )
             for index, temperature in enumerate(temperatures):
                 drafts = [
                     draft for draft in params["drafts"] if index == 0 or draft in params["lower_temperature_drafts"]
@@ -208,223 +177,6 @@ class SpeculativeExperiment:
                     )
             cases.append({"part": "accuracy", "impl": impl, **shape})
         return cases
-
-    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-        handler = getattr(self, f"_{case['part']}")
-        return tuple(handler(case, context))
-
-    def _distribution(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        return speculative_check.distribution(case, context)
-
-    def _choice(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        return speculative_choice.choice(case, context, self.name)
-
-    def _accuracy(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        return speculative_choice.accuracy(case, context, self.name)
-
-    def _baseline(self, case: dict[str, Any], context: ExperimentContext) -> Any:
-        prompt, target = context.prompt(), context.model
-
-        def baseline() -> object:
-            return generate(
-                target,
-                prompt,
-                case["new_tokens"],
-                temperature=case["temperature"],
-                seed=context.seed,
-                impl=case["impl"],
-            )
-
-        return baseline
-
-    def _aa(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        baseline = self._baseline(case, context)
-        return self._speedup_measurements(context.harness.paired(baseline, baseline, pairs=case["pairs"]))
-
-    @staticmethod
-    def _speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
-        median, low, high = paired.measurements("speedup")
-        return [
-            MeasurementRecord("speedup_median", median.value, "ratio", median.samples),
-            MeasurementRecord("speedup_min", low.value, "ratio"),
-            MeasurementRecord("speedup_max", high.value, "ratio"),
-        ]
-
-    def _a_priori(self, case: dict[str, Any], context: ExperimentContext, draft: Draft) -> list[MeasurementRecord]:
-        """The prediction, made before the loop runs and from nothing the loop measures: the
-        acceptance per position of calibration text and the schedule run over it give the
-        characters per pass and the draft lengths (runner.speculative_prediction); the costs
-        come from held-out text, the plain step from generations timed now."""
-        target, n, temperature = context.model, case["new_tokens"], case["temperature"]
-        schedule = schedule_of(case)
-        prediction = simulate(calibration_for(case, context, draft), schedule, context.seed)
-        # The cost session drafts a fixed length: the schedule's mean, rounded.
-        k = min(schedule.longest, max(1, round(prediction.mean_draft_length)))
-        alpha = held_out_alpha(case, context, draft)
-        _, held_out = context.corpus.split()
-        # A verification's cost grows with its position: calibrate half way through a generation.
-        start = min(len(context.prompt()) + n // 2, target.config.context_length - k - 1)
-        text = held_out[: start + n].tolist()
-        passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
-        costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
-        # A typical step (the median), as the session costs are means over their rounds.
-        step = context.harness.min_of(self._baseline(case, context), repeats=CALIBRATION_REPEATS).median / n
-        draft_cost = costs.draft_turn_seconds / k / step
-        cost_in_steps = costs.verify_seconds / step + prediction.mean_draft_length * draft_cost
-        return [
-            MeasurementRecord("alpha_a_priori", alpha, "probability"),
-            MeasurementRecord("expected_chars_per_pass", expected_chars_per_pass(alpha, k), "chars"),
-            MeasurementRecord("predicted_chars_per_pass", prediction.chars_per_pass, "chars"),
-            MeasurementRecord("predicted_mean_draft_length", prediction.mean_draft_length, "tokens"),
-            *(
-                MeasurementRecord(f"predicted_acceptance_rate_at_position_{position}", rate, "ratio")
-                for position, rate in enumerate(prediction.acceptance_at_position, start=1)
-                if rate == rate  # nan: no simulated pass drafted that far
-            ),
-            MeasurementRecord("a_priori_step_seconds", step, "seconds"),
-            MeasurementRecord("a_priori_verify_cost_ratio", costs.verify_seconds / step, "ratio"),
-            MeasurementRecord("a_priori_draft_cost_ratio", draft_cost, "ratio"),
-            MeasurementRecord("predicted_speedup_a_priori", prediction.chars_per_pass / cost_in_steps, "ratio"),
-        ]
-
-    def _speculative(self, case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-        target, prompt, impl = context.model, context.prompt(), case["impl"]
-        n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
-        schedule = schedule_of(case)
-        draft = make_draft(case, context)
-        a_priori = self._a_priori(case, context, draft)
-
-        def loop() -> Any:
-            return speculative_decode(
-                target, draft, schedule.k, prompt, n, temperature=temperature, seed=seed, impl=impl, schedule=schedule
-            )
-
-        counts = loop()
-        # The cost sessions draft a fixed length: the loop's mean, rounded.
-        k = min(schedule.longest, max(1, round(counts.mean_draft_length)))
-        # After each pair, the pass costs replaying the loop's own passes, so each pair's
-        # component model sees the machine as its measured ratio did.
-        passes = middle_passes(passes_of_run(counts, len(prompt)))
-        text = prompt + counts.tokens
-        cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
-        sessions = []
-        paired = context.harness.paired(
-            self._baseline(case, context), loop, pairs=case["pairs"], between=lambda: sessions.append(cost_session())
-        )
-        target_pass_seconds, draft_call_seconds = single_call_costs(
-            target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
-        )
-        per_pass = counts.chars_per_target_pass
-        drafted = counts.mean_draft_length
-        assisted = self._hf_assisted(case, context, draft, schedule)
-        # Costs in units of that pair's plain decode step (target pass and sampling): a
-        # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
-        # and following the commit, calls included. The write-ups' formula takes a verification
-        # as one step; the component model uses the measured verification.
-        steps = [seconds / n for seconds in paired.baseline_seconds]
-        draft_costs = [costs.draft_turn_seconds / k / step for costs, step in zip(sessions, steps, strict=True)]
-        verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
-        writeup_formula = statistics.median(per_pass / (1 + drafted * draft) for draft in draft_costs)
-        component_model = statistics.median(
-            per_pass / (verify + drafted * draft) for verify, draft in zip(verify_costs, draft_costs, strict=True)
-        )
-        measured = paired.median
-        predicted = {record.metric: record.value for record in a_priori}
-        decided = len(counts.total_variations)
-        positions = acceptance_at_positions(counts.accepted_per_pass, counts.drafted_per_pass, schedule.longest)
-        greedy: list[MeasurementRecord] = []
-        if temperature == 0.0:
-            plain = generate(target, prompt, n, temperature=0.0, seed=seed, impl=impl).tokens
-            greedy = [MeasurementRecord("greedy_matches_target", counts.tokens == plain, "bool")]
-        return [
-            *a_priori,
-            *greedy,
-            MeasurementRecord(
-                "a_priori_relative_error", relative_error(predicted["predicted_speedup_a_priori"], measured), "ratio"
-            ),
-            MeasurementRecord(
-                "a_priori_chars_per_pass_error",
-                relative_error(predicted["predicted_chars_per_pass"], per_pass),
-                "ratio",
-            ),
-            MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
-            MeasurementRecord("chars_per_target_pass", per_pass, "chars"),
-            MeasurementRecord("mean_accepted_length", counts.mean_accepted_length, "tokens"),
-            MeasurementRecord("system_efficiency", counts.system_efficiency, "ratio"),
-            MeasurementRecord("mean_draft_length", drafted, "tokens"),
-            *(
-                MeasurementRecord(f"acceptance_rate_at_position_{position}", rate, "ratio")
-                for position, rate in enumerate(positions, start=1)
-                if rate == rate  # nan: no pass drafted that far
-            ),
-            MeasurementRecord("target_passes", counts.target_passes, "passes"),
-            MeasurementRecord("accepted", counts.accepted, "tokens"),
-            MeasurementRecord("proposed", counts.proposed, "tokens"),
-            MeasurementRecord("acceptance_per_decided", counts.accepted / decided if decided else 0.0, "ratio"),
-            MeasurementRecord("one_minus_mean_tv", 1 - sum(counts.total_variations) / max(decided, 1), "ratio"),
-            *(
-                MeasurementRecord(f"accepted_length_{length}", passes, "passes")
-                for length, passes in enumerate(counts.accepted_histogram)
-            ),
-            MeasurementRecord("target_step_seconds", statistics.median(steps), "seconds"),
-            MeasurementRecord(
-                "verify_seconds", statistics.median(costs.verify_seconds for costs in sessions), "seconds"
-            ),
-            MeasurementRecord(
-                "draft_seconds_per_char",
-                statistics.median(costs.draft_turn_seconds for costs in sessions) / k,
-                "seconds",
-            ),
-            MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
-            # The write-ups' cost table: single calls timed on their own, and their c.
-            MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
-            MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
-            MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
-            MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
-            *self._speedup_measurements(paired),
-            MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
-            MeasurementRecord("speculative_seconds", min(paired.candidate_seconds), "seconds"),
-            MeasurementRecord("writeup_formula_speedup", writeup_formula, "ratio"),
-            MeasurementRecord("writeup_formula_relative_error", relative_error(writeup_formula, measured), "ratio"),
-            MeasurementRecord("component_model_speedup", component_model, "ratio"),
-            MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
-            *assisted,
-            # The roofline prices a verification of the length the cost sessions drafted.
-            *roofline.speculative(
-                context, {**case, "k": k}, draft, a_priori, statistics.median(verify_costs), measured
-            ),
-        ]
-
-    @staticmethod
-    def _hf_assisted(
-        case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule
-    ) -> list[MeasurementRecord]:
-        """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
-        in pairs against this loop (runner.hf_peer); nothing for the other drafts."""
-        if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
-            return []
-        from runner.hf_peer import assisted_measurements
-
-        target, prompt, impl = context.model, context.prompt(), case["impl"]
-        n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
-
-        def loop(temperature: float) -> Any:
-            return speculative_decode(
-                target, draft, schedule.k, prompt, n, temperature=temperature, seed=seed, impl=impl, schedule=schedule
-            )
-
-        return assisted_measurements(
-            target,
-            draft.model,
-            prompt,
-            n,
-            temperature,
-            seed,
-            loop(0.0).tokens,
-            lambda: loop(temperature),
-            context,
-            case["pairs"],
-        )
 
 
 EXPERIMENT = SpeculativeExperiment()

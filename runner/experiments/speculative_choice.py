@@ -18,6 +18,7 @@ from runner.experiments.base import ExperimentContext
 from runner.speculative import SCHEDULES
 from store.records import MeasurementRecord
 
+NAME = "speculative"  # the experiment whose cases these parts summarise
 WITHIN = 0.10  # the accuracy target's band: |a-priori error| at most 10%
 # A candidate: draft, schedule, k (fixed: every pass; heuristic: the first; confidence: the most)
 # and p_min (confidence only, else 0).
@@ -25,8 +26,8 @@ Candidate = tuple[str, str, int, float]
 
 
 def candidate_of(params: dict[str, Any]) -> Candidate:
-    """Cases recorded before schedules were a dimension ran the fixed schedule."""
-    return (params["draft"], params.get("schedule", "fixed"), int(params["k"]), float(params.get("p_min") or 0.0))
+    """A timed case's candidate (old runs' params are completed by store.compatibility)."""
+    return (params["draft"], params["schedule"], int(params["k"]), float(params.get("p_min") or 0.0))
 
 
 def describe(candidate: Candidate) -> str:
@@ -38,16 +39,15 @@ def describe(candidate: Candidate) -> str:
     return f"{draft}, confidence p_min = {p_min:g} (at most {k})"
 
 
-def speculative_values(
-    context: ExperimentContext, name: str, impl: str, temperature: float
-) -> dict[Candidate, dict[str, float]]:
-    """Every metric of the run's speculative cases of ``impl`` at ``temperature``, per candidate."""
+def speculative_values(context: ExperimentContext, impl: str, temperature: float) -> dict[Candidate, dict[str, float]]:
+    """Every metric of the run's speculative cases of ``impl`` at ``temperature``, per candidate:
+    the measurements this run just made (ExperimentContext.earlier), not read back from the store."""
     values: dict[Candidate, dict[str, float]] = {}
-    for row in context.earlier(name):
+    for row in context.earlier(NAME):
         params = row.params
         if params.get("part") != "speculative" or params.get("impl") != impl:
             continue
-        if params.get("temperature", 1.0) != temperature:
+        if params["temperature"] != temperature:
             continue
         values.setdefault(candidate_of(params), {})[row.metric] = row.value
     return values
@@ -61,8 +61,8 @@ def regret_with_band(chosen: dict[str, float], best: dict[str, float]) -> tuple[
     return regret, band
 
 
-def choice(case: dict[str, Any], context: ExperimentContext, name: str) -> list[MeasurementRecord]:
-    values = speculative_values(context, name, case["impl"], case["temperature"])
+def choice(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    values = speculative_values(context, case["impl"], case["temperature"])
     wanted = {"predicted_speedup_a_priori", "speedup_median", "speedup_min", "speedup_max"}
     candidates = {key: value for key, value in values.items() if wanted <= set(value)}
     if not candidates:
@@ -96,10 +96,10 @@ def choice(case: dict[str, Any], context: ExperimentContext, name: str) -> list[
     ]
 
 
-def accuracy(case: dict[str, Any], context: ExperimentContext, name: str) -> list[MeasurementRecord]:
+def accuracy(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     errors = [
         abs(row.value)
-        for row in context.earlier(name)
+        for row in context.earlier(NAME)
         if row.params.get("part") == "speculative"
         and row.params.get("impl") == case["impl"]
         and row.metric == "a_priori_relative_error"

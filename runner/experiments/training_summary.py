@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.decode import generate
-from runner.experiments.base import ExperimentContext
+from runner.experiments.base import WHOLE, ExperimentContext, Part, PartsExperiment
 from runner.fields import Field
 from store.records import MeasurementRecord
 
@@ -18,29 +18,34 @@ FIELDS = {
 }
 
 
-class TrainingSummary:
+def summary(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+    record = context.model_record
+    prompt = context.prompt()
+    new_tokens = min(case["new_tokens"], context.model.config.context_length - len(prompt))
+    timing = context.harness.min_of(
+        lambda: generate(context.model, prompt, new_tokens, temperature=0.0), repeats=case["repeats"]
+    )
+    return (
+        MeasurementRecord("parameter_count", record.parameter_count, "parameters"),
+        MeasurementRecord("weight_bytes", record.weight_bytes, "bytes"),
+        MeasurementRecord("train_loss", record.train_loss, "nats"),
+        MeasurementRecord("val_loss", record.val_loss, "nats"),
+        MeasurementRecord("unigram_entropy", context.corpus.unigram_entropy_nats(), "nats"),
+        timing.measurement("seconds_per_token", scale=1.0 / new_tokens),
+    )
+
+
+PARTS: dict[str, Part] = {WHOLE: summary}
+
+
+class TrainingSummary(PartsExperiment):
     name = "training_summary"
+    parts = PARTS
     title = "Training summary"
     fields = FIELDS
 
     def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"new_tokens": params["new_tokens"], "repeats": params["repeats"]}]
-
-    def run_case(self, case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-        record = context.model_record
-        prompt = context.prompt()
-        new_tokens = min(case["new_tokens"], context.model.config.context_length - len(prompt))
-        timing = context.harness.min_of(
-            lambda: generate(context.model, prompt, new_tokens, temperature=0.0), repeats=case["repeats"]
-        )
-        return (
-            MeasurementRecord("parameter_count", record.parameter_count, "parameters"),
-            MeasurementRecord("weight_bytes", record.weight_bytes, "bytes"),
-            MeasurementRecord("train_loss", record.train_loss, "nats"),
-            MeasurementRecord("val_loss", record.val_loss, "nats"),
-            MeasurementRecord("unigram_entropy", context.corpus.unigram_entropy_nats(), "nats"),
-            timing.measurement("seconds_per_token", scale=1.0 / new_tokens),
-        )
 
 
 EXPERIMENT = TrainingSummary()

@@ -1,0 +1,64 @@
+"""The speculative speedup formulas, in one place: what a pass yields and what it costs, in
+units of a plain decode step (standard library only).
+
+- ``expected_chars_per_pass``: the write-ups' E = (1 − α^(k+1)) / (1 − α), every proposal kept
+  with the same α independently;
+- ``writeup_formula_speedup``: E over (1 + L·c), a verification taken as one plain step;
+- ``component_model_speedup``: E over (v + L·c), the verification's measured cost v; also the
+  a-priori prediction's formula, with its simulated characters per pass and draft length;
+- ``speculative_speedup`` and ``break_even_acceptance``: the roofline's version in seconds
+  (runner.roofline prices the step, a draft call and a verification on the machine's roof).
+
+runner.speculative_costs measures the costs these formulas take; runner.experiments.speculative_timing
+records what they give beside the measured speedup.
+"""
+
+from __future__ import annotations
+
+
+def expected_chars_per_pass(alpha: float, k: int) -> float:
+    """E = 1 + α + … + α^k: characters a pass emits when each proposal is kept with
+    probability α independently (the bonus or correction character included)."""
+    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def writeup_formula_speedup(chars_per_pass: float, mean_draft_length: float, draft_cost_ratio: float) -> float:
+    """The write-ups' formula: a verification costs one plain step, a drafted character ``c``."""
+    return chars_per_pass / (1 + mean_draft_length * draft_cost_ratio)
+
+
+def component_model_speedup(
+    chars_per_pass: float, mean_draft_length: float, verify_cost_ratio: float, draft_cost_ratio: float
+) -> float:
+    """Characters per pass over the pass's cost in plain steps: a verification ``v`` and
+    ``mean_draft_length`` drafted characters of ``c`` each."""
+    return chars_per_pass / (verify_cost_ratio + mean_draft_length * draft_cost_ratio)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def speculative_speedup(
+    acceptance: float, k: int, step_seconds: float, draft_step_seconds: float, verify_seconds: float
+) -> float:
+    """Plain decoding's time per token over speculative decoding's: a round drafts k tokens and
+    verifies k + 1 positions, and yields expected_chars_per_pass tokens."""
+    return expected_chars_per_pass(acceptance, k) * step_seconds / (k * draft_step_seconds + verify_seconds)
+
+
+def break_even_acceptance(
+    k: int, step_seconds: float, draft_step_seconds: float, verify_seconds: float
+) -> float | None:
+    """The smallest acceptance at which speculative decoding stops losing, by bisection; None if
+    even α = 1 loses."""
+    if speculative_speedup(1.0, k, step_seconds, draft_step_seconds, verify_seconds) < 1.0:
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(50):
+        middle = (low + high) / 2
+        if speculative_speedup(middle, k, step_seconds, draft_step_seconds, verify_seconds) < 1.0:
+            low = middle
+        else:
+            high = middle
+    return high

@@ -1,0 +1,256 @@
+"""The speculative experiment's timed parts: the loop against plain decoding through the same
+impl (part ``speculative``), with its a-priori prediction made first and the after-the-fact
+models beside it, and the A/A case (part ``aa``). The formulas come from runner.cost.speculative;
+the costs they take are measured by runner.speculative_costs."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from runner import roofline
+from runner.cost.speculative import (
+    component_model_speedup,
+    expected_chars_per_pass,
+    relative_error,
+    writeup_formula_speedup,
+)
+from runner.decode import generate
+from runner.drafts import ModelDraft
+from runner.experiments.base import ExperimentContext
+from runner.experiments.speculative_drafts import calibration_for, held_out_alpha, make_draft
+from runner.hf_model import DRAFT_PREFIX
+from runner.speculative import Draft, Schedule, acceptance_at_positions, speculative_decode
+from runner.speculative_costs import (
+    COST_CALLS,
+    CostSession,
+    dry_run_passes,
+    middle_passes,
+    passes_of_run,
+    single_call_costs,
+)
+from runner.speculative_prediction import simulate
+from runner.timing import Paired
+from store.records import MeasurementRecord
+
+CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
+
+
+def schedule_of(case: dict[str, Any]) -> Schedule:
+    """The case's schedule: fixed k, heuristic from k up to k_max, or confidence up to k."""
+    kind = case["schedule"]
+    if kind == "fixed":
+        return Schedule("fixed", case["k"], case["k"])
+    if kind == "heuristic":
+        return Schedule("heuristic", case["k"], max(case["k"], case["k_max"]))
+    return Schedule("confidence", case["k"], case["k"], case["p_min"])
+
+
+def plain_decode(case: dict[str, Any], context: ExperimentContext) -> Any:
+    prompt, target = context.prompt(), context.model
+
+    def baseline() -> object:
+        return generate(
+            target,
+            prompt,
+            case["new_tokens"],
+            temperature=case["temperature"],
+            seed=context.seed,
+            impl=case["impl"],
+        )
+
+    return baseline
+
+
+def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    plain = plain_decode(case, context)
+    return speedup_measurements(context.harness.paired(plain, plain, pairs=case["pairs"]))
+
+
+def speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
+    median, low, high = paired.measurements("speedup")
+    return [
+        MeasurementRecord("speedup_median", median.value, "ratio", median.samples),
+        MeasurementRecord("speedup_min", low.value, "ratio"),
+        MeasurementRecord("speedup_max", high.value, "ratio"),
+    ]
+
+
+def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> list[MeasurementRecord]:
+    """The prediction, made before the loop runs and from nothing the loop measures: the
+    acceptance per position of calibration text and the schedule run over it give the
+    characters per pass and the draft lengths (runner.speculative_prediction); the costs
+    come from held-out text, the plain step from generations timed now."""
+    target, n, temperature = context.model, case["new_tokens"], case["temperature"]
+    schedule = schedule_of(case)
+    prediction = simulate(calibration_for(case, context, draft), schedule, context.seed)
+    # The cost session drafts a fixed length: the schedule's mean, rounded.
+    k = min(schedule.longest, max(1, round(prediction.mean_draft_length)))
+    alpha = held_out_alpha(case, context, draft)
+    _, held_out = context.corpus.split()
+    # A verification's cost grows with its position: calibrate half way through a generation.
+    start = min(len(context.prompt()) + n // 2, target.config.context_length - k - 1)
+    text = held_out[: start + n].tolist()
+    passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
+    costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
+    # A typical step (the median), as the session costs are means over their rounds.
+    step = context.harness.min_of(plain_decode(case, context), repeats=CALIBRATION_REPEATS).median / n
+    draft_cost = costs.draft_turn_seconds / k / step
+    return [
+        MeasurementRecord("alpha_a_priori", alpha, "probability"),
+        MeasurementRecord("expected_chars_per_pass", expected_chars_per_pass(alpha, k), "chars"),
+        MeasurementRecord("predicted_chars_per_pass", prediction.chars_per_pass, "chars"),
+        MeasurementRecord("predicted_mean_draft_length", prediction.mean_draft_length, "tokens"),
+        *(
+            MeasurementRecord(f"predicted_acceptance_rate_at_position_{position}", rate, "ratio")
+            for position, rate in enumerate(prediction.acceptance_at_position, start=1)
+            if rate == rate  # nan: no simulated pass drafted that far
+        ),
+        MeasurementRecord("a_priori_step_seconds", step, "seconds"),
+        MeasurementRecord("a_priori_verify_cost_ratio", costs.verify_seconds / step, "ratio"),
+        MeasurementRecord("a_priori_draft_cost_ratio", draft_cost, "ratio"),
+        MeasurementRecord(
+            "predicted_speedup_a_priori",
+            component_model_speedup(
+                prediction.chars_per_pass, prediction.mean_draft_length, costs.verify_seconds / step, draft_cost
+            ),
+            "ratio",
+        ),
+    ]
+
+
+def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    target, prompt, impl = context.model, context.prompt(), case["impl"]
+    n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
+    schedule = schedule_of(case)
+    draft = make_draft(case, context)
+    a_priori = a_priori_prediction(case, context, draft)
+
+    def loop() -> Any:
+        return speculative_decode(
+            target, draft, schedule.k, prompt, n, temperature=temperature, seed=seed, impl=impl, schedule=schedule
+        )
+
+    counts = loop()
+    # The cost sessions draft a fixed length: the loop's mean, rounded.
+    k = min(schedule.longest, max(1, round(counts.mean_draft_length)))
+    # After each pair, the pass costs replaying the loop's own passes, so each pair's
+    # component model sees the machine as its measured ratio did.
+    passes = middle_passes(passes_of_run(counts, len(prompt)))
+    text = prompt + counts.tokens
+    cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
+    sessions = []
+    paired = context.harness.paired(
+        plain_decode(case, context), loop, pairs=case["pairs"], between=lambda: sessions.append(cost_session())
+    )
+    target_pass_seconds, draft_call_seconds = single_call_costs(
+        target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
+    )
+    per_pass = counts.chars_per_target_pass
+    drafted = counts.mean_draft_length
+    assisted = hf_assisted(case, context, draft, schedule)
+    # Costs in units of that pair's plain decode step (target pass and sampling): a
+    # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
+    # and following the commit, calls included. The write-ups' formula takes a verification
+    # as one step; the component model uses the measured verification.
+    steps = [seconds / n for seconds in paired.baseline_seconds]
+    draft_costs = [costs.draft_turn_seconds / k / step for costs, step in zip(sessions, steps, strict=True)]
+    verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
+    writeup_formula = statistics.median(writeup_formula_speedup(per_pass, drafted, draft) for draft in draft_costs)
+    component_model = statistics.median(
+        component_model_speedup(per_pass, drafted, verify, draft)
+        for verify, draft in zip(verify_costs, draft_costs, strict=True)
+    )
+    measured = paired.median
+    predicted = {record.metric: record.value for record in a_priori}
+    decided = len(counts.total_variations)
+    positions = acceptance_at_positions(counts.accepted_per_pass, counts.drafted_per_pass, schedule.longest)
+    greedy: list[MeasurementRecord] = []
+    if temperature == 0.0:
+        plain = generate(target, prompt, n, temperature=0.0, seed=seed, impl=impl).tokens
+        greedy = [MeasurementRecord("greedy_matches_target", counts.tokens == plain, "bool")]
+    return [
+        *a_priori,
+        *greedy,
+        MeasurementRecord(
+            "a_priori_relative_error", relative_error(predicted["predicted_speedup_a_priori"], measured), "ratio"
+        ),
+        MeasurementRecord(
+            "a_priori_chars_per_pass_error",
+            relative_error(predicted["predicted_chars_per_pass"], per_pass),
+            "ratio",
+        ),
+        MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
+        MeasurementRecord("chars_per_target_pass", per_pass, "chars"),
+        MeasurementRecord("mean_accepted_length", counts.mean_accepted_length, "tokens"),
+        MeasurementRecord("system_efficiency", counts.system_efficiency, "ratio"),
+        MeasurementRecord("mean_draft_length", drafted, "tokens"),
+        *(
+            MeasurementRecord(f"acceptance_rate_at_position_{position}", rate, "ratio")
+            for position, rate in enumerate(positions, start=1)
+            if rate == rate  # nan: no pass drafted that far
+        ),
+        MeasurementRecord("target_passes", counts.target_passes, "passes"),
+        MeasurementRecord("accepted", counts.accepted, "tokens"),
+        MeasurementRecord("proposed", counts.proposed, "tokens"),
+        MeasurementRecord("acceptance_per_decided", counts.accepted / decided if decided else 0.0, "ratio"),
+        MeasurementRecord("one_minus_mean_tv", 1 - sum(counts.total_variations) / max(decided, 1), "ratio"),
+        *(
+            MeasurementRecord(f"accepted_length_{length}", passes, "passes")
+            for length, passes in enumerate(counts.accepted_histogram)
+        ),
+        MeasurementRecord("target_step_seconds", statistics.median(steps), "seconds"),
+        MeasurementRecord("verify_seconds", statistics.median(costs.verify_seconds for costs in sessions), "seconds"),
+        MeasurementRecord(
+            "draft_seconds_per_char",
+            statistics.median(costs.draft_turn_seconds for costs in sessions) / k,
+            "seconds",
+        ),
+        MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
+        # The write-ups' cost table: single calls timed on their own, and their c.
+        MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
+        MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
+        MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
+        MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
+        *speedup_measurements(paired),
+        MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
+        MeasurementRecord("speculative_seconds", min(paired.candidate_seconds), "seconds"),
+        MeasurementRecord("writeup_formula_speedup", writeup_formula, "ratio"),
+        MeasurementRecord("writeup_formula_relative_error", relative_error(writeup_formula, measured), "ratio"),
+        MeasurementRecord("component_model_speedup", component_model, "ratio"),
+        MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
+        *assisted,
+        # The roofline prices a verification of the length the cost sessions drafted.
+        *roofline.speculative(context, {**case, "k": k}, draft, a_priori, statistics.median(verify_costs), measured),
+    ]
+
+
+def hf_assisted(
+    case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule
+) -> list[MeasurementRecord]:
+    """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
+    in pairs against this loop (runner.hf_peer); nothing for the other drafts."""
+    if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
+        return []
+    from runner.hf_peer import assisted_measurements
+
+    target, prompt, impl = context.model, context.prompt(), case["impl"]
+    n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
+
+    def loop(temperature: float) -> Any:
+        return speculative_decode(
+            target, draft, schedule.k, prompt, n, temperature=temperature, seed=seed, impl=impl, schedule=schedule
+        )
+
+    return assisted_measurements(
+        target,
+        draft.model,
+        prompt,
+        n,
+        temperature,
+        seed,
+        loop(0.0).tokens,
+        lambda: loop(temperature),
+        context,
+        case["pairs"],
+    )
