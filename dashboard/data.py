@@ -66,34 +66,17 @@ def part(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return frame[frame["part"] == name].dropna(axis=1, how="all").reset_index(drop=True)
 
 
-def with_impl(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows with their impl; cases recorded before impls existed ran ``static``."""
-    if frame.empty:
-        return frame
-    impl = frame["impl"] if "impl" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
-    return frame.assign(impl=impl.fillna("static"))
-
-
 def with_no_cache_path(timing: pd.DataFrame) -> pd.DataFrame:
-    """KV timing rows with ``no_cache_impl``, the path their baseline ran through, and
-    ``baseline``, how a reader should take their measured_speedup. Cases recorded before
-    per-impl baselines lack the param: their baseline was the eager (static) no-cache forward
-    whatever the impl, so a compiled impl's speedup there mixes the compiler's gain with the
-    cache's."""
+    """KV timing rows with ``baseline``, how a reader should take their measured_speedup: the
+    no-cache side ran through ``no_cache_impl``. Only old runs differ from the impl (their
+    no-cache side was the eager forward whatever the impl, store.compatibility), so a compiled
+    impl's speedup there mixes the compiler's gain with the cache's."""
     if timing.empty:
         return timing
-    frame = with_impl(timing)
-    recorded = (
-        frame["no_cache_impl"].astype(object)
-        if "no_cache_impl" in frame.columns
-        else pd.Series(None, index=frame.index, dtype=object)
-    )
-    frame = frame.assign(no_cache_impl=recorded.fillna("static"))
+    frame = timing.copy()
     same = frame["no_cache_impl"] == frame["impl"]
-    old = recorded.isna() & ~same
     frame["baseline"] = "no cache, same impl"
-    frame.loc[old, "baseline"] = "eager no cache (old definition, before per-impl baselines)"
-    frame.loc[~same & ~old, "baseline"] = "no cache through " + frame["no_cache_impl"]
+    frame.loc[~same, "baseline"] = "eager no cache (old definition, before per-impl baselines)"
     return frame
 
 
@@ -112,8 +95,7 @@ def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
     baseline's time per token (a speedup over a slow baseline is not a fast decoder)."""
     if speculative.empty:
         return pd.DataFrame()
-    frame = with_impl(speculative)
-    best = frame.loc[frame.groupby("impl")["speedup_median"].idxmax()]
+    best = speculative.loc[speculative.groupby("impl")["speedup_median"].idxmax()]
     if "target_step_seconds" in best.columns:
         best = best.assign(baseline_us_per_token=best["target_step_seconds"] * 1e6)
     columns = [

@@ -53,7 +53,7 @@ def _kv_timing(store: Store, metric: str) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame = frame[_param(frame, "part") == "timing"]
-    return _at_length(frame.assign(impl=_param(frame, "impl").fillna("static")))
+    return _at_length(frame.assign(impl=_param(frame, "impl")))
 
 
 def received_fraction(store: Store) -> pd.DataFrame:
@@ -76,7 +76,7 @@ def best_speculative_speedup(store: Store) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame = frame[_param(frame, "part") == "speculative"]
-    frame = frame.assign(impl=_param(frame, "impl").fillna("static"))
+    frame = frame.assign(impl=_param(frame, "impl"))
     return frame.loc[frame.groupby(["run_id", "impl"])["value"].idxmax()]
 
 

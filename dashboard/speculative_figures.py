@@ -15,13 +15,10 @@ BUG_VARIANTS = ("accept_all", "inverted_ratio", "residual_unnormalised", "bonus_
 
 
 def with_schedule(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows with ``schedule``, ``temperature`` and a ``setting`` in words; cases recorded before
-    schedules and temperatures were dimensions ran fixed k at temperature 1."""
+    """Rows with a ``setting`` in words (old runs' schedule and temperature are filled on the
+    store's read path, store.compatibility)."""
     if frame.empty:
         return frame
-    schedule = frame["schedule"] if "schedule" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
-    temperature = frame["temperature"] if "temperature" in frame.columns else pd.Series(1.0, index=frame.index)
-    frame = frame.assign(schedule=schedule.fillna("fixed"), temperature=temperature.fillna(1.0))
     settings = []
     for row in frame.to_dict("records"):
         if row["schedule"] == "confidence":
@@ -91,7 +88,7 @@ def choices(choice: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "impl": row["impl"],
-                "temperature": row.get("temperature", 1.0),
+                "temperature": row["temperature"],
                 "a_priori_choice": named("a_priori_choice"),
                 "a_priori_choice_speedup": row["a_priori_choice_speedup"],
                 "measured_best": named("measured_best"),

@@ -29,10 +29,10 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
     for row in rows:
         params = row.params
         if params.get("part") == "speculative":
-            key = (params["impl"], params.get("temperature", 1.0), candidate_of(params))
+            key = (params["impl"], params["temperature"], candidate_of(params))
             speculative.setdefault(key, {})[row.metric] = row.value
         elif params.get("part") == "choice":
-            choice_key = (params["impl"], params.get("temperature", 1.0))
+            choice_key = (params["impl"], params["temperature"])
             choices.setdefault(choice_key, (params, {}))[1][row.metric] = row.value
     lines = []
     for (impl, temperature), (params, values) in choices.items():

@@ -13,6 +13,7 @@ from sqlalchemy import Select, case, func, select
 from sqlalchemy.sql.expression import Selectable
 
 from store.clock import server_now
+from store.compatibility import current_params
 from store.schema import Case, Job, Machine, Measurement, Run, Sample, Worker
 
 if TYPE_CHECKING:
@@ -28,6 +29,21 @@ def _decode_params(frame: pd.DataFrame) -> pd.DataFrame:
     # SQLite's JSON comes back as text through pandas; PostgreSQL's as dicts.
     if len(frame) and isinstance(frame["params"].iloc[0], str):
         frame["params"] = frame["params"].map(json.loads)
+    return frame
+
+
+def _current_params(frame: pd.DataFrame) -> pd.DataFrame:
+    """The read path's one compatibility step (store.compatibility): old runs' params as today's."""
+    frame = _decode_params(frame)
+    if len(frame):
+        frame["params"] = pd.Series(
+            [
+                current_params(experiment, params)
+                for experiment, params in zip(frame["experiment"], frame["params"], strict=True)
+            ],
+            index=frame.index,
+            dtype=object,
+        )
     return frame
 
 
@@ -183,7 +199,7 @@ def measurements(store: Store, run_id: int, experiment: str | None = None) -> pd
     query = _measurement_query().where(Measurement.run_id == run_id)
     if experiment is not None:
         query = query.where(Measurement.experiment == experiment)
-    return _decode_params(_frame(store, query))
+    return _current_params(_frame(store, query))
 
 
 def metric_across_runs(
@@ -193,7 +209,7 @@ def metric_across_runs(
     query = _measurement_query().where(Measurement.experiment == experiment, Measurement.metric == metric)
     if machines:
         query = query.where(Machine.name.in_(list(machines)))
-    return _decode_params(_frame(store, query))
+    return _current_params(_frame(store, query))
 
 
 def metric_names(store: Store, experiment: str) -> list[str]:

@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from store.clock import server_now
+from store.compatibility import current_params
 from store.errors import ClaimLost
 from store.outage import OutageGuard, survives_outages
 from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
@@ -154,7 +155,10 @@ class Results:
             .order_by(Measurement.id)
         )
         with self._sessions.read() as session:
-            return [RecordedMeasurement(*row) for row in session.execute(query)]
+            return [
+                RecordedMeasurement(current_params(experiment, params), metric, value, unit)
+                for params, metric, value, unit in session.execute(query)
+            ]
 
     @survives_outages
     def finish_run(

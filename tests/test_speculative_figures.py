@@ -14,7 +14,8 @@ def test_the_per_position_curve_sits_beside_alpha_to_the_i_and_the_prediction() 
             {
                 "draft": ["ngram", "small"],
                 "k": [2, 4],
-                "schedule": [None, "confidence"],
+                "schedule": ["fixed", "confidence"],
+                "temperature": [1.0, 1.0],
                 "p_min": [None, 0.5],
                 "acceptance_rate": [0.5, 0.8],
                 "acceptance_rate_at_position_1": [0.6, 0.9],
@@ -23,8 +24,7 @@ def test_the_per_position_curve_sits_beside_alpha_to_the_i_and_the_prediction() 
             }
         )
     )
-    assert list(cases["setting"]) == ["fixed k=2", "confidence p_min=0.5 (≤4)"], "old rows ran fixed k"
-    assert list(cases["temperature"]) == [1.0, 1.0]
+    assert list(cases["setting"]) == ["fixed k=2", "confidence p_min=0.5 (≤4)"]
     long = speculative_figures.position_curves(cases)
     curves = long.set_index(["draft", "position", "series"])["acceptance"]
     assert curves[("ngram", 1, "measured")] == 0.6

@@ -13,7 +13,7 @@ YES_NO = {1.0: "yes", 0.0: "no"}
 
 
 def exactness(cases: pd.DataFrame) -> None:
-    equivalence = data.with_impl(data.part(cases, "equivalence"))
+    equivalence = data.part(cases, "equivalence")
     if equivalence.empty:
         ui.absent("equivalence cases (cached against uncached)")
         return
@@ -188,13 +188,13 @@ def growth(cases: pd.DataFrame, timing: pd.DataFrame) -> None:
     fit = data.part(cases, "fit")
     if not fit.empty and not timing.empty:
         st.subheader("Time against n (log–log): time ∝ n^slope")
-        ui.chart(charts.seconds_against_n(timing, data.with_impl(fit)))
+        ui.chart(charts.seconds_against_n(timing, fit))
         ui.table(
             fit,
             "kv_cache_fit",
             ["impl", "slope_no_cache", "max_fit_error_no_cache", "slope_cache", "max_fit_error_cache"],
         )
-    prefill = data.with_impl(data.part(cases, "prefill"))
+    prefill = data.part(cases, "prefill")
     if not prefill.empty:
         st.subheader("The first token against the ones after it")
         st.caption(

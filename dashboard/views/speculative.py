@@ -15,7 +15,7 @@ if opened and run_id is not None:
     cases, old_names = data.with_current_names(data.load_cases(opened[0], run_id, "speculative"))
     for old, new in old_names.items():
         st.caption(f"Run {run_id} recorded `{new}` under its old name `{old}`; the figure is shown as `{new}`.")
-    speculative = speculative_figures.with_schedule(data.with_impl(data.part(cases, "speculative")))
+    speculative = speculative_figures.with_schedule(data.part(cases, "speculative"))
     if not speculative.empty:
         best = data.best_speedup_by_impl(speculative)
         st.subheader("Best measured speedup per target impl")
@@ -27,7 +27,7 @@ if opened and run_id is not None:
             "a speedup over a slow baseline is not a fast decoder."
         )
         ui.table(best, "speculative_best")
-        choices = speculative_figures.choices(data.with_impl(data.part(cases, "choice")))
+        choices = speculative_figures.choices(data.part(cases, "choice"))
         if not choices.empty:
             st.caption(
                 "Following the a-priori model: the (draft, schedule, k or p_min) it would pick per impl and "
@@ -35,7 +35,7 @@ if opened and run_id is not None:
                 "(a_priori_regret: 0 when within the noise band of the two cases' pairs, shown beside it)."
             )
             ui.table(choices, "speculative_a_priori_choice")
-        accuracy = data.with_impl(data.part(cases, "accuracy"))
+        accuracy = data.part(cases, "accuracy")
         if not accuracy.empty:
             st.caption("How close the a-priori prediction came, over every case of the impl (targets: ≤ 5%, ≥ 90%).")
             ui.table(accuracy, "speculative_accuracy", ["impl", "a_priori_error_median", "a_priori_within_10pct"])
@@ -88,7 +88,7 @@ if opened and run_id is not None:
         with right:
             ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", f"{unit} per target pass"))
         ui.chart(charts.speedup_bands(speculative))
-        noise = data.with_impl(data.part(cases, "aa"))
+        noise = data.part(cases, "aa")
         for row in noise.to_dict("records"):
             st.caption(
                 f"Noise floor, {row['impl']} (baseline against itself): {row['speedup_median']:.3f}× "
@@ -205,7 +205,7 @@ if opened and run_id is not None:
             "detectable_tv."
         )
         ui.table(
-            speculative_figures.check_verdicts(data.with_impl(distribution)),
+            speculative_figures.check_verdicts(distribution),
             "speculative_check",
             [
                 "impl",

@@ -1,0 +1,60 @@
+"""Old runs are read through one compatibility step on the store's read path: params a case
+gained since its run was recorded come back filled with what the run in fact used, while the
+store (and an export of it) keeps them as recorded."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from store import frames
+from store.compatibility import FILLED, current_params
+from store.records import CaseRecord, MachineRecord, MeasurementRecord
+from store.store import Store
+
+MACHINE = MachineRecord("laptop", "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cpu", None)
+
+# As code from before impls, per-impl baselines, temperatures and schedules recorded them.
+OLD_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("kv_cache", {"part": "timing", "n": 64}, "measured_speedup"),
+    ("speculative", {"part": "speculative", "draft": "bigram", "k": 2}, "speedup_median"),
+    ("speculative", {"part": "choice", "drafts": ["bigram"]}, "a_priori_regret"),
+    ("kv_cache", {"part": "counts", "n": 64}, "mults_cache"),
+]
+
+
+def test_old_params_are_filled_on_the_read_path_and_kept_in_the_store(sqlite_url: str) -> None:
+    store = Store(sqlite_url)
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+    for experiment, params, metric in OLD_CASES:
+        store.results.record_case(run_id, CaseRecord(experiment, params, (MeasurementRecord(metric, 2.0, "ratio"),)))
+    read = {row["metric"]: row["params"] for row in frames.measurements(store, run_id).to_dict("records")}
+    assert read["measured_speedup"] == {"part": "timing", "n": 64, "impl": "static", "no_cache_impl": "static"}
+    assert read["speedup_median"] == {
+        "part": "speculative",
+        "draft": "bigram",
+        "k": 2,
+        "impl": "static",
+        "temperature": 1.0,
+        "schedule": "fixed",
+    }
+    assert read["a_priori_regret"] == {"part": "choice", "drafts": ["bigram"], "impl": "static", "temperature": 1.0}
+    assert read["mults_cache"] == {"part": "counts", "n": 64}, "a part that never had the params gains none"
+    across = frames.metric_across_runs(store, "speculative", "speedup_median")
+    assert across["params"].iloc[0]["schedule"] == "fixed"
+    # The runner's own read (a resumed run's earlier cases) goes through the same step.
+    (resumed,) = [row for row in store.results.measurements(run_id, "speculative") if row.metric == "speedup_median"]
+    assert resumed.params["temperature"] == 1.0
+    # The store and an export keep what was recorded.
+    exported = frames.export_rows(store, run_id)
+    assert {json.dumps(params, sort_keys=True) for _, params, _ in OLD_CASES} == set(exported["params"])
+
+
+def test_current_params_are_returned_as_planned() -> None:
+    for (experiment, part), filled in FILLED.items():
+        planned = {"part": part, **{key: f"planned {key}" for key in filled}}
+        assert current_params(experiment, planned) == planned
+    # A newer value is never overwritten by the default.
+    assert current_params("kv_cache", {"part": "timing", "impl": "fast"})["impl"] == "fast"
