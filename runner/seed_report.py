@@ -33,7 +33,6 @@ from runner.cost import counts
 from store.records import RecordedMeasurement
 
 FIGURES_PATH = Path(__file__).parent / "data" / "seed_figures.toml"
-EXPERIMENTS = ("kv_cache", "speculative", "quantization", "context_cost")
 
 # Figures decodelab computes from its own modules (the write-ups' arithmetic about real models).
 COMPUTED: dict[str, Callable[[], float]] = {
@@ -84,9 +83,13 @@ class RunFigures:
     """One run's recorded measurements, looked up by experiment, metric and case params."""
 
     def __init__(self, source: MeasurementSource, run_id: int) -> None:
-        self.rows = {experiment: source.measurements(run_id, experiment) for experiment in EXPERIMENTS}
+        self.source, self.run_id = source, run_id
+        # Read once per experiment a figure names (the figures file says which), when first asked.
+        self.rows: dict[str, list[RecordedMeasurement]] = {}
 
     def value(self, experiment: str, metric: str, params: dict[str, Any]) -> float | None:
+        if experiment not in self.rows:
+            self.rows[experiment] = self.source.measurements(self.run_id, experiment)
         for row in self.rows[experiment]:
             if row.metric == metric and all(row.params.get(key) == value for key, value in params.items()):
                 return row.value

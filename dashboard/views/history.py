@@ -8,6 +8,7 @@ from analysis.runs import sweep_labels
 from dashboard import charts, data, headlines, ui
 from dashboard.metrics import opening_metric
 from runner.labels import case_labels
+from runner.metrics import EXPERIMENT_ORDER
 
 st.title("History")
 opened = ui.open_store()
@@ -91,7 +92,8 @@ if opened:
         )
 
         st.subheader("Any metric over time")
-        experiments = ["bench", "training_summary", "kv_cache", "overhead", "quantization", "speculative"]
+        # bench first (`decodelab bench` records only it); context_cost is closed-form counts, flat over time.
+        experiments = ["bench", *(name for name in EXPERIMENT_ORDER if name not in ("bench", "context_cost"))]
         left, right = st.columns(2)
         # Opens on the first experiment the store holds (bench is recorded only by `decodelab bench`).
         recorded = [index for index, name in enumerate(experiments) if data.load_metric_names(url, name)]
