@@ -18,7 +18,7 @@ import pandas as pd
 from analysis import calibration, comparison, review, review_charts
 from analysis.figures import Figure
 from analysis.runs import sweep_label
-from runner.metrics import RENAMED_METRICS
+from store.compatibility import renamed_in
 from store.drift import DriftRecord
 from store.store import Store
 from store.user_text import markdown_cell, markdown_text
@@ -99,9 +99,9 @@ def build_report(
     table = comparison.judge(inputs, headline_only=headline_only)
     warnings = warnings_for(run, baseline)
     for which, measured in (("run", run_measurements), ("baseline", baseline_measurements)):
-        old = sorted(set(measured["metric"]) & set(RENAMED_METRICS))
+        old = renamed_in(measured)
         if old:
-            renamed = ", ".join(f"{name} → {RENAMED_METRICS[name]}" for name in old)
+            renamed = ", ".join(f"{name} → {current}" for name, current in old.items())
             warnings.append(
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )

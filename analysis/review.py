@@ -36,7 +36,7 @@ import pandas as pd
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import adjusted_p_values, mann_whitney_p, robust_sigma, smallest_p_value
 from runner.labels import part_labels
-from runner.metrics import RENAMED_METRICS, headlines, is_deterministic
+from runner.metrics import headlines, is_deterministic
 from store.records import case_key as params_key
 
 __all__ = [
@@ -319,11 +319,10 @@ def decided(p_value: float, shift: float, better: str, floor: float, drift: floa
 
 
 def current_names(measurements: pd.DataFrame) -> pd.DataFrame:
-    """The measurements without the A/A pairs (they calibrate, they are not compared), renamed
-    metrics under their current names (so an old run's meet a new run's), with ``part`` and
-    ``params_key`` columns."""
+    """The measurements without the A/A pairs (they calibrate, they are not compared), with
+    ``part`` and ``params_key`` columns. Renamed metrics already come under their current names
+    from the store's read path (store.compatibility), so an old run's meet a new run's."""
     frame = measurements.copy()
-    frame["metric"] = frame["metric"].map(lambda metric: RENAMED_METRICS.get(metric, metric))
     frame["part"] = frame["params"].map(lambda params: params.get("part"))
     frame["params_key"] = frame["params"].map(params_key)
     return frame[~frame["part"].isin(NOISE_PARTS)]

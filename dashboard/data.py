@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
-from dashboard.metrics import RENAMED_METRICS
 from runner.cost.overhead_fit import OverheadFit
 from store import frames
+from store.compatibility import renamed_in
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -78,16 +78,6 @@ def with_no_cache_path(timing: pd.DataFrame) -> pd.DataFrame:
     frame["baseline"] = "no cache, same impl"
     frame.loc[~same, "baseline"] = "eager no cache (old definition, before per-impl baselines)"
     return frame
-
-
-def with_current_names(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
-    """``frame`` with every renamed metric's column under its current name (filled from the old
-    column where the new one is missing), and the old names found, mapped to their new ones."""
-    found = {old: new for old, new in RENAMED_METRICS.items() if old in frame.columns}
-    renamed = frame.copy()
-    for old, new in found.items():
-        renamed[new] = renamed[new].fillna(renamed[old]) if new in renamed.columns else renamed[old]
-    return renamed.drop(columns=list(found)), found
 
 
 def best_speedup_by_impl(speculative: pd.DataFrame) -> pd.DataFrame:
@@ -195,6 +185,12 @@ def load_experiment_runs(url: str, experiment: str) -> pd.DataFrame:
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
 def load_cases(url: str, run_id: int, experiment: str) -> pd.DataFrame:
     return wide_cases(frames.measurements(store_for(url), run_id, experiment))
+
+
+@st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)
+def load_renamed(url: str, run_id: int, experiment: str) -> dict[str, str]:
+    """The old metric names a run recorded ``experiment`` under, each with its current name."""
+    return renamed_in(frames.measurements(store_for(url), run_id, experiment))
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)

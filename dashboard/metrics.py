@@ -3,9 +3,9 @@ under this name for the pages that ask here."""
 
 from __future__ import annotations
 
-from runner.metrics import RENAMED_METRICS, is_deterministic, kind_of, lookup
+from runner.metrics import is_deterministic, kind_of, lookup
 
-__all__ = ["RENAMED_METRICS", "is_deterministic", "kind_of", "lookup"]
+__all__ = ["is_deterministic", "kind_of", "lookup"]
 
 # The metric a page opens on for each experiment: one that varies and that a reader asks about
 # first (not a closed-form constant such as arithmetic_ratio).

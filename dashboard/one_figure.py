@@ -53,8 +53,8 @@ def show(url: str, runs: pd.DataFrame) -> None:
     metric = middle.selectbox(
         "Metric", metrics, index=metrics.index(opening_metric(experiment, metrics)), key="compare_metric"
     )
-    ui.old_name_note(metric)
     values = chosen_values(url, runs, experiment, metric)
+    ui.old_name_note(values)
     if mode == "machines":
         machines = sorted(values["machine"].unique())
         wanted = [m for m in st.query_params.get_all("figure_machines") if m in machines] or machines[:4]

@@ -14,6 +14,7 @@ from analysis import tables
 from analysis.runs import sweep_label
 from dashboard import data, theme
 from runner.data_folder import DEFAULT_DATA_DIR
+from store.compatibility import renamed_in
 from store.errors import StoreError
 from store.store import Store
 from store.user_text import csv_safe
@@ -48,14 +49,14 @@ def absent(what: str, command: str = FILL_COMMAND) -> None:
     st.info(f"This run recorded no {what}: `{command}` records it.")
 
 
-def old_name_note(metric: str) -> None:
-    """Say so when a metric picked by name is one recorded under a name since retired."""
-    from dashboard.metrics import RENAMED_METRICS
-
-    if metric in RENAMED_METRICS:
+def old_name_note(values: pd.DataFrame) -> None:
+    """Say so when some runs recorded the metric shown under a name since retired (the store's
+    read path shows them under the current name: store.compatibility)."""
+    for old, new in renamed_in(values).items():
+        runs = sorted(values.loc[values["recorded_metric"] == old, "run_id"].unique())
         st.caption(
-            f"`{metric}` is the old name of `{RENAMED_METRICS[metric]}` (renamed because the old name claimed more "
-            "than it measured): older runs recorded it under this name, newer ones under the new."
+            f"Run(s) {', '.join(str(run) for run in runs)} recorded `{new}` under its old name `{old}` (renamed "
+            "because the old name claimed more than it measured); shown here under the new name."
         )
 
 

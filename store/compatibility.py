@@ -15,12 +15,20 @@ What older runs did, by the parameter they lack:
 - ``temperature`` (speculative): cases recorded before temperatures were a dimension sampled at 1.
 - ``schedule`` (speculative timed cases): recorded before schedules were a dimension, they drafted
   a fixed k every pass.
+
+Metrics renamed since a run recorded them (the catalogue's ``old_names``, runner.metrics) are read
+under their current names, so an old run's figure meets a new run's; the name the run used stays
+beside it in ``recorded_metric``, where the pages and the review's warnings say so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import pandas as pd
+
+from runner.metrics import RENAMED_METRICS
 
 # (experiment, part) → the params today's planner always writes there, with the value a case
 # recorded without one ran at.
@@ -41,3 +49,41 @@ def current_params(experiment: str, params: Mapping[str, Any]) -> dict[str, Any]
     if not filled or filled.keys() <= params.keys():
         return dict(params)
     return {**filled, **params}
+
+
+def current_metric(name: str) -> str:
+    """The name today's catalogue gives a metric recorded as ``name``."""
+    return RENAMED_METRICS.get(name, name)
+
+
+def recorded_names(metric: str) -> list[str]:
+    """Every name runs may have recorded ``metric`` under: its own and its old ones."""
+    return [metric, *(old for old, new in RENAMED_METRICS.items() if new == metric)]
+
+
+def as_today(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measurement rows as today's code names them: each case's params filled (current_params)
+    and each renamed metric under its current name, the recorded name kept in ``recorded_metric``."""
+    if frame.empty:
+        return frame.assign(recorded_metric=pd.Series(dtype=object)) if "metric" in frame.columns else frame
+    frame["params"] = pd.Series(
+        [
+            current_params(experiment, params)
+            for experiment, params in zip(frame["experiment"], frame["params"], strict=True)
+        ],
+        index=frame.index,
+        dtype=object,
+    )
+    if "metric" in frame.columns:
+        frame["recorded_metric"] = frame["metric"]
+        frame["metric"] = frame["metric"].map(current_metric)
+    return frame
+
+
+def renamed_in(frame: pd.DataFrame) -> dict[str, str]:
+    """The old metric names ``frame`` (rows from as_today) was recorded under, each mapped to its
+    current name."""
+    if frame.empty or "recorded_metric" not in frame.columns:
+        return {}
+    renamed = frame[frame["recorded_metric"] != frame["metric"]]
+    return dict(sorted(zip(renamed["recorded_metric"], renamed["metric"], strict=True)))

@@ -13,7 +13,7 @@ from sqlalchemy import Select, case, func, select
 from sqlalchemy.sql.expression import Selectable
 
 from store.clock import server_now
-from store.compatibility import current_params
+from store.compatibility import as_today, current_metric, recorded_names
 from store.schema import Case, Job, Machine, Measurement, Run, Sample, Worker
 
 if TYPE_CHECKING:
@@ -32,19 +32,9 @@ def _decode_params(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _current_params(frame: pd.DataFrame) -> pd.DataFrame:
-    """The read path's one compatibility step (store.compatibility): old runs' params as today's."""
-    frame = _decode_params(frame)
-    if len(frame):
-        frame["params"] = pd.Series(
-            [
-                current_params(experiment, params)
-                for experiment, params in zip(frame["experiment"], frame["params"], strict=True)
-            ],
-            index=frame.index,
-            dtype=object,
-        )
-    return frame
+def _as_today(frame: pd.DataFrame) -> pd.DataFrame:
+    """The read path's one compatibility step (store.compatibility): old runs read as today's."""
+    return as_today(_decode_params(frame))
 
 
 def runs(
@@ -199,23 +189,26 @@ def measurements(store: Store, run_id: int, experiment: str | None = None) -> pd
     query = _measurement_query().where(Measurement.run_id == run_id)
     if experiment is not None:
         query = query.where(Measurement.experiment == experiment)
-    return _current_params(_frame(store, query))
+    return _as_today(_frame(store, query))
 
 
 def metric_across_runs(
     store: Store, experiment: str, metric: str, machines: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """One metric of one experiment over every run and machine."""
-    query = _measurement_query().where(Measurement.experiment == experiment, Measurement.metric == metric)
+    """One metric of one experiment over every run and machine, under whichever name each run
+    recorded it (``recorded_metric`` says which)."""
+    query = _measurement_query().where(
+        Measurement.experiment == experiment, Measurement.metric.in_(recorded_names(metric))
+    )
     if machines:
         query = query.where(Machine.name.in_(list(machines)))
-    return _current_params(_frame(store, query))
+    return _as_today(_frame(store, query))
 
 
 def metric_names(store: Store, experiment: str) -> list[str]:
     with store.read() as session:
         query = select(Measurement.metric).where(Measurement.experiment == experiment).distinct()
-        return sorted(session.scalars(query))
+        return sorted({current_metric(name) for name in session.scalars(query)})
 
 
 def samples(store: Store, measurement_ids: Sequence[int]) -> pd.DataFrame:

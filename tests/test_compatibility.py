@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from store import frames
-from store.compatibility import FILLED, current_params
+from store.compatibility import FILLED, current_params, renamed_in
 from store.records import CaseRecord, MachineRecord, MeasurementRecord
 from store.store import Store
 
@@ -58,3 +58,35 @@ def test_current_params_are_returned_as_planned() -> None:
         assert current_params(experiment, planned) == planned
     # A newer value is never overwritten by the default.
     assert current_params("kv_cache", {"part": "timing", "impl": "fast"})["impl"] == "fast"
+
+
+def test_renamed_metrics_are_read_under_their_current_names_and_the_recorded_name_kept(sqlite_url: str) -> None:
+    store = Store(sqlite_url)
+    machine_id = store.results.machine_id(MACHINE)
+    old_run = store.results.start_run(machine_id=machine_id, spec={}, code_version="old", model_id=None)
+    new_run = store.results.start_run(machine_id=machine_id, spec={}, code_version="new", model_id=None)
+    params = {"part": "speculative", "draft": "bigram", "k": 2}
+    # Before the rename the component model was recorded as predicted_speedup_refined.
+    for run_id, metric, value in (
+        (old_run, "predicted_speedup_refined", 1.2),
+        (new_run, "component_model_speedup", 1.3),
+    ):
+        store.results.record_case(
+            run_id, CaseRecord("speculative", params, (MeasurementRecord(metric, value, "ratio"),))
+        )
+    old = frames.measurements(store, old_run)
+    assert old[["metric", "recorded_metric", "value"]].values.tolist() == [
+        ["component_model_speedup", "predicted_speedup_refined", 1.2]
+    ]
+    assert renamed_in(old) == {"predicted_speedup_refined": "component_model_speedup"}
+    assert renamed_in(frames.measurements(store, new_run)) == {}
+    across = frames.metric_across_runs(store, "speculative", "component_model_speedup")
+    assert sorted(zip(across["run_id"], across["recorded_metric"], across["value"], strict=True)) == [
+        (old_run, "predicted_speedup_refined", 1.2),
+        (new_run, "component_model_speedup", 1.3),
+    ]
+    assert frames.metric_names(store, "speculative") == ["component_model_speedup"]
+    (resumed,) = store.results.measurements(old_run, "speculative")
+    assert resumed.metric == "component_model_speedup"
+    # The store keeps the name the run recorded.
+    assert set(frames.export_rows(store, old_run)["metric"]) == {"predicted_speedup_refined"}

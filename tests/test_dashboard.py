@@ -90,19 +90,6 @@ def test_predicted_vs_measured_names_each_model_and_draws_the_diagonal() -> None
     assert len(only["datasets"][only["layer"][1]["data"]["name"]]) == 2
 
 
-def test_old_metric_names_are_shown_under_the_new_ones_and_said_so() -> None:
-    old = pd.DataFrame({"draft": ["bigram"], "predicted_speedup_refined": [1.2], "predicted_speedup": [1.4]})
-    renamed, found = data.with_current_names(old)
-    assert renamed["component_model_speedup"].tolist() == [1.2]
-    assert renamed["writeup_formula_speedup"].tolist() == [1.4]
-    assert found == {
-        "predicted_speedup_refined": "component_model_speedup",
-        "predicted_speedup": "writeup_formula_speedup",
-    }
-    current = pd.DataFrame({"component_model_speedup": [1.1]})
-    assert data.with_current_names(current)[1] == {}
-
-
 def test_the_best_speedup_is_picked_per_impl_and_old_runs_count_as_static() -> None:
     speculative = pd.DataFrame(
         {

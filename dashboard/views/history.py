@@ -107,8 +107,8 @@ if opened:
         else:
             default = opening_metric(experiment, metrics)
             metric = right.selectbox("Metric", metrics, index=metrics.index(default), key="history_metric")
-            ui.old_name_note(metric)
             values = data.load_metric(url, experiment, metric)
+            ui.old_name_note(values)
             values["point"] = case_labels(values["params"].tolist())
             points = list(dict.fromkeys(values["point"]))
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]

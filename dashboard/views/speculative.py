@@ -12,8 +12,8 @@ opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "speculative", "speculative decoding") if opened else None
 if opened and run_id is not None:
     unit = ui.text_unit(opened[0], run_id)  # tokens for an hf checkpoint's run
-    cases, old_names = data.with_current_names(data.load_cases(opened[0], run_id, "speculative"))
-    for old, new in old_names.items():
+    cases = data.load_cases(opened[0], run_id, "speculative")
+    for old, new in data.load_renamed(opened[0], run_id, "speculative").items():
         st.caption(f"Run {run_id} recorded `{new}` under its old name `{old}`; the figure is shown as `{new}`.")
     speculative = speculative_figures.with_schedule(data.part(cases, "speculative"))
     if not speculative.empty:
