@@ -1,6 +1,6 @@
 """Comparing machines: which run stands for each, the fingerprints, the matrix of headline
-figures, the determinism audit and `decodelab report machines`, on a store holding the tiny
-spec run twice through the real CLI with DECODELAB_MACHINE set to two names (a spec's runs
+figures, the determinism audit and `decodelab report machines`, on a store holding the lean
+spec (tests/fixtures/lean.toml) run twice through the real CLI with DECODELAB_MACHINE set to two names (a spec's runs
 have the preset "custom")."""
 
 from __future__ import annotations
