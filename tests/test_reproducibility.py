@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dashboard.metrics import is_deterministic
 from runner.execute import execute
 from runner.sweeps import load_spec_file
@@ -14,6 +16,7 @@ from store.store import Store
 from tests.conftest import TINY_SPEC, copy_store
 
 
+@pytest.mark.slow
 def test_a_second_identical_run_reproduces_every_deterministic_metric(filled_store_url: str, tmp_path: Path) -> None:
     store = Store(copy_store(filled_store_url, tmp_path / "again.db"))
     first = int(frames.runs(store)["run_id"].min())

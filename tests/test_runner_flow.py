@@ -37,6 +37,7 @@ def test_the_tiny_spec_plans_and_the_session_run_recorded_every_case(filled_stor
     store.close()
 
 
+@pytest.mark.slow
 def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) -> None:
     import sqlite3
 
@@ -68,6 +69,7 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     assert second.run_id != first.run_id
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,6 +109,7 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     assert frames.runs(store).iloc[0]["status"] == "done"
 
 
+@pytest.mark.slow
 def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'queue.db'}"
 

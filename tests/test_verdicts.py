@@ -176,6 +176,7 @@ def test_the_sample_statistic_pairs_sides_as_a_pivot_table_does(rows: list[tuple
     assert method == expected_method and pd.Series(values, dtype=float).equals(pd.Series(expected, dtype=float))
 
 
+@pytest.mark.slow
 def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     filled_store_url: str, tmp_path: Path
 ) -> None:
@@ -199,6 +200,7 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     assert not (tmp_path / "x.md").exists()
 
 
+@pytest.mark.slow
 def test_the_calibration_measures_false_alerts_and_recall_on_five_small_runs(
     filled_store_url: str, tmp_path: Path
 ) -> None:
