@@ -3,7 +3,14 @@ time in a fresh pytest process, and print every test that failed at least once: 
 out of runs, and the first line of its first error. Exits 1 if any test failed.
 
     python benchmarks/test_flakiness.py --runs 20 [-k EXPR] [--load] [--group browser --group fleet]
-        [--max-minutes M]
+        [--max-minutes M] [--keep-reports DIR]
+
+A first error line is rarely enough to find a cause, so every failure is kept whole: for each run,
+DIR/run-N/pytest-output.txt (the run's console output, its FAILURES section included) and one
+file per failed test, DIR/run-N/<test id>.txt, with the full traceback (pytest's longrepr) and the
+test's captured stdout, stderr and log. Without --keep-reports DIR is a new temporary folder, kept
+and printed when something failed, removed when nothing did; a folder named with --keep-reports
+is always kept.
 
 --load keeps one core busy for the whole measurement (a spinning child process this script
 starts and stops), as a parallel job on a CI machine would. Each run has its own pytest base
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -69,13 +77,36 @@ def first_line(problem: ElementTree.Element) -> str:
     return message.splitlines()[0] if message else problem.tag
 
 
-def read_report(report: Path, tally: Tally) -> None:
+def file_name(test: str) -> str:
+    """A test id as a file name: path separators and brackets become underscores."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", test).strip("_")[:200] + ".txt"
+
+
+def whole_failure(test: str, case: ElementTree.Element, problems: list[ElementTree.Element]) -> str:
+    """Everything JUnit holds on a failed test: each failure or error (setup and teardown errors
+    are separate ones) with its message and full longrepr, then the captured output."""
+    parts = [test]
+    for problem in problems:
+        parts.append(f"== {problem.tag}: {problem.get('message', '')}\n{problem.text or ''}")
+    for captured in ("system-out", "system-err"):
+        for element in case.iter(captured):
+            if element.text and element.text.strip():
+                parts.append(f"== captured {captured.removeprefix('system-')}\n{element.text}")
+    return "\n\n".join(parts) + "\n"
+
+
+def read_report(report: Path, tally: Tally, kept: Path) -> None:
+    """Tally every test in one run's JUnit report; write each failed test's whole report to ``kept``."""
     root = ElementTree.parse(report).getroot()
     for case in root.iter("testcase"):
         if case.find("skipped") is not None:
             continue
         problems = [child for child in case if child.tag in ("failure", "error")]
-        tally.record(test_id(case), first_line(problems[0]) if problems else None)
+        name = test_id(case)
+        tally.record(name, first_line(problems[0]) if problems else None)
+        if problems:
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / file_name(name)).write_text(whole_failure(name, case, problems))
 
 
 @contextmanager
@@ -92,12 +123,16 @@ def busy_core(enabled: bool) -> Iterator[None]:
         spinner.wait()
 
 
-def run_once(paths: list[str], expression: str | None, number: int, tally: Tally) -> float:
-    """One fresh pytest process over ``paths``; returns its wall seconds."""
+def run_once(paths: list[str], expression: str | None, number: int, tally: Tally, reports: Path) -> float:
+    """One fresh pytest process over ``paths``; returns its wall seconds. A run with a failure
+    leaves its console output and each failed test's whole report in ``reports``/run-N."""
     base = Path(tempfile.mkdtemp(prefix=f"flakiness-run{number}-"))
     report = base / "report.xml"
+    kept = reports / f"run-{number}"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
     command += ["--basetemp", str(base / "tmp"), "--junitxml", str(report), "-o", "junit_family=xunit1"]
+    # The captured stdout, stderr and log of a failed test go into the JUnit report with it.
+    command += ["-o", "junit_logging=all", "-o", "junit_log_passing_tests=false"]
     if expression:
         command += ["-k", expression]
     started = time.monotonic()
@@ -108,13 +143,18 @@ def run_once(paths: list[str], expression: str | None, number: int, tally: Tally
     try:
         output, _ = pytest.communicate(timeout=RUN_TIMEOUT_SECONDS)
         if report.exists():
-            read_report(report, tally)
+            read_report(report, tally, kept)
         if pytest.returncode not in (0, 1) or not report.exists():
             tail = output.strip().splitlines()[-1:] or ["no output"]
             tally.broken_runs.append(f"run {number}: pytest exited {pytest.returncode}: {tail[0]}")
+        if pytest.returncode != 0:
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / "pytest-output.txt").write_text(output)
     except subprocess.TimeoutExpired:
         os.killpg(pytest.pid, signal.SIGKILL)
-        pytest.communicate()
+        output, _ = pytest.communicate()
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / "pytest-output.txt").write_text(output or "")
         tally.broken_runs.append(f"run {number}: over {RUN_TIMEOUT_SECONDS} s, stopped")
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -133,10 +173,20 @@ def main() -> int:
     parser.add_argument(
         "--group", action="append", choices=sorted(GROUPS), help="which tests (repeatable; default: all groups)"
     )
+    parser.add_argument(
+        "--keep-reports",
+        type=Path,
+        metavar="DIR",
+        help="write each failed test's whole report here, kept (default: a temporary folder, kept on failure)",
+    )
     arguments = parser.parse_args()
     if not 1 <= arguments.runs <= 1000:
         parser.error(f"--runs must be between 1 and 1000, got {arguments.runs}")
+    if arguments.keep_reports is not None and arguments.keep_reports.exists() and not arguments.keep_reports.is_dir():
+        parser.error(f"--keep-reports must name a folder, got the file {arguments.keep_reports}")
     paths = [path for group in arguments.group or sorted(GROUPS) for path in GROUPS[group]]
+    reports = arguments.keep_reports or Path(tempfile.mkdtemp(prefix="flakiness-reports-"))
+    reports.mkdir(parents=True, exist_ok=True)
 
     tally = Tally()
     seconds: list[float] = []
@@ -147,7 +197,7 @@ def main() -> int:
                 print(f"stopped after {tally.runs} of {arguments.runs} runs: --max-minutes {arguments.max_minutes:g}")
                 break
             before = Counter(tally.failures)
-            seconds.append(run_once(paths, arguments.expression, number, tally))
+            seconds.append(run_once(paths, arguments.expression, number, tally, reports))
             failed_now = sorted((tally.failures - before).keys())
             print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, {len(failed_now)} failed", flush=True)
             for name in failed_now:
@@ -167,7 +217,12 @@ def main() -> int:
         if failures:
             line += f"\n      first error: {tally.first_error[name]}"
         print(line)
-    return 1 if tally.failures or tally.broken_runs else 0
+    failed = bool(tally.failures or tally.broken_runs)
+    if failed or arguments.keep_reports is not None:
+        print(f"whole failure reports (traceback and captured output per failed test, per run): {reports}")
+    else:
+        shutil.rmtree(reports, ignore_errors=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

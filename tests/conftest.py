@@ -24,7 +24,16 @@ TINY_SPEC = FIXTURES / "tiny.toml"
 # The tiny model and its first, quickest experiment (training_summary): a run in seconds, for tests
 # about launching, storing or showing a run rather than about what the experiments measure.
 QUICK_SPEC = TINY_SPEC.read_text().split("[experiments.kv_cache]")[0]
-# The machine names the tiny spec is run under for the machines comparison (DECODELAB_MACHINE).
+# The tiny model and training with every experiment but a lean speculative section (28 cases, not
+# 82): a whole sweep in a few seconds once the model is stored, for tests about running, queueing,
+# resuming or comparing sweeps. Tests about what the speculative grid records read the session's
+# filled store (the whole tiny spec, run once) instead of running it again.
+LEAN_SPEC = FIXTURES / "lean.toml"
+# training_summary 1; kv_cache 27; overhead 12; quantization 8 (as in the tiny spec); speculative 28
+# (per impl: distribution 1, aa 1, 2 drafts × (fixed k 1 and 3, heuristic) at T = 1 and the bigram's
+# 3 greedy, a choice per temperature and one accuracy); context_cost 3
+LEAN_CASES = 79
+# The machine names the lean spec is run under for the machines comparison (DECODELAB_MACHINE).
 MACHINE_NAMES = ("alpha", "beta")
 ROOT = Path(__file__).parent.parent
 # A run profiles its machine first when the store has no roof for it: the quick profile, in tests.
@@ -170,12 +179,12 @@ def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def two_machines_url(filled_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tiny spec run through `decodelab run` once as alpha and once as beta, into a copy of the
+    """The lean spec run through `decodelab run` once as alpha and once as beta, into a copy of the
     session's filled store (which holds the tiny model, so neither run trains)."""
     directory = tmp_path_factory.mktemp("machines")
     url = copy_store(filled_store_url, directory / "machines.db")
     for name in MACHINE_NAMES:
-        result = run_decodelab("run", "--spec", str(TINY_SPEC), "--db", url, cwd=ROOT, DECODELAB_MACHINE=name)
+        result = run_decodelab("run", "--spec", str(LEAN_SPEC), "--db", url, cwd=ROOT, DECODELAB_MACHINE=name)
         assert result.returncode == 0, result.stderr
     return url
 

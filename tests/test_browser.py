@@ -249,7 +249,7 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
 
 @pytest.fixture
 def machines_dashboard(tmp_path: Path, two_machines_url: str) -> Iterator[str]:
-    """The dashboard on the tiny spec run as two machines (alpha and beta, tests/conftest.py)."""
+    """The dashboard on the lean spec run as two machines (alpha and beta, tests/conftest.py)."""
     require_browser()
     url = copy_store(two_machines_url, tmp_path / "machines.db")
     with serve_dashboard(url, tmp_path) as address:

@@ -35,7 +35,7 @@ from tests.browser_helpers import (
 )
 from tests.conftest import FIXTURES, copy_store, run_decodelab
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SECOND_MACHINE_RUN = FIXTURES / "xeon-amx-quick.json.gz"
 # Every page by its URL path.

@@ -23,7 +23,7 @@ from tests.conftest import FIXTURES, ROOT, copy_store, run_decodelab
 
 SECOND_MACHINE = "xeon-amx"
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def store_with_two_roofs(filled_store_url: str, tmp_path: Path) -> tuple[str, str]:

@@ -64,6 +64,7 @@ def test_any_utf8_file_trains(tmp_path: Path) -> None:
     assert "ü" in corpus.vocabulary
 
 
+@pytest.mark.slow
 def test_a_few_training_steps_lower_the_loss() -> None:
     corpus = load_corpus()
     config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=1, n_head=2, context_length=64)
@@ -116,6 +117,7 @@ def test_a_checkpoint_is_reused_from_the_store_with_identical_logits(sqlite_url:
     assert not changed.reused, "a different recipe trains a new model"
 
 
+@pytest.mark.slow
 def test_distillation_pulls_the_student_towards_the_teacher() -> None:
     from runner.model import CharGPT
     from runner.train import recipe_hash, weights_hash

@@ -74,6 +74,7 @@ def test_the_time_cap_is_max_hours() -> None:
     [(HUGE, "spec: estimated peak memory"), (LONG, "max_hours: estimated wall time")],
     ids=["memory", "time"],
 )
+@pytest.mark.slow
 def test_enqueue_and_run_refuse_a_spec_too_big_together(tmp_path: Path, text: str, expected: str) -> None:
     spec = tmp_path / "big.toml"
     spec.write_text(text)

@@ -292,6 +292,7 @@ def test_only_a_preset_launched_unchanged_is_stored_as_that_preset(sqlite_url: s
     assert launched["kv_cache only"].cases < launched["whole"].cases, "its own spec, kv_cache alone"
 
 
+@pytest.mark.slow
 def test_the_sidebar_launches_a_sweep_that_a_worker_completes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
     Store(sqlite_url).close()

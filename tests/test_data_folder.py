@@ -89,6 +89,7 @@ def test_a_spec_cannot_carry_the_dashboards_mark() -> None:
         validate({**raw, DASHBOARD_JOB_KEY: {"data_dir": "/"}})
 
 
+@pytest.mark.slow
 def test_the_worker_refuses_a_dashboard_job_whose_corpus_left_the_folder(tmp_path: Path, data_dir: Path) -> None:
     """Launched on a data file that is then swapped for a symlink to a file outside: the
     worker, through the real CLI, fails the job with the same line and trains nothing."""
@@ -110,6 +111,7 @@ def test_the_worker_refuses_a_dashboard_job_whose_corpus_left_the_folder(tmp_pat
     store.close()
 
 
+@pytest.mark.slow
 def test_the_command_line_keeps_any_readable_path(tmp_path: Path) -> None:
     (tmp_path / "anywhere.txt").write_text(TEXT)
     (tmp_path / "quick.toml").write_text(spec_naming(str(tmp_path / "anywhere.txt")))

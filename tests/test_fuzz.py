@@ -7,6 +7,7 @@ import re
 import tomllib
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def assert_field_error(error: InputError) -> None:
     assert FIELD_MESSAGE.match(message), message
 
 
+@pytest.mark.slow
 @EXAMPLES
 @given(st.dictionaries(keys, values, max_size=6))
 @example(raw={"A\n": None})  # found by a random run: "$" let a trailing newline into the message
@@ -207,6 +209,7 @@ def refuse_to_open(*_args: Any, **_kwargs: Any) -> Any:
     raise ReachedTheStore
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(
     command=st.sampled_from(COMMANDS),

@@ -68,6 +68,7 @@ def values(frame: pd.DataFrame, metric: str, **where: Any) -> list[float]:
     return chosen["value"].tolist()
 
 
+@pytest.mark.slow
 def test_an_hf_spec_runs_end_to_end_through_decodelab_run(hf_run_url: str, hf_checkpoints: Any) -> None:
     from runner.cost import counts
     from runner.hf_model import content_hash
@@ -153,6 +154,7 @@ BAD_DIRECTORIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_DIRECTORIES))
 def test_a_bad_directory_ends_in_one_line(case: str, hf_checkpoints: Any, tmp_path: Path) -> None:
     damage, field, fragment = BAD_DIRECTORIES[case]
@@ -166,6 +168,7 @@ def test_a_bad_directory_ends_in_one_line(case: str, hf_checkpoints: Any, tmp_pa
     assert not database.exists(), "a refused spec writes nothing"
 
 
+@pytest.mark.slow
 def test_a_draft_with_another_tokenizer_is_refused_in_one_line(hf_checkpoints: Any, tmp_path: Path) -> None:
     spec = write_spec(tmp_path, hf_checkpoints.target, hf_checkpoints.other_tokenizer)
     result = run_decodelab("run", "--spec", str(spec), "--db", f"sqlite:///{tmp_path / 'store.db'}", cwd=ROOT)

@@ -80,6 +80,7 @@ def test_a_beat_of_a_claim_that_lost_its_job_still_stops_it(store: Store) -> Non
     [(None, "is not a file"), (b"\xff\xfe not utf-8 " * 20, "UTF-8")],
     ids=["missing", "not-utf-8"],
 )
+@pytest.mark.slow
 def test_a_corpus_error_fails_the_terminal_runs_job_with_one_line(
     tmp_path: Path, corpus_bytes: bytes | None, expected: str
 ) -> None:
@@ -112,6 +113,7 @@ def wait_for_training(store: Store, process_output: Output) -> None:
     process_output.wait_for("training d_model=")
 
 
+@pytest.mark.slow
 def test_ctrl_c_of_a_terminal_run_during_training_marks_its_job_interrupted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     Store(url).close()
@@ -127,6 +129,7 @@ def test_ctrl_c_of_a_terminal_run_during_training_marks_its_job_interrupted(tmp_
     store.close()
 
 
+@pytest.mark.slow
 def test_sigterm_of_a_worker_during_training_requeues_its_job(tmp_path: Path) -> None:
     from runner.sweeps import load_spec_file
 

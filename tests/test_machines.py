@@ -1,6 +1,6 @@
 """Comparing machines: which run stands for each, the fingerprints, the matrix of headline
-figures, the determinism audit and `decodelab report machines`, on a store holding the tiny
-spec run twice through the real CLI with DECODELAB_MACHINE set to two names (a spec's runs
+figures, the determinism audit and `decodelab report machines`, on a store holding the lean
+spec (tests/fixtures/lean.toml) run twice through the real CLI with DECODELAB_MACHINE set to two names (a spec's runs
 have the preset "custom")."""
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def test_runs_of_different_seeds_are_not_audited_against_each_other(sqlite_url: 
     assert left_out.startswith("server: not audited") and "seed 8" in left_out
 
 
+@pytest.mark.slow
 def test_two_machines_running_one_spec_agree_on_every_deterministic_figure(two_machines_url: str) -> None:
     store = Store(two_machines_url)
     report = machines_report.build_machines_report(store, "custom", list(MACHINE_NAMES))
@@ -133,6 +134,7 @@ def test_two_machines_running_one_spec_agree_on_every_deterministic_figure(two_m
     assert set(deterministic["ratio"].dropna()) == {1.0}
 
 
+@pytest.mark.slow
 def test_an_altered_deterministic_figure_is_listed_in_words(two_machines_url: str, tmp_path: Path) -> None:
     url = copy_store(two_machines_url, tmp_path / "altered.db")
     store = Store(url)
@@ -166,6 +168,7 @@ def test_an_altered_deterministic_figure_is_listed_in_words(two_machines_url: st
     assert f"speculative · acceptance_rate · {case}: alpha" in audit.line()
 
 
+@pytest.mark.slow
 def test_report_machines_writes_the_matrix_fingerprints_and_audit(two_machines_url: str, tmp_path: Path) -> None:
     markdown = tmp_path / "machines.md"
     result = run_decodelab(
@@ -199,6 +202,7 @@ def test_report_machines_writes_the_matrix_fingerprints_and_audit(two_machines_u
         (("--format", "pdf"), "error: --format: 'pdf' is not a report format (allowed: html, md)"),
     ],
 )
+@pytest.mark.slow
 def test_report_machines_refuses_bad_input_in_one_line(
     two_machines_url: str, tmp_path: Path, arguments: tuple[str, ...], message: str
 ) -> None:

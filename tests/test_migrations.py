@@ -145,6 +145,7 @@ def test_a_0003_store_with_jobs_upgrades_to_the_fleet_schema(empty_store_url: st
     store.close()
 
 
+@pytest.mark.slow
 def test_postgresql_migrates_only_through_db_upgrade(empty_postgres_url: str, tmp_path: Path) -> None:
     a_revision_0003_store(empty_postgres_url)
     with pytest.raises(SchemaBehind, match="run `decodelab db upgrade"):
@@ -168,6 +169,7 @@ def test_postgresql_migrates_only_through_db_upgrade(empty_postgres_url: str, tm
     assert f"this decodelab: {head_revision()} (up to date)" in current.stdout
 
 
+@pytest.mark.slow
 def test_an_older_sqlite_store_is_copied_aside_then_upgraded_on_open(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"

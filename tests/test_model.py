@@ -83,6 +83,7 @@ def test_serialize_round_trip_gives_identical_logits() -> None:
     assert torch.equal(deserialize(serialize(model))(tokens), model(tokens))
 
 
+@pytest.mark.slow
 def test_a_trained_checkpoint_loads_into_transformers_gpt2() -> None:
     pytest.importorskip("transformers", reason="the bench extra (transformers) is not installed")
     from runner.model import to_transformers

@@ -80,6 +80,7 @@ def fingerprint(folder: Path) -> dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.iterdir())}
 
 
+@pytest.mark.slow
 def test_every_reading_command_works_on_a_read_only_store_file(read_only_store: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{read_only_store}"
     before = fingerprint(read_only_store.parent)
@@ -103,6 +104,7 @@ def test_every_reading_command_works_on_a_read_only_store_file(read_only_store: 
     assert stat.S_IMODE(read_only_store.stat().st_mode) == 0o444
 
 
+@pytest.mark.slow
 def test_a_reading_command_never_creates_a_store_at_a_mistyped_path(tmp_path: Path) -> None:
     missing = tmp_path / "mistyped.db"
     url = f"sqlite:///{missing}"

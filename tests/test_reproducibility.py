@@ -5,19 +5,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dashboard.metrics import is_deterministic
 from runner.execute import execute
 from runner.sweeps import load_spec_file
 from store import frames
 from store.records import case_key
 from store.store import Store
-from tests.conftest import TINY_SPEC, copy_store
+from tests.conftest import LEAN_SPEC, copy_store
 
 
+@pytest.mark.slow
 def test_a_second_identical_run_reproduces_every_deterministic_metric(filled_store_url: str, tmp_path: Path) -> None:
+    # Two lean runs (every experiment, a lean speculative grid) on the session's stored tiny model:
+    # a third as long as one more run of the whole tiny spec.
     store = Store(copy_store(filled_store_url, tmp_path / "again.db"))
-    first = int(frames.runs(store)["run_id"].min())
-    second = execute(store, load_spec_file(TINY_SPEC), show_progress=False, log=lambda _: None).run_id
+    spec = load_spec_file(LEAN_SPEC)
+    first = execute(store, spec, show_progress=False, log=lambda _: None).run_id
+    second = execute(store, spec, show_progress=False, log=lambda _: None).run_id
+    assert frames.runs(store)["model_hash"].nunique() == 1, "both on the stored model"
 
     def values(run_id: int, wanted: bool) -> dict[tuple[str, str, str], float]:
         rows = frames.measurements(store, run_id)

@@ -228,6 +228,7 @@ def test_tags_and_notes_travel_with_export_and_import(filled_store_url: str, tmp
     assert row["tags"] == "baseline, reviewed" and row["note"] == "first quick run on the new kernel"
 
 
+@pytest.mark.slow
 def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: str, tmp_path: Path) -> None:
     url = copy_store(filled_store_url, tmp_path / "review.db")
     store = Store(url)
@@ -254,6 +255,7 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     assert "<script" not in page and "<link" not in page
 
 
+@pytest.mark.slow
 def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_line(
     filled_store_url: str, tmp_path: Path
 ) -> None:

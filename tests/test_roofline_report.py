@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from analysis import machines_report, roofline
 from analysis.roofline_report import build, render
@@ -106,6 +107,7 @@ def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_roofline_report_from_a_real_run(filled_store_url: str, tmp_path: Path) -> None:
     from store.store import Store
 

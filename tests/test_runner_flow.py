@@ -14,7 +14,7 @@ from runner.experiments import context_cost
 from runner.sweeps import load_spec_file
 from store import frames
 from store.store import Store
-from tests.conftest import TINY_SPEC, run_decodelab
+from tests.conftest import LEAN_CASES, LEAN_SPEC, TINY_SPEC, run_decodelab
 
 # training_summary 1; kv_cache 27 (two impls: equivalence 2, no_mask, counter_check, recomputation,
 # counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache, aa 2); overhead 12
@@ -29,16 +29,26 @@ def quiet(_: str) -> None:
     pass
 
 
+def test_the_tiny_spec_plans_and_the_session_run_recorded_every_case(filled_store_url: str) -> None:
+    """The whole tiny sweep is run once a session (filled_store_url): every case it plans is there."""
+    assert load_spec_file(TINY_SPEC).cases_total() == TINY_CASES
+    store = Store(filled_store_url)
+    assert len(store.results.recorded_case_keys(1)) == TINY_CASES
+    store.close()
+
+
+@pytest.mark.slow
 def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) -> None:
     import sqlite3
 
     import torch
 
     store = Store(sqlite_url)
-    spec = load_spec_file(TINY_SPEC)
+    # The lean sweep: every experiment in a few seconds; the tiny one's count is checked above.
+    spec = load_spec_file(LEAN_SPEC)
     threads_before = torch.get_num_threads()
     first = execute(store, spec, show_progress=False, log=quiet)
-    assert first.cases_recorded == spec.cases_total() == TINY_CASES
+    assert first.cases_recorded == spec.cases_total() == LEAN_CASES
     # The experiments ran on the spec's one thread, recorded with the machine; torch is left as it was.
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as connection:
         assert connection.execute("SELECT threads FROM machine").fetchall() == [(spec.raw["threads"],)] == [(1,)]
@@ -59,11 +69,12 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     assert second.run_id != first.run_id
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store(sqlite_url)
-    spec = load_spec_file(TINY_SPEC)
+    spec = load_spec_file(LEAN_SPEC)
     real_run_case = context_cost.EXPERIMENT.run_case
     calls = {"count": 0}
 
@@ -97,7 +108,7 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     assert run["status"] == "interrupted"
     assert store.jobs.status(job_id) == "queued", "a worker stopped by a signal requeues its job"
     # Everything before the interrupted second context_cost case (context_cost runs last, three cases).
-    assert len(store.results.recorded_case_keys(int(run["run_id"]))) == TINY_CASES - 2
+    assert len(store.results.recorded_case_keys(int(run["run_id"]))) == LEAN_CASES - 2
     assert read_back == [], "a fresh run's summary cases read the cases measured in memory"
     monkeypatch.setattr(context_cost.EXPERIMENT, "run_case", real_run_case)
 
@@ -105,27 +116,28 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     resumed_job = store.jobs.claim(worker)
     assert resumed_job is not None and resumed_job.run_id == int(run["run_id"])
     outcome = execute(store, spec, job=resumed_job, show_progress=False, log=quiet)
-    assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, TINY_CASES - 2)
-    assert len(store.results.recorded_case_keys(outcome.run_id)) == TINY_CASES
+    assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (int(run["run_id"]), 2, LEAN_CASES - 2)
+    assert len(store.results.recorded_case_keys(outcome.run_id)) == LEAN_CASES
     assert frames.runs(store).iloc[0]["status"] == "done"
     assert sorted(read_back) == sorted(set(read_back)), "the earlier attempt's cases read once per experiment"
     assert "speculative" in read_back
 
 
+@pytest.mark.slow
 def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'queue.db'}"
 
     def decodelab(*args: str) -> subprocess.CompletedProcess[str]:
         return run_decodelab(*args, "--db", url, cwd=tmp_path, DECODELAB_MACHINE="ci-box")
 
-    queued = decodelab("enqueue", "--spec", str(TINY_SPEC), "--machine", "ci-box")
+    queued = decodelab("enqueue", "--spec", str(LEAN_SPEC), "--machine", "ci-box")
     assert queued.returncode == 0, queued.stderr
-    assert f"job 1 queued ({TINY_CASES} cases) for machine ci-box" in queued.stdout
+    assert f"job 1 queued ({LEAN_CASES} cases) for machine ci-box" in queued.stdout
     worked = decodelab("worker", "--once")
     assert worked.returncode == 0, worked.stderr
     store = Store(url)
     job = frames.jobs(store).iloc[0]
-    assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", TINY_CASES, TINY_CASES)
+    assert (job["status"], job["cases_done"], job["cases_total"]) == ("done", LEAN_CASES, LEAN_CASES)
     runs = frames.runs(store)
     assert runs.loc[0, "status"] == "done" and runs.loc[0, "machine"] == "ci-box"
     exported = decodelab("export", "--format", "json", "--out", str(tmp_path / "out.json"))

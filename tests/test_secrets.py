@@ -78,6 +78,7 @@ def store_text(url: str) -> str:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_bench_run_worker_and_a_timeout_never_show_the_password(postgres_url: str, tmp_path: Path) -> None:
     password = sa.engine.make_url(postgres_url).password
     assert password

@@ -58,6 +58,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(target: CharGPT) -> None
     assert result.chars_per_target_pass == pytest.approx(5.0, abs=0.5)  # k + 1 per pass, cut at 50
 
 
+@pytest.mark.slow
 def test_the_whole_loop_keeps_the_targets_first_token_distribution(target: CharGPT) -> None:
     prompt = [2, 7]
     with torch.inference_mode():

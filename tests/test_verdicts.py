@@ -146,6 +146,37 @@ def test_the_between_run_floor_cannot_collapse_on_three_runs() -> None:
     assert floor > math.log(1.3 / 1.01)
 
 
+def pivot_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
+    """review.sample_statistic as it was written first, with a pandas pivot table: the reference."""
+    if samples.empty:
+        return [], "paired"
+    sides = samples.pivot_table(index="pair_index", columns="side", values="seconds", aggfunc="first")
+    if "B" in sides.columns and "A" in sides.columns:
+        paired = sides.dropna(subset=["A", "B"])
+        return [float(a / b) for a, b in zip(paired["A"], paired["B"], strict=True)], "paired"
+    return [float(value) for value in samples["seconds"]], "min"
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [],
+        [(0, "A", 2.0), (0, "B", 1.0), (1, "A", 3.0), (1, "B", 2.0)],
+        [(2, "B", 4.0), (0, "A", 1.0), (2, "A", 2.0), (0, "B", 8.0), (1, "A", 5.0)],  # unsorted, one A alone
+        [(0, "A", 1.0), (0, "A", 9.0), (0, "B", 2.0), (0, "B", 7.0)],  # repeated: the first of each side
+        [(0, "A", math.nan), (0, "A", 3.0), (0, "B", 1.5), (1, "B", math.nan), (1, "A", 1.0)],  # missing seconds
+        [(0, "A", 0.5), (1, "A", 0.25), (2, "A", 0.75)],  # min-of-N: side A only
+        [(0, "A", 0.5), (1, "B", math.nan)],  # a side with nothing but missing seconds
+    ],
+)
+def test_the_sample_statistic_pairs_sides_as_a_pivot_table_does(rows: list[tuple[int, str, float]]) -> None:
+    samples = pd.DataFrame(rows, columns=["pair_index", "side", "seconds"])
+    (values, method), (expected, expected_method) = review.sample_statistic(samples), pivot_statistic(samples)
+    # Series.equals counts a missing value equal to a missing value in the same place.
+    assert method == expected_method and pd.Series(values, dtype=float).equals(pd.Series(expected, dtype=float))
+
+
+@pytest.mark.slow
 def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     filled_store_url: str, tmp_path: Path
 ) -> None:
@@ -169,6 +200,7 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     assert not (tmp_path / "x.md").exists()
 
 
+@pytest.mark.slow
 def test_the_calibration_measures_false_alerts_and_recall_on_five_small_runs(
     filled_store_url: str, tmp_path: Path
 ) -> None:
