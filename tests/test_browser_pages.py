@@ -156,11 +156,14 @@ def settled(page: Any) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     wait_until_charts_settled(page)
-    with contextlib.suppress(PlaywrightTimeout):  # a table with no row never has any cells
+    # A table's cells come after the page's script has finished, late on a loaded machine: 15 s
+    # was once too short, and a table read before its cells counted as a table with no problem.
+    # (An empty frame is drawn with a blank row's cells too; the bound only stops a hang.)
+    with contextlib.suppress(PlaywrightTimeout):
         page.wait_for_function(
             """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')]
                      .every((table) => table.querySelector('td'))""",
-            timeout=15_000,
+            timeout=90_000,
         )
 
 
