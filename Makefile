@@ -51,7 +51,7 @@ test: $(INSTALLED)
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
-	$(VENV)/bin/clang-format --dry-run -Werror runner/csrc/*.cpp runner/csrc/*.h
+	$(VENV)/bin/clang-format --dry-run -Werror runner/decoding/csrc/*.cpp runner/decoding/csrc/*.h
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/store_write.py

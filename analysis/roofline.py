@@ -12,7 +12,7 @@ import altair as alt
 import pandas as pd
 
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
-LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.roofline.LEVEL_CODES, inverted
+LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
 INTENSITIES = [10 ** (exponent / 4) for exponent in range(-8, 17)]  # flops per byte, 0.01 to 10,000

@@ -23,7 +23,7 @@ NAMED_EXPERIMENTS = 2
 @functools.cache
 def preset_spec(name: str) -> dict[str, Any] | None:
     """A preset's spec as a run stores it (None: no such preset)."""
-    from runner.sweeps import PRESETS, load_preset
+    from runner.spec.sweeps import PRESETS, load_preset
 
     return load_preset(name).raw if name in PRESETS else None
 

@@ -19,12 +19,12 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from runner import compiled_decode
-from runner.corpus import load_corpus
-from runner.decode import COMPILED, generate
-from runner.sweeps import load_preset
-from runner.timing import Harness
-from runner.train import train_or_reuse
+from runner.decoding import compiled as compiled_decode
+from runner.decoding.decode import COMPILED, generate
+from runner.measure.timing import Harness
+from runner.model.corpus import load_corpus
+from runner.model.train import train_or_reuse
+from runner.spec.sweeps import load_preset
 from store.store import Store
 
 # Each a set of inductor options the compiled step is built with.

@@ -5,7 +5,7 @@ The quick model (trained, or reused from the store) is loaded into
 tokens, timed with the paired method. Then, on the CPU, three ratios of the fast path, each paired
 in one run: a speculative verification of k + 1 = 5 positions against a plain step (in plain
 steps), the int8 and bfloat16 kernels against float32, and what a compiled call costs before its
-arithmetic; and the fast fp32 and int8 steps on this machine's measured roof (runner.roofline:
+arithmetic; and the fast fp32 and int8 steps on this machine's measured roof (runner.measure.roofline_placement:
 ``fast_roof_fraction``, ``fast_int8_roof_fraction``, the roofline's time over the measured one;
 the roof is the store's profile of this machine, measured first if it has none). Ends with
 ``name=value`` lines, after the 1-minute load average at the start and the end (a time measured
@@ -24,13 +24,13 @@ from collections.abc import Callable
 
 import torch
 
-from runner.corpus import load_corpus
-from runner.decode import COMPILED, IMPLS, generate
-from runner.model import CharGPT, to_transformers
-from runner.quantize import quantize_model
-from runner.sweeps import load_preset
-from runner.timing import Harness, Paired
-from runner.train import train_or_reuse
+from runner.decoding.decode import COMPILED, IMPLS, generate
+from runner.measure.timing import Harness, Paired
+from runner.model.corpus import load_corpus
+from runner.model.gpt import CharGPT, to_transformers
+from runner.model.quantize import quantize_model
+from runner.model.train import train_or_reuse
+from runner.spec.sweeps import load_preset
 from store.store import Store
 
 VERIFY_K = 4
@@ -74,7 +74,7 @@ def verify_in_steps(model: CharGPT, prompt: list[int], n: int, harness: Harness,
     """Plain fast decoding of n tokens against n verifications of k + 1 positions, one at each
     position the plain steps fed (the cache rolled back after each): paired, the ratio of the
     candidate's time to the baseline's is a verification's cost in plain steps."""
-    from runner.fast_decode import decoder_for
+    from runner.decoding.fast import decoder_for
 
     decoder = decoder_for(model)
     text = generate(model, prompt, n + VERIFY_K, temperature=0.0, impl="fast").tokens
@@ -177,8 +177,8 @@ def main() -> None:
 
 
 def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
-    from runner.compiled_decode import call_overhead_seconds
-    from runner.fast_decode import instruction_set, set_threads
+    from runner.decoding.compiled import call_overhead_seconds
+    from runner.decoding.fast import instruction_set, set_threads
 
     verify = verify_in_steps(model, prompt, n, harness, pairs)
     print(
@@ -221,8 +221,8 @@ def roof_fractions(store: Store, model: CharGPT, prompt_tokens: int, n: int, lin
     """The fast fp32 and int8 steps placed on this machine's roof: the roofline's time (from the
     counts and the roof alone, no overhead) over the measured one, and the regime."""
     from runner.cost import roofline_model
-    from runner.execute import ensure_profile
-    from runner.machine import fingerprint
+    from runner.execution.execute import ensure_profile
+    from runner.measure.machine import fingerprint
 
     roof = ensure_profile(store, store.results.machine_id(fingerprint()), print)
     shape = roofline_model.Shape.of(model.config)

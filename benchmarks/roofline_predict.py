@@ -105,14 +105,14 @@ def measure_here(url: str, pairs: int) -> dict[str, float]:
     import torch
     from decode_vs_transformers import verify_in_steps  # this script's folder is on the path
 
-    from runner.corpus import load_corpus
-    from runner.decode import generate
-    from runner.drafts import ModelDraft
-    from runner.quantize import quantize_model
-    from runner.speculative import speculative_decode
-    from runner.sweeps import load_preset
-    from runner.timing import Harness
-    from runner.train import train_or_reuse
+    from runner.decoding.decode import generate
+    from runner.decoding.drafts import ModelDraft
+    from runner.decoding.speculative import speculative_decode
+    from runner.measure.timing import Harness
+    from runner.model.corpus import load_corpus
+    from runner.model.quantize import quantize_model
+    from runner.model.train import train_or_reuse
+    from runner.spec.sweeps import load_preset
 
     torch.set_num_threads(1)
     spec, corpus = load_preset("quick"), load_corpus()

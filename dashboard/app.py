@@ -46,7 +46,7 @@ def ensure_worker(url: str, store: Store) -> str | None:
     worker, a terminal's). PostgreSQL stores are shared by machines that run their own."""
     if READ_ONLY or store.backend != "sqlite":
         return None
-    from runner.machine import machine_name
+    from runner.measure.machine import machine_name
 
     handles = worker_handles()
     running = handles.get(url)

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
 from runner.errors import InputError
-from runner.fields import check_machine
+from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
+from runner.spec.fields import check_machine
 from store.store import Store
 
-if TYPE_CHECKING:  # runner.estimate imports torch (through the spec validator): not at page load
-    from runner.estimate import Estimate
+if TYPE_CHECKING:  # runner.spec.estimate imports torch (through the spec validator): not at page load
+    from runner.spec.estimate import Estimate
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
@@ -52,7 +52,7 @@ class Launched:
 
 def build_spec(request: LaunchRequest) -> Any:
     """The validated spec the form describes; InputError naming the field otherwise."""
-    from runner.sweeps import PRESETS, preset_text, validate
+    from runner.spec.sweeps import PRESETS, preset_text, validate
 
     if request.source == "preset":
         if request.preset not in PRESETS:
@@ -91,11 +91,11 @@ def build_spec(request: LaunchRequest) -> Any:
 
 def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
-    that machine's earlier runs in this store (runner.estimate), training included unless the
+    that machine's earlier runs in this store (runner.spec.estimate), training included unless the
     model is stored already (scaled by that machine's earlier trainings where it has any)."""
-    from runner.estimate import earlier_trainings, estimate, scale_factors
-    from runner.machine import machine_name
-    from runner.train import recipe_hash
+    from runner.measure.machine import machine_name
+    from runner.model.train import recipe_hash
+    from runner.spec.estimate import earlier_trainings, estimate, scale_factors
 
     name = machine or machine_name()
     return estimate(
@@ -109,8 +109,8 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
 def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:
     """Validate and enqueue with the estimate recorded on the job (History sets it beside the
     time taken); a long sweep is enqueued only once confirmed. The corpus must be ``default`` or a
-    file under ``data_dir`` (runner/data_folder.py), whatever the spec says."""
-    from runner.sweeps import validate
+    file under ``data_dir`` (runner/model/data_folder.py), whatever the spec says."""
+    from runner.spec.sweeps import validate
 
     spec = build_spec(request)
     corpus = dashboard_corpus(spec.corpus, data_dir)
@@ -136,7 +136,7 @@ def preset_label(request: LaunchRequest, spec: Any) -> str | None:
     """The preset's name only for the preset run unchanged: a launch with some of its experiments
     or other lengths, k or pairs is stored as custom (None, its spec kept), so that baselines,
     Compare, History and the calibration never set it beside the preset's own runs."""
-    from runner.sweeps import load_preset
+    from runner.spec.sweeps import load_preset
 
     if request.source != "preset" or spec.raw != load_preset(request.preset).raw:
         return None
@@ -146,7 +146,7 @@ def preset_label(request: LaunchRequest, spec: Any) -> str | None:
 def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
     if spec.is_hf or spec.corpus != "default":
         return False  # an hf checkpoint is never trained; its estimate does not ask
-    from runner.corpus import load_corpus
+    from runner.model.corpus import load_corpus
 
     corpus = load_corpus()
     config = spec.model_config(vocab_size=len(corpus.vocabulary))
@@ -169,7 +169,7 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
     environment = {**os.environ, "DECODELAB_DB": url}
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
+            [sys.executable, "-m", "runner.cli.main", "worker", "--max-idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

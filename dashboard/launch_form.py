@@ -10,9 +10,9 @@ import streamlit as st
 
 from dashboard import ui
 from dashboard.launch import CONFIRM_ABOVE_SECONDS, LaunchRequest, build_spec, estimate_launch, launch
-from runner import catalog
-from runner.data_folder import data_files
 from runner.errors import InputError
+from runner.model.data_folder import data_files
+from runner.spec import catalog
 from store.store import Store
 
 # The experiments each override applies to: a field shows only once one of them is chosen.

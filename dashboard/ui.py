@@ -13,7 +13,7 @@ import streamlit as st
 from analysis import tables
 from analysis.runs import sweep_label
 from dashboard import data, theme
-from runner.data_folder import DEFAULT_DATA_DIR
+from runner.model.data_folder import DEFAULT_DATA_DIR
 from store.compatibility import renamed_in
 from store.errors import StoreError
 from store.store import Store
@@ -30,7 +30,7 @@ def read_only() -> bool:
 
 def data_dir() -> Path:
     """`decodelab dashboard --data-dir DIR` (DECODELAB_DATA_DIR): the only folder whose files a
-    launch from this dashboard may train on (runner/data_folder.py)."""
+    launch from this dashboard may train on (runner/model/data_folder.py)."""
     return Path(os.environ.get("DECODELAB_DATA_DIR") or DEFAULT_DATA_DIR).resolve()
 
 

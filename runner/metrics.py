@@ -284,7 +284,7 @@ CATALOGUE: tuple[Metric, ...] = (
     *_exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
     Metric("max_context_for_bytes", "tokens", "exact"),
     Metric("score_bytes", "bytes", "exact"),
-    # ---- roofline placement of every timed decode (runner.roofline; kv_cache adds a _no_cache copy)
+    # ---- roofline placement of every timed decode (runner.measure.roofline_placement; kv_cache adds a _no_cache copy)
     *(
         Metric(name + suffix, unit, kind, help=text)
         for suffix in ("", "_no_cache")
@@ -312,14 +312,14 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("roofline_speedup_error", "ratio", "predicted"),
     Metric("roofline_verify_regime", "regime", "predicted"),
     Metric("roofline_break_even_acceptance", "ratio", "predicted"),
-    # ---- a local Hugging Face checkpoint's peers (runner.hf_peer)
+    # ---- a local Hugging Face checkpoint's peers (runner.decoding.hf_peer)
     Metric("seconds_transformers_cache", "seconds", "timed", "lower"),
     *_paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),
     Metric("transformers_tokens_identical", "bool", "exact"),
     Metric("hf_assisted_seconds", "seconds", "timed", "lower"),
     *_paired("speedup_vs_hf_assisted", "Hugging Face assisted generation over this loop, paired"),
     Metric("hf_assisted_greedy_identical", "bool", "exact"),
-    # ---- bench (each benchmark script's name=value lines; runner.bench)
+    # ---- bench (each benchmark script's name=value lines; runner.cli.bench)
     Metric("benchmark_seconds", "seconds", "timed", "lower"),
 )
 

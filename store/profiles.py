@@ -1,5 +1,5 @@
 """Machines' measured roofs (``store.profiles``): one row per ``decodelab machine profile``, the
-figures as runner.machine_profile writes them; the newest profile of a machine is its roof."""
+figures as runner.measure.machine_profile writes them; the newest profile of a machine is its roof."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def _cli_environment(environment: dict[str, str]) -> dict[str, str]:
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a child process, to completion."""
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "runner.cli.main", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -78,7 +78,7 @@ def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: st
 def start_decodelab(*args: str, cwd: Path, **environment: str) -> subprocess.Popen[str]:
     """The real CLI in a child process left running (a worker), stderr folded into stdout."""
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "runner.cli.main", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -166,8 +166,8 @@ def store(store_url: str):  # noqa: ANN201
 @pytest.fixture(scope="session")
 def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A SQLite store holding one real run of the tiny sweep (every experiment)."""
-    from runner.execute import execute
-    from runner.sweeps import load_spec_file
+    from runner.execution.execute import execute
+    from runner.spec.sweeps import load_spec_file
     from store.store import Store
 
     url = f"sqlite:///{tmp_path_factory.mktemp('filled') / 'filled.db'}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from runner.corpus import default_text
+from runner.model.corpus import default_text
 
 VOCAB_SIZE = 320  # 256 byte tokens and 64 merges
 CONTEXT_LENGTH = 96

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from runner.model import CharGPT, ModelConfig
-from runner.sweeps import validate
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.spec.sweeps import validate
 
 # The speculative tests' vocabulary: small enough for exact distributions.
 VOCAB = 12

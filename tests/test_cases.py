@@ -10,7 +10,7 @@ import pytest
 from runner.experiments import registry
 from runner.experiments.base import WHOLE, Case, PartsExperiment, UnknownPart, run_part
 from runner.labels import case_labels
-from runner.sweeps import load_spec_file
+from runner.spec.sweeps import load_spec_file
 from store.records import case_key
 from tests.conftest import TINY_SPEC
 

@@ -117,7 +117,7 @@ def test_an_exposed_dashboard_must_be_read_only_or_say_so(
 ) -> None:
     import os
 
-    from runner.cli import main
+    from runner.cli.main import main
 
     url = f"sqlite:///{tmp_path / 'shown.db'}"
     Store(url).close()

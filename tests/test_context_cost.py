@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import context_cost as cost
+from runner.cost import context_cost as cost
 from tests.conftest import run_decodelab
 
 RANDOM = random.Random(20261129)
@@ -22,7 +22,7 @@ def test_the_contract_module_imports_no_torch() -> None:
     import sys
 
     probe = (
-        "import sys; import runner.context_cost; "
+        "import sys; import runner.cost.context_cost; "
         "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'numpy', 'pandas')))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import runner.corpus
-from runner.corpus import DEFAULT_CORPUS_SHA256, load_corpus
+import runner.model.corpus
 from runner.errors import InputError
-from runner.model import ModelConfig
-from runner.train import TrainConfig, evaluate_loss, train, train_or_reuse
+from runner.model.corpus import DEFAULT_CORPUS_SHA256, load_corpus
+from runner.model.gpt import ModelConfig
+from runner.model.train import TrainConfig, evaluate_loss, train, train_or_reuse
 from store.store import Store
 
 
@@ -28,8 +28,8 @@ def test_the_default_corpus_is_the_same_everywhere() -> None:
 
 def test_a_changed_default_corpus_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     edited = tmp_path / "default_corpus.txt"
-    edited.write_text(runner.corpus.DEFAULT_CORPUS_PATH.read_text(encoding="utf-8") + "!", encoding="utf-8")
-    monkeypatch.setattr(runner.corpus, "DEFAULT_CORPUS_PATH", edited)
+    edited.write_text(runner.model.corpus.DEFAULT_CORPUS_PATH.read_text(encoding="utf-8") + "!", encoding="utf-8")
+    monkeypatch.setattr(runner.model.corpus, "DEFAULT_CORPUS_PATH", edited)
     with pytest.raises(InputError, match="not the pinned") as refused:
         load_corpus()
     assert "\n" not in str(refused.value)
@@ -69,7 +69,7 @@ def test_a_few_training_steps_lower_the_loss() -> None:
     corpus = load_corpus()
     config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=1, n_head=2, context_length=64)
     torch.manual_seed(5)
-    from runner.model import CharGPT
+    from runner.model.gpt import CharGPT
 
     untrained = CharGPT(config)
     _, validation = corpus.split()
@@ -119,8 +119,8 @@ def test_a_checkpoint_is_reused_from_the_store_with_identical_logits(sqlite_url:
 
 @pytest.mark.slow
 def test_distillation_pulls_the_student_towards_the_teacher() -> None:
-    from runner.model import CharGPT
-    from runner.train import recipe_hash, weights_hash
+    from runner.model.gpt import CharGPT
+    from runner.model.train import recipe_hash, weights_hash
 
     corpus = load_corpus()
     torch.manual_seed(0)

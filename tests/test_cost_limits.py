@@ -13,8 +13,8 @@ import pytest
 
 from runner.cost.estimates import check_limits, parameter_count, peak_memory_bytes
 from runner.errors import InputError
-from runner.model import CharGPT, ModelConfig
-from runner.sweeps import validate
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.spec.sweeps import validate
 from store import frames
 from store.store import Store
 from tests.conftest import run_decodelab

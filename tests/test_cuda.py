@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.decode import choose_token, inverse_cdf_on_device
+from runner.decoding.decode import choose_token, inverse_cdf_on_device
 from runner.errors import InputError
-from runner.sweeps import for_device, load_spec_file, validate
+from runner.spec.sweeps import for_device, load_spec_file, validate
 from store import frames
 from tests.conftest import TINY_SPEC
 
@@ -52,7 +52,7 @@ def test_the_device_side_token_choice_matches_the_cpu_one() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_the_tiny_sweep_runs_on_cuda(sqlite_url: str) -> None:
-    from runner.execute import execute
+    from runner.execution.execute import execute
     from store.store import Store
 
     spec = validate(for_device(load_spec_file(TINY_SPEC).raw, "cuda"))

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import charts, data, headlines, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
-from runner.sweeps import parse_toml, preset_text
+from runner.spec.sweeps import parse_toml, preset_text
 from store import frames
 from store.compatibility import current_params
 from store.store import Store
@@ -556,7 +556,7 @@ def test_the_compare_page_keeps_a_pinned_run_and_the_reference_in_the_url(
 def test_a_custom_launch_draws_its_own_history_line_and_makes_no_change_point_in_the_presets() -> None:
     """A kv_cache-only launch (stored as custom, its spec kept) timed 0.2 s where the quick runs
     take 230 s: it must not mark the quick series' change points (230 → 0.2 → 230)."""
-    from runner.sweeps import load_preset
+    from runner.spec.sweeps import load_preset
 
     quick = load_preset("quick").raw
     kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}

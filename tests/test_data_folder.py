@@ -11,9 +11,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.launch import LaunchRequest, launch
-from runner.data_folder import DASHBOARD_JOB_KEY, MAX_CORPUS_BYTES, data_files
 from runner.errors import InputError
-from runner.sweeps import validate
+from runner.model.data_folder import DASHBOARD_JOB_KEY, MAX_CORPUS_BYTES, data_files
+from runner.spec.sweeps import validate
 from store import frames
 from store.store import Store
 from tests.conftest import ROOT, TINY_SPEC, run_decodelab
@@ -124,7 +124,7 @@ def test_the_form_offers_the_data_folders_files(
 ) -> None:
     monkeypatch.setenv("DECODELAB_DB", sqlite_url)
     monkeypatch.setenv("DECODELAB_DATA_DIR", str(data_dir))
-    from runner.machine import machine_name
+    from runner.measure.machine import machine_name
 
     store = Store(sqlite_url)
     # A live worker here: the dashboard starts none beside it (the job is looked at, not run).

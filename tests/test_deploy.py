@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.cli import main
+from runner.cli.main import main
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 

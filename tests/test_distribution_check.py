@@ -11,8 +11,10 @@ import pytest
 import torch
 from scipy import stats
 
-from runner.decode import inverse_cdf, uniforms
-from runner.distribution_check import (
+from runner.decoding.decode import inverse_cdf, uniforms
+from runner.decoding.drafts import BigramDraft, ModelDraft
+from runner.decoding.speculative import accept_rule
+from runner.experiments.distribution_check import (
     BUG_VARIANTS,
     SIGNIFICANCE,
     check_passes,
@@ -23,10 +25,8 @@ from runner.distribution_check import (
     target_rows,
     tv_noise_bounds,
 )
-from runner.drafts import BigramDraft, ModelDraft
-from runner.model import CharGPT
-from runner.quantize import quantize_model
-from runner.speculative import accept_rule
+from runner.model.gpt import CharGPT
+from runner.model.quantize import quantize_model
 from tests.shared_parts import VOCAB, peaked_target
 
 P = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.decode import generate
-from runner.fast_decode import FastDecoder, logits_through_fast_path
-from runner.model import CharGPT, ModelConfig
-from runner.quantize import quantization_of, quantize_model, weight_bytes
+from runner.decoding.decode import generate
+from runner.decoding.fast import FastDecoder, logits_through_fast_path
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.quantize import quantization_of, quantize_model, weight_bytes
 
 # Widths off the vector length (24: head_dim 8 and a partial vector everywhere) and on it.
 SHAPES = [
@@ -102,7 +102,7 @@ def test_models_the_fast_path_does_not_run_are_refused() -> None:
 
 
 def test_the_build_cache_is_keyed_by_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner import native_build
+    from runner.decoding import native_build
 
     here = native_build.build_key("fast_decode.cpp", "native", "c++")
     assert native_build.build_key("fast_decode.cpp", "haswell", "c++") != here
@@ -121,7 +121,7 @@ def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
 
 
 def test_helper_threads_change_nothing_but_the_time() -> None:
-    from runner.fast_decode import set_threads, threads
+    from runner.decoding.fast import set_threads, threads
 
     model = trained_looking(SHAPES[1])
     tokens = tokens_for(SHAPES[1], 60)

@@ -13,7 +13,7 @@ import pytest
 
 from analysis import tables
 from dashboard import charts, theme
-from runner.execute import done_line
+from runner.execution.execute import done_line
 from runner.labels import progress_label, variant_label
 from tests.conftest import ROOT, run_decodelab
 
@@ -153,7 +153,7 @@ def test_no_commands_help_shows_a_flag_as_a_typed_value() -> None:
     import typer
     from typer.testing import CliRunner
 
-    from runner.cli import app
+    from runner.cli.main import app
 
     def paths(command: object, path: list[str]) -> list[list[str]]:
         below = getattr(command, "commands", {})
@@ -188,9 +188,9 @@ def test_a_calibrated_estimate_of_a_sweep_this_machine_ran_is_the_time_its_cases
     times exactly: each experiment's factor is recorded over modelled time for those cases."""
     import sqlalchemy as sa
 
-    from runner.estimate import estimate, scale_factors
-    from runner.machine import machine_name
-    from runner.sweeps import load_spec_file
+    from runner.measure.machine import machine_name
+    from runner.spec.estimate import estimate, scale_factors
+    from runner.spec.sweeps import load_spec_file
     from store.store import Store
     from tests.conftest import TINY_SPEC
 
@@ -288,9 +288,9 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
     import sqlalchemy as sa
 
     from runner.cost.estimates import training_seconds
-    from runner.estimate import earlier_trainings, estimate
-    from runner.machine import machine_name
-    from runner.sweeps import load_preset, load_spec_file, validate
+    from runner.measure.machine import machine_name
+    from runner.spec.estimate import earlier_trainings, estimate
+    from runner.spec.sweeps import load_preset, load_spec_file, validate
     from store.store import Store
     from tests.conftest import TINY_SPEC, copy_store
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runner.sweeps import validate
+from runner.spec.sweeps import validate
 from store import frames
 from store.records import JobRecord
 from store.store import Store
@@ -259,7 +259,7 @@ def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_p
     frozen.wait_for(f"job {job} is no longer this worker's")
     frozen.process.send_signal(signal.SIGTERM)
     output = frozen.finish()
-    # 130, wherever the signal lands (runner.lifecycle.StopRequested says why that needs care).
+    # 130, wherever the signal lands (runner.execution.lifecycle.StopRequested says why that needs care).
     assert frozen.process.returncode == 130, output
     after = rows_by(frames.jobs(store), "job_id")[job]
     assert (after["status"], after["finished_at"], after["cases_done"]) == ("done", done["finished_at"], total)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from dashboard.launch import LaunchRequest, build_spec
 from runner.errors import InputError
-from runner.fields import check_machine
-from runner.sweeps import validate
+from runner.spec.fields import check_machine
+from runner.spec.sweeps import validate
 from tests.conftest import TINY_SPEC
 
 # derandomize: the same examples on every run (a test suite that passes or fails by chance helps no one).
@@ -232,7 +232,9 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     import pytest
 
     import store.engine
-    from runner import cli, cli_fleet, cli_review
+    from runner.cli import fleet as cli_fleet
+    from runner.cli import main as cli
+    from runner.cli import review as cli_review
 
     stderr = io.StringIO()
     with (

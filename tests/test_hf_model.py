@@ -1,5 +1,5 @@
-"""Local Hugging Face GPT-2 checkpoints (runner.hf_model, runner.hf_spec, runner.hf_run,
-runner.hf_peer) on real directories built by tests/hf_checkpoints.py: the weights map exactly,
+"""Local Hugging Face GPT-2 checkpoints (runner.model.hf_checkpoint, runner.spec.hf, runner.model.hf_run,
+runner.decoding.hf_peer) on real directories built by tests/hf_checkpoints.py: the weights map exactly,
 an hf spec runs end to end through `decodelab run`, and every bad directory ends in one line."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_the_weights_map_onto_decodelab_exactly(hf_checkpoints: Any) -> None:
     shape, parameter count and name come from config.json."""
     import transformers
 
-    from runner.hf_model import load_model, load_tokenizer, read_checkpoint
+    from runner.model.hf_checkpoint import load_model, load_tokenizer, read_checkpoint
 
     checkpoint = read_checkpoint(str(hf_checkpoints.random))
     model = load_model(checkpoint)
@@ -38,8 +38,8 @@ def test_the_weights_map_onto_decodelab_exactly(hf_checkpoints: Any) -> None:
     assert difference < 1e-5
     # Greedy text through the compiled path is transformers' own generate's, on text varied
     # enough (random weights) for the comparison to mean something.
-    from runner.decode import generate
-    from runner.hf_peer import hf_generate
+    from runner.decoding.decode import generate
+    from runner.decoding.hf_peer import hf_generate
 
     prompt = tokens[0, :4].tolist()
     ours = generate(model, prompt, 24, temperature=0.0, impl="fast").tokens
@@ -71,7 +71,7 @@ def values(frame: pd.DataFrame, metric: str, **where: Any) -> list[float]:
 @pytest.mark.slow
 def test_an_hf_spec_runs_end_to_end_through_decodelab_run(hf_run_url: str, hf_checkpoints: Any) -> None:
     from runner.cost import counts
-    from runner.hf_model import content_hash
+    from runner.model.hf_checkpoint import content_hash
 
     frame = measurements(hf_run_url)
     # The model hash is the directory's content hash; its record keeps config and vocabulary.
@@ -191,7 +191,7 @@ def hf_raw(hf_checkpoints: Any) -> dict[str, Any]:
     ],
 )
 def test_what_an_hf_spec_may_not_say(hf_checkpoints: Any, change: dict[str, Any], message: str) -> None:
-    from runner.sweeps import validate
+    from runner.spec.sweeps import validate
 
     raw = hf_raw(hf_checkpoints)
     if "train" in change:
@@ -208,7 +208,7 @@ def test_what_an_hf_spec_may_not_say(hf_checkpoints: Any, change: dict[str, Any]
 
 def test_a_validated_hf_spec_validates_again_unchanged(hf_checkpoints: Any) -> None:
     """The stored spec carries the checkpoint's shape: a worker validating it again gets it back."""
-    from runner.sweeps import validate
+    from runner.spec.sweeps import validate
 
     first = validate(hf_raw(hf_checkpoints))
     assert first.raw["model"]["name"] == "tiny-target" and first.raw["model"]["context_length"] == 96
@@ -218,7 +218,7 @@ def test_a_validated_hf_spec_validates_again_unchanged(hf_checkpoints: Any) -> N
 
 
 def test_an_hf_draft_needs_an_hf_target(hf_checkpoints: Any) -> None:
-    from runner.sweeps import validate
+    from runner.spec.sweeps import validate
 
     raw = tomllib.loads((ROOT / "tests" / "fixtures" / "tiny.toml").read_text())
     raw["experiments"]["speculative"]["drafts"] = ["ngram", f"hf:{hf_checkpoints.draft}"]
@@ -232,10 +232,10 @@ GPT2_SHAPE = {"d_model": 768, "n_layer": 12, "n_head": 12, "context_length": 102
 def gpt2_sized(experiments: dict[str, Any]) -> Any:
     """Experiments checked as the validator checks them, on gpt2's shape (no 500 MB checkpoint
     is built for this: the estimate needs the shape only)."""
-    from runner import hf_spec
     from runner.experiments import registry
-    from runner.fields import check_section
-    from runner.sweeps import SweepSpec
+    from runner.spec import hf as hf_spec
+    from runner.spec.fields import check_section
+    from runner.spec.sweeps import SweepSpec
 
     model = {"source": "hf", "path": "gpt2", "corpus": "default", "name": "gpt2", **GPT2_SHAPE}
     known = registry()
@@ -247,8 +247,8 @@ def gpt2_sized(experiments: dict[str, Any]) -> Any:
 
 
 def test_the_example_fits_a_two_core_machine_and_a_seed_sized_sweep_is_refused() -> None:
-    from runner import hf_spec
-    from runner.sweeps import estimate_seconds, preset_text
+    from runner.spec import hf as hf_spec
+    from runner.spec.sweeps import estimate_seconds, preset_text
 
     eight_gib = 8 * 2**30
     example = gpt2_sized(tomllib.loads((ROOT / "examples" / "gpt2-distilgpt2.toml").read_text())["experiments"])
@@ -324,8 +324,8 @@ def test_loading_and_the_peers_never_open_a_connection(hf_checkpoints: Any, monk
     """Everything an hf run does with a directory works with every socket connection refused."""
     import socket
 
-    from runner.hf_model import check_weights, content_hash, load_model, load_tokenizer, read_checkpoint
-    from runner.hf_peer import hf_generate, peer_of
+    from runner.decoding.hf_peer import hf_generate, peer_of
+    from runner.model.hf_checkpoint import check_weights, content_hash, load_model, load_tokenizer, read_checkpoint
 
     def refuse(*_: object) -> None:
         raise AssertionError("a connection was attempted")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.worker import Heartbeat
+from runner.execution.worker import Heartbeat
 from store import frames
 from store.store import Store
 from tests.conftest import run_decodelab, start_decodelab
@@ -131,7 +131,7 @@ def test_ctrl_c_of_a_terminal_run_during_training_marks_its_job_interrupted(tmp_
 
 @pytest.mark.slow
 def test_sigterm_of_a_worker_during_training_requeues_its_job(tmp_path: Path) -> None:
-    from runner.sweeps import load_spec_file
+    from runner.spec.sweeps import load_spec_file
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     store = Store(url)

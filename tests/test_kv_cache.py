@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.cost import counts
-from runner.decode import generate
+from runner.decoding.decode import generate
 from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
-from runner.fitting import fit_power_law
-from runner.model import CharGPT, ModelConfig
+from runner.measure.fitting import fit_power_law
+from runner.model.gpt import CharGPT, ModelConfig
 from store import frames
 
 
@@ -254,7 +254,7 @@ def test_the_experiment_records_through_the_store(filled_store_url: str) -> None
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_every_impl_produces_the_same_tokens(tiny_model: CharGPT, temperature: float) -> None:
-    from runner.decode import IMPLS
+    from runner.decoding.decode import IMPLS
 
     outputs = {
         (impl, use_cache): generate(
@@ -269,7 +269,7 @@ def test_every_impl_produces_the_same_tokens(tiny_model: CharGPT, temperature: f
 
 
 def test_the_compiled_entry_points_refuse_bad_tensors(tiny_model: CharGPT) -> None:
-    from runner.fast_decode import FastDecoder
+    from runner.decoding.fast import FastDecoder
 
     decoder = FastDecoder(tiny_model)
     cache = tiny_model.new_cache()
@@ -293,7 +293,7 @@ def test_the_compiled_entry_points_refuse_bad_tensors(tiny_model: CharGPT) -> No
 
 
 def test_the_fast_step_matches_the_eager_logits(tiny_model: CharGPT) -> None:
-    from runner.fast_decode import FastDecoder
+    from runner.decoding.fast import FastDecoder
 
     decoder = FastDecoder(tiny_model)
     fast_cache, eager_cache = tiny_model.new_cache(), tiny_model.new_cache()

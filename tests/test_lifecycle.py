@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.lifecycle import run_lifecycle
+from runner.execution.lifecycle import run_lifecycle
 from store import frames
 from store.store import Store
 from tests.conftest import rows_by
@@ -66,7 +66,7 @@ def test_a_stop_swallowed_by_a_finalizer_is_still_seen_at_the_next_safe_point(tm
     dropped by Python with "Exception ignored"; the worker's loops still stop at check_stop."""
     script = """
 import os, signal, sys
-from runner.lifecycle import check_stop, stop_on_signals
+from runner.execution.lifecycle import check_stop, stop_on_signals
 stop_on_signals()
 class Finalized:
     def __del__(self):
@@ -94,7 +94,7 @@ except KeyboardInterrupt:
 
 STOPPED_IN_EXEC = """
 import sys
-from runner.lifecycle import stop_on_signals
+from runner.execution.lifecycle import stop_on_signals
 stop_on_signals()
 try:
     # The signal lands while code run by exec() of a string executes (as in SQLAlchemy's compile).

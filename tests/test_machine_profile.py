@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner import machine_profile
 from runner.cost import roofline_model
+from runner.measure import machine_profile
 from store import frames
 from tests.conftest import ROOT, run_decodelab
 
@@ -69,7 +69,7 @@ def test_the_profile_command_prints_and_stores_its_figures(tmp_path: Path) -> No
 
 
 def test_a_run_profiles_its_machine_first_and_places_its_timed_cases(filled_store_url: str) -> None:
-    from runner.model import ModelConfig
+    from runner.model.gpt import ModelConfig
     from store.store import Store
 
     store = Store(filled_store_url)

@@ -216,8 +216,8 @@ def test_report_machines_refuses_bad_input_in_one_line(
 
 
 def test_the_progress_bar_names_every_case_of_a_preset_apart_in_words() -> None:
-    from runner.execute import case_progress_labels
-    from runner.sweeps import load_spec_file
+    from runner.execution.execute import case_progress_labels
+    from runner.spec.sweeps import load_spec_file
 
     plan = load_spec_file(ROOT / "runner" / "presets" / "quick.toml").plan()
     labels = case_progress_labels(plan)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from runner.corpus import load_corpus
-from runner.model import CharGPT, ModelConfig, to_gpt2_state_dict
-from runner.train import TrainConfig, deserialize, serialize, train
+from runner.model.corpus import load_corpus
+from runner.model.gpt import CharGPT, ModelConfig, to_gpt2_state_dict
+from runner.model.train import TrainConfig, deserialize, serialize, train
 
 
 def tiny_config(**overrides: Any) -> ModelConfig:
@@ -86,7 +86,7 @@ def test_serialize_round_trip_gives_identical_logits() -> None:
 @pytest.mark.slow
 def test_a_trained_checkpoint_loads_into_transformers_gpt2() -> None:
     pytest.importorskip("transformers", reason="the bench extra (transformers) is not installed")
-    from runner.model import to_transformers
+    from runner.model.gpt import to_transformers
 
     corpus = load_corpus()
     config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=32, n_layer=2, n_head=4, context_length=256)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.fitting import fit_line
+from runner.measure.fitting import fit_line
 from store import frames
 
 

@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.decode import generate
-from runner.model import CharGPT, ModelConfig
-from runner.quantize import QuantizedTensor, quantization_of, quantize_model, weight_bytes
+from runner.decoding.decode import generate
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.quantize import QuantizedTensor, quantization_of, quantize_model, weight_bytes
 
 CONFIG = ModelConfig(vocab_size=10, d_model=16, n_layer=2, n_head=2, context_length=32)
 
@@ -129,7 +129,7 @@ def test_bad_quantization_requests_are_refused(model: CharGPT) -> None:
 
 def test_a_group_size_that_does_not_divide_the_width_is_refused_by_the_validator() -> None:
     from runner.errors import InputError
-    from runner.sweeps import validate
+    from runner.spec.sweeps import validate
 
     with pytest.raises(InputError, match="experiments.quantization.group_size: 48 does not divide d_model 128"):
         validate({"experiments": {"quantization": {"group_size": 48}}})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.sweeps import load_spec_file
+from runner.spec.sweeps import load_spec_file
 from store import frames
 from store.store import Store
 from tests.conftest import rows_by, start_decodelab
@@ -24,7 +24,7 @@ COMPLETE = {
     "counter_check": 10,
     "counts": 8,
     "recomputation": 5,
-    # 19 of its own, and the roofline's placement of each side (runner.roofline: 10 per side).
+    # 19 of its own, and the roofline's placement of each side (runner.measure.roofline_placement: 10 per side).
     "timing": 39,
     "width": 39,
     "fit": 6,

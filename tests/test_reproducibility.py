@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dashboard.metrics import is_deterministic
-from runner.execute import execute
-from runner.sweeps import load_spec_file
+from runner.execution.execute import execute
+from runner.spec.sweeps import load_spec_file
 from store import frames
 from store.records import case_key
 from store.store import Store

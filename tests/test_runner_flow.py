@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from runner.execute import execute
+from runner.execution.execute import execute
 from runner.experiments import context_cost
-from runner.sweeps import load_spec_file
+from runner.spec.sweeps import load_spec_file
 from store import frames
 from store.store import Store
 from tests.conftest import LEAN_CASES, LEAN_SPEC, TINY_SPEC, run_decodelab
@@ -53,7 +53,7 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as connection:
         assert connection.execute("SELECT threads FROM machine").fetchall() == [(spec.raw["threads"],)] == [(1,)]
     assert torch.get_num_threads() == threads_before
-    from runner import fast_decode
+    from runner.decoding import fast as fast_decode
 
     assert fast_decode._threads_wanted == 1, "the fast path is back on its default"
     run = frames.runs(store).to_dict("records")[0]

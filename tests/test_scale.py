@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner import context_cost as cost
-from runner import scale
+from runner.cost import context_cost as cost
+from runner.cost import scale
 
 
 def test_the_explainers_reference_figures() -> None:

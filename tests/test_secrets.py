@@ -116,7 +116,7 @@ def test_bench_run_worker_and_a_timeout_never_show_the_password(postgres_url: st
 
 
 def test_every_url_password_in_a_message_is_masked() -> None:
-    from runner.lifecycle import one_line
+    from runner.execution.lifecycle import one_line
     from store.masking import mask_secrets
 
     error = RuntimeError(

@@ -8,9 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from analysis.seeds import ARITHMETIC, IDENTITY, RUN, load_figures, seed_rows, summary
 from runner.experiments import context_cost, kv_cache
-from runner.seed_report import ARITHMETIC, IDENTITY, RUN, load_figures, seed_rows, summary
-from runner.sweeps import load_preset
+from runner.spec.sweeps import load_preset
 from store.records import RecordedMeasurement
 from tests.conftest import run_decodelab
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import torch
 
-from runner.decode import generate
-from runner.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
-from runner.drafts import BigramDraft, ModelDraft, NGramDraft
-from runner.model import CharGPT, ModelConfig
-from runner.quantize import quantize_model
-from runner.speculative import accept_rule, speculative_decode
+from runner.decoding.decode import generate
+from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.decoding.speculative import accept_rule, speculative_decode
+from runner.experiments.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.quantize import quantize_model
 from store import frames
 from tests.shared_parts import VOCAB, peaked_target
 
@@ -227,7 +227,7 @@ def test_speculative_decoding_gives_the_same_tokens_through_either_impl(target: 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 def test_the_compiled_verification_decides_as_the_python_rule(target: CharGPT, temperature: float) -> None:
-    from runner.speculative import CompiledTarget, verify
+    from runner.decoding.speculative import CompiledTarget, verify
 
     compiled = CompiledTarget(target)
     text = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -276,7 +276,7 @@ def test_greedy_speculative_output_through_the_fast_path_is_its_greedy_output(ta
 
 
 def test_recommend_names_the_roofline_regime_where_the_run_placed_the_verification() -> None:
-    from runner.recommend import recommendations
+    from runner.cli.recommend import recommendations
     from store.records import RecordedMeasurement
 
     case = {"part": "speculative", "impl": "fast", "temperature": 1.0, "draft": "ngram", "schedule": "fixed", "k": 2}

@@ -7,17 +7,17 @@ import pytest
 import torch
 
 from runner.cost.speculative import expected_chars_per_pass
-from runner.drafts import BigramDraft, ModelDraft
-from runner.model import CharGPT
-from runner.speculative import speculative_decode
-from runner.speculative_costs import (
+from runner.decoding.drafts import BigramDraft, ModelDraft
+from runner.decoding.speculative import speculative_decode
+from runner.experiments.speculative_costs import (
     CostSession,
     alpha_a_priori,
     dry_run_passes,
     held_out_windows,
     passes_of_run,
 )
-from runner.timing import Harness
+from runner.measure.timing import Harness
+from runner.model.gpt import CharGPT
 from tests.shared_parts import VOCAB, peaked_target
 
 
@@ -51,7 +51,7 @@ def test_a_dry_run_keeps_proposals_while_they_match_the_text(target: CharGPT) ->
     text = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 3
     itself = ModelDraft(target, "itself")
     # The target's own greedy continuation is kept whole: k + 1 characters a pass.
-    from runner.decode import generate
+    from runner.decoding.decode import generate
 
     greedy_text = [3, 1, 4] + generate(target, [3, 1, 4], 30, temperature=0.0).tokens
     passes = dry_run_passes(itself, greedy_text, 3, 4, 0.0, seed=0, count=5)

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from runner.decode import generate
-from runner.drafts import ContextTableDraft, ModelDraft
-from runner.model import CharGPT, ModelConfig
-from runner.speculative import Schedule, acceptance_at_positions, speculative_decode
-from runner.speculative_prediction import Calibration, simulate
+from runner.cost.speculative_prediction import Calibration, simulate
+from runner.decoding.decode import generate
+from runner.decoding.drafts import ContextTableDraft, ModelDraft
+from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
+from runner.model.gpt import CharGPT, ModelConfig
 from tests.shared_parts import VOCAB, peaked_target
 
 PROMPT = [3, 1, 4]

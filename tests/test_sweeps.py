@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runner.errors import InputError
-from runner.sweeps import PRESETS, load_preset, parse_toml, validate
+from runner.spec.sweeps import PRESETS, load_preset, parse_toml, validate
 from tests.conftest import TINY_SPEC
 
 
@@ -98,8 +98,8 @@ def test_an_unknown_preset_is_refused() -> None:
 def test_the_launch_catalog_lists_every_preset_and_experiment_the_runner_knows() -> None:
     """The dashboard's launch form reads the catalog (no torch import); it must not drift from
     the runner's registry, as it once did when the form lacked `overhead`."""
-    from runner import catalog
     from runner.experiments import registry
+    from runner.spec import catalog
 
     assert catalog.preset_names() == PRESETS
     assert set(catalog.experiment_names()) == set(registry())
@@ -110,8 +110,8 @@ def test_the_launch_catalog_lists_every_preset_and_experiment_the_runner_knows()
 def test_a_launch_plans_its_cases_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Validation, the limits, the launch estimate, the job's case count and the run's own plan
     all read one plan: each experiment's plan() runs once per launch, not once per reader."""
-    from runner.estimate import estimate_here
     from runner.experiments import registry
+    from runner.spec.estimate import estimate_here
     from store.store import Store
 
     calls: dict[str, int] = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from runner.sweeps import validate
+from runner.spec.sweeps import validate
 from store import frames
 from store.clock import server_now
 from store.records import CaseRecord, MeasurementRecord

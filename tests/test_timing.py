@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runner.timing import Harness
+from runner.measure.timing import Harness
 
 
 class FakeClock:

@@ -297,7 +297,7 @@ def test_the_catalogue_classes_each_metric_by_what_a_second_machine_may_do_to_it
 
 def test_a_custom_launch_is_labelled_from_its_spec_and_set_only_beside_runs_of_that_spec() -> None:
     from analysis import runs as runs_module
-    from runner.sweeps import load_preset
+    from runner.spec.sweeps import load_preset
 
     quick = load_preset("quick").raw
     kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, ui
-from runner import scale
+from runner.cost import scale
 
 st.title("Scale calculator")
 st.caption(

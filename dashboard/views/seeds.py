@@ -4,15 +4,15 @@ what on the machine (the same rows as `decodelab report seeds`)."""
 import pandas as pd
 import streamlit as st
 
+from analysis.seeds import seed_rows, summary
 from dashboard import data, ui
-from runner.seed_report import seed_rows, summary
 
 st.title("The write-ups, reproduced")
 st.markdown(
     "**The write-ups** are the five articles this project set out to check by measuring: on the KV cache "
     "(measured, counted and explained), on speculative decoding and quantization, and on what context length "
     "costs. The `writeup` column names the part a figure comes from. Every figure they state is kept, with "
-    "where a run records its counterpart, in `runner/data/seed_figures.toml`; `decodelab run --preset seed` "
+    "where a run records its counterpart, in `analysis/data/seed_figures.toml`; `decodelab run --preset seed` "
     "reruns their own tables and `decodelab report seeds` writes this page's table."
 )
 st.caption(

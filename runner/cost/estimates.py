@@ -1,6 +1,6 @@
 """What a sweep will cost before it runs: its wall time (a sum of per-case estimates, plus
 training) and its peak memory (parameters, optimizer state, a training batch's activations,
-caches), and the combined limits the one validator (runner.sweeps.validate) holds every spec
+caches), and the combined limits the one validator (runner.spec.sweeps.validate) holds every spec
 to: at most the machine's available memory, at most the spec's ``max_hours``.
 
 Rough models for refusing the impossible and for asking before a long launch, not
@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner.cost import counts
-from runner.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
+from runner.cost.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
 from runner.errors import InputError
 
 if TYPE_CHECKING:
-    from runner.sweeps import SweepSpec
+    from runner.spec.sweeps import SweepSpec
 
 FLOAT_BYTES = 4
 # Parameters, their gradients and AdamW's two moments: four float32 tensors per parameter.
@@ -59,9 +59,9 @@ def case_seconds(experiment: str, case: dict[str, Any], model: dict[str, Any]) -
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
     """A sweep's wall time: training (unless its model is stored) plus every case's; a local
-    Hugging Face checkpoint's by its own estimate (runner.hf_spec)."""
+    Hugging Face checkpoint's by its own estimate (runner.spec.hf)."""
     if spec.is_hf:
-        from runner import hf_spec
+        from runner.spec import hf as hf_spec
 
         return hf_spec.estimate(spec).seconds
     model = spec.raw["model"]
@@ -70,7 +70,7 @@ def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
 
 
 def parameter_count(model: dict[str, Any], vocabulary: int = VOCABULARY_ESTIMATE) -> int:
-    """The model's parameters (runner.model.CharGPT): token and position embeddings, each
+    """The model's parameters (runner.model.gpt.CharGPT): token and position embeddings, each
     block's linear layers and norms, the final norm; the head shares the token embedding."""
     d, layers, context = model["d_model"], model["n_layer"], model["context_length"]
     block = counts.projection_mults(1, d) + 13 * d  # weights, biases (9d) and two norms (4d)
@@ -102,7 +102,7 @@ def available_memory_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    from runner.machine import memory_bytes
+    from runner.measure.machine import memory_bytes
 
     return memory_bytes()
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.fitting import fit_line
+from runner.measure.fitting import fit_line
 from store.records import MeasurementRecord
 
 

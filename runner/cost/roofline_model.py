@@ -1,6 +1,6 @@
 """What a decode pass costs on the roofline: the bytes it moves and the multiply-adds it does,
 counted exactly from the model shape and the impl, and the time a machine's measured roof
-(runner.machine_profile) allows for them.
+(runner.measure.machine_profile) allows for them.
 
 A *pass* feeds ``positions`` new tokens after ``start`` cached ones (a decode step is one
 position; a speculative verification k + 1; a no-cache step the whole sequence from 0). Counted:
@@ -46,7 +46,7 @@ class Shape:
 
     @classmethod
     def of(cls, config: Any) -> Shape:
-        """From a runner.model.ModelConfig (or anything with its field names)."""
+        """From a runner.model.gpt.ModelConfig (or anything with its field names)."""
         return cls(config.vocab_size, config.d_model, config.n_layer, config.n_head)
 
 
@@ -74,7 +74,7 @@ def padded(rows: int, lanes: int) -> int:
 def linear_bytes(rows: int, cols: int, precision: str, fast: bool, lanes: int) -> int:
     """One linear layer's weight, bias and (int8) per-row scales as one pass reads them."""
     if fast:
-        per_word = 4 // WEIGHT_BYTES[precision]  # columns in one 32-bit word (runner/csrc/linear.h)
+        per_word = 4 // WEIGHT_BYTES[precision]  # columns in one 32-bit word (runner/decoding/csrc/linear.h)
         words = (cols + per_word - 1) // per_word
         weights = words * padded(rows, lanes) * 4
         extras = rows * FLOAT_BYTES * (3 if precision == "int8" else 1)  # bias (+ scales and offsets)
@@ -196,7 +196,7 @@ def place(
     passes: list[Cost], roof: dict[str, Any], overhead_seconds_per_pass: float = 0.0, threads: int = 1
 ) -> Placement:
     """Passes on a profile's roof; each pass is bounded by its own slower side, the times summed."""
-    # The roof is the best repeat of each micro-kernel (runner.machine_profile says why).
+    # The roof is the best repeat of each micro-kernel (runner.measure.machine_profile says why).
     peaks = {precision: rates["high"] for precision, rates in roof["peak_operations_per_second"].items()}
     memory = compute = roofline = 0.0
     for cost in passes:

@@ -7,9 +7,9 @@ units of a plain decode step (standard library only).
 - ``component_model_speedup``: E over (v + L·c), the verification's measured cost v; also the
   a-priori prediction's formula, with its simulated characters per pass and draft length;
 - ``speculative_speedup`` and ``break_even_acceptance``: the roofline's version in seconds
-  (runner.roofline prices the step, a draft call and a verification on the machine's roof).
+  (runner.measure.roofline_placement prices the step, a draft call and a verification on the machine's roof).
 
-runner.speculative_costs measures the costs these formulas take; runner.experiments.speculative_timing
+runner.experiments.speculative_costs measures the costs these formulas take; runner.experiments.speculative_timing
 records what they give beside the measured speedup.
 """
 

@@ -1,11 +1,11 @@
-"""The context-cost experiment: records the counting contract's figures (runner.context_cost)
+"""The context-cost experiment: records the counting contract's figures (runner.cost.context_cost)
 for a run, so they sit in the store beside the measured ones."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runner.context_cost import (
+from runner.cost.context_cost import (
     D_FF,
     D_MODEL,
     N_HEADS,
@@ -21,7 +21,7 @@ from runner.context_cost import (
     wasted_pairs,
 )
 from runner.experiments.base import Part, PartsExperiment
-from runner.fields import Field
+from runner.spec.fields import Field
 from store.records import MeasurementRecord
 
 FIELDS = {

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decode import IMPLS
+from runner.decoding.decode import IMPLS
 from runner.errors import InputError
 from runner.experiments import kv_arithmetic, kv_exactness, kv_memory, kv_timing
 from runner.experiments.base import Part, PartsExperiment
-from runner.fields import Field
-from runner.model import CACHE_ROUNDINGS
+from runner.model.gpt import CACHE_ROUNDINGS
+from runner.spec.fields import Field
 
 EQUIVALENCE_TOLERANCE = kv_exactness.EQUIVALENCE_TOLERANCE
 
@@ -35,7 +35,7 @@ FIELDS = {
     "widths": Field("int_list", [128, 256, 512, 1024], 8, 2048),
     "width_length": Field("int", 256, 2, "context_length"),
     "pairs": Field("int", 3, 3, 50, help="paired no-cache/cache timings per point (minimum 3)"),
-    "impls": Field("str_list", ["static"], choices=IMPLS, help="how a decode step runs (runner.decode)"),
+    "impls": Field("str_list", ["static"], choices=IMPLS, help="how a decode step runs (runner.decoding.decode)"),
     "equivalence_tokens": Field("int", 128, 1, "context_length"),
     "recomputation_tokens": Field("int", 5, 1, 64, help="generated tokens whose K/V computations are counted"),
     "prefill_prompt_tokens": Field("int", 64, 1, "context_length", help="prompt length of the prefill timing"),

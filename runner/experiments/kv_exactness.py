@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decode import Generation, first_difference, generate
+from runner.decoding.decode import Generation, first_difference, generate
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 

@@ -11,7 +11,7 @@ import torch
 from runner.cost import counts
 from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import measure
-from runner.model import CharGPT, KVCache, ModelConfig
+from runner.model.gpt import CharGPT, KVCache, ModelConfig
 from store.records import MeasurementRecord
 
 CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}

@@ -11,15 +11,15 @@ from typing import Any
 
 import torch
 
-from runner import roofline
 from runner.cost import counts
 from runner.cost.roofline_model import Shape
-from runner.decode import generate
+from runner.decoding.decode import generate
 from runner.experiments.base import ExperimentContext, aa_measurements
 from runner.experiments.kv_exactness import measure
-from runner.fitting import fit_power_law
-from runner.model import CharGPT, ModelConfig
-from runner.timing import Paired
+from runner.measure import roofline_placement as roofline
+from runner.measure.fitting import fit_power_law
+from runner.measure.timing import Paired
+from runner.model.gpt import CharGPT, ModelConfig
 from store.records import MeasurementRecord
 
 
@@ -41,7 +41,7 @@ def time_cache(
     same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == cached_tokens
     transformers_records: list[MeasurementRecord] = []
     if with_transformers:
-        from runner.hf_peer import cache_column
+        from runner.decoding.hf_peer import cache_column
 
         sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
     rounds = dict(zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"]), strict=True))
@@ -102,7 +102,7 @@ def untrained_model(context: ExperimentContext, d_model: int) -> CharGPT:
 
 
 def timing(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    from runner.hf_peer import is_hf_run
+    from runner.decoding.hf_peer import is_hf_run
 
     return time_cache(context.model, case, context, with_transformers=is_hf_run(context))
 

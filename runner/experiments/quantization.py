@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from runner import roofline
 from runner.cost.roofline_model import Shape
-from runner.decode import first_difference, generate
+from runner.decoding.decode import first_difference, generate
 from runner.errors import InputError
 from runner.experiments.base import AA_PART, WHOLE, ExperimentContext, Part, PartsExperiment, aa_measurements
-from runner.fields import Field
-from runner.model import CharGPT
-from runner.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
-from runner.train import evaluate_loss
+from runner.measure import roofline_placement as roofline
+from runner.model.gpt import CharGPT
+from runner.model.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
+from runner.model.train import evaluate_loss
+from runner.spec.fields import Field
 from store.records import MeasurementRecord
 
 # A variant case names its impl only where its kernel needs one (the fast_* kernels): every
@@ -69,7 +69,7 @@ def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[Measureme
     length = (recipe.get("train") or recipe["evaluation"])["sequence_length"]
     through: Callable[[CharGPT, torch.Tensor], torch.Tensor] | None = None
     if impl == "fast":
-        from runner.fast_decode import logits_through_fast_path
+        from runner.decoding.fast import logits_through_fast_path
 
         through = logits_through_fast_path
     reference_loss = evaluate_loss(reference, validation, length, through)

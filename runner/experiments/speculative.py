@@ -1,17 +1,17 @@
 """Speculative decoding (docs/experiments.md): does the output keep the target's distribution,
 how often are drafts accepted (per draft position too), what do drafts and verification cost,
 what is the measured speedup, and how well an a-priori prediction calls it, per draft, schedule
-(runner.speculative.Schedule), temperature and impl.
+(runner.decoding.speculative.Schedule), temperature and impl.
 
 Parts (param ``part``), each measured in its own module (PARTS):
 - distribution (speculative_check): fixed context, passes through the draft's real proposal
   path and the impl's production verification at the case's temperature, a chi-square test over
   every emitted position against the target, the TV it detects with 80% power, and the accept
-  rule's bug variants as controls (runner.distribution_check).
+  rule's bug variants as controls (runner.experiments.distribution_check).
 - aa (speculative_timing): the baseline paired against itself, the noise floor of the paired
   method, per impl.
 - speculative (speculative_timing): per (impl, temperature, draft, schedule, k or p_min): an
-  a-priori prediction made before the loop runs (runner.speculative_prediction), then
+  a-priori prediction made before the loop runs (runner.cost.speculative_prediction), then
   deterministic counts (seeded), paired speedup against plain decoding through the same impl,
   and two after-the-fact models beside it (runner.cost.speculative holds their formulas).
   Greedy cases check the target's greedy text.
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.drafts import MAX_NGRAM_ORDER
+from runner.decoding.drafts import MAX_NGRAM_ORDER
+from runner.decoding.speculative import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
 from runner.errors import InputError
 from runner.experiments import speculative_check, speculative_choice, speculative_timing
 from runner.experiments.base import AA_PART, Part, PartsExperiment
 from runner.experiments.speculative_drafts import DRAFTS
-from runner.fields import Field
-from runner.hf_model import DRAFT_PREFIX
-from runner.speculative import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
+from runner.model.hf_checkpoint import DRAFT_PREFIX
+from runner.spec.fields import Field
 
 FIELDS = {
     "drafts": Field(
@@ -38,7 +38,7 @@ FIELDS = {
         list(DRAFTS[:5]),
         choices=DRAFTS,
         choice_prefix=DRAFT_PREFIX,
-        help="hf:DIR is a local Hugging Face checkpoint sharing an hf target's tokenizer (runner.hf_model)",
+        help="hf:DIR is a local Hugging Face checkpoint sharing an hf target's tokenizer (runner.model.hf_checkpoint)",
     ),
     "ks": Field("int_list", [1, 2, 4, 8], 1, MAX_DRAFT_LENGTH, help="the fixed schedule's k"),
     "heuristic_starts": Field("int_list", [4], 1, MAX_DRAFT_LENGTH, help="the heuristic schedule's first k"),
@@ -49,7 +49,7 @@ FIELDS = {
         "str_list",
         ["static"],
         choices=SPECULATIVE_IMPLS,
-        help="how the target runs, in the baseline and in verification alike (runner.speculative)",
+        help="how the target runs, in the baseline and in verification alike (runner.decoding.speculative)",
     ),
     "new_tokens": Field("int", 200, 1, "context_length"),
     "temperatures": Field("float_list", [1.0, 0.7, 0.0], 0.0, 5.0, help="0 is greedy"),

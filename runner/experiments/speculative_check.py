@@ -1,13 +1,13 @@
 """The speculative experiment's distribution part: does the output keep the target's distribution,
 through each impl's production verification, and what would the check have caught
-(runner.distribution_check says how)."""
+(runner.experiments.distribution_check says how)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runner.distribution_check import BUG_VARIANTS, check_passes
 from runner.experiments.base import ExperimentContext
+from runner.experiments.distribution_check import BUG_VARIANTS, check_passes
 from runner.experiments.speculative_drafts import make_draft
 from store.records import MeasurementRecord
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from runner.decoding.speculative import SCHEDULES
 from runner.experiments.base import ExperimentContext
-from runner.speculative import SCHEDULES
 from store.records import MeasurementRecord
 
 NAME = "speculative"  # the experiment whose cases these parts summarise

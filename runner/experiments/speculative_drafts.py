@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decode import generate
-from runner.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.cost.speculative_prediction import Calibration, calibrate
+from runner.decoding.decode import generate
+from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.decoding.speculative import Draft
 from runner.experiments.base import ExperimentContext
-from runner.hf_model import DRAFT_PREFIX, load_model, read_checkpoint
-from runner.model import ModelConfig
-from runner.quantize import quantize_model
-from runner.speculative import Draft
-from runner.speculative_costs import ALPHA_WINDOWS, held_out_windows
-from runner.speculative_prediction import Calibration, calibrate
-from runner.train import TrainConfig
+from runner.experiments.speculative_costs import ALPHA_WINDOWS, held_out_windows
+from runner.model.gpt import ModelConfig
+from runner.model.hf_checkpoint import DRAFT_PREFIX, load_model, read_checkpoint
+from runner.model.quantize import quantize_model
+from runner.model.train import TrainConfig
 
 # int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
 # fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.

@@ -1,27 +1,25 @@
 """The speculative experiment's timed parts: the loop against plain decoding through the same
 impl (part ``speculative``), with its a-priori prediction made first and the after-the-fact
 models beside it, and the A/A case (part ``aa``). The formulas come from runner.cost.speculative;
-the costs they take are measured by runner.speculative_costs."""
+the costs they take are measured by runner.experiments.speculative_costs."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
-from runner import roofline
 from runner.cost.speculative import (
     component_model_speedup,
     expected_chars_per_pass,
     relative_error,
     writeup_formula_speedup,
 )
-from runner.decode import generate
-from runner.drafts import ModelDraft
+from runner.cost.speculative_prediction import simulate
+from runner.decoding.decode import generate
+from runner.decoding.drafts import ModelDraft
+from runner.decoding.speculative import Draft, Schedule, acceptance_at_positions, speculative_decode
 from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_drafts import calibration_for, held_out_alpha, make_draft
-from runner.hf_model import DRAFT_PREFIX
-from runner.speculative import Draft, Schedule, acceptance_at_positions, speculative_decode
-from runner.speculative_costs import (
+from runner.experiments.speculative_costs import (
     COST_CALLS,
     CostSession,
     dry_run_passes,
@@ -29,8 +27,10 @@ from runner.speculative_costs import (
     passes_of_run,
     single_call_costs,
 )
-from runner.speculative_prediction import simulate
-from runner.timing import Paired
+from runner.experiments.speculative_drafts import calibration_for, held_out_alpha, make_draft
+from runner.measure import roofline_placement as roofline
+from runner.measure.timing import Paired
+from runner.model.hf_checkpoint import DRAFT_PREFIX
 from store.records import MeasurementRecord
 
 CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
@@ -79,7 +79,7 @@ def speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
 def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> list[MeasurementRecord]:
     """The prediction, made before the loop runs and from nothing the loop measures: the
     acceptance per position of calibration text and the schedule run over it give the
-    characters per pass and the draft lengths (runner.speculative_prediction); the costs
+    characters per pass and the draft lengths (runner.cost.speculative_prediction); the costs
     come from held-out text, the plain step from generations timed now."""
     target, n, temperature = context.model, case["new_tokens"], case["temperature"]
     schedule = schedule_of(case)
@@ -229,10 +229,10 @@ def hf_assisted(
     case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule
 ) -> list[MeasurementRecord]:
     """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
-    in pairs against this loop (runner.hf_peer); nothing for the other drafts."""
+    in pairs against this loop (runner.decoding.hf_peer); nothing for the other drafts."""
     if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
         return []
-    from runner.hf_peer import assisted_measurements
+    from runner.decoding.hf_peer import assisted_measurements
 
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed

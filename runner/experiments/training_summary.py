@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decode import generate
+from runner.decoding.decode import generate
 from runner.experiments.base import WHOLE, ExperimentContext, Part, PartsExperiment
-from runner.fields import Field
+from runner.spec.fields import Field
 from store.records import MeasurementRecord
 
 FIELDS = {

@@ -1,0 +1,1 @@
+"""The ``decodelab`` command line, one module per group of commands."""

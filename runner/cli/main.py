@@ -1,0 +1,386 @@
+"""The ``decodelab`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+
+from runner.cli import fleet as cli_fleet
+from runner.cli import review as cli_review
+from runner.cli import roofline as cli_roofline
+from runner.cli.options import DbOption, open_store
+from runner.errors import InputError
+from runner.spec.fields import check_machine
+from store import frames
+from store.errors import ClaimLost, StoreDown, StoreError
+from store.files import check_output_file
+from store.masking import mask_secrets
+
+
+def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
+    """A flag (--once, --read-only, --help) takes no value: typer 0.29's help would show it a
+    ``<bool>`` type as if it did; other options keep their type."""
+    return None if option.is_flag else _option_type(option, ctx=ctx)
+
+
+_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type_hidden  # type: ignore[method-assign,assignment]
+
+app = typer.Typer(
+    help="Measure what KV caches, weight quantization and speculative decoding really buy.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def show_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"decodelab {version('decodelab')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Show decodelab's version and exit.", callback=show_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Measure what KV caches, weight quantization and speculative decoding really buy."""
+
+
+db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True)
+report_app = typer.Typer(help="Write reports computed by decodelab's modules.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(report_app, name="report")
+machine_app = typer.Typer(help="Measure this machine.", no_args_is_help=True)
+app.add_typer(machine_app, name="machine")
+
+PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed or full.")]
+SpecOption = Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")]
+
+
+def load_spec(preset: str | None, spec: Path | None):  # noqa: ANN201
+    from runner.spec.sweeps import load_preset, load_spec_file
+
+    if (preset is None) == (spec is None):
+        raise InputError("give exactly one of --preset NAME or --spec FILE")
+    return load_preset(preset) if preset is not None else load_spec_file(spec)  # type: ignore[arg-type]
+
+
+@app.command()
+def train(
+    db: DbOption = None,
+    preset: PresetOption = "quick",
+    spec: SpecOption = None,
+    corpus: Annotated[str | None, typer.Option(help="A UTF-8 text file to train on instead.")] = None,
+) -> None:
+    """Train the model a spec names, or reuse the identical one already in the store."""
+    from runner.execution.execute import log_to_stderr
+    from runner.model.corpus import load_corpus
+    from runner.model.train import train_or_reuse
+    from runner.spec.sweeps import validate
+
+    chosen = load_spec(None if spec is not None else preset, spec)
+    if chosen.is_hf:
+        raise InputError("--spec: an hf model is not trained here (allowed: a spec of decodelab's own model)")
+    if corpus is not None:
+        chosen = validate({**chosen.raw, "model": {**chosen.raw["model"], "corpus": corpus}})
+    text = load_corpus(chosen.corpus, min_length=2 * chosen.raw["model"]["context_length"])
+    store = open_store(db, "train")
+    trained = train_or_reuse(
+        store.results, chosen.model_config(len(text.vocabulary)), chosen.train_config(), text, log=log_to_stderr
+    )
+    typer.echo(
+        f"model {trained.record.weights_hash}  parameters={trained.record.parameter_count:,}  "
+        f"weight_bytes={trained.record.weight_bytes:,}  train_loss={trained.record.train_loss:.4f}  "
+        f"val_loss={trained.record.val_loss:.4f}  unigram_entropy={text.unigram_entropy_nats():.4f}  "
+        f"{'reused' if trained.reused else 'trained'}"
+    )
+
+
+@app.command()
+def run(
+    db: DbOption = None,
+    preset: PresetOption = None,
+    spec: SpecOption = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda: overrides the spec (on cuda, CPU-only impls are left out).")
+    ] = None,
+) -> None:
+    """Run a sweep in this process and record it (training the model first if needed).
+
+    It takes this machine's slot as a job of its own: it waits while a worker here is timing a
+    job, and no worker here starts one until it is done."""
+    from runner.execution.execute import check_device
+    from runner.execution.worker import run_here
+    from runner.spec.sweeps import for_device, validate
+
+    chosen = load_spec(preset, spec)
+    if device is not None:
+        if device not in ("cpu", "cuda"):
+            raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
+        chosen = validate(for_device(chosen.raw, device))
+    check_device(chosen.device)  # before the store is opened: a refused run writes nothing
+    store = open_store(db, "run")
+    outcome = run_here(store, chosen, preset=preset)
+    typer.echo(
+        f"stored run {outcome.run_id} ({outcome.cases_recorded} cases, {outcome.wall_seconds:.1f} s) in "
+        f"{store.masked_url}; see it with `decodelab dashboard --db {store.masked_url}`"
+    )
+
+
+@app.command()
+def enqueue(
+    db: DbOption = None,
+    preset: PresetOption = None,
+    spec: SpecOption = None,
+    machine: Annotated[str | None, typer.Option(help="Only a worker on this machine name may run it.")] = None,
+) -> None:
+    """Queue a sweep for any worker (or one machine's workers)."""
+    chosen = load_spec(preset, spec)
+    if machine is not None:
+        machine = check_machine(machine, "--machine")
+        if machine is None:
+            raise InputError("--machine: an empty name is no machine (allowed: a printable name; omit it for any)")
+    store = open_store(db, "enqueue")
+    job_id = store.jobs.enqueue(chosen.raw, preset=preset, machine_name=machine, cases_total=chosen.cases_total())
+    typer.echo(f"job {job_id} queued ({chosen.cases_total()} cases){f' for machine {machine}' if machine else ''}")
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option("--out", help="File to write.")],
+    db: DbOption = None,
+    run_id: Annotated[int | None, typer.Option("--run", help="Only this run.")] = None,
+    export_format: Annotated[str, typer.Option("--format", help="csv, json or parquet.")] = "csv",
+) -> None:
+    """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit.
+
+    JSON rows also carry each measurement's raw samples and its run, so `decodelab import` can
+    recreate the run in another store."""
+    from store.export import EXPORT_FORMATS, write_export
+
+    if export_format not in EXPORT_FORMATS:
+        raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
+    check_output_file(out)  # before the store is opened: a refused export does no work
+    store = open_store(db, "export", read_only=True)
+    if run_id is not None and not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    if export_format == "json":
+        from store.transfer import write_json_export
+
+        rows = write_json_export(store, out, run_id)
+    else:
+        rows = write_export(frames.export_rows(store, run_id), out, export_format)
+    typer.echo(f"wrote {rows} measurements to {out}")
+
+
+@app.command("import")
+def import_runs(
+    file: Annotated[Path, typer.Argument(help="A JSON file written by `decodelab export --format json`.")],
+    db: DbOption = None,
+) -> None:
+    """Import exported runs into this store (importing twice adds nothing)."""
+    from store.transfer import import_rows, read_export
+    from store.user_text import for_terminal
+
+    if not file.is_file():
+        raise InputError(f"FILE: {str(file)!r} is not a file")
+    rows = read_export(file)
+    store = open_store(db, "import")
+    for uid, run_id, added in import_rows(store, rows):
+        typer.echo(f"run {for_terminal(uid)} → run {run_id} in {store.masked_url}: {added} cases added")
+
+
+@app.command()
+def bench(
+    db: DbOption = None,
+    only: Annotated[list[str] | None, typer.Option(help="Run just these benchmarks (repeatable).")] = None,
+    timeout_seconds: Annotated[
+        float, typer.Option(min=1, max=86400, help="Stop a benchmark running longer than this; the run fails.")
+    ] = 1800.0,
+) -> None:
+    """Run the side-by-side benchmarks and record them in the store as a run (experiment bench)."""
+    import subprocess
+    import time
+
+    from runner.cli.bench import BENCHMARKS, run_benchmark
+    from runner.execution.execute import log_to_stderr
+    from runner.execution.lifecycle import run_lifecycle
+    from runner.measure.machine import code_version, fingerprint
+
+    known = {benchmark.name: benchmark for benchmark in BENCHMARKS}
+    chosen = only or list(known)
+    for name in chosen:
+        if name not in known:
+            raise InputError(f"--only: {name!r} is not a benchmark (allowed: {', '.join(known)})")
+    store = open_store(db, "bench")
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(fingerprint()),
+        spec={"benchmarks": chosen},
+        code_version=code_version(),
+        model_id=None,
+        preset="bench",
+    )
+    started = time.perf_counter()
+    try:
+        with run_lifecycle(store, run_id, started=started):
+            for name in chosen:
+                store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr, timeout_seconds))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+        # A benchmark that failed or hung: the run is marked failed; one line here.
+        raise InputError(str(error).strip().splitlines()[0]) from None
+    typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
+
+
+@report_app.command("context-cost")
+def report_context_cost(
+    out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),
+) -> None:
+    """The context-cost lab's report, every number computed by the counting module."""
+    from runner.cost.lab_reports import write_context_cost_report
+
+    if not out.is_dir():
+        raise InputError(f"--out: {str(out)!r} is not a directory")
+    for path in write_context_cost_report(out):
+        typer.echo(f"wrote {path}")
+
+
+@report_app.command("seeds")
+def report_seeds(
+    run_id: Annotated[
+        int, typer.Option("--run", help="The run to set beside the write-ups (a seed run fills every row).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for seed_report.json and .md.")] = Path("."),
+    db: DbOption = None,
+) -> None:
+    """Every figure of the five write-ups beside this run's, with its method and a verdict."""
+    from analysis.seeds import seed_rows, summary, write_seed_report
+
+    if not out.is_dir():
+        raise InputError(f"--out: {str(out)!r} is not a directory")
+    store = open_store(db, "report seeds", read_only=True)
+    if not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    rows = seed_rows(store.results, run_id)
+    for path in write_seed_report(rows, run_id, out):
+        typer.echo(f"wrote {path}")
+    typer.echo(summary(rows))
+
+
+@app.command()
+def recommend(
+    run_id: Annotated[int, typer.Option("--run", help="A run with the speculative experiment.")],
+    db: DbOption = None,
+) -> None:
+    """The speculative setup the a-priori prediction picks per impl, predicted and measured, and why."""
+    from runner.cli.recommend import recommendations
+
+    store = open_store(db, "recommend")
+    if not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+    lines = recommendations(store.results.measurements(run_id, "speculative"))
+    if not lines:
+        raise InputError(f"--run: run {run_id} recorded no speculative choice (its spec has no speculative section)")
+    for line in lines:
+        typer.echo(line)
+
+
+@report_app.command("scale")
+def report_scale(
+    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 400,
+    new_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 100,
+    tokens_per_user: Annotated[int, typer.Option(min=1, max=10_000_000)] = 8000,
+    budget_gib: Annotated[float, typer.Option(min=0.001, max=1e9)] = 80.0,
+) -> None:
+    """Attention work and KV-cache bytes for named real model shapes."""
+    from runner.cost.lab_reports import scale_table
+
+    typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
+
+
+app.command()(cli_fleet.worker)
+app.command()(cli_fleet.workers)
+app.command()(cli_fleet.dashboard)
+app.command()(cli_review.tag)
+app.command()(cli_review.note)
+report_app.command("run")(cli_review.report_run)
+report_app.command("machines")(cli_review.report_machines)
+report_app.command("roofline")(cli_roofline.report_roofline)
+machine_app.command("profile")(cli_roofline.machine_profile)
+db_app.command("upgrade")(cli_fleet.db_upgrade)
+db_app.command("current")(cli_fleet.db_current)
+
+# Exit codes: 2 bad input or usage (one line), 1 this process lost its job, 75 the store stayed
+# unreachable past the outage limit (EX_TEMPFAIL: a supervisor may start it again), 130 stopped.
+EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
+
+
+def one_line(message: str) -> str:
+    """The message as one line, any password in it masked (an error may quote a store URL)."""
+    return mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip()))
+
+
+def usage_message(error: typer.TyperException) -> str:
+    """A usage error or bad option value (typer's vendored click) as one line."""
+    context = getattr(error, "ctx", None)
+    command = getattr(context, "command", None)
+    # typer exports no name for "no command given" (its vendored click's NoArgsIsHelpError,
+    # whose construction already printed the help page to stdout); stderr gets one line.
+    if type(error).__name__ == "NoArgsIsHelpError" and context is not None and command is not None:
+        names = command.list_commands(context) if hasattr(command, "list_commands") else []
+        return f"{context.command_path}: a command is missing (allowed: {', '.join(names)})"
+    return one_line(error.format_message())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The entry point: every error a person can cause ends in one line on stderr."""
+    try:
+        result = app(args=argv, prog_name="decodelab", standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.TyperException as error:
+        typer.echo(f"error: {usage_message(error)}", err=True)
+        sys.exit(EXIT_USAGE)
+    except StoreDown as error:
+        typer.echo(
+            f"error: {one_line(str(error))}; stopping (the run is marked interrupted once the store is back)", err=True
+        )
+        sys.exit(EXIT_STORE_DOWN)
+    except (InputError, StoreError) as error:
+        typer.echo(f"error: {one_line(str(error))}", err=True)
+        sys.exit(EXIT_USAGE)
+    except ClaimLost as error:
+        typer.echo(f"error: {one_line(str(error))}: another worker owns it now; nothing more was written", err=True)
+        sys.exit(EXIT_CLAIM_LOST)
+    except OSError as error:
+        # A file the command was pointed at that cannot be read or written: its name and why.
+        where = f" {str(error.filename)!r}" if error.filename else ""
+        typer.echo(f"error: cannot use{where}: {one_line(error.strerror or str(error))}", err=True)
+        sys.exit(EXIT_USAGE)
+    except (KeyboardInterrupt, typer.Abort):
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as error:
+        # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database
+        # error wherever it is first touched: one line, no SQL, no URL, non-zero exit.
+        from sqlalchemy.exc import DBAPIError
+
+        if not isinstance(error, DBAPIError):
+            raise
+        reason = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
+        typer.echo(f"error: the store failed: {mask_secrets(reason)}", err=True)
+        sys.exit(EXIT_USAGE)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The review commands: `decodelab tag`, `decodelab note`, `decodelab report run` and
+`decodelab report machines`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner.cli.options import DbOption, open_store
+from runner.errors import InputError
+from store.files import check_output_file, write_whole
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from store.store import Store
+
+OutOption = Annotated[Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md).")]
+RunOutOption = Annotated[
+    Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md), or - for stdout (with --format md).")
+]
+# The verdicts a CI job may fail on (`--fail-on`).
+GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "no floor")
+FormatOption = Annotated[
+    str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
+]
+RunOption = Annotated[
+    int, typer.Option("--run", help="The run's id (see the dashboard's History or `decodelab workers`).")
+]
+
+
+def check_run(store: Store, run_id: int) -> None:
+    if not store.results.run_exists(run_id):
+        raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+
+
+def tag(
+    name: Annotated[str, typer.Argument(help="baseline, reviewed, suspect, or a free name.")],
+    run_id: RunOption,
+    remove: Annotated[bool, typer.Option("--remove", help="Take the tag off instead.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Tag a run: `baseline` pins it as the baseline of later runs of its preset on its machine,
+    `suspect` leaves it out of baselines and change detection."""
+    store = open_store(db, "tag")
+    check_run(store, run_id)
+    if remove:
+        removed = store.annotations.remove_tag(run_id, name)
+        typer.echo(f"run {run_id}: tag {name} {'removed' if removed else 'was not there'}")
+    else:
+        added = store.annotations.add_tag(run_id, name)
+        typer.echo(f"run {run_id}: tagged {name}{'' if added else ' (already)'}")
+
+
+def note(
+    text: Annotated[str, typer.Argument(help="The note; an empty text removes it.")],
+    run_id: RunOption,
+    db: DbOption = None,
+) -> None:
+    """Set a run's note (replacing the one it had)."""
+    store = open_store(db, "note")
+    check_run(store, run_id)
+    store.annotations.set_note(run_id, text)
+    typer.echo(f"run {run_id}: note {'set' if text.strip() else 'removed'}")
+
+
+def checked_format(out: Path, report_format: str | None) -> str:
+    """The report's format (given, else from the file's suffix), refused before anything is read."""
+    from analysis import report
+
+    chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
+    if chosen not in report.REPORT_FORMATS:
+        raise InputError(f"--format: {chosen!r} is not a report format (allowed: html, md)")
+    if str(out) == "-":
+        if chosen != "md":
+            raise InputError("--out: - (stdout) needs --format md (allowed: a file, or - with --format md)")
+        return chosen
+    check_output_file(out)
+    return chosen
+
+
+def write_file(out: Path, text: str) -> None:
+    """Written whole or not at all: a reader never finds half a report."""
+    write_whole(out, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def checked_gate(fail_on: str | None) -> list[str]:
+    """The verdicts named by ``--fail-on``, each checked."""
+    if fail_on is None:
+        return []
+    names = [name.strip() for name in fail_on.split(",") if name.strip()]
+    unknown = [name for name in names if name not in GATE_VERDICTS]
+    if unknown or not names:
+        raise InputError(
+            f"--fail-on: {', '.join(map(repr, unknown)) or 'nothing given'} (allowed: a comma-separated list of "
+            f"{', '.join(GATE_VERDICTS)})"
+        )
+    return names
+
+
+def report_run(
+    run_id: RunOption,
+    out: RunOutOption,
+    baseline_id: Annotated[
+        int | None,
+        typer.Option(
+            "--baseline",
+            help="The run to compare against (default: the pinned or previous done run of the same preset on "
+            "the same machine).",
+        ),
+    ] = None,
+    report_format: FormatOption = None,
+    all_metrics: Annotated[
+        bool, typer.Option("--all-metrics", help="Every metric, not only the headline ones.")
+    ] = False,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when any row has one of these verdicts, e.g. regressed,changed (a CI gate).",
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file.
+    With --fail-on, exits 1 when a listed verdict stands (0 otherwise, 2 for bad input)."""
+    from analysis import report, review
+    from store import frames
+
+    chosen_format = checked_format(out, report_format)
+    gate = checked_gate(fail_on)
+    store = open_store(db, "report run", read_only=True)
+    check_run(store, run_id)
+    runs = frames.runs(store)
+    known = set(runs["run_id"].tolist())
+    if baseline_id is None:
+        baseline_id = review.default_baseline(runs, run_id)
+        if baseline_id is None:
+            raise InputError(
+                f"--baseline: run {run_id} has no earlier done run of its preset on its machine to compare with; "
+                "give --baseline RUN"
+            )
+    elif baseline_id not in known:
+        raise InputError(f"--baseline: no run {baseline_id} in {store.masked_url}")
+    if baseline_id == run_id:
+        raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
+    built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
+    summary = f"run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}"
+    if str(out) == "-":
+        typer.echo(report.render(built, chosen_format), nl=False)
+        typer.echo(summary, err=True)  # stdout holds the comment alone
+    else:
+        write_file(out, report.render(built, chosen_format))
+        typer.echo(f"wrote {out}: {summary}")
+    standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
+    if standing:
+        counts = review.verdict_counts(built.table)
+        typer.echo(f"--fail-on: {', '.join(f'{counts[name]} {name}' for name in standing)}", err=True)
+        raise typer.Exit(1)
+
+
+def report_machines(
+    out: OutOption,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="The preset whose runs are compared, custom for runs of a spec file (default: the one run on "
+            "most machines).",
+        ),
+    ] = None,
+    machine_names: Annotated[
+        str | None,
+        typer.Option("--machines", help="Comma-separated machine names (default: every machine with a done run)."),
+    ] = None,
+    reference: Annotated[
+        str | None, typer.Option("--reference", help="The machine ratios divide by (default: the first).")
+    ] = None,
+    pins: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pin", metavar="MACHINE=RUN", help="Compare that run instead of the machine's newest (repeatable)."
+        ),
+    ] = None,
+    report_format: FormatOption = None,
+    db: DbOption = None,
+) -> None:
+    """Machines side by side: fingerprints, a determinism audit and every headline figure with
+    its band and ratio to a reference machine, in one file."""
+    from analysis import machines, machines_report
+    from store import frames
+
+    chosen_format = checked_format(out, report_format)
+    store = open_store(db, "report machines", read_only=True)
+    runs = frames.runs(store)
+    presets = machines.presets_by_machines(runs)
+    if not presets:
+        raise InputError(f"--preset: {store.masked_url} holds no done run to compare")
+    preset = preset or presets[0]
+    if preset not in presets:
+        raise InputError(f"--preset: no done run of {preset!r} (allowed: {', '.join(presets)})")
+    available = sorted(machines.candidate_runs(runs, preset)["machine"].unique())
+    chosen = [name.strip() for name in machine_names.split(",") if name.strip()] if machine_names else available
+    unknown = [name for name in chosen if name not in available]
+    if unknown or not chosen:
+        raise InputError(
+            f"--machines: no done run of {preset} on {', '.join(unknown) or 'any machine given'} "
+            f"(allowed: {', '.join(available)})"
+        )
+    if reference is not None and reference not in chosen:
+        raise InputError(f"--reference: {reference!r} is not among the machines compared ({', '.join(chosen)})")
+    pinned = parse_pins(pins or [], runs, preset, chosen)
+    built = machines_report.build_machines_report(store, preset, chosen, reference=reference, pinned=pinned)
+    write_file(out, machines_report.render(built, chosen_format))
+    audit = "; ".join(built.audit.lines()) or "one machine, nothing audited"
+    typer.echo(f"wrote {out}: {machines_report.runs_line(built)}; audit: {audit}")
+
+
+def parse_pins(pins: list[str], runs: pd.DataFrame, preset: str, chosen: list[str]) -> dict[str, int]:
+    """``MACHINE=RUN`` pins, each checked to name a done run of the preset on that machine."""
+    from analysis import machines
+
+    candidates = machines.candidate_runs(runs, preset)
+    pinned: dict[str, int] = {}
+    for pin in pins:
+        machine, _, run = pin.partition("=")
+        if machine not in chosen or not run.isdigit():
+            raise InputError(f"--pin: {pin!r} is not MACHINE=RUN with MACHINE one of {', '.join(chosen)}")
+        own = candidates[candidates["machine"] == machine]["run_id"].tolist()
+        if int(run) not in own:
+            raise InputError(
+                f"--pin: run {run} is not a done {preset} run on {machine} (allowed: {', '.join(map(str, own))})"
+            )
+        pinned[machine] = int(run)
+    return pinned

@@ -1,0 +1,102 @@
+"""The a-priori prediction of characters per pass, from calibration text and the schedule.
+
+The write-ups' E = (1 − α^(k+1)) / (1 − α) assumes every proposal is kept with the same α,
+independently. The loop's rejections cluster instead: hard stretches of text reject the first
+proposal again and again, easy ones keep all k. So the prediction keeps α per position of a
+calibration text: a_t = Σ min(p_t, q_t), the chance the accept rule keeps a proposal there (p the
+target's and q the draft's distribution after the text's first t characters), and the draft's top
+probability there (what the confidence schedule reads). The calibration text is the target's own
+plain generation at the case's temperature from held-out prompts (the text a loop at that
+temperature produces, by a generation that is not the timed loop's).
+
+``simulate`` then runs the schedule over that text: each pass asks the schedule for a length,
+keeps proposal j with probability a at its position (seeded draws), and moves on by what it kept
+plus one; its characters per pass, draft lengths and per-position acceptance are the prediction.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from runner.decoding.speculative import Draft, Schedule, acceptance_at_positions, probabilities
+from runner.model.gpt import CharGPT
+
+SIMULATION_REPEATS = 64  # passes over every calibration window, different draws each time
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per calibration window: the acceptance chance and the draft's top probability per position."""
+
+    acceptance: list[list[float]]
+    draft_top: list[list[float]]
+
+    @property
+    def alpha(self) -> float:
+        """The mean acceptance chance (the write-ups' α)."""
+        values = [value for window in self.acceptance for value in window]
+        return sum(values) / len(values) if values else 0.0
+
+
+@torch.inference_mode()
+def calibrate(target: CharGPT, draft: Draft, windows: Sequence[list[int]], temperature: float) -> Calibration:
+    """a_t and the draft's top probability at every position of every window (position t: the
+    distributions after the window's first t + 1 characters)."""
+    acceptance, tops = [], []
+    for window in windows:
+        p = probabilities(target(torch.tensor([window], device=target.device))[0].float(), temperature).cpu()
+        q = draft.distributions(window, temperature).float().cpu()
+        acceptance.append(torch.minimum(p, q).sum(dim=-1).tolist())
+        tops.append(q.max(dim=-1).values.tolist())
+    return Calibration(acceptance, tops)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    chars_per_pass: float
+    mean_draft_length: float
+    acceptance_at_position: list[float]  # 1..schedule.longest
+    draft_length_share: list[float]  # share of passes drafting 1..schedule.longest
+
+
+def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: int = SIMULATION_REPEATS) -> Prediction:
+    """The schedule run over the calibration windows, proposals kept with each position's a_t."""
+    draws = random.Random(seed)
+    accepted_per_pass: list[int] = []
+    drafted_per_pass: list[int] = []
+    chars = 0
+    for _ in range(repeats):
+        for acceptance, tops in zip(calibration.acceptance, calibration.draft_top, strict=True):
+            position, length = 0, schedule.first
+            # A pass starting here must have room for its longest draft: stop short of the end.
+            while position + schedule.longest < len(acceptance):
+                drafted = length
+                if schedule.kind == "confidence":
+                    # The draft stops before a proposal whose top probability is below p_min.
+                    drafted = 1
+                    while drafted < length and tops[position + drafted] >= schedule.p_min:
+                        drafted += 1
+                accepted = 0
+                while accepted < drafted and draws.random() < acceptance[position + accepted]:
+                    accepted += 1
+                accepted_per_pass.append(accepted)
+                drafted_per_pass.append(drafted)
+                chars += accepted + 1
+                position += accepted + 1
+                length = schedule.next_length(length, drafted, accepted)
+    passes = len(accepted_per_pass)
+    if passes == 0:
+        raise ValueError("the calibration windows are shorter than one pass")
+    lengths = [
+        sum(drafted == length for drafted in drafted_per_pass) / passes for length in range(1, schedule.longest + 1)
+    ]
+    return Prediction(
+        chars_per_pass=chars / passes,
+        mean_draft_length=sum(drafted_per_pass) / passes,
+        acceptance_at_position=acceptance_at_positions(accepted_per_pass, drafted_per_pass, schedule.longest),
+        draft_length_share=lengths,
+    )

@@ -1,9 +1,0 @@
-"""The rough speed of 2 CPU cores that every cost estimate before a launch assumes (the sweep's
-limits in runner.cost.estimates, a Hugging Face checkpoint's price in runner.hf_spec): one rough
-model, not a measurement, kept apart so that neither imports the other for it."""
-
-from __future__ import annotations
-
-# Seconds per decode step (dispatch overhead), and arithmetic throughput.
-STEP_OVERHEAD_SECONDS = 6e-4
-FLOPS_PER_SECOND = 1.5e10

@@ -1,0 +1,210 @@
+"""Drafts for speculative decoding, all behind ``runner.decoding.speculative.Draft``.
+
+- ``BigramDraft``: a next-character table counted from the training text (add-one smoothed).
+- ``NGramDraft``: the next character after the last order−1 characters, interpolated with
+  shorter contexts by absolute discounting.
+- ``ModelDraft``: any model with the CharGPT decode API (the int8 or 4-bit quantized target,
+  or a small trained model), keeping its own KV cache in step with the committed text; a
+  float32 model on the CPU proposes through the compiled path, sampling included.
+
+Every draft draws its i-th proposal by inverse CDF at the i-th of k uniforms from the loop's
+generator, as plain decoding does, and stops early (the confidence schedule) before a proposal
+whose distribution's top probability is below ``p_min``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runner.decoding.decode import choose_token, inverse_cdf, uniforms
+from runner.decoding.speculative import probabilities
+from runner.model.gpt import CharGPT, KVCache
+
+MAX_NGRAM_ORDER = 5  # rows for every seen context up front: 5 is ~40k contexts of the default corpus
+
+
+class ContextTableDraft:
+    """A draft whose next-token distribution depends on the last ``history_length`` tokens only.
+    Rows are computed once per (context, temperature) and kept with their cumulative sums, so a
+    proposal costs a dictionary lookup and a bisection."""
+
+    name = "table"
+    history_length = 1
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[tuple[int, ...], float], tuple[torch.Tensor, list[float], float]] = {}
+        self._history: list[int] = []
+
+    def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
+        """Log-probabilities (vocab) of the next token after ``context`` (at most history_length tokens)."""
+        raise NotImplementedError
+
+    def _row(self, context: tuple[int, ...], temperature: float) -> tuple[torch.Tensor, list[float], float]:
+        """The distribution, its cumulative sums and its top probability."""
+        key = (context, temperature)
+        row = self._rows.get(key)
+        if row is None:
+            distribution = probabilities(self.log_distribution(context), temperature)
+            cumulative = distribution.double().cumsum(dim=0).tolist()
+            row = self._rows[key] = (distribution, cumulative, float(distribution.max()))
+        return row
+
+    def start(self, prompt: list[int]) -> None:
+        self._history = list(prompt[-self.history_length :])
+
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        draws = uniforms(k, temperature, generator).tolist()
+        history = list(self._history)
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for draw in draws:
+            distribution, cumulative, top = self._row(tuple(history[len(history) - self.history_length :]), temperature)
+            if tokens and top < p_min:
+                break
+            token = inverse_cdf(cumulative, draw)  # the argmax at temperature 0, where draws are 0
+            tokens.append(token)
+            rows.append(distribution)
+            history.append(token)
+        return tokens, torch.stack(rows)
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        self._history = (self._history + emitted)[-self.history_length :]
+
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        return torch.stack(
+            [
+                self._row(tuple(tokens[max(0, end - self.history_length) : end]), temperature)[0]
+                for end in range(1, len(tokens) + 1)
+            ]
+        )
+
+
+class BigramDraft(ContextTableDraft):
+    """q(next | previous character) from counts over the training text (add-one smoothed)."""
+
+    def __init__(self, tokens: torch.Tensor, vocab_size: int, name: str = "bigram") -> None:
+        super().__init__()
+        counts = torch.ones(vocab_size, vocab_size)
+        counts.index_put_((tokens[:-1], tokens[1:]), torch.ones(len(tokens) - 1), accumulate=True)
+        self.log_table = (counts / counts.sum(dim=-1, keepdim=True)).log()
+        self.name = name
+
+    def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
+        return self.log_table[context[-1]]
+
+
+class NGramDraft(ContextTableDraft):
+    """q(next | last order−1 characters) from the training text, by interpolated absolute
+    discounting: each context length keeps its counts less ``discount`` and passes the mass it
+    freed to the context one character shorter, down to the add-one unigram. An unseen context
+    defers to its longest seen suffix. Every seen context's row is computed up front, in one
+    tensor per context length, so proposing never waits on counting."""
+
+    def __init__(
+        self, tokens: torch.Tensor, vocab_size: int, order: int = 3, name: str = "ngram", discount: float = 0.75
+    ) -> None:
+        super().__init__()
+        if not 2 <= order <= MAX_NGRAM_ORDER:
+            raise ValueError(f"an n-gram draft needs order 2..{MAX_NGRAM_ORDER}, got {order}")
+        self.order, self.name, self.history_length = order, name, order - 1
+        unigram = torch.bincount(tokens, minlength=vocab_size).double() + 1
+        self.unigram_log = (unigram / unigram.sum()).log().float()
+        # levels[length] = (row of each seen context of that length, log-probability rows)
+        self.levels: list[tuple[dict[tuple[int, ...], int], torch.Tensor]] = [({(): 0}, self.unigram_log[None])]
+        parents = (unigram / unigram.sum())[None]
+        for length in range(1, order):
+            windows = tokens.unfold(0, length + 1, 1)  # every context of this length and the token after it
+            contexts, row_of_window = torch.unique(windows[:, :length], dim=0, return_inverse=True)
+            counts = torch.zeros(len(contexts), vocab_size, dtype=torch.float64)
+            counts.index_put_((row_of_window, windows[:, length]), torch.ones(len(windows), dtype=torch.float64), True)
+            totals = counts.sum(dim=1, keepdim=True)
+            freed = discount * (counts > 0).sum(dim=1, keepdim=True) / totals
+            keys = [tuple(context) for context in contexts.tolist()]
+            # Every suffix of a seen context was seen too (followed by the same next token).
+            parent_rows = [self.levels[length - 1][0][key[1:]] for key in keys]
+            level = (counts - discount).clamp(min=0) / totals + freed * parents[parent_rows]
+            self.levels.append(({key: row for row, key in enumerate(keys)}, level.log().float()))
+            parents = level
+
+    def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
+        for length in range(min(len(context), self.order - 1), 0, -1):
+            rows, table = self.levels[length]
+            row = rows.get(context[len(context) - length :])
+            if row is not None:
+                return table[row]
+        return self.unigram_log
+
+
+class ModelDraft:
+    """A model proposing with its own cache. Its cache holds every token it has fed (``_fed``);
+    tokens committed but not yet fed wait in ``_pending``."""
+
+    def __init__(self, model: CharGPT, name: str, fast: bool = False) -> None:
+        self.model = model
+        self.name = name
+        self._fast = None
+        if fast:
+            from runner.decoding.fast import decoder_for
+
+            self._fast = decoder_for(model)
+        self._cache: KVCache | None = None
+        self._fed: list[int] = []
+        self._pending: list[int] = []
+        self._committed_length = 0
+
+    def start(self, prompt: list[int]) -> None:
+        """Follow ``prompt``, keeping what the cache already holds of it (a prompt cache: the K/V
+        of a shared prefix are the same); its last token is always fed again, at the first
+        proposal, for the logits that proposal is drawn from."""
+        if self._cache is None:
+            self._cache = self.model.new_cache()
+        kept = 0
+        limit = min(len(self._fed), len(prompt) - 1)
+        while kept < limit and self._fed[kept] == prompt[kept]:
+            kept += 1
+        self._cache.length = kept
+        self._fed = self._fed[:kept]
+        self._pending = list(prompt[kept:])
+
+    @torch.inference_mode()
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        assert self._cache is not None, "start() first"
+        draws = uniforms(k, temperature, generator)
+        self._committed_length = self._cache.length + len(self._pending)
+        feed, self._pending = self._pending, []
+        if self._fast is not None:
+            tokens, distributions = self._fast.sample(feed, k, temperature, draws, self._cache, p_min)
+        else:
+            tokens, rows = [], []
+            step = torch.tensor([feed], device=self.model.device)
+            for draw in draws.tolist():
+                # Feeds the pending text, then each proposal but the last (which may be rejected).
+                logits = self.model.forward_cached(step, self._cache)[:, -1].float()
+                row = probabilities(logits[0], temperature)
+                if tokens and float(row.max()) < p_min:
+                    break  # the last proposal was fed to see this: the cache holds it
+                step = choose_token(logits, temperature, draw)
+                tokens.append(int(step))
+                rows.append(row)
+            distributions = torch.stack(rows)
+        # Fed: the pending text and every proposal but the last, or all of them after an early stop.
+        self._fed += feed + tokens[: self._cache.length - self._committed_length]
+        return tokens, distributions
+
+    @torch.inference_mode()
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        logits = self.model(torch.tensor([tokens], device=self.model.device))[0].float()
+        return probabilities(logits, temperature)
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        assert self._cache is not None
+        # Fed so far: the committed text and proposals 1..k−1. Keep the accepted ones.
+        fed_proposals = self._cache.length - self._committed_length
+        kept = min(accepted, fed_proposals)
+        self._cache.length = self._committed_length + kept
+        self._fed = self._fed[: self._cache.length]
+        self._pending = emitted[kept:]

@@ -1,0 +1,359 @@
+"""The ``fast`` decode path: the whole model in one compiled C++ call.
+
+At d=128 a decode step is about 0.6 million multiply-adds, microseconds of arithmetic, yet eager
+PyTorch spends hundreds of microseconds dispatching its ~40 small ops. This path does the same
+arithmetic (embedding, pre-LayerNorm blocks with cached attention, tanh GELU, tied lm head) over
+weights packed for vector kernels (runner/decoding/csrc/linear.h: each lane one output row, so a row's sum
+runs in column order whatever the number of positions in the pass), on one thread unless
+``set_threads`` says otherwise, in a library built on first use (runner.decoding.native_build) and loaded
+with ctypes. Logits agree with the eager path to
+float rounding, not bit for bit.
+
+Three weight formats run through the same loop: float32 (the model as trained), and the blocks'
+linear layers in bfloat16 (``fast_bf16``) or int8 with one scale per output row and activations
+quantized per position (``fast_int8``), the models runner.model.quantize builds for those kernels.
+
+Entry points: ``forward`` feeds m positions in one pass over the weights (a prompt, or a
+speculative verification of k + 1 positions); ``sample`` runs a whole generation, choosing each
+token in C++ from a given uniform (inverse CDF, as the eager loops choose); ``sample_no_cache``
+does the same without a cache, feeding the whole sequence again every step (the compiled path's own
+no-cache baseline); ``step`` is ``forward`` of one token; ``verify`` is a speculative verification
+(the pass and the accept rule) in one call.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import functools
+import weakref
+from typing import Any, cast
+
+import torch
+import torch.nn as nn
+
+from runner.decoding.native_build import build
+from runner.model.gpt import Block, CharGPT, KVCache
+from runner.model.quantize import Bfloat16Linear, Int8DynamicLinear, quantization_of
+
+FORMATS = {"float32": 0, "fast_bf16": 1, "fast_int8": 2}  # runner/decoding/csrc/linear.h Format, by quantization kernel
+FAST_KERNELS = tuple(FORMATS)
+BONUS_FROM_DRAFT = 4  # runner.decoding.speculative.RULE_VARIANTS' index of the variant whose q has k + 1 rows
+
+_pointer, _int64, _int32, _double = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
+
+
+@functools.cache
+def library(march: str = "native") -> ctypes.CDLL:
+    """The compiled decode path for this CPU (built once, then cached; see runner.decoding.native_build)."""
+    loaded = ctypes.CDLL(str(build("fast_decode.cpp", march)))
+    loaded.dl_isa.restype = ctypes.c_char_p
+    loaded.dl_model_new.restype = _pointer
+    loaded.dl_model_new.argtypes = [_int64] * 5 + [_int32] + [_pointer] * 5
+    loaded.dl_model_free.argtypes = [_pointer]
+    loaded.dl_forward.restype = _int32
+    loaded.dl_forward.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer]
+    loaded.dl_sample.restype = _int32
+    loaded.dl_sample.argtypes = [_pointer, _pointer, _int64, _int64, _int64, _double, _pointer]
+    loaded.dl_sample.argtypes += [_pointer, _pointer, _int64, _int32, _pointer, _pointer, _double]
+    loaded.dl_verify.restype = _int64
+    loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
+    loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer, _int32]
+    loaded.dl_set_threads.argtypes = [_int32]
+    loaded.dl_threads.restype = _int32
+    loaded.dl_set_threads(_threads_wanted)
+    return loaded
+
+
+def instruction_set(march: str = "native") -> str:
+    """What the kernels were built for, e.g. ``avx512+vnni+bf16``."""
+    return cast(bytes, library(march).dl_isa()).decode()
+
+
+_threads_wanted = 1
+
+
+def set_threads(threads: int) -> None:
+    """How many threads each pass of the fast path uses, this one included: rows of every layer and
+    the attention heads are shared with helpers (runner/decoding/csrc/pool.h). 1 by default: a helper the OS
+    does not schedule, on a machine busy with other work, stalls the passes that wait for it
+    (benchmarks/decode_vs_transformers.py times two threads against one, paired). Applied when the
+    library loads, so setting it builds nothing."""
+    global _threads_wanted
+    _threads_wanted = max(1, threads)
+    if library.cache_info().currsize:
+        library().dl_set_threads(_threads_wanted)
+
+
+def threads() -> int:
+    return int(library().dl_threads())
+
+
+def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
+    """Weight (in the kernel's format), per-row scales (int8 only) and bias of one linear layer."""
+    if kernel == "float32" and isinstance(linear, nn.Linear):
+        return [linear.weight.detach().float().contiguous(), None, linear.bias.detach().float().contiguous()]
+    if kernel == "fast_bf16" and isinstance(linear, Bfloat16Linear):
+        return [linear.weight_bfloat16.view(torch.int16).contiguous(), None, linear.bias.float().contiguous()]
+    if kernel == "fast_int8" and isinstance(linear, Int8DynamicLinear):
+        return [linear.weight_int8.contiguous(), linear.weight_scales.float().contiguous(), linear.bias.contiguous()]
+    raise ValueError(f"a {type(linear).__name__} does not run through the fast {kernel} kernel")
+
+
+def model_tensors(model: CharGPT) -> tuple[int, list[torch.Tensor], list[torch.Tensor | None]]:
+    """The format, the four float32 model-wide tensors (wte, wpe, ln_f weight and bias) and every
+    block's 16 tensors in the order dl_model_new reads them."""
+    kernel = quantization_of(model).kernel
+    if model.device.type != "cpu" or kernel not in FORMATS or not model.config.is_gpt2:
+        raise ValueError(
+            "the fast path runs GPT-2 shaped models (tied lm head) on the CPU, in float32 or quantized by the "
+            f"{' or '.join(FAST_KERNELS[1:])} kernel"
+        )
+    shared = [model.wte.weight, model.wpe.weight, model.ln_f.weight, model.ln_f.bias]
+    blocks: list[torch.Tensor | None] = []
+    for block in cast(list[Block], model.blocks):
+        attention, mlp = block.attn, block.mlp
+        blocks += [block.ln_1.weight, block.ln_1.bias]
+        blocks += _linear_tensors(attention.c_attn, kernel) + _linear_tensors(attention.c_proj, kernel)
+        blocks += [block.ln_2.weight, block.ln_2.bias]
+        blocks += _linear_tensors(mlp.c_fc, kernel) + _linear_tensors(mlp.c_proj, kernel)
+    as_float = [tensor.detach().float().contiguous() for tensor in shared]
+    return FORMATS[kernel], as_float, [None if t is None else t.detach().contiguous() for t in blocks]
+
+
+def _address(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+class FastDecoder:
+    """The compiled path for one model, writing into a KVCache."""
+
+    def __init__(self, model: CharGPT, march: str = "native") -> None:
+        self.model = model
+        config = model.config
+        self.vocab_size, self.context_length = config.vocab_size, config.context_length
+        self._layout = (config.n_layer, 1, config.n_head, config.head_dim)
+        weight_format, shared, blocks = model_tensors(model)
+        self._library = library(march)
+        pointers = (_pointer * len(blocks))(*(_address(tensor) for tensor in blocks))
+        # The library copies (and packs) every tensor: nothing here needs to outlive this call.
+        self._handle = self._library.dl_model_new(
+            config.vocab_size,
+            config.context_length,
+            config.d_model,
+            config.n_layer,
+            config.n_head,
+            weight_format,
+            *(_address(tensor) for tensor in shared),
+            pointers,
+        )
+        weakref.finalize(self, self._library.dl_model_free, self._handle)
+        self._checked_cache: tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]] | None = None
+
+    def _cache_pointers(self, cache: KVCache) -> tuple[int, int, int]:
+        """The cache's K and V addresses and capacity, after checking that the C++ may write there
+        (once per pair of tensors: a speculative loop hands the same cache over every pass)."""
+        checked = self._checked_cache
+        if checked is not None and checked[0] is cache.keys and checked[1] is cache.values:
+            return checked[2]
+        for tensor in (cache.keys, cache.values):
+            if tensor.device.type != "cpu" or tensor.dtype != torch.float32 or not tensor.is_contiguous():
+                raise RuntimeError("keys/values: contiguous float32 CPU tensors")
+            layers, batch, heads, _, head_dim = tensor.shape
+            if batch != 1:
+                raise RuntimeError("keys/values: (layers, 1, heads, capacity, head_dim), batch 1")
+            if (layers, batch, heads, head_dim) != self._layout:
+                raise RuntimeError(f"the cache's shape {tuple(tensor.shape)} does not match the model's")
+        if cache.keys.shape != cache.values.shape:
+            raise RuntimeError("keys and values differ in shape")
+        pointers = (cache.keys.data_ptr(), cache.values.data_ptr(), cache.keys.shape[3])
+        # The tensors are kept, so their ids cannot be reused by others while the entry stands.
+        self._checked_cache = (cache.keys, cache.values, pointers)
+        return pointers
+
+    def _tokens(self, tokens: list[int]) -> array.array[int]:
+        if not tokens:
+            raise RuntimeError("nothing to feed")
+        if min(tokens) < 0 or max(tokens) >= self.vocab_size:
+            raise RuntimeError(f"token outside the vocabulary (0..{self.vocab_size - 1})")
+        return array.array("q", tokens)
+
+    def _positions_fit(self, start: int, count: int, capacity: int) -> None:
+        if start < 0 or start + count > min(capacity, self.context_length):
+            raise RuntimeError(
+                f"positions {start}..{start + count - 1} are past the cache ({capacity}) or the model context "
+                f"({self.context_length})"
+            )
+
+    def forward(self, tokens: list[int], cache: KVCache) -> torch.Tensor:
+        """Logits (len(tokens) × vocab) after feeding ``tokens`` from position ``cache.length``, in
+        one pass over the weights."""
+        keys, values, capacity = self._cache_pointers(cache)
+        fed = self._tokens(tokens)
+        self._positions_fit(cache.length, len(fed), capacity)
+        logits = torch.empty(len(fed), self.vocab_size)
+        status = self._library.dl_forward(
+            self._handle, fed.buffer_info()[0], len(fed), cache.length, keys, values, capacity, logits.data_ptr()
+        )
+        assert status == 0, "the checks above admit only what the library accepts"
+        cache.length += len(fed)
+        return logits
+
+    def step(self, token: int, cache: KVCache) -> torch.Tensor:
+        """Logits (vocab) after feeding ``token`` at position ``cache.length``."""
+        return self.forward([token], cache)[0]
+
+    def verify(
+        self,
+        tokens: list[int],
+        cache: KVCache,
+        q: torch.Tensor,
+        temperature: float,
+        randoms: torch.Tensor,
+        variant: int = 0,
+    ) -> tuple[int, list[int], list[float]]:
+        """A speculative verification in one call: ``tokens`` (the last committed token, then the k
+        proposals) fed from ``cache.length`` and the accept rule against the draft's distributions ``q``
+        (k × vocab) with 2k + 1 ``randoms``, as runner.decoding.speculative.verify does in Python. Returns the
+        proposals kept, the emitted tokens and TV(p, q) of each decided position. The cache keeps all
+        k + 1 new positions (the caller rolls it back). ``variant`` (an index into
+        runner.decoding.speculative.RULE_VARIANTS) runs a deliberately broken rule; for ``bonus_from_draft`` ``q``
+        holds k + 1 rows."""
+        keys, values, capacity = self._cache_pointers(cache)
+        fed = self._tokens(tokens)
+        k = len(fed) - 1
+        q = q.float().contiguous()
+        rows = k + 1 if variant == BONUS_FROM_DRAFT else k
+        if q.shape != (rows, self.vocab_size) or q.device.type != "cpu":
+            raise RuntimeError(f"q must be a {rows} × {self.vocab_size} CPU tensor")
+        if randoms.dtype != torch.float64 or randoms.device.type != "cpu" or randoms.numel() < 2 * k + 1:
+            raise RuntimeError(f"need {2 * k + 1} float64 CPU uniforms")
+        randoms = randoms.contiguous()
+        self._positions_fit(cache.length, len(fed), capacity)
+        emitted = array.array("q", bytes(8 * (k + 1)))
+        variations = array.array("f", bytes(4 * max(k, 1)))
+        accepted = self._library.dl_verify(
+            self._handle,
+            fed.buffer_info()[0],
+            k,
+            cache.length,
+            keys,
+            values,
+            capacity,
+            q.data_ptr(),
+            temperature,
+            randoms.data_ptr(),
+            emitted.buffer_info()[0],
+            variations.buffer_info()[0],
+            variant,
+        )
+        assert accepted >= 0, "the checks above admit only what the library accepts"
+        cache.length += len(fed)
+        decided = min(accepted + 1, k)
+        return accepted, emitted[: accepted + 1].tolist(), variations[:decided].tolist()
+
+    def _sample(
+        self,
+        feed: list[int],
+        start: int,
+        new_tokens: int,
+        temperature: float,
+        uniforms: torch.Tensor,
+        cache: KVCache,
+        no_cache: bool,
+        keep_distributions: bool,
+        p_min: float = 0.0,
+    ) -> tuple[list[int], torch.Tensor | None]:
+        keys, values, capacity = self._cache_pointers(cache)
+        fed = self._tokens(feed)
+        if uniforms.dtype != torch.float64 or uniforms.device.type != "cpu" or uniforms.numel() < new_tokens:
+            raise RuntimeError(f"need {new_tokens} contiguous float64 CPU uniforms")
+        uniforms = uniforms.contiguous()
+        if new_tokens < 0:
+            raise RuntimeError("new_tokens must be non-negative")
+        self._positions_fit(start, len(fed) + max(new_tokens - 1, 0), capacity)
+        tokens = torch.empty(new_tokens, dtype=torch.int64)
+        distributions = torch.empty(new_tokens, self.vocab_size) if keep_distributions else None
+        chosen = self._library.dl_sample(
+            self._handle,
+            fed.buffer_info()[0],
+            len(fed),
+            start,
+            new_tokens,
+            temperature,
+            uniforms.data_ptr(),
+            keys,
+            values,
+            capacity,
+            int(no_cache),
+            tokens.data_ptr(),
+            _address(distributions),
+            p_min,
+        )
+        assert chosen >= 0, "the checks above admit only what the library accepts"
+        return tokens[:chosen].tolist(), None if distributions is None else distributions[:chosen]
+
+    def sample(
+        self,
+        feed: list[int],
+        new_tokens: int,
+        temperature: float,
+        uniforms: torch.Tensor,
+        cache: KVCache,
+        p_min: float = 0.0,
+    ) -> tuple[list[int], torch.Tensor]:
+        """Feed ``feed``, then choose ``new_tokens`` tokens in C++ (no Python between steps), the i-th
+        by inverse CDF at ``uniforms[i]`` (argmax at temperature 0), feeding every one but the last.
+        Returns the tokens and the distributions they were drawn from (new_tokens × vocab). With
+        ``p_min`` it stops before a token whose distribution's top probability is below it (never
+        before the first), having fed every token it returns."""
+        tokens, distributions = self._sample(
+            feed, cache.length, new_tokens, temperature, uniforms, cache, False, True, p_min
+        )
+        cache.length += len(feed) + len(tokens) - (1 if len(tokens) == new_tokens else 0)
+        assert distributions is not None
+        return tokens, distributions
+
+    def generate(self, prompt: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor) -> list[int]:
+        """``sample`` into a fresh cache, keeping only the tokens (a plain generation)."""
+        cache = self.model.new_cache(capacity=len(prompt) + max(new_tokens - 1, 0))
+        return self._sample(prompt, 0, new_tokens, temperature, uniforms, cache, False, False)[0]
+
+    def sample_no_cache(
+        self, prompt: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor
+    ) -> list[int]:
+        """``sample`` without a cache: every step pushes the whole sequence so far through the
+        model from position 0 (the scratch buffer holds only the current pass's K/V)."""
+        scratch = self.model.new_cache(capacity=len(prompt) + max(new_tokens - 1, 0))
+        return self._sample(prompt, 0, new_tokens, temperature, uniforms, scratch, True, False)[0]
+
+
+_DECODERS: weakref.WeakKeyDictionary[CharGPT, tuple[tuple[Any, ...], FastDecoder]] = weakref.WeakKeyDictionary()
+
+
+def _state_versions(model: CharGPT) -> tuple[Any, ...]:
+    # Tensors made under inference mode (a model quantized there) keep no version counter: their
+    # storage stands in (an in-place change under inference mode goes unnoticed).
+    return tuple(
+        tensor.data_ptr() if tensor.is_inference() else tensor._version
+        for tensor in (*model.parameters(), *model.buffers())
+    )
+
+
+def decoder_for(model: CharGPT) -> FastDecoder:
+    """The model's decoder, packing its weights again only when a parameter or buffer changed (a
+    generation should not copy the whole model before its first token)."""
+    versions = _state_versions(model)
+    cached = _DECODERS.get(model)
+    if cached is None or cached[0] != versions:
+        cached = (versions, FastDecoder(model))
+        _DECODERS[model] = cached
+    return cached[1]
+
+
+def logits_through_fast_path(model: CharGPT, inputs: torch.Tensor) -> torch.Tensor:
+    """Logits (batch × time × vocab) of every position of ``inputs`` (batch × time), each row fed from
+    position 0 in one fast pass: what the fast kernels compute, for a loss measured through them."""
+    decoder = decoder_for(model)
+    rows = [decoder.forward(row, model.new_cache(capacity=len(row))) for row in inputs.tolist()]
+    return torch.stack(rows)

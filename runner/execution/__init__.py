@@ -1,0 +1,1 @@
+"""Running a sweep into the store: the run path, the worker, and how runs and jobs end."""

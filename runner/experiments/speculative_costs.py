@@ -1,0 +1,194 @@
+"""What speculative decoding costs, measured two ways for two different claims.
+
+- A priori (a prediction): before the loop runs and from nothing it measures. The acceptance α
+  comes from the draft's and the target's next-character distributions on held-out text
+  (α = mean of Σ min(p, q) at the case's temperature), the characters per target pass from
+  E = (1 − α^(k+1)) / (1 − α), and the costs of a verification and a draft turn from a
+  calibration session that follows held-out text (a dry run of the draft along it decides how
+  many proposals each turn keeps). Predicted speedup = E / ((verify + draft turn) / plain step).
+  The formulas live in runner.cost.speculative; this module measures what they take.
+- Component model (a cost decomposition, not a forecast): the loop's own characters per pass
+  over the verify and draft costs timed after each timed pair, replaying the loop's own passes.
+  It checks that the loop's time is its passes' costs, nothing more.
+
+A cost session alternates draft turns and verifications as the loop does, so each pays for
+what the other evicts from the caches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from runner.decoding.speculative import Draft, SpeculativeResult, probabilities, target_pass, verify
+from runner.measure.timing import Harness
+from runner.model.gpt import CharGPT
+
+COST_CALLS = 16  # draft turns and verifications per cost session
+SINGLE_CALL_REPEATS = 5  # single calls timed for the write-ups' cost table (the minimum is kept)
+ALPHA_WINDOWS = 8  # held-out windows whose every position enters α
+ALPHA_WINDOW_LENGTH = 256
+
+# One pass of the loop: proposals kept, then the slice [begin, end) of the text it emitted.
+Pass = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    draft_turn_seconds: float
+    verify_seconds: float
+
+
+def held_out_windows(tokens: torch.Tensor, context_length: int) -> list[list[int]]:
+    """ALPHA_WINDOWS windows spread evenly over held-out tokens."""
+    length = min(ALPHA_WINDOW_LENGTH, context_length, len(tokens))
+    starts = torch.linspace(0, len(tokens) - length, ALPHA_WINDOWS).long().unique().tolist()
+    return [tokens[start : start + length].tolist() for start in starts]
+
+
+@torch.inference_mode()
+def alpha_a_priori(target: CharGPT, draft: Draft, windows: Sequence[list[int]], temperature: float) -> float:
+    """Mean over every held-out position of Σ min(p, q): the chance that the accept rule keeps a
+    proposal there, p the target's and q the draft's next-character distribution."""
+    overlaps = []
+    for window in windows:
+        p = probabilities(target(torch.tensor([window], device=target.device))[0].float(), temperature).cpu()
+        q = draft.distributions(window, temperature).float().cpu()
+        overlaps.append(torch.minimum(p, q).sum(dim=-1))
+    return float(torch.cat(overlaps).mean())
+
+
+def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:
+    """The loop's own passes, as slices of prompt + its output."""
+    boundaries = list(itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=prompt_length))
+    return list(zip(run.accepted_per_pass, boundaries, boundaries[1:], strict=False))
+
+
+@torch.inference_mode()
+def dry_run_passes(
+    draft: Draft, text: list[int], start: int, k: int, temperature: float, seed: int, count: int
+) -> list[Pass]:
+    """Passes of the draft along ``text`` from ``start`` (untimed): a proposal is kept while it
+    equals the text's next character, and each pass emits the kept ones and one more."""
+    generator = torch.Generator().manual_seed(seed)
+    draft.start(text[:start])
+    passes: list[Pass] = []
+    position = start
+    while len(passes) < count and position + k + 1 <= len(text):
+        proposals, _ = draft.propose(k, temperature, generator)
+        accepted = next((index for index, token in enumerate(proposals) if token != text[position + index]), k)
+        draft.commit(accepted, text[position : position + accepted + 1])
+        passes.append((accepted, position, position + accepted + 1))
+        position += accepted + 1
+    return passes
+
+
+class CostSession:
+    """Times one draft turn and one verification, called in turn as the loop calls them.
+
+    The draft turns replay ``passes`` along ``text``: propose k, then commit what that pass kept
+    and emitted, so a draft follows the same contexts and feeds as many tokens per turn as in
+    those passes. The verification is the (k+1)-position target pass and the accept rule at the
+    first replayed pass's position, the cache rolled back each time."""
+
+    @torch.inference_mode()
+    def __init__(
+        self,
+        target: CharGPT,
+        impl: str,
+        draft: Draft,
+        k: int,
+        temperature: float,
+        text: list[int],
+        passes: list[Pass],
+        seed: int,
+        harness: Harness,
+    ) -> None:
+        if not passes:
+            raise ValueError("a cost session needs at least one pass to replay")
+        self._draft, self._k, self._temperature, self._text = draft, k, temperature, text
+        self._passes, self._harness = passes, harness
+        self._rounds = max(1, min(COST_CALLS, len(passes) - 1))
+        self._start = min(passes[0][1], target.config.context_length - k - 1)
+        self._run_target = target_pass(target, impl)
+        self._cache = target.new_cache(capacity=self._start + k)
+        if self._start > 1:
+            self._run_target(text[: self._start - 1], self._cache)
+        self._generator = torch.Generator(device=target.device).manual_seed(seed)
+        draft.start(text[: self._start])
+        self._proposals, self._q = draft.propose(k, temperature, self._generator)
+        self._replay: Iterator[Pass] = iter([])
+
+    def _draft_turn(self) -> None:
+        self._draft.propose(self._k, self._temperature, self._generator)
+        accepted, begin, end = next(self._replay, self._passes[-1])  # past the end: the last pass again
+        self._draft.commit(accepted, self._text[begin:end])
+
+    def _verification(self) -> None:
+        self._cache.length = self._start - 1
+        verify(
+            self._run_target,
+            self._cache,
+            self._text[self._start - 1],
+            self._proposals,
+            self._q,
+            self._temperature,
+            self._generator,
+        )
+
+    def _follow_text(self) -> None:
+        self._replay = iter(self._passes)
+        self._draft.start(self._text[: self._start])
+        self._draft_turn()  # a model draft feeds its prompt on its first turn: untimed
+
+    @torch.inference_mode()
+    def __call__(self) -> PassCosts:
+        draft_turns, verifications = self._harness.alternating(
+            (self._draft_turn, self._verification), rounds=self._rounds, repeats=1, setup=self._follow_text
+        )
+        return PassCosts(draft_turns.minimum, verifications.minimum)
+
+
+@torch.inference_mode()
+def single_call_costs(
+    target: CharGPT,
+    impl: str,
+    draft: Draft,
+    text: list[int],
+    position: int,
+    temperature: float,
+    seed: int,
+    harness: Harness,
+) -> tuple[float, float]:
+    """The write-ups' cost table: one target pass over one token and one draft call for one
+    character, each timed on its own at ``position`` of ``text`` (the minimum of
+    SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
+    found this under-counts a cheap draft's share of the loop."""
+    run_target = target_pass(target, impl)
+    cache = target.new_cache(capacity=position + 1)
+    run_target(text[:position], cache)
+    generator = torch.Generator(device=target.device).manual_seed(seed)
+
+    def rewind() -> None:
+        cache.length = position
+
+    def follow() -> None:
+        draft.start(text[: position + 1])
+
+    (target_pass_seconds,) = harness.alternating(
+        (lambda: run_target([text[position]], cache),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=rewind
+    )
+    (draft_call_seconds,) = harness.alternating(
+        (lambda: draft.propose(1, temperature, generator),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=follow
+    )
+    return target_pass_seconds.minimum, draft_call_seconds.minimum
+
+
+def middle_passes(passes: list[Pass]) -> list[Pass]:
+    """The passes from the one nearest the middle, leaving room for as many turns as a session
+    takes (a verification's cost grows with its position)."""
+    first = min(len(passes) // 2, max(0, len(passes) - COST_CALLS - 1))
+    return passes[first:]

@@ -1,0 +1,209 @@
+"""This machine's roof, measured (``decodelab machine profile``): peak multiply-add throughput of
+one core per precision and read bandwidth over working sets swept from inside L1 to DRAM, on one
+thread and on all, with bands over repeats. The micro-kernels are runner/decoding/csrc/roof_probe.cpp
+(the instructions the fast path's kernels use); every call is timed by runner.measure.timing's harness
+and the work it did is counted in C++, so a figure is counted work over measured seconds.
+
+The figures are one JSON-able dict (stored with the machine, store/profiles.py):
+
+- ``instruction_set``; ``threads`` (all of them); ``quick``;
+- ``caches``: the OS's data cache sizes per level (``L1``, ``L2``, ``L3``) in bytes, per core
+  for private levels;
+- ``peak_operations_per_second``: per precision (``fp32``, ``bf16``, ``int8``) the median,
+  ``low`` and ``high`` over repeats (a multiply-add counts two);
+- ``bandwidth``: per level (``L1``, ``L2``, ``L3``, ``DRAM``) the working set read and the
+  bytes per second on one thread and on all threads (median, low, high);
+- ``sweep``: one thread's best bytes per second at each swept working-set size, what the cost
+  model interpolates at a decode's own working set.
+
+The roof is the best of the repeats (``high``), not their median: other work on the machine can
+only slow a micro-kernel down, so the fastest repeat is the nearest to what the hardware does.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import functools
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runner.decoding.native_build import build
+
+PRECISIONS = ("fp32", "bf16", "int8")
+LEVELS = ("L1", "L2", "L3", "DRAM")
+PRECISION_CODES = {"fp32": 0, "bf16": 1, "int8": 2}  # runner/decoding/csrc/roof_probe.cpp Precision
+KIB, MIB = 1024, 1024 * 1024
+# Fallbacks where /sys says nothing (a container without it): a common desktop core's caches.
+DEFAULT_CACHES = {"L1": 32 * KIB, "L2": 1 * MIB, "L3": 32 * MIB}
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    loaded = ctypes.CDLL(str(build("roof_probe.cpp")))
+    loaded.rp_isa.restype = ctypes.c_char_p
+    loaded.rp_operations_per_iteration.restype = ctypes.c_int64
+    loaded.rp_operations_per_iteration.argtypes = [ctypes.c_int32]
+    loaded.rp_multiply_adds.restype = ctypes.c_double
+    loaded.rp_multiply_adds.argtypes = [ctypes.c_int32, ctypes.c_int64]
+    loaded.rp_read_granule.restype = ctypes.c_int64
+    loaded.rp_read.restype = ctypes.c_double
+    loaded.rp_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    loaded.rp_read_threads.restype = ctypes.c_double
+    loaded.rp_read_threads.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+    return loaded
+
+
+def parse_size(text: str) -> int:
+    """A /sys cache size (``48K``, ``2048K``, ``32M``) in bytes."""
+    text = text.strip().upper()
+    factor = {"K": KIB, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * factor
+
+
+def cache_sizes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, int]:
+    """Data (or unified) cache bytes per level as the OS reports them for CPU 0."""
+    sizes: dict[str, int] = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            size = parse_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and 1 <= level <= 3:
+            sizes[f"L{level}"] = size
+    return {level: sizes.get(level, default) for level, default in DEFAULT_CACHES.items()}
+
+
+def level_working_sets(caches: dict[str, int], quick: bool) -> dict[str, int]:
+    """A working set that lands in each level: half of L1 and of L2; in L3 four times L2 (at most
+    half of L3, at least 1.5 times L2: a VM may report the host's whole L3); DRAM four times L3,
+    capped (64 MiB quick, 512 MiB else: a shared machine's memory)."""
+    level_three = min(4 * caches["L2"], max(caches["L3"] // 2, caches["L2"] * 3 // 2))
+    dram_cap = 64 * MIB if quick else 512 * MIB
+    dram = max(min(4 * caches["L3"], dram_cap), 2 * level_three)
+    return {"L1": caches["L1"] // 2, "L2": caches["L2"] // 2, "L3": level_three, "DRAM": dram}
+
+
+def sweep_sizes(caches: dict[str, int], largest: int, quick: bool) -> list[int]:
+    """Working sets from 8 KiB to ``largest``, ×2 apart (×√2 apart up to twice L2, where a decode's
+    weights sit; quick: ×2 throughout)."""
+    sizes: list[int] = []
+    size: float = 8 * KIB
+    while size <= largest:
+        sizes.append(int(size))
+        size *= 2 if quick or size >= 2 * caches["L2"] else 2**0.5
+    return sorted(set(sizes))
+
+
+def band(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "low": min(values), "high": max(values)}
+
+
+class Probe:
+    """Times the micro-kernels with a harness; each call does about ``call_seconds`` of work."""
+
+    def __init__(self, repeats: int, call_seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        from runner.measure.timing import Harness
+
+        self.harness = Harness(clock=clock)
+        self.repeats = repeats
+        self.call_seconds = call_seconds
+        self.lib = library()
+        self.granule = int(self.lib.rp_read_granule())
+
+    def rates(self, work: float, call: Callable[[], object]) -> list[float]:
+        """Work per second of each repeat of ``call``."""
+        return [work / seconds for seconds in self.harness.min_of(call, self.repeats).seconds]
+
+    def peak(self, precision: str) -> dict[str, float]:
+        code = PRECISION_CODES[precision]
+        per_iteration = int(self.lib.rp_operations_per_iteration(code))
+        # About 1e11 operations per second per core: size a call to call_seconds.
+        iterations = max(1000, int(1e11 * self.call_seconds / per_iteration))
+        return band(self.rates(per_iteration * iterations, lambda: self.lib.rp_multiply_adds(code, iterations)))
+
+    def read(self, size_bytes: int, threads: int) -> dict[str, float]:
+        floats = max(self.granule, size_bytes // 4 // self.granule * self.granule)
+        buffer = array.array("f", [1.0]) * (floats * threads)
+        address = buffer.buffer_info()[0]
+        # About 2e10 bytes per second: enough passes that a call lasts call_seconds.
+        passes = max(1, int(2e10 * self.call_seconds / (floats * 4)))
+        if threads == 1:
+            call: Callable[[], object] = lambda: self.lib.rp_read(address, floats, passes)  # noqa: E731
+        else:
+            call = lambda: self.lib.rp_read_threads(address, floats, passes, threads)  # noqa: E731
+        return band(self.rates(4.0 * floats * passes * threads, call))
+
+
+def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
+    """Measure this machine's roof (a few seconds quick, well under a minute in full)."""
+    started = time.perf_counter()
+    all_threads = threads or os.cpu_count() or 1
+    # Short calls, many repeats: on a machine shared with other work the best repeat is then likely
+    # one that no other process interrupted.
+    probe = Probe(repeats=7 if quick else 25, call_seconds=0.0005)
+    caches = cache_sizes()
+    working_sets = level_working_sets(caches, quick)
+    peaks = {precision: probe.peak(precision) for precision in PRECISIONS}
+    bandwidth: dict[str, dict[str, Any]] = {}
+    for level, size in working_sets.items():
+        shared = level in ("L3", "DRAM")  # all threads share one working set there, else one each
+        per_thread = size // all_threads if shared else size
+        bandwidth[level] = {
+            "working_set_bytes": size,
+            "one_thread": probe.read(size, 1),
+            "all_threads": probe.read(per_thread, all_threads),
+        }
+    sweep = [
+        {"working_set_bytes": size, "bytes_per_second": probe.read(size, 1)["high"]}
+        for size in sweep_sizes(caches, working_sets["DRAM"], quick)
+    ]
+    return {
+        "instruction_set": probe.lib.rp_isa().decode(),
+        "threads": all_threads,
+        "quick": quick,
+        "caches": caches,
+        "peak_operations_per_second": peaks,
+        "bandwidth": bandwidth,
+        "sweep": sweep,
+        "profile_seconds": time.perf_counter() - started,
+    }
+
+
+def name_value_lines(figures: dict[str, Any]) -> list[str]:
+    """The profile as ``name=value`` lines (what scripts read): the roof, each the best repeat."""
+    lines = [f"instruction_set={figures['instruction_set']}", f"threads={figures['threads']}"]
+    lines += [f"{level.lower()}_cache_bytes={size}" for level, size in figures["caches"].items()]
+    for precision, rates in figures["peak_operations_per_second"].items():
+        lines.append(f"peak_{precision}_operations_per_second={rates['high']:.4g}")
+    for level, row in figures["bandwidth"].items():
+        lines.append(f"{level.lower()}_working_set_bytes={row['working_set_bytes']}")
+        lines.append(f"{level.lower()}_bytes_per_second_one_thread={row['one_thread']['high']:.4g}")
+        lines.append(f"{level.lower()}_bytes_per_second_all_threads={row['all_threads']['high']:.4g}")
+    lines.append(f"profile_seconds={figures['profile_seconds']:.1f}")
+    return lines
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The profile as a plain text table with its bands."""
+
+    def rate(row: dict[str, float], scale: float) -> str:
+        return f"{row['median'] / scale:8.1f} [{row['low'] / scale:.1f}-{row['high'] / scale:.1f}]"
+
+    lines = [f"{'roof':<28}{'median [low-high]':>28}"]
+    for precision, rates in figures["peak_operations_per_second"].items():
+        lines.append(f"{'peak ' + precision + ' Gop/s (one core)':<28}{rate(rates, 1e9):>28}")
+    threads = figures["threads"]
+    for level, row in figures["bandwidth"].items():
+        size = row["working_set_bytes"]
+        label = f"{level} read GB/s at {size / KIB:,.0f} KiB"
+        lines.append(
+            f"{label:<40} one thread {rate(row['one_thread'], 1e9)}   {threads} threads {rate(row['all_threads'], 1e9)}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""Every timed decode placed on its machine's roof: what the experiments call, once each, to record
+beside a measured time its counts (runner.cost.roofline_model), the cache level and achieved rates, its
+distance from the roofline, its regime, and the roofline's prediction made from the counts and
+the roof alone, with its error.
+
+The roof is the run's machine profile (ExperimentContext.roof; a run profiles its machine first
+when the store has none). The per-pass overhead is the ``overhead`` experiment's intercept for
+the impl: this run's fit once it is recorded, else the machine's latest stored one, else none.
+Without a roof nothing is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runner.cost import roofline_model
+from runner.cost import speculative as speculative_cost
+from runner.cost.roofline_model import Placement, Shape, pass_cost
+from runner.experiments.base import ExperimentContext
+from store.records import MeasurementRecord
+
+LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")
+PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int8"}
+
+
+def overhead_seconds(context: ExperimentContext, impl: str) -> float:
+    """The impl's fitted per-pass overhead: this run's overhead fit, else the stored one, else 0."""
+    for row in context.earlier("overhead"):
+        fitted = row.params.get("part") == "fit" and row.params.get("impl") == impl
+        if fitted and row.metric == "overhead_seconds_per_token":
+            return max(0.0, row.value)
+    return max(0.0, context.overheads.get(impl, 0.0))
+
+
+def fast_threads(impl: str) -> int:
+    if impl != "fast":
+        return 1  # eager steps at these widths run on one thread whatever torch has
+    from runner.decoding import fast as fast_decode
+
+    return max(1, fast_decode._threads_wanted)
+
+
+def placement_records(
+    placement: Placement, tokens: int, measured_seconds_per_token: float, suffix: str = ""
+) -> list[MeasurementRecord]:
+    """The figures of a placement spread over ``tokens`` generated tokens, beside the measured time."""
+    measured = measured_seconds_per_token * tokens
+    predicted = placement.predicted_seconds / tokens
+    return [
+        MeasurementRecord(f"bytes_per_token{suffix}", placement.bytes_moved / tokens, "bytes"),
+        MeasurementRecord(f"flops_per_token{suffix}", placement.flops / tokens, "flops"),
+        MeasurementRecord(f"working_set_bytes{suffix}", placement.working_set_bytes, "bytes"),
+        MeasurementRecord(f"cache_level{suffix}", LEVEL_CODES[placement.level], "level"),
+        MeasurementRecord(f"achieved_bytes_per_second{suffix}", placement.bytes_moved / measured, "bytes/second"),
+        MeasurementRecord(f"achieved_flops_per_second{suffix}", placement.flops / measured, "flops/second"),
+        MeasurementRecord(f"roof_fraction{suffix}", placement.roofline_seconds / measured, "ratio"),
+        MeasurementRecord(f"regime{suffix}", roofline_model.REGIMES.index(placement.regime), "regime"),
+        MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
+        MeasurementRecord(
+            f"roofline_prediction_error{suffix}",
+            (predicted - measured_seconds_per_token) / measured_seconds_per_token,
+            "ratio",
+        ),
+    ]
+
+
+def timed_generation(
+    context: ExperimentContext,
+    shape: Shape,
+    impl: str,
+    precision: str | None,
+    prompt_tokens: int,
+    new_tokens: int,
+    measured: Mapping[str, tuple[bool, float]],
+) -> list[MeasurementRecord]:
+    """Generations of ``new_tokens`` after a prompt, one per ``measured`` entry: metric suffix →
+    (with the cache?, measured seconds per token). A precision of None (a kernel the cost model
+    does not count, e.g. fake quantization) places nothing."""
+    if context.roof is None or precision is None:
+        return []
+    overhead, threads = overhead_seconds(context, impl), fast_threads(impl)
+    records: list[MeasurementRecord] = []
+    for suffix, (cached, seconds_per_token) in measured.items():
+        passes = roofline_model.generation_cost(shape, impl, precision, prompt_tokens, new_tokens, cached)
+        placement = roofline_model.place(passes, context.roof, overhead, threads)
+        records += placement_records(placement, new_tokens, seconds_per_token, suffix)
+    return records
+
+
+def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[roofline_model.Cost], str | None]:
+    """One draft proposal's passes and the impl they run through: a model draft's one-position
+    pass, a table draft's read of one vocab-sized row of log-probabilities (no impl: no decode
+    step's overhead applies to a table lookup)."""
+    model = getattr(draft, "model", None)
+    if model is None:
+        row = target_shape.vocab * roofline_model.FLOAT_BYTES
+        return [roofline_model.Cost(row, {}, row)], None
+    impl = "fast" if draft.name in ("fast_int8", "small") and model.device.type == "cpu" else "static"
+    precision = "int8" if draft.name == "fast_int8" else "fp32"
+    return [roofline_model.pass_cost(Shape.of(model.config), impl, precision, 1, start)], impl
+
+
+def speculative(
+    context: ExperimentContext,
+    case: dict[str, Any],
+    draft: Any,
+    a_priori: list[MeasurementRecord],
+    measured_verify_cost_ratio: float,
+    measured_speedup: float,
+) -> list[MeasurementRecord]:
+    """The roofline's verification cost (k + 1 positions against one, half way through the
+    generation, where the a-priori step calibrates) and speedup with the calibrated acceptance
+    (``alpha_a_priori``), beside the measured ones; and the acceptance at which drafts break even."""
+    if context.roof is None:
+        return []
+    impl, k = case["impl"], case["k"]
+    start = len(context.prompt()) + case["new_tokens"] // 2
+    acceptance = next(record.value for record in a_priori if record.metric == "alpha_a_priori")
+    shape, roof, threads = Shape.of(context.model.config), context.roof, fast_threads(impl)
+    overhead = overhead_seconds(context, impl)
+    step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
+    verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
+    draft_passes, draft_impl = draft_pass(draft, shape, start)
+    draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
+    drafted = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
+    times = (step.predicted_seconds, drafted.predicted_seconds, verify.predicted_seconds)
+    ratio = verify.predicted_seconds / step.predicted_seconds
+    speedup = speculative_cost.speculative_speedup(acceptance, k, *times)
+    break_even = speculative_cost.break_even_acceptance(k, *times)
+    return [
+        MeasurementRecord("roofline_predicted_verify_cost_ratio", ratio, "ratio"),
+        MeasurementRecord(
+            "roofline_verify_cost_ratio_error",
+            (ratio - measured_verify_cost_ratio) / measured_verify_cost_ratio,
+            "ratio",
+        ),
+        MeasurementRecord("roofline_predicted_speedup", speedup, "ratio"),
+        MeasurementRecord("roofline_speedup_error", (speedup - measured_speedup) / measured_speedup, "ratio"),
+        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify.regime), "regime"),
+        # 1.0 where even full acceptance loses: no draft of this cost can win.
+        MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "ratio"),
+    ]

@@ -1,0 +1,236 @@
+"""How long a sweep will take on this machine, said before it is launched.
+
+The cost model of runner.spec.sweeps prices each case from its shape; on a machine with earlier done
+runs in the store, each experiment's price is scaled by what those runs took: the time between
+a case's record and the one before it (the run's start for its first case) summed per
+experiment, over what the model said of the same cases. An experiment this machine never ran
+keeps the model's price, and the estimate says which experiments were calibrated.
+
+Training is priced from this machine's runs that trained their model: a run's command began
+``wall_seconds`` before it finished, and its model was stored when training ended (before the
+run's own start), so the model's ``created_at`` less the command's start is that training's
+time. The same model, batch and sequence length trained before: its measured seconds per step
+times the steps asked for. Another shape within a factor of ``TRAINING_SHAPE_RANGE`` of the cost
+model's time per step: the nearest one's measured over modelled time scales the cost model's
+(steps × model size × batch). Shapes further apart (a tiny test model's time is all per-step
+overhead, a real one's arithmetic) or no training at all: the cost model alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from runner.cost.estimates import case_seconds, training_seconds, training_seconds_of
+from runner.errors import InputError
+from runner.spec.sweeps import SweepSpec
+from store.schema import Case, Machine, Model, Run
+from store.store import Store
+
+# The newest done runs of the machine that calibrate it: recent enough to be today's machine.
+CALIBRATION_RUNS = 5
+# Runs read to find the newest ones that trained their model (most reuse a stored one).
+TRAINING_LOOKBACK_RUNS = 200
+# How far apart (as a ratio of the cost model's time per step) an earlier training may be and
+# still scale the new one: beyond it the time per step is made of different things.
+TRAINING_SHAPE_RANGE = 8.0
+# The spec fields that make one training step cost what another does.
+STEP_SHAPE_FIELDS = (("model", "d_model"), ("model", "n_layer"), ("model", "n_head"), ("model", "context_length"))
+BATCH_SHAPE_FIELDS = (("train", "batch_size"), ("train", "sequence_length"))
+
+
+@dataclass(frozen=True)
+class Training:
+    """One earlier training on this machine: its step's shape, steps, measured and modelled time."""
+
+    shape: tuple[Any, ...]
+    steps: int
+    measured_seconds: float
+    modelled_seconds: float
+
+
+def step_shape(raw: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(raw[section][name] for section, name in (*STEP_SHAPE_FIELDS, *BATCH_SHAPE_FIELDS))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    training_seconds: float  # included in seconds; 0 when the model is stored
+    training_basis: str  # what the training's price rests on ("" when nothing is trained)
+    calibrated: tuple[str, ...]  # experiments priced from this machine's earlier runs
+    uncalibrated: tuple[str, ...]  # experiments priced by the cost model alone
+
+    def describe(self) -> str:
+        """One line: the estimate and what each part rests on."""
+        if self.calibrated and not self.uncalibrated:
+            basis = "from this machine's earlier runs"
+        elif self.calibrated:
+            basis = (
+                f"from this machine's earlier runs for {', '.join(self.calibrated)}, "
+                f"by the cost model for {', '.join(self.uncalibrated)}"
+            )
+        else:
+            basis = "by the cost model (no earlier run of these experiments on this machine)"
+        return f"about {minutes(self.seconds)}; the cases {basis}{self.training_part()}"
+
+    def training_part(self) -> str:
+        """What training adds and what its price rests on (empty when the model is stored)."""
+        if not self.training_seconds:
+            return ""
+        return f"; training the model {minutes(self.training_seconds)} of it, {self.training_basis}"
+
+
+def minutes(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
+    """Per experiment: recorded seconds over the cost model's, over this machine's newest done runs."""
+    newest = (
+        select(Run.id)
+        .join(Machine, Machine.id == Run.machine_id)
+        .where(Machine.name == machine_name, Run.status == "done")
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(CALIBRATION_RUNS)
+    )
+    query = (
+        select(Case.run_id, Case.experiment, Case.params, Case.created_at, Run.started_at, Run.spec)
+        .join(Run, Run.id == Case.run_id)
+        .where(Case.run_id.in_(newest))
+        .order_by(Case.run_id, Case.created_at, Case.id)
+    )
+    with store.read() as session:
+        rows = session.execute(query).all()
+    recorded: dict[str, float] = defaultdict(float)
+    modelled: dict[str, float] = defaultdict(float)
+    previous: tuple[int, datetime] | None = None
+    for run_id, experiment, params, created_at, started_at, spec in rows:
+        since = previous[1] if previous is not None and previous[0] == run_id else started_at
+        previous = (run_id, created_at)
+        model = spec.get("model", {})
+        try:
+            priced = case_seconds(experiment, params, model)
+        except KeyError:
+            continue  # a case of an older shape the model cannot price: left out of the calibration
+        recorded[experiment] += max((created_at - since).total_seconds(), 0.0)
+        modelled[experiment] += priced
+    return {name: recorded[name] / modelled[name] for name in modelled if modelled[name] > 0 and recorded[name] > 0}
+
+
+def earlier_trainings(store: Store, machine_name: str) -> list[Training]:
+    """``machine_name``'s newest runs that trained their model, newest first, at most
+    ``CALIBRATION_RUNS`` (a Hugging Face checkpoint trains nothing and is left out)."""
+    query = (
+        select(Run.spec, Run.started_at, Run.finished_at, Run.wall_seconds, Model.created_at)
+        .join(Machine, Machine.id == Run.machine_id)
+        .join(Model, Model.id == Run.model_id)
+        .where(Machine.name == machine_name, Run.finished_at.is_not(None), Run.wall_seconds.is_not(None))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(TRAINING_LOOKBACK_RUNS)
+    )
+    with store.read() as session:
+        rows = session.execute(query).all()
+    found: list[Training] = []
+    for spec, started_at, finished_at, wall_seconds, model_stored_at in rows:
+        command_started = finished_at - timedelta(seconds=wall_seconds)
+        # A model stored before this command began was reused, not trained, by this run.
+        if not command_started <= model_stored_at <= started_at:
+            continue
+        try:
+            shape, steps = step_shape(spec), int(spec["train"]["steps"])
+            modelled = training_seconds_of(spec["model"], spec["train"])
+        except (KeyError, TypeError, ValueError):
+            continue  # a Hugging Face checkpoint, or a spec of an older shape: nothing to scale
+        measured = (model_stored_at - command_started).total_seconds()
+        if measured > 0 and modelled > 0 and steps > 0:
+            found.append(Training(shape, steps, measured, modelled))
+        if len(found) == CALIBRATION_RUNS:
+            break
+    return found
+
+
+def price_training(spec: SweepSpec, trainings: list[Training]) -> tuple[float, str]:
+    """``spec``'s training time and what it rests on: this machine's trainings of the same shape
+    (seconds per step × steps), else the nearest shape's (scaled by the cost model), else the cost
+    model alone."""
+    modelled = training_seconds(spec)
+    steps = int(spec.raw["train"]["steps"])
+    same = [training for training in trainings if training.shape == step_shape(spec.raw)]
+    if same:
+        per_step = sum(training.measured_seconds for training in same) / sum(training.steps for training in same)
+        said = "training" if len(same) == 1 else f"{len(same)} trainings"
+        return per_step * steps, f"from this machine's earlier {said} of this model per step, times {steps:,} steps"
+    wanted = modelled / steps
+    near = [
+        training
+        for training in trainings
+        if abs(math.log((training.modelled_seconds / training.steps) / wanted)) <= math.log(TRAINING_SHAPE_RANGE)
+    ]
+    if near:
+        nearest = min(near, key=lambda training: abs(math.log((training.modelled_seconds / training.steps) / wanted)))
+        d_model, n_layer = nearest.shape[0], nearest.shape[1]
+        return modelled * nearest.measured_seconds / nearest.modelled_seconds, (
+            f"scaled by steps × model size from this machine's earlier training of a d_model={d_model}, "
+            f"n_layer={n_layer} model"
+        )
+    if trainings:
+        return modelled, "by the cost model (this machine's earlier trainings were of models too unlike this one)"
+    return modelled, "by the cost model, as this machine trained none before"
+
+
+def estimate(
+    spec: SweepSpec, factors: dict[str, float], model_stored: bool, trainings: list[Training] | None = None
+) -> Estimate:
+    """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one,
+    and its training priced from ``trainings``, this machine's earlier ones (price_training) (a local Hugging
+    Face checkpoint: its own estimate, runner.spec.hf; it trains nothing)."""
+    if spec.is_hf:
+        from runner.spec import hf as hf_spec
+
+        names = tuple(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
+        return Estimate(hf_spec.estimate(spec).seconds, 0.0, "", calibrated=(), uncalibrated=names)
+    model = spec.raw["model"]
+    training_time, training_basis = (0.0, "") if model_stored else price_training(spec, trainings or [])
+    total = training_time
+    used: dict[str, bool] = {}
+    for experiment, case in spec.plan():
+        factor = factors.get(experiment.name)
+        used[experiment.name] = factor is not None
+        total += case_seconds(experiment.name, case, model) * (factor or 1.0)
+    return Estimate(
+        seconds=total,
+        training_seconds=training_time,
+        training_basis=training_basis,
+        calibrated=tuple(name for name, calibrated in used.items() if calibrated),
+        uncalibrated=tuple(name for name, calibrated in used.items() if not calibrated),
+    )
+
+
+def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
+    """``spec``'s time on ``machine_name`` as ``decodelab run`` will run it: training counted
+    unless the store holds the model already. A corpus that cannot be read here counts its
+    training: the run itself then fails its job with the reason, in one line."""
+    from runner.model.corpus import load_corpus
+    from runner.model.train import recipe_hash
+
+    stored = False
+    if not spec.is_hf:
+        try:
+            corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
+        except InputError:
+            corpus = None
+        if corpus is not None:
+            config = spec.model_config(vocab_size=len(corpus.vocabulary))
+            wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
+            stored = store.results.find_model(recipe_hash=wanted) is not None
+    return estimate(
+        spec, scale_factors(store, machine_name), model_stored=stored, trainings=earlier_trainings(store, machine_name)
+    )
