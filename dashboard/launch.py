@@ -169,7 +169,7 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
     environment = {**os.environ, "DECODELAB_DB": url}
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner.cli.main", "worker", "--max-idle-seconds", str(idle_seconds)],
+            [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -66,7 +66,7 @@ def _cli_environment(environment: dict[str, str]) -> dict[str, str]:
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a child process, to completion."""
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", *args],
+        [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -78,7 +78,7 @@ def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: st
 def start_decodelab(*args: str, cwd: Path, **environment: str) -> subprocess.Popen[str]:
     """The real CLI in a child process left running (a worker), stderr folded into stdout."""
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli.main", *args],
+        [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -20,7 +20,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def decodelab(*args: str, cwd: Path, as_nobody: bool = False) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "runner.cli.main", *args]
+    command = [sys.executable, "-m", "runner.cli", *args]
     if as_nobody:
         # Root ignores file permissions; drop to an unprivileged user for the read-only case.
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]

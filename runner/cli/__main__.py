@@ -1,5 +1,5 @@
-"""``python -m runner.cli.main``: the same entry point as the installed ``decodelab``."""
+"""``python -m runner.cli``: the same entry point as the installed ``decodelab``."""
 
-from runner.cli.main.main import main
+from runner.cli.main import main
 
 main()
