@@ -186,6 +186,13 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("seconds_per_token_fp32", "seconds", "timed", "lower"),
     # ---- speculative
     *_exact("tokens", "accepted", "proposed", "mean_draft_length"),
+    Metric("mean_draft_calls", "calls", "exact", help="draft calls per pass: proposals, plus a confidence stop's"),
+    Metric(
+        "chars_per_target_pass_timed",
+        "chars",
+        "exact",
+        help="characters per pass over the timed generations (one seed each), as the measured speedup saw them",
+    ),
     Metric("system_efficiency", "ratio", "exact", help="emitted tokens over (k + 1) per pass, counted"),
     Metric(
         "acceptance_rate_at_position_{position}",
@@ -198,8 +205,14 @@ CATALOGUE: tuple[Metric, ...] = (
     # the schedule over it (no timing), so as reproducible as the sampled figures.
     Metric("predicted_chars_per_pass", "chars", "sampled"),
     Metric("predicted_mean_draft_length", "tokens", "sampled"),
+    Metric("predicted_mean_draft_calls", "calls", "sampled"),
     Metric("predicted_acceptance_rate_at_position_{position}", "ratio", "sampled"),
-    Metric("a_priori_chars_per_pass_error", "ratio", "sampled", help="predicted over counted chars per pass, − 1"),
+    Metric(
+        "a_priori_chars_per_pass_error",
+        "ratio",
+        "sampled",
+        help="predicted over the timed generations' chars per pass, − 1",
+    ),
     Metric("accepted_length_{length}", "passes", "exact", help="passes that accepted this many drafted tokens"),
     Metric("acceptance_per_decided", "ratio", "exact"),
     Metric("one_minus_mean_tv", "ratio", "exact"),
@@ -355,7 +368,7 @@ def lookup(name: str) -> Metric | None:
 # The kind of a metric the catalogue does not know (a benchmark's own line, a newer run's), by unit.
 COUNT_UNITS = frozenset(
     {"multiplications", "pairs", "tokens", "passes", "bytes", "bool", "chars", "parameters", "count"}
-    | {"computations", "elements"}
+    | {"computations", "elements", "calls"}
 )
 FLOATING_UNITS = frozenset({"probability", "nats", "logit", "value"})
 

@@ -5,6 +5,7 @@ and the a-priori simulation on scripted calibrations."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -214,4 +215,38 @@ def test_the_simulation_follows_the_calibration_and_the_schedule() -> None:
     assert 1.55 < prediction.chars_per_pass < 1.8
     # Confidence: a draft unsure everywhere drafts one.
     unsure = Calibration([[0.5] * 100], [[0.1] * 100])
-    assert simulate(unsure, Schedule("confidence", 6, 6, 0.5), seed=0).mean_draft_length == 1
+    stopped = simulate(unsure, Schedule("confidence", 6, 6, 0.5), seed=0)
+    assert stopped.mean_draft_length == 1
+    assert stopped.mean_draft_calls == 2, "each pass also computed the unsure distribution it dropped"
+    assert fixed.mean_draft_calls == 4, "a fixed length calls the draft once per proposal"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "stops"), [(Schedule("fixed", 4, 4), False), (Schedule("confidence", 6, 6, 0.5), True)]
+)
+def test_draft_calls_count_every_forward_of_the_draft_a_pass_made(
+    target: CharGPT, schedule: Schedule, stops: bool
+) -> None:
+    torch.manual_seed(2)
+    small = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=16, n_layer=1, n_head=2, context_length=128)).eval()
+    draft = ModelDraft(small, "small")  # eager: one forward_cached per draft call
+    forwards, proposing = [0], [False]
+    real_forward, real_propose = small.forward_cached, draft.propose
+
+    def counted_forward(*args: Any, **kwargs: Any) -> Any:
+        forwards[0] += proposing[0]
+        return real_forward(*args, **kwargs)
+
+    def counted_propose(*args: Any, **kwargs: Any) -> Any:
+        proposing[0] = True
+        try:
+            return real_propose(*args, **kwargs)
+        finally:
+            proposing[0] = False
+
+    small.forward_cached = counted_forward  # type: ignore[method-assign]
+    draft.propose = counted_propose  # type: ignore[method-assign]
+    result = speculative_decode(target, draft, schedule.k, PROMPT, 50, temperature=1.0, seed=3, schedule=schedule)
+    assert result.draft_calls == forwards[0]
+    assert (result.draft_calls > result.proposed) == stops, (result.draft_calls, result.proposed)
+    assert result.mean_draft_calls == result.draft_calls / result.target_passes

@@ -11,7 +11,9 @@ temperature produces, by a generation that is not the timed loop's).
 
 ``simulate`` then runs the schedule over that text: each pass asks the schedule for a length,
 keeps proposal j with probability a at its position (seeded draws), and moves on by what it kept
-plus one; its characters per pass, draft lengths and per-position acceptance are the prediction.
+plus one; its characters per pass, draft lengths, draft calls and per-position acceptance are the
+prediction. A pass the confidence schedule stops early costs one draft call more than it drafted:
+the draft computed the distribution that fell below p_min.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def calibrate(target: CharGPT, draft: Draft, windows: Sequence[list[int]], tempe
 class Prediction:
     chars_per_pass: float
     mean_draft_length: float
+    # Proposals plus the draft call a confidence stop computes and drops (runner.decoding.speculative).
+    mean_draft_calls: float
     acceptance_at_position: list[float]  # 1..schedule.longest
     draft_length_share: list[float]  # share of passes drafting 1..schedule.longest
 
@@ -68,7 +72,7 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
     draws = random.Random(seed)
     accepted_per_pass: list[int] = []
     drafted_per_pass: list[int] = []
-    chars = 0
+    chars = calls = 0
     for _ in range(repeats):
         for acceptance, tops in zip(calibration.acceptance, calibration.draft_top, strict=True):
             position, length = 0, schedule.first
@@ -85,6 +89,7 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
                     accepted += 1
                 accepted_per_pass.append(accepted)
                 drafted_per_pass.append(drafted)
+                calls += drafted + (drafted < length)
                 chars += accepted + 1
                 position += accepted + 1
                 length = schedule.next_length(length, drafted, accepted)
@@ -97,6 +102,7 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
     return Prediction(
         chars_per_pass=chars / passes,
         mean_draft_length=sum(drafted_per_pass) / passes,
+        mean_draft_calls=calls / passes,
         acceptance_at_position=acceptance_at_positions(accepted_per_pass, drafted_per_pass, schedule.longest),
         draft_length_share=lengths,
     )

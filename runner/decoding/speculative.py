@@ -192,6 +192,9 @@ class SpeculativeResult:
     accepted_per_pass: list[int] = field(default_factory=list)
     # proposals drafted in each pass (the schedule's choice)
     drafted_per_pass: list[int] = field(default_factory=list)
+    # draft calls: one per proposal, and one more in a pass the confidence schedule stopped early
+    # (the draft computed the distribution whose top probability was below p_min, then dropped it)
+    draft_calls: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -209,6 +212,10 @@ class SpeculativeResult:
     @property
     def mean_draft_length(self) -> float:
         return self.proposed / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def mean_draft_calls(self) -> float:
+        return self.draft_calls / self.target_passes if self.target_passes else 0.0
 
     @property
     def system_efficiency(self) -> float:
@@ -362,6 +369,7 @@ def speculative_decode(
         result.accepted_histogram[verdict.accepted] += 1
         result.accepted_per_pass.append(verdict.accepted)
         result.drafted_per_pass.append(len(proposals))
+        result.draft_calls += len(proposals) + (len(proposals) < length)
         cache.length = committed + verdict.accepted  # keep the committed text and the accepted proposals
         draft.commit(verdict.accepted, verdict.emitted)
         output += verdict.emitted

@@ -17,7 +17,13 @@ from runner.cost.speculative import (
 from runner.cost.speculative_prediction import simulate
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ModelDraft
-from runner.decoding.speculative import Draft, Schedule, acceptance_at_positions, speculative_decode
+from runner.decoding.speculative import (
+    Draft,
+    Schedule,
+    SpeculativeResult,
+    acceptance_at_positions,
+    speculative_decode,
+)
 from runner.experiments.base import ExperimentContext
 from runner.experiments.speculative_costs import (
     COST_CALLS,
@@ -101,6 +107,7 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
         MeasurementRecord("expected_chars_per_pass", expected_chars_per_pass(alpha, k), "chars"),
         MeasurementRecord("predicted_chars_per_pass", prediction.chars_per_pass, "chars"),
         MeasurementRecord("predicted_mean_draft_length", prediction.mean_draft_length, "tokens"),
+        MeasurementRecord("predicted_mean_draft_calls", prediction.mean_draft_calls, "calls"),
         *(
             MeasurementRecord(f"predicted_acceptance_rate_at_position_{position}", rate, "ratio")
             for position, rate in enumerate(prediction.acceptance_at_position, start=1)
@@ -112,7 +119,7 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
         MeasurementRecord(
             "predicted_speedup_a_priori",
             component_model_speedup(
-                prediction.chars_per_pass, prediction.mean_draft_length, costs.verify_seconds / step, draft_cost
+                prediction.chars_per_pass, prediction.mean_draft_calls, costs.verify_seconds / step, draft_cost
             ),
             "ratio",
         ),
@@ -126,10 +133,25 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
     draft = make_draft(case, context)
     a_priori = a_priori_prediction(case, context, draft)
 
-    def loop() -> Any:
-        return speculative_decode(
-            target, draft, schedule.k, prompt, n, temperature=temperature, seed=seed, impl=impl, schedule=schedule
+    generations: list[SpeculativeResult] = []
+
+    def loop() -> SpeculativeResult:
+        # Each generation its own seed: a timed speedup over one seeded text is that text's
+        # (200 characters hold ~80 passes, whose characters per pass vary by ~5%), not the
+        # loop's; the counts below are the first generation's, seeded as ever.
+        result = speculative_decode(
+            target,
+            draft,
+            schedule.k,
+            prompt,
+            n,
+            temperature=temperature,
+            seed=seed + len(generations),
+            impl=impl,
+            schedule=schedule,
         )
+        generations.append(result)
+        return result
 
     counts = loop()
     # The cost sessions draft a fixed length: the loop's mean, rounded.
@@ -146,8 +168,12 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
     target_pass_seconds, draft_call_seconds = single_call_costs(
         target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
     )
-    per_pass = counts.chars_per_target_pass
-    drafted = counts.mean_draft_length
+    # What the timed generations did, pooled: what the measured speedup saw.
+    timed = generations[1:]
+    timed_passes = sum(generation.target_passes for generation in timed)
+    per_pass = sum(len(generation.tokens) for generation in timed) / timed_passes
+    drafted = sum(generation.proposed for generation in timed) / timed_passes
+    draft_calls = sum(generation.draft_calls for generation in timed) / timed_passes
     assisted = hf_assisted(case, context, draft, schedule)
     # Costs in units of that pair's plain decode step (target pass and sampling): a
     # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
@@ -158,7 +184,7 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
     verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
     writeup_formula = statistics.median(writeup_formula_speedup(per_pass, drafted, draft) for draft in draft_costs)
     component_model = statistics.median(
-        component_model_speedup(per_pass, drafted, verify, draft)
+        component_model_speedup(per_pass, draft_calls, verify, draft)
         for verify, draft in zip(verify_costs, draft_costs, strict=True)
     )
     measured = paired.median
@@ -181,10 +207,12 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
             "ratio",
         ),
         MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
-        MeasurementRecord("chars_per_target_pass", per_pass, "chars"),
+        MeasurementRecord("chars_per_target_pass", counts.chars_per_target_pass, "chars"),
+        MeasurementRecord("chars_per_target_pass_timed", per_pass, "chars"),
         MeasurementRecord("mean_accepted_length", counts.mean_accepted_length, "tokens"),
         MeasurementRecord("system_efficiency", counts.system_efficiency, "ratio"),
-        MeasurementRecord("mean_draft_length", drafted, "tokens"),
+        MeasurementRecord("mean_draft_length", counts.mean_draft_length, "tokens"),
+        MeasurementRecord("mean_draft_calls", counts.mean_draft_calls, "calls"),
         *(
             MeasurementRecord(f"acceptance_rate_at_position_{position}", rate, "ratio")
             for position, rate in enumerate(positions, start=1)

@@ -1,0 +1,59 @@
+"""The metric table of docs/experiments.md, generated from the catalogue (runner.metrics), so the
+docs list exactly the metrics, units and kinds the code records. Rewrite it after changing the
+catalogue (a test fails while the two differ):
+
+    python -m runner.metrics_doc [docs/experiments.md]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from runner.metrics import CATALOGUE, Metric
+
+BEGIN = "<!-- metric table: generated from runner/metrics.py by `python -m runner.metrics_doc`; do not edit -->"
+END = "<!-- end of the generated metric table -->"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "experiments.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _row(metric: Metric) -> str:
+    band = f"`{metric.band[0]}`, `{metric.band[1]}`" if metric.band else ""
+    old = ", ".join(f"`{name}`" for name in metric.old_names)
+    cells = [f"`{metric.name}`", metric.unit, metric.kind, metric.better or "", band, old, _cell(metric.help)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown_table() -> str:
+    """Every catalogue entry, in catalogue order (experiment by experiment, headlines first)."""
+    seen: set[str] = set()
+    rows = []
+    for metric in CATALOGUE:
+        if metric.name not in seen:  # a repeated entry is the same metric under a second headline
+            seen.add(metric.name)
+            rows.append(_row(metric))
+    header = "| metric | unit | kind | better | band | old names | what it is |\n|---|---|---|---|---|---|---|"
+    return "\n".join([header, *rows])
+
+
+def with_table(document: str) -> str:
+    """``document`` with the text between the markers replaced by the current table."""
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"the document lacks the markers {BEGIN!r} … {END!r}")
+    return document[: start + len(BEGIN)] + "\n\n" + markdown_table() + "\n\n" + document[end:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = sys.argv[1:] if argv is None else argv
+    path = Path(arguments[0]) if arguments else DOCS
+    path.write_text(with_table(path.read_text()))
+    print(f"wrote the metric table of {path} ({len({metric.name for metric in CATALOGUE})} metrics)")
+
+
+if __name__ == "__main__":
+    main()
