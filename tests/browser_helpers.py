@@ -43,6 +43,10 @@ SERVER_START_SECONDS = 60
 IDLE_TIMEOUT_MILLISECONDS = 120_000
 # Streamlit's frontend marks the app root with the script-run state it last heard of.
 IDLE_APP = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+# Something the page's script drew in the main area. Right after a page opens, Streamlit reports
+# "notRunning" before its first run has begun; on a loaded machine that gap was long enough for a
+# test to read a page with nothing on it yet (and find nothing wrong with it).
+RENDERED = '[data-testid="stMain"] [data-testid="stElementContainer"]'
 STATUS_WIDGET = '[data-testid="stStatusWidget"]'
 # The dashboard processes serving now, by address: a test may stop its own as a person would.
 SERVERS: dict[str, subprocess.Popen[str]] = {}
@@ -129,29 +133,34 @@ def chromium() -> Iterator[Browser]:
 
 
 def wait_until_idle(page: Page, timeout_milliseconds: int = IDLE_TIMEOUT_MILLISECONDS) -> None:
-    """Until Streamlit has no script run in progress or requested and shows no running status.
+    """Until the page's script has drawn something, and Streamlit has no script run in progress
+    or requested and shows no running status.
 
     The sidebar's jobs panel is a fragment rerun every 2 seconds, so "idle" is a moment between
     runs, not a lasting state: wait for it right before each action, as a user would."""
     from playwright.sync_api import expect
 
+    expect(page.locator(RENDERED).first).to_be_attached(timeout=timeout_milliseconds)
     expect(page.locator(IDLE_APP)).to_have_count(1, timeout=timeout_milliseconds)
     expect(page.locator(STATUS_WIDGET)).to_have_count(0, timeout=timeout_milliseconds)
 
 
 # True once every chart on the page has drawn its marks and the charts' drawing (sizes, element
-# counts) is the same as at the previous poll: Vega draws again when its container resizes.
-CHARTS_SETTLED = """
-() => {
+# counts) has stayed the same for CHART_STABLE_POLLS polls in a row: Vega draws again when its
+# container resizes, and on a loaded machine one unchanged poll (200 ms) came between two draws.
+CHART_STABLE_POLLS = 3
+CHARTS_SETTLED = f"""
+() => {{
   const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
   const drawn = charts.map((chart) => chart.querySelector('svg.marks'));
-  if (drawn.some((svg) => !svg)) { window.__decodelabCharts = null; return false; }
+  if (drawn.some((svg) => !svg)) {{ window.__decodelabCharts = null; return false; }}
   const drawing = drawn.map((svg) =>
-    `${svg.getAttribute('width')}x${svg.getAttribute('height')}:${svg.getElementsByTagName('*').length}`).join('|');
-  const same = window.__decodelabCharts === drawing;
-  window.__decodelabCharts = drawing;
-  return same;
-}
+    `${{svg.getAttribute('width')}}x${{svg.getAttribute('height')}}:${{svg.getElementsByTagName('*').length}}`).join('|');
+  const previous = window.__decodelabCharts;
+  const polls = previous && previous.drawing === drawing ? previous.polls + 1 : 0;
+  window.__decodelabCharts = {{ drawing, polls }};
+  return polls >= {CHART_STABLE_POLLS};
+}}
 """
 CHART_POLL_MILLISECONDS = 200
 
