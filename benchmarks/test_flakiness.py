@@ -115,7 +115,9 @@ def busy_core(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # The spinner stops itself once this script is gone (killed, not only ended): a busy core
+    # outliving the measurement was seen loading a CI run that came after it.
+    spinner = subprocess.Popen([sys.executable, "-c", f"import os\nwhile os.getppid() == {os.getpid()}:\n    pass"])
     try:
         yield
     finally:
