@@ -30,6 +30,7 @@ def counting_job(name: str, index: int) -> dict[str, Any]:
     return validate(
         {
             "name": f"{name}-{index}",
+            "threads": 1,  # as tests/fixtures/slow.toml says: two threads crawl on a busy machine
             "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "context_length": 32},
             "train": {"steps": 3, "batch_size": 4, "sequence_length": 16},
             "experiments": {
