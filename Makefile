@@ -45,8 +45,11 @@ demo: $(INSTALLED)
 	@echo "== 2/2 the dashboard on $(DB); stop it with Ctrl-C"
 	@$(VENV)/bin/decodelab dashboard --db '$(DB)' --port $(PORT)
 
+# Two test processes (pytest-xdist), a test file each at a time: the suite is CPU-bound, and a file's
+# module fixtures (a dashboard server) are started once. TEST_WORKERS=1 runs it in one process.
+TEST_WORKERS ?= 2
 test: $(INSTALLED)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

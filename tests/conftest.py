@@ -9,13 +9,14 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 import sqlalchemy as sa
+import torch
 
 from store import frames
 
@@ -38,6 +39,10 @@ MACHINE_NAMES = ("alpha", "beta")
 ROOT = Path(__file__).parent.parent
 # A run profiles its machine first when the store has no roof for it: the quick profile, in tests.
 os.environ.setdefault("DECODELAB_PROFILE", "quick")
+# One torch thread in each test process: `make test` runs two on the 2 cores, and with two threads
+# each, a tiny op waits on a thread the busy machine has not scheduled (a kv_cache timing case took
+# 6-28 s instead of 0.3-0.5 s beside one busy core). The tests check results, not speed.
+torch.set_num_threads(1)
 
 
 # Streamlit's AppTest runs a page as __main__ and leaves it there; a process started later with
@@ -163,30 +168,58 @@ def store(store_url: str):  # noqa: ANN201
     opened.close()
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str]) -> str:
+    """``build(directory)``'s URL, built once per test session however many processes run it.
+
+    Under pytest-xdist each worker process has its own session fixtures; the stores below take
+    tens of seconds to build, so the first worker to ask builds into the folder the workers share,
+    under a file lock, and the others read what it wrote (the tests only read these stores, and
+    copy them to write). Without xdist this is an ordinary session fixture."""
+    from filelock import FileLock
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    built = shared / f"{name}.url"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not built.exists():
+            directory = shared / name
+            directory.mkdir()
+            built.write_text(build(directory))
+    return built.read_text()
+
+
 @pytest.fixture(scope="session")
 def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A SQLite store holding one real run of the tiny sweep (every experiment)."""
-    from runner.execution.execute import execute
-    from runner.spec.sweeps import load_spec_file
-    from store.store import Store
 
-    url = f"sqlite:///{tmp_path_factory.mktemp('filled') / 'filled.db'}"
-    store = Store(url)
-    execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
-    store.close()
-    return url
+    def build(directory: Path) -> str:
+        from runner.execution.execute import execute
+        from runner.spec.sweeps import load_spec_file
+        from store.store import Store
+
+        url = f"sqlite:///{directory / 'filled.db'}"
+        store = Store(url)
+        execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
+        store.close()
+        return url
+
+    return built_once(tmp_path_factory, "filled", build)
 
 
 @pytest.fixture(scope="session")
 def two_machines_url(filled_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The lean spec run through `decodelab run` once as alpha and once as beta, into a copy of the
     session's filled store (which holds the tiny model, so neither run trains)."""
-    directory = tmp_path_factory.mktemp("machines")
-    url = copy_store(filled_store_url, directory / "machines.db")
-    for name in MACHINE_NAMES:
-        result = run_decodelab("run", "--spec", str(LEAN_SPEC), "--db", url, cwd=ROOT, DECODELAB_MACHINE=name)
-        assert result.returncode == 0, result.stderr
-    return url
+
+    def build(directory: Path) -> str:
+        url = copy_store(filled_store_url, directory / "machines.db")
+        for name in MACHINE_NAMES:
+            result = run_decodelab("run", "--spec", str(LEAN_SPEC), "--db", url, cwd=ROOT, DECODELAB_MACHINE=name)
+            assert result.returncode == 0, result.stderr
+        return url
+
+    return built_once(tmp_path_factory, "machines", build)
 
 
 def copy_store(url: str, target: Path) -> str:
