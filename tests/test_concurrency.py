@@ -14,7 +14,7 @@ from store.store import Store
 from tests.conftest import start_decodelab
 from tests.shared_parts import counting_job
 
-JOBS = 40
+JOBS = 24
 WORKERS = 4
 CASE_METRICS = {"table": 3, "summary": 10}
 
