@@ -3,7 +3,7 @@ time in a fresh pytest process, and print every test that failed at least once: 
 out of runs, and the first line of its first error. Exits 1 if any test failed.
 
     python benchmarks/test_flakiness.py --runs 20 [-k EXPR] [--load] [--group browser --group fleet]
-        [--max-minutes M] [--keep-reports DIR]
+        [--workers N] [--max-minutes M] [--keep-reports DIR]
 
 A first error line is rarely enough to find a cause, so every failure is kept whole: for each run,
 DIR/run-N/pytest-output.txt (the run's console output, its FAILURES section included) and one
@@ -11,6 +11,9 @@ file per failed test, DIR/run-N/<test id>.txt, with the full traceback (pytest's
 test's captured stdout, stderr and log. Without --keep-reports DIR is a new temporary folder, kept
 and printed when something failed, removed when nothing did; a folder named with --keep-reports
 is always kept.
+
+--workers 2 runs each repetition as `make test` runs the suite, in two pytest-xdist processes a
+test file each (so every test has the other process's tests beside it, on top of --load's core).
 
 --load keeps one core busy for the whole measurement (a spinning child process this script
 starts and stops), as a parallel job on a CI machine would. Each run has its own pytest base
@@ -125,7 +128,7 @@ def busy_core(enabled: bool) -> Iterator[None]:
         spinner.wait()
 
 
-def run_once(paths: list[str], expression: str | None, number: int, tally: Tally, reports: Path) -> float:
+def run_once(paths: list[str], expression: str | None, workers: int, number: int, tally: Tally, reports: Path) -> float:
     """One fresh pytest process over ``paths``; returns its wall seconds. A run with a failure
     leaves its console output and each failed test's whole report in ``reports``/run-N."""
     base = Path(tempfile.mkdtemp(prefix=f"flakiness-run{number}-"))
@@ -137,6 +140,8 @@ def run_once(paths: list[str], expression: str | None, number: int, tally: Tally
     command += ["-o", "junit_logging=all", "-o", "junit_log_passing_tests=false"]
     if expression:
         command += ["-k", expression]
+    if workers > 1:
+        command += ["-n", str(workers), "--dist", "loadfile"]
     started = time.monotonic()
     # Its own session: a run stopped for taking too long takes its servers and workers with it.
     pytest = subprocess.Popen(
@@ -170,6 +175,9 @@ def main() -> int:
     parser.add_argument("-k", dest="expression", help="pytest's -k: only tests whose names match")
     parser.add_argument("--load", action="store_true", help="keep one core busy while the tests run")
     parser.add_argument(
+        "--workers", type=int, default=1, help="pytest-xdist processes per run, 1 to 16 (make test: 2; default 1)"
+    )
+    parser.add_argument(
         "--max-minutes", type=float, help="start no run after this many minutes (the figures say how many ran)"
     )
     parser.add_argument(
@@ -184,6 +192,8 @@ def main() -> int:
     arguments = parser.parse_args()
     if not 1 <= arguments.runs <= 1000:
         parser.error(f"--runs must be between 1 and 1000, got {arguments.runs}")
+    if not 1 <= arguments.workers <= 16:
+        parser.error(f"--workers must be between 1 and 16, got {arguments.workers}")
     if arguments.keep_reports is not None and arguments.keep_reports.exists() and not arguments.keep_reports.is_dir():
         parser.error(f"--keep-reports must name a folder, got the file {arguments.keep_reports}")
     paths = [path for group in arguments.group or sorted(GROUPS) for path in GROUPS[group]]
@@ -199,7 +209,7 @@ def main() -> int:
                 print(f"stopped after {tally.runs} of {arguments.runs} runs: --max-minutes {arguments.max_minutes:g}")
                 break
             before = Counter(tally.failures)
-            seconds.append(run_once(paths, arguments.expression, number, tally, reports))
+            seconds.append(run_once(paths, arguments.expression, arguments.workers, number, tally, reports))
             failed_now = sorted((tally.failures - before).keys())
             print(f"run {number}/{arguments.runs}: {seconds[-1]:.0f} s, {len(failed_now)} failed", flush=True)
             for name in failed_now:
@@ -208,6 +218,7 @@ def main() -> int:
     print(
         f"\n{len(tally.seen)} tests, {tally.runs} runs of {' '.join(paths)}"
         + (f" -k {arguments.expression!r}" if arguments.expression else "")
+        + (f" in {arguments.workers} processes" if arguments.workers > 1 else "")
         + (" under one busy core" if arguments.load else "")
         + (f"; {min(seconds):.0f}-{max(seconds):.0f} s a run" if seconds else "")
     )
