@@ -4,7 +4,7 @@ calibration, which also judges them again with the run's samples slowed on purpo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -25,6 +25,16 @@ class ReviewInputs:
     earlier: list[int]  # the runs the between-run floors were taken over
     between: dict[tuple[str, str, str], float]
     drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
+    # review.side_by_side of the two runs, by headline_only: made once however often they are judged
+    # (the calibration judges a pair five times; labelling and keying every case was most of that).
+    _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    def side_by_side(self, headline_only: bool) -> pd.DataFrame:
+        if headline_only not in self._side_by_side:
+            self._side_by_side[headline_only] = review.side_by_side(
+                self.run_measurements, self.baseline_measurements, headline_only
+            )
+        return self._side_by_side[headline_only]
 
 
 def timed_headline_history(store: Store, present: set[tuple[str, str]]) -> pd.DataFrame:
@@ -111,4 +121,5 @@ def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataF
         headline_only=headline_only,
         between_runs=inputs.between,
         drift=inputs.drift,
+        paired_rows=inputs.side_by_side(headline_only),
     )

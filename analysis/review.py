@@ -358,6 +358,20 @@ def _keyed(measurements: pd.DataFrame, headline_only: bool, points: dict[tuple[s
     return frame[["experiment", "point", "metric", "unit", "value", "measurement_id", "impl", "params_key"]]
 
 
+def side_by_side(run: pd.DataFrame, baseline: pd.DataFrame, headline_only: bool = True) -> pd.DataFrame:
+    """Each (headline) metric of each case, the run's and the baseline's value on one row, keyed
+    by (experiment, point, metric, impl): what ``compare`` judges. It depends on the two runs'
+    measurements only, not on their samples, so a caller judging one pair against several
+    sample sets (the calibration's slowed copies) makes it once."""
+    points = case_points(run, baseline)
+    return _keyed(run, headline_only, points).merge(
+        _keyed(baseline, headline_only, points),
+        on=["experiment", "point", "metric", "impl"],
+        how="outer",
+        suffixes=("_run", "_baseline"),
+    )
+
+
 def compare(
     run: pd.DataFrame,
     baseline: pd.DataFrame,
@@ -366,25 +380,21 @@ def compare(
     headline_only: bool = True,
     between_runs: dict[tuple[str, str, str], float] | None = None,
     drift: float | None = None,
+    paired_rows: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
     between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
     machine's drift figure (``drift_figure``; DEFAULT_DRIFT where None). The timed rows' p-values
-    are adjusted together before any verdict is given."""
+    are adjusted together before any verdict is given. ``paired_rows``: ``side_by_side(run,
+    baseline, headline_only)`` where the caller has it already."""
     floors = noise_floors(run, baseline)
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
-    points = case_points(run, baseline)
-    merged = _keyed(run, headline_only, points).merge(
-        _keyed(baseline, headline_only, points),
-        on=["experiment", "point", "metric", "impl"],
-        how="outer",
-        suffixes=("_run", "_baseline"),
-    )
+    merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
     rows: list[dict[str, Any]] = []
     tested: list[tuple[dict[str, Any], float, str, Floor]] = []  # rows whose verdict waits for the adjusted p
     for row in merged.to_dict("records"):
