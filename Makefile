@@ -49,7 +49,7 @@ demo: $(INSTALLED)
 # module fixtures (a dashboard server) are started once. TEST_WORKERS=1 runs it in one process.
 TEST_WORKERS ?= 2
 test: $(INSTALLED)
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

@@ -141,7 +141,7 @@ def run_once(paths: list[str], expression: str | None, workers: int, number: int
     if expression:
         command += ["-k", expression]
     if workers > 1:
-        command += ["-n", str(workers), "--dist", "loadfile"]
+        command += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     started = time.monotonic()
     # Its own session: a run stopped for taking too long takes its servers and workers with it.
     pytest = subprocess.Popen(

@@ -277,3 +277,33 @@ def hf_run_url(hf_checkpoints: Any, tmp_path_factory: pytest.TempPathFactory) ->
     result = run_decodelab("run", "--spec", str(spec), "--db", url, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     return url
+
+
+# The session stores above take tens of seconds to build (the filled store about 35 s).
+SESSION_STORES = frozenset({"filled_store_url", "two_machines_url", "hf_run_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order `make test` hands test files to its two processes (with --no-loadscope-reorder,
+    pytest-xdist keeps it): the files with most tests first, as xdist's own order, except that the
+    second is the file needing no session store with the most tests marked slow, which keeps the
+    second process busy while the first builds the filled store. Under xdist's order both
+    processes started on a file needing that store, and one waited about 30 s for the other."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = sorted(files, key=lambda name: -len(files[name]))
+    store_free = [
+        name
+        for name in order
+        if not any(SESSION_STORES & set(getattr(item, "fixturenames", ())) for item in files[name])
+    ]
+    if store_free and len(order) > 2:
+
+        def slow_tests(name: str) -> int:
+            return sum(item.get_closest_marker("slow") is not None for item in files[name])
+
+        busiest = max(store_free, key=slow_tests)
+        order.remove(busiest)
+        order.insert(1, busiest)
+    items[:] = [item for name in order for item in files[name]]

@@ -2,7 +2,7 @@
 (Debian's, driven by Playwright): a tiny sweep launched from the sidebar and run to completion by
 the worker the dashboard starts, the review page's tags, notes and download, the machines
 comparison and the launch form's data folder. Every page's charts are checked in
-tests/test_browser_pages.py. Screenshots go to screenshots/ (ignored by git)."""
+tests/test_browser_pages.py. With DECODELAB_SCREENSHOTS=1 screenshots go to screenshots/ (ignored by git)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 
 from store import frames
 from tests.browser_helpers import (
-    SCREENSHOTS,
     SERVERS,
     chromium,
     open_page,
     require_browser,
+    screenshot,
     serve_dashboard,
     wait_until_idle,
 )
@@ -91,7 +91,6 @@ def test_a_sweep_launches_from_the_sidebar_and_its_worker_stops_with_the_dashboa
     from store.store import Store
 
     address, url = dashboard
-    SCREENSHOTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         # Every page's charts and tables are checked in tests/test_browser_pages.py, on this store
@@ -124,7 +123,7 @@ def test_a_sweep_launches_from_the_sidebar_and_its_worker_stops_with_the_dashboa
         assert job["cases_done"] == job["cases_total"] > 0
         assert len(frames.runs(store)) == 2
         expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
-        page.screenshot(path=str(SCREENSHOTS / "after-launch.png"), full_page=True)
+        screenshot(page, "after-launch.png")
 
     # Ctrl-C on the dashboard stops the worker it started (in a session of its own, the
     # terminal's Ctrl-C never reaches it), which would otherwise idle on for ten minutes.
@@ -171,7 +170,6 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
     from store.store import Store
 
     address, url, slowed = reviewed_dashboard
-    SCREENSHOTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
         slow_link = SlowLink()
@@ -185,7 +183,7 @@ def test_the_review_page_lists_the_regression_first_keeps_tags_and_notes_and_dow
         expect(main.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible(timeout=60_000)
         # reviewed_pair imports the steady baseline just before the slowed run.
         assert f"run={slowed}" in page.url and f"baseline={slowed - 1}" in page.url, "the choice lives in the URL"
-        page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
+        screenshot(page, "review.png")
 
         wait_until_idle(page)
         main.get_by_role("textbox", name="Another tag (a-z, 0-9, . _ -)").fill("reviewed")
@@ -244,7 +242,6 @@ def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit
 ) -> None:
     from playwright.sync_api import expect
 
-    SCREENSHOTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         open_page(page, machines_dashboard, "compare")
@@ -276,7 +273,7 @@ def test_the_compare_page_opens_on_both_machines_their_fingerprints_and_an_audit
             cells += table.locator('td, [role="gridcell"]').all_inner_texts()
         assert len(cells) > 50 and not [cell for cell in cells if "{" in cell or "}" in cell]
         assert page.locator('[data-testid="stException"]').count() == 0
-        page.screenshot(path=str(SCREENSHOTS / "compare-machines.png"), full_page=True)
+        screenshot(page, "compare-machines.png")
 
 
 def test_the_launch_form_offers_the_data_folder_and_refuses_any_other_file(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from tests.browser_helpers import (
-    SCREENSHOTS,
     chromium,
     open_page,
     require_browser,
+    screenshot,
     serve_dashboard,
     wait_until_charts_settled,
 )
@@ -66,5 +66,4 @@ def test_the_roofline_page_overlays_a_second_machines_roof(filled_store_url: str
         wait_until_charts_settled(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
-        SCREENSHOTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "roofline.png"), full_page=True)
+        screenshot(page, "roofline.png")
