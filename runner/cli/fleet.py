@@ -67,11 +67,12 @@ def workers(
     hours: Annotated[float, typer.Option(min=0.01, max=24 * 365, help="Show workers seen this recently.")] = 24.0,
 ) -> None:
     """List live and recently dead workers: machine, state, the job each runs and its progress."""
-
+    opened = open_store(db, "workers", read_only=True)
+    # pandas comes with frames: loaded once the store is open, so a refused command never pays it.
     from store import frames
     from store.user_text import for_terminal
 
-    listed = frames.workers(open_store(db, "workers", read_only=True), seen_within_hours=hours)
+    listed = frames.workers(opened, seen_within_hours=hours)
     if listed.empty:
         typer.echo(f"no worker seen in the last {hours:g} hours")
         return

@@ -15,7 +15,6 @@ from runner.cli import roofline as cli_roofline
 from runner.cli.options import DbOption, open_store
 from runner.errors import InputError
 from runner.spec.fields import check_machine
-from store import frames
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
@@ -179,6 +178,8 @@ def export(
 
         rows = write_json_export(store, out, run_id)
     else:
+        from store import frames  # pandas: loaded only once the input and the store are known good
+
         rows = write_export(frames.export_rows(store, run_id), out, export_format)
     typer.echo(f"wrote {rows} measurements to {out}")
 
