@@ -43,12 +43,15 @@ def worker(
 
     It heartbeats and reports progress; SIGTERM and Ctrl-C requeue the running job for the next
     worker."""
-    from runner.execution.worker import work
-
     if stale_after_seconds < 3 * heartbeat_seconds:
         typer.echo("warning: --stale-after-seconds below three heartbeats may requeue live jobs", err=True)
+    store = open_store(db, "worker")
+    # torch comes with the worker's code: loaded once the store is open, so a refused worker
+    # (a missing store, a shared store behind the code) answers without paying for it.
+    from runner.execution.worker import work
+
     work(
-        open_store(db, "worker"),
+        store,
         once=once,
         until_empty=until_empty,
         poll_seconds=poll_seconds,
