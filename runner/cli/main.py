@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import typer.core
+import typer.main
 
 from runner.cli import fleet as cli_fleet
 from runner.cli import review as cli_review
@@ -342,10 +345,20 @@ def usage_message(error: typer.TyperException) -> str:
     return one_line(error.format_message())
 
 
+@functools.cache
+def click_command() -> Callable[..., Any]:
+    """The command line typer builds from ``app``, built once a process: calling ``app`` itself
+    rebuilds it every time (every command's signature read again, 20-70 ms), which a caller of
+    main() in process (the fuzz test: 400 command lines) paid on each call."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The entry point: every error a person can cause ends in one line on stderr."""
     try:
-        result = app(args=argv, prog_name="decodelab", standalone_mode=False)
+        # Not app(...): that also installs typer's pretty-traceback hook, which
+        # pretty_exceptions_enable=False leaves printing the standard traceback anyway.
+        result = click_command()(args=argv, prog_name="decodelab", standalone_mode=False)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.TyperException as error:
