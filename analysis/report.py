@@ -17,13 +17,12 @@ import pandas as pd
 
 from analysis import calibration, comparison, review, review_charts
 from analysis.figures import Figure
+from analysis.formats import REPORT_FORMATS as REPORT_FORMATS
 from analysis.runs import sweep_label
 from store.compatibility import renamed_in
 from store.drift import DriftRecord
 from store.store import Store
 from store.user_text import markdown_cell, markdown_text
-
-REPORT_FORMATS = ("html", "md")
 
 
 @dataclass

@@ -24,11 +24,12 @@ beside it in ``recorded_metric``, where the pages and the review's warnings say 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from runner.metrics import RENAMED_METRICS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # (experiment, part) → the params today's planner always writes there, with the value a case
 # recorded without one ran at.
@@ -64,6 +65,10 @@ def recorded_names(metric: str) -> list[str]:
 def as_today(frame: pd.DataFrame) -> pd.DataFrame:
     """Measurement rows as today's code names them: each case's params filled (current_params)
     and each renamed metric under its current name, the recorded name kept in ``recorded_metric``."""
+    # Imported here: the store (Results) reads this module, and a command that only writes or
+    # checks its input should not pay pandas' import (0.3 s) for a frame it never builds.
+    import pandas as pd
+
     if frame.empty:
         return frame.assign(recorded_metric=pd.Series(dtype=object)) if "metric" in frame.columns else frame
     frame["params"] = pd.Series(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from store.errors import StoreError
 from store.files import write_whole
 from store.user_text import csv_safe
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXPORT_COLUMNS = ("run_id", "machine", "experiment", "params", "metric", "value", "unit")
 EXPORT_FORMATS = ("csv", "json", "parquet")

@@ -5,9 +5,10 @@ formula. One function per kind of sink."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 # C0 and C1 controls, DEL, and the bidirectional overrides that make text read other than it is.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -52,6 +53,8 @@ def csv_cell(value: Any) -> Any:
 
 def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every text cell passed through csv_cell (a copy; numeric columns untouched)."""
+    import pandas as pd  # here, not at the top: the CLI prints user text without loading pandas
+
     text_columns = [
         column
         for column in frame.columns

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from store.engine import create_store_engine
 from store.errors import StoreError
 from store.store import Store
-from tests.conftest import QUICK_SPEC, run_decodelab
+from tests.conftest import QUICK_SPEC, ROOT, run_decodelab
 
 
 def decodelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -102,6 +102,17 @@ def test_usage_errors_and_bad_option_values_are_one_line_and_exit_2(tmp_path: Pa
         assert_one_line_error(result, fragment)
         assert "Traceback" not in result.stdout + result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_line_loads_pandas_and_sqlalchemy_only_for_a_command_that_needs_them() -> None:
+    """Every `decodelab` starts by loading the CLI: with pandas and SQLAlchemy (0.5 s of CPU)
+    left to the commands that read a store, a usage error or a refused --out answers at once."""
+    import sys
+
+    heavy = ("pandas", "sqlalchemy", "alembic", "torch", "scipy")
+    code = f"import sys, runner.cli.main\nprint(sorted(name for name in {heavy!r} if name in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
 
 
 def free_port() -> int:

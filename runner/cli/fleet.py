@@ -43,12 +43,15 @@ def worker(
 
     It heartbeats and reports progress; SIGTERM and Ctrl-C requeue the running job for the next
     worker."""
-    from runner.execution.worker import work
-
     if stale_after_seconds < 3 * heartbeat_seconds:
         typer.echo("warning: --stale-after-seconds below three heartbeats may requeue live jobs", err=True)
+    store = open_store(db, "worker")
+    # torch comes with the worker's code: loaded once the store is open, so a refused worker
+    # (a missing store, a shared store behind the code) answers without paying for it.
+    from runner.execution.worker import work
+
     work(
-        open_store(db, "worker"),
+        store,
         once=once,
         until_empty=until_empty,
         poll_seconds=poll_seconds,
@@ -67,11 +70,12 @@ def workers(
     hours: Annotated[float, typer.Option(min=0.01, max=24 * 365, help="Show workers seen this recently.")] = 24.0,
 ) -> None:
     """List live and recently dead workers: machine, state, the job each runs and its progress."""
-
+    opened = open_store(db, "workers", read_only=True)
+    # pandas comes with frames: loaded once the store is open, so a refused command never pays it.
     from store import frames
     from store.user_text import for_terminal
 
-    listed = frames.workers(open_store(db, "workers", read_only=True), seen_within_hours=hours)
+    listed = frames.workers(opened, seen_within_hours=hours)
     if listed.empty:
         typer.echo(f"no worker seen in the last {hours:g} hours")
         return

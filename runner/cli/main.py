@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import typer.core
+import typer.main
 
 from runner.cli import fleet as cli_fleet
 from runner.cli import review as cli_review
@@ -15,7 +18,6 @@ from runner.cli import roofline as cli_roofline
 from runner.cli.options import DbOption, open_store
 from runner.errors import InputError
 from runner.spec.fields import check_machine
-from store import frames
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
@@ -179,6 +181,8 @@ def export(
 
         rows = write_json_export(store, out, run_id)
     else:
+        from store import frames  # pandas: loaded only once the input and the store are known good
+
         rows = write_export(frames.export_rows(store, run_id), out, export_format)
     typer.echo(f"wrote {rows} measurements to {out}")
 
@@ -341,10 +345,20 @@ def usage_message(error: typer.TyperException) -> str:
     return one_line(error.format_message())
 
 
+@functools.cache
+def click_command() -> Callable[..., Any]:
+    """The command line typer builds from ``app``, built once a process: calling ``app`` itself
+    rebuilds it every time (every command's signature read again, 20-70 ms), which a caller of
+    main() in process (the fuzz test: 400 command lines) paid on each call."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The entry point: every error a person can cause ends in one line on stderr."""
     try:
-        result = app(args=argv, prog_name="decodelab", standalone_mode=False)
+        # Not app(...): that also installs typer's pretty-traceback hook, which
+        # pretty_exceptions_enable=False leaves printing the standard traceback anyway.
+        result = click_command()(args=argv, prog_name="decodelab", standalone_mode=False)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.TyperException as error:

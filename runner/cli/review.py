@@ -68,10 +68,10 @@ def note(
 
 def checked_format(out: Path, report_format: str | None) -> str:
     """The report's format (given, else from the file's suffix), refused before anything is read."""
-    from analysis import report
+    from analysis.formats import REPORT_FORMATS
 
     chosen = report_format or ("md" if out.suffix.lower() == ".md" else "html")
-    if chosen not in report.REPORT_FORMATS:
+    if chosen not in REPORT_FORMATS:
         raise InputError(f"--format: {chosen!r} is not a report format (allowed: html, md)")
     if str(out) == "-":
         if chosen != "md":
@@ -126,13 +126,14 @@ def report_run(
 ) -> None:
     """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file.
     With --fail-on, exits 1 when a listed verdict stands (0 otherwise, 2 for bad input)."""
-    from analysis import report, review
-    from store import frames
-
     chosen_format = checked_format(out, report_format)
     gate = checked_gate(fail_on)
     store = open_store(db, "report run", read_only=True)
     check_run(store, run_id)
+    # The report's code (pandas, the statistics) is loaded once the input is known good.
+    from analysis import report, review
+    from store import frames
+
     runs = frames.runs(store)
     known = set(runs["run_id"].tolist())
     if baseline_id is None:
@@ -189,11 +190,12 @@ def report_machines(
 ) -> None:
     """Machines side by side: fingerprints, a determinism audit and every headline figure with
     its band and ratio to a reference machine, in one file."""
+    chosen_format = checked_format(out, report_format)
+    store = open_store(db, "report machines", read_only=True)
+    # Loaded once the store is open: a refused command never needs pandas or the reports.
     from analysis import machines, machines_report
     from store import frames
 
-    chosen_format = checked_format(out, report_format)
-    store = open_store(db, "report machines", read_only=True)
     runs = frames.runs(store)
     presets = machines.presets_by_machines(runs)
     if not presets:
