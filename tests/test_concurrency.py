@@ -49,7 +49,9 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     stop, out = context.Event(), context.Queue()
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
     reader.start()
-    # Four machines (one timing job per machine at a time), so claims really race.
+    # Four machines (one timing job per machine at a time), so claims really race. A worker idles
+    # only once the queue is empty (queued jobs reset its idle clock), so each stops a second after
+    # the last claim instead of four, while the reader polls on.
     workers = [
         start_decodelab(
             "worker",
@@ -58,7 +60,7 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
             "--poll-seconds",
             "0.2",
             "--max-idle-seconds",
-            "4",
+            "1",
             cwd=tmp_path,
             DECODELAB_MACHINE=f"machine-{number}",
         )
