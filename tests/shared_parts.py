@@ -70,3 +70,26 @@ def store_model_of(store: Store, raw_spec: dict[str, Any]) -> None:
     a worker that trains also imports torch's compiler (the optimizer pulls it in), some 2 s of CPU
     per process on the test machine; here it is trained once per test process."""
     store.results.save_model(_trained_model(json.dumps(raw_spec, sort_keys=True)))
+
+
+@functools.cache
+def _quick_roof() -> dict[str, Any]:
+    from runner.measure import machine_profile
+
+    return machine_profile.profile(quick=True)
+
+
+def store_roof_of(store: Store, *machine_names: str) -> None:
+    """Save this host's quick roof under each machine name (DECODELAB_MACHINE) in ``store``, as
+    each machine's first run would have left it, so its workers do not profile first (about 1.3 s
+    each on the test machine, half of it CPU); profiled once per test process. A stored profile
+    counts for a machine of the same name and CPU model whatever its threads (store.profiles)."""
+    import dataclasses
+
+    from runner.measure.machine import fingerprint
+
+    roof = _quick_roof()
+    here = fingerprint("cpu")
+    for name in machine_names:
+        machine_id = store.results.machine_id(dataclasses.replace(here, name=name))
+        store.profiles.save(machine_id, roof["instruction_set"], True, roof)

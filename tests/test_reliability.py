@@ -15,7 +15,7 @@ from runner.spec.sweeps import load_spec_file
 from store import frames
 from store.store import Store
 from tests.conftest import rows_by, start_decodelab
-from tests.shared_parts import store_model_of
+from tests.shared_parts import store_model_of, store_roof_of
 
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
 # Cases of the slow sweep before its first timed one (equivalence, counter check, the counts): a
@@ -127,7 +127,9 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     store = Store(store_url)
     spec = load_spec_file(SLOW_SPEC)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
-    store_model_of(store, spec.raw)  # the workers stop and resume cases; neither trains
+    # The workers stop and resume cases: neither trains nor profiles the machine.
+    store_model_of(store, spec.raw)
+    store_roof_of(store, "test-box")
     first = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, QUICK_CASES)  # past the counts: into the timing cases
     time.sleep(0.3)  # not a wait for something: the kill is meant to land inside a timing case
@@ -158,6 +160,7 @@ def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job
     spec = load_spec_file(SLOW_SPEC)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
     store_model_of(store, spec.raw)
+    store_roof_of(store, "test-box")
     worker = start_worker(store_url, tmp_path)
     wait_for_cases(store, job_id, QUICK_CASES)
     time.sleep(0.3)  # not a wait for something: the signal is meant to land inside a timing case
