@@ -1,14 +1,19 @@
 """Small parts several test modules build the same way: a peaked untrained target model for the
-speculative tests, and a quick counting job for the queue tests."""
+speculative tests, a quick counting job for the queue tests, and a job's model stored ahead of its
+workers."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 import torch
 
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.spec.sweeps import validate
+from store.records import ModelRecord
+from store.store import Store
 
 # The speculative tests' vocabulary: small enough for exact distributions.
 VOCAB = 12
@@ -44,3 +49,47 @@ def counting_job(name: str, index: int) -> dict[str, Any]:
             },
         }
     ).raw
+
+
+@functools.cache
+def _trained_model(spec_json: str) -> ModelRecord:
+    from runner.model.corpus import load_corpus
+    from runner.model.train import make_record, train
+
+    spec = validate(json.loads(spec_json))
+    corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
+    model, train_loss, val_loss = train(
+        spec.model_config(len(corpus.vocabulary)), spec.train_config(), corpus, show_progress=False
+    )
+    return make_record(model, spec.train_config(), corpus, train_loss, val_loss)
+
+
+def store_model_of(store: Store, raw_spec: dict[str, Any]) -> None:
+    """Save the model ``raw_spec`` trains into ``store``, as an earlier run would have left it, so
+    its workers load it instead of training it. For tests about workers and jobs, not training:
+    a worker that trains also imports torch's compiler (the optimizer pulls it in), some 2 s of CPU
+    per process on the test machine; here it is trained once per test process."""
+    store.results.save_model(_trained_model(json.dumps(raw_spec, sort_keys=True)))
+
+
+@functools.cache
+def _quick_roof() -> dict[str, Any]:
+    from runner.measure import machine_profile
+
+    return machine_profile.profile(quick=True)
+
+
+def store_roof_of(store: Store, *machine_names: str) -> None:
+    """Save this host's quick roof under each machine name (DECODELAB_MACHINE) in ``store``, as
+    each machine's first run would have left it, so its workers do not profile first (about 1.3 s
+    each on the test machine, half of it CPU); profiled once per test process. A stored profile
+    counts for a machine of the same name and CPU model whatever its threads (store.profiles)."""
+    import dataclasses
+
+    from runner.measure.machine import fingerprint
+
+    roof = _quick_roof()
+    here = fingerprint("cpu")
+    for name in machine_names:
+        machine_id = store.results.machine_id(dataclasses.replace(here, name=name))
+        store.profiles.save(machine_id, roof["instruction_set"], True, roof)

@@ -12,7 +12,7 @@ import pytest
 from store import frames
 from store.store import Store
 from tests.conftest import start_decodelab
-from tests.shared_parts import counting_job
+from tests.shared_parts import counting_job, store_roof_of
 
 JOBS = 24
 WORKERS = 4
@@ -45,11 +45,16 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     for index in range(JOBS):
         store.jobs.enqueue(counting_job("small", index), cases_total=3)
+    # The machines' roofs stored: no worker profiles its machine first (the workers still train
+    # the jobs' model, all at once, each saving it).
+    store_roof_of(store, *(f"machine-{number}" for number in range(WORKERS)))
     context = multiprocessing.get_context("spawn")
     stop, out = context.Event(), context.Queue()
     reader = context.Process(target=poll_like_the_dashboard, args=(store_url, stop, out))
     reader.start()
-    # Four machines (one timing job per machine at a time), so claims really race.
+    # Four machines (one timing job per machine at a time), so claims really race. A worker idles
+    # only once the queue is empty (queued jobs reset its idle clock), so each stops a second after
+    # the last claim instead of four, while the reader polls on.
     workers = [
         start_decodelab(
             "worker",
@@ -58,7 +63,7 @@ def test_four_workers_and_a_reader(store_url: str, tmp_path: Path) -> None:
             "--poll-seconds",
             "0.2",
             "--max-idle-seconds",
-            "4",
+            "1",
             cwd=tmp_path,
             DECODELAB_MACHINE=f"machine-{number}",
         )

@@ -22,7 +22,7 @@ from store import frames
 from store.records import JobRecord
 from store.store import Store
 from tests.conftest import FIXTURES, rows_by, start_decodelab
-from tests.shared_parts import counting_job
+from tests.shared_parts import counting_job, store_model_of, store_roof_of
 
 pytestmark = pytest.mark.slow
 # How long a wait on a condition may take before the test fails: it ends as soon as the condition
@@ -137,6 +137,8 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
     # The machine is busy first (a job held here, its worker alive), so both workers must wait.
     held = hold_machine(store, "holder:1", stale_after_seconds=600)
     jobs = [store.jobs.enqueue(counting_job("short", index), cases_total=3) for index in range(2)]
+    store_model_of(store, counting_job("short", 0))  # the jobs' one model: no worker trains
+    store_roof_of(store, "one-box")
     workers = [worker(store_url, tmp_path, "--until-empty", "--stale-after-seconds", "600") for _ in range(2)]
     for one in workers:
         one.wait_for(f"waiting: job {held.id} is running on machine 'one-box'")
@@ -161,6 +163,8 @@ def test_a_terminal_run_takes_the_machine_slot(store_url: str, tmp_path: Path) -
     store = Store(store_url)
     # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
     held = hold_machine(store, "busy:1", stale_after_seconds=60)
+    store_model_of(store, counting_job("here", 0))  # the same model as the spec below: it does not train
+    store_roof_of(store, "one-box")
     spec = tmp_path / "short.toml"
     spec.write_text(
         "\n".join(
@@ -235,6 +239,8 @@ def freeze_outside_a_transaction(process: subprocess.Popen[str], url: str) -> No
 def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     job = store.jobs.enqueue(timed_job())
+    store_model_of(store, timed_job())
+    store_roof_of(store, "one-box")
     total = validate(timed_job()).cases_total()
     frozen = worker(store_url, tmp_path)
     # Past the quick cases, inside the timed ones, with seven cases still to come.

@@ -15,8 +15,12 @@ from runner.spec.sweeps import load_spec_file
 from store import frames
 from store.store import Store
 from tests.conftest import rows_by, start_decodelab
+from tests.shared_parts import store_model_of, store_roof_of
 
 SLOW_SPEC = Path(__file__).parent / "fixtures" / "slow.toml"
+# Cases of the slow sweep before its first timed one (equivalence, counter check, the counts): a
+# worker that has recorded these is inside the timing cases.
+QUICK_CASES = [case.get("part") for _, case in load_spec_file(SLOW_SPEC).plan()].index("timing")
 # Metrics a complete case of each kv_cache part holds.
 COMPLETE = {
     "equivalence": 7,
@@ -34,8 +38,9 @@ COMPLETE = {
     "aa": 4,  # the A/A noise floor: aa_speedup and its band, aa_min_ratio
 }
 
-# The workers' stale limit: a heartbeat older than this lets the next worker take the job.
-STALE_AFTER_SECONDS = 5
+# The workers' stale limit: a heartbeat older than this lets the next worker take the job. Six
+# heartbeats (every 0.5 s); no live worker is there to lose its job when the test waits it out.
+STALE_AFTER_SECONDS = 3
 
 pytestmark = pytest.mark.slow
 # How long a wait on a condition may take before the test fails: it ends as soon as the condition
@@ -122,8 +127,11 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     store = Store(store_url)
     spec = load_spec_file(SLOW_SPEC)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
+    # The workers stop and resume cases: neither trains nor profiles the machine.
+    store_model_of(store, spec.raw)
+    store_roof_of(store, "test-box")
     first = start_worker(store_url, tmp_path)
-    wait_for_cases(store, job_id, 16)  # past the counts: into the timing cases
+    wait_for_cases(store, job_id, QUICK_CASES)  # past the counts: into the timing cases
     time.sleep(0.3)  # not a wait for something: the kill is meant to land inside a timing case
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -131,7 +139,7 @@ def test_kill_9_mid_case_loses_nothing_and_the_next_worker_resumes(store_url: st
     assert job["status"] == "running", "nobody could mark it: the worker died"
     run_id = int(job["run_id"])
     recorded = assert_only_whole_cases(store, run_id)
-    assert recorded >= 16
+    assert recorded >= QUICK_CASES
 
     wait_until_stale(store, job_id, STALE_AFTER_SECONDS)
     second = start_worker(store_url, tmp_path)
@@ -151,8 +159,10 @@ def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job
     store = Store(store_url)
     spec = load_spec_file(SLOW_SPEC)
     job_id = store.jobs.enqueue(spec.raw, cases_total=spec.cases_total())
+    store_model_of(store, spec.raw)
+    store_roof_of(store, "test-box")
     worker = start_worker(store_url, tmp_path)
-    wait_for_cases(store, job_id, 16)
+    wait_for_cases(store, job_id, QUICK_CASES)
     time.sleep(0.3)  # not a wait for something: the signal is meant to land inside a timing case
     worker.send_signal(stop_signal)
     output, _ = worker.communicate(timeout=60)
@@ -163,6 +173,6 @@ def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job
     assert job["status"] == "queued" and run["status"] == "interrupted"
     assert "interrupted" in run["error"] and "requeued" in job["error"]
     recorded = assert_only_whole_cases(store, int(job["run_id"]))
-    assert 16 <= recorded < spec.cases_total()
+    assert QUICK_CASES <= recorded < spec.cases_total()
     assert f"recorded cases are kept; job {job_id} requeued for the next worker" in output
     assert set(frames.workers(store)["state"]) == {"stopped"}

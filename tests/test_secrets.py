@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from store.store import Store
 from tests.conftest import TINY_SPEC, start_decodelab
+from tests.shared_parts import store_model_of
 
 pytestmark = pytest.mark.postgres
 
@@ -84,6 +87,11 @@ def test_bench_run_worker_and_a_timeout_never_show_the_password(postgres_url: st
     assert password
     spec = tmp_path / "quick.toml"
     spec.write_text(QUICK_SPEC)
+    # The model stored first: the commands below load it rather than train it (training starts
+    # no process and logs no URL; it cost the run some 2 s of CPU).
+    store = Store(postgres_url)
+    store_model_of(store, tomllib.loads(QUICK_SPEC))
+    store.close()
     outputs: list[str] = []
     command_lines_seen: list[str] = []
 

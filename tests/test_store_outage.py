@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from store import frames
 from store.store import Store
+from tests.shared_parts import store_model_of, store_roof_of
 from tests.test_fleet import (  # noqa: F401 - the fixture kills a failing test's workers
     QUICK_CASES,
     Output,
@@ -121,6 +122,8 @@ def start_timed_job(cluster: Cluster, tmp_path: Path, *extra: str) -> tuple[str,
     url = cluster.database_url()
     store = Store(url, upgrade=True)
     job = store.jobs.enqueue(timed_job())
+    store_model_of(store, timed_job())
+    store_roof_of(store, "one-box")
     # A stale limit longer than the outage: no other worker is there to reclaim anything anyway.
     running = worker(url, tmp_path, "--stale-after-seconds", "120", *extra)
     # Past the quick cases, inside the timed ones, with seven cases still to come.

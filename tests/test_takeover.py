@@ -18,6 +18,7 @@ from store.records import CaseRecord, MeasurementRecord
 from store.schema import Job
 from store.store import Store
 from tests.conftest import rows_by
+from tests.shared_parts import store_model_of, store_roof_of
 from tests.test_fleet import (  # noqa: F401 - the fixture kills a failing test's workers
     QUICK_CASES,
     no_child_outlives_its_test,
@@ -102,6 +103,8 @@ def test_a_takeover_uses_the_owners_stale_limit_not_the_takers(store: Store) -> 
 def test_a_worker_on_another_machine_takes_over_with_a_run_of_its_own(postgres_url: str, tmp_path: Path) -> None:
     store = Store(postgres_url)
     job = store.jobs.enqueue(timed_job())
+    store_model_of(store, timed_job())
+    store_roof_of(store, "alpha", "beta")
     total = validate(timed_job()).cases_total()
     alpha = worker(postgres_url, tmp_path, machine="alpha")
     wait_until(lambda: rows_by(frames.jobs(store), "job_id")[job]["cases_done"] >= QUICK_CASES, what="quick cases")

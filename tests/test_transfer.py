@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from store import frames
 from store.store import Store
@@ -35,11 +36,12 @@ def snapshot(store: Store, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.
     return measurements.reset_index(drop=True), samples.reset_index(drop=True), run
 
 
-def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
-    filled_store_url: str, store_url: str, tmp_path: Path
-) -> None:
-    source = Store(filled_store_url)
-    run_id = int(frames.runs(source).iloc[-1]["run_id"])
+@pytest.fixture(scope="module")
+def exported_run(filled_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """The session store's run exported as JSON through the CLI, once for both backends' imports
+    (the export reads the same SQLite store either way)."""
+    run_id = int(frames.runs(Store(filled_store_url)).iloc[-1]["run_id"])
+    directory = tmp_path_factory.mktemp("export")
     exported = decodelab(
         "export",
         "--db",
@@ -49,16 +51,24 @@ def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
         "--format",
         "json",
         "--out",
-        str(tmp_path / "run.json"),
-        cwd=tmp_path,
+        str(directory / "run.json"),
+        cwd=directory,
     )
     assert exported.returncode == 0, exported.stderr
-    rows = json.loads((tmp_path / "run.json").read_text())
+    return run_id, directory / "run.json"
+
+
+def test_a_run_moves_from_a_laptop_store_to_a_shared_store(
+    filled_store_url: str, store_url: str, tmp_path: Path, exported_run: tuple[int, Path]
+) -> None:
+    source = Store(filled_store_url)
+    run_id, exported = exported_run
+    rows = json.loads(exported.read_text())
     assert list(rows[0])[:7] == ["run_id", "machine", "experiment", "params", "metric", "value", "unit"]
 
-    first = decodelab("import", str(tmp_path / "run.json"), "--db", store_url, cwd=tmp_path)
+    first = decodelab("import", str(exported), "--db", store_url, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = decodelab("import", str(tmp_path / "run.json"), "--db", store_url, cwd=tmp_path)
+    second = decodelab("import", str(exported), "--db", store_url, cwd=tmp_path)
     assert second.returncode == 0 and ": 0 cases added" in second.stdout
 
     target = Store(store_url)
