@@ -113,6 +113,12 @@ def test_the_command_line_loads_pandas_and_sqlalchemy_only_for_a_command_that_ne
     code = f"import sys, runner.cli.main\nprint(sorted(name for name in {heavy!r} if name in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    # Checking a spec (every run, enqueue and worker job) loads every experiment, but scipy only
+    # once a distribution check computes (0.7 s of CPU a process).
+    code = "import sys\nfrom runner.spec.sweeps import parse_toml, preset_text\n"
+    code += "parse_toml(preset_text('quick')).cases\nprint('scipy' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "False", loaded.stdout + loaded.stderr
 
 
 def free_port() -> int:

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from scipy import optimize, stats
 
 from runner.decoding.decode import inverse_cdf, uniforms
 from runner.decoding.speculative import RULE_VARIANTS, Draft, TargetPass, probabilities, target_pass, verify
@@ -101,6 +100,8 @@ def chi_square(observed: Sequence[torch.Tensor], expected: Sequence[torch.Tensor
     freedom = len(observed_bins) - positions
     if freedom < 1:
         return ChiSquare(0.0, 0, 1.0)
+    from scipy import stats  # here, not at the top: every job's spec check imports this module
+
     result = stats.chisquare(observed_bins, expected_bins, ddof=positions - 1)
     return ChiSquare(float(result.statistic), freedom, float(result.pvalue))
 
@@ -114,6 +115,8 @@ def chi2_pvalue(tokens: torch.Tensor, p: torch.Tensor) -> float:
 def detection_power(tv: float, samples: int, degrees_of_freedom: int, significance: float = SIGNIFICANCE) -> float:
     """The chance that the test rejects at ``significance`` when the first position's distribution
     is off by total variation ``tv`` in the least favourable way (noncentral chi-square, λ = 4·n·tv²)."""
+    from scipy import stats
+
     critical = stats.chi2.isf(significance, degrees_of_freedom)
     return float(stats.ncx2.sf(critical, degrees_of_freedom, 4 * samples * tv * tv))
 
@@ -124,6 +127,8 @@ def detectable_tv(
     """The smallest TV detected with ``power`` (1 when the test has no freedom or no TV suffices)."""
     if degrees_of_freedom < 1 or detection_power(1.0, samples, degrees_of_freedom, significance) < power:
         return 1.0
+    from scipy import optimize
+
     return float(
         optimize.brentq(
             lambda tv: detection_power(tv, samples, degrees_of_freedom, significance) - power, 1e-9, 1.0, xtol=1e-7
