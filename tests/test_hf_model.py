@@ -5,6 +5,7 @@ an hf spec runs end to end through `decodelab run`, and every bad directory ends
 from __future__ import annotations
 
 import json
+import random
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,34 @@ def test_the_weights_map_onto_decodelab_exactly(hf_checkpoints: Any) -> None:
     assert checkpoint.name == "tiny-random"
     assert model.parameter_count() == checkpoint.parameter_count() == reference.num_parameters()
     assert checkpoint.shape == {"d_model": 32, "n_layer": 2, "n_head": 2, "context_length": 96, "vocab_size": 320}
+
+
+def as_pickled_bin(source: Path, destination: Path, drop: str = "") -> Path:
+    """A copy whose weights are a zip-format ``pytorch_model.bin`` (the safetensors' tensors, less
+    any whose name holds ``drop``), as older GPT-2 directories ship them."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(source / "model.safetensors"))
+    copy = without_weights(source, destination)
+    kept = {name: tensor for name, tensor in state.items() if not drop or drop not in name}
+    torch.save(kept, copy / "pytorch_model.bin")
+    return copy
+
+
+def test_a_pickled_bin_loads_as_its_safetensors_do_and_is_checked_before_a_run(
+    hf_checkpoints: Any, tmp_path: Path
+) -> None:
+    from runner.model.hf_checkpoint import check_weights, load_model, read_checkpoint
+
+    safetensors = read_checkpoint(str(hf_checkpoints.random))
+    pickled = read_checkpoint(str(as_pickled_bin(hf_checkpoints.random, tmp_path / "bin")))
+    check_weights(pickled)
+    reference, model = load_model(safetensors), load_model(pickled)
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    lacking = read_checkpoint(str(as_pickled_bin(hf_checkpoints.random, tmp_path / "lacking", drop=".h.1.")))
+    with pytest.raises(InputError, match="lack 'h.1.ln_1.weight'"):
+        check_weights(lacking)
 
 
 def measurements(url: str) -> pd.DataFrame:
@@ -134,6 +163,14 @@ def truncated(source: Path, destination: Path) -> Path:
     return copy
 
 
+def damaged_pickle(source: Path, destination: Path) -> Path:
+    """A copy whose only weights are a ``pytorch_model.bin`` of damaged bytes that open like a
+    protocol-1 pickle: torch warns about the protocol before it fails."""
+    copy = without_weights(source, destination)
+    (copy / "pytorch_model.bin").write_bytes(b"\x80\x01" + random.Random(0).randbytes(4096))
+    return copy
+
+
 def without_weights(source: Path, destination: Path) -> Path:
     copy = copy_with(source, destination)
     (copy / "model.safetensors").unlink()
@@ -151,6 +188,7 @@ BAD_DIRECTORIES = {
     "no_weights": (without_weights, "model.path", "has no weights"),
     "missing_block": (without_block, "model.path", "lack 'h.1.ln_1.weight'"),
     "corrupt": (truncated, "model.path", "as safetensors"),
+    "corrupt_pickle": (damaged_pickle, "model.path", "cannot read"),
 }
 
 

@@ -3,7 +3,7 @@ a non-zero exit, and the file is left as it was (or consistent)."""
 
 from __future__ import annotations
 
-import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -64,7 +64,7 @@ def test_a_truncated_store(store_copy: Path, tmp_path: Path) -> None:
 def test_a_corrupted_store(store_copy: Path, tmp_path: Path) -> None:
     with open(store_copy, "r+b") as handle:
         handle.seek(100)
-        handle.write(os.urandom(8192))
+        handle.write(random.Random(0).randbytes(8192))
     before = store_copy.read_bytes()
     result = decodelab(
         "export", "--format", "csv", "--out", str(tmp_path / "x.csv"), "--db", f"sqlite:///{store_copy}", cwd=tmp_path

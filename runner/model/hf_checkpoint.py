@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 from runner.errors import InputError
 from runner.model.corpus import Corpus
 from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.torch_files import UnreadableCheckpoint, load_weights_only
 
 HF_SOURCE = "hf"
 DRAFT_PREFIX = "hf:"
@@ -216,12 +218,17 @@ def _read_state(path: Path, field_name: str) -> dict[str, torch.Tensor]:
         for shard in shards:
             state.update(safetensors_file(path / shard))
         return state
+    return _read_pickled_state(path / "pytorch_model.bin", field_name)
+
+
+def _read_pickled_state(file: Path, field_name: str, mmap: bool = False) -> dict[str, torch.Tensor]:
+    """A ``pytorch_model.bin``'s state dict; ``mmap`` maps a zip-format file rather than reading it."""
     try:
-        loaded = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle and zip errors of every kind: the file is not a state dict
-        raise InputError(f"{field_name}: cannot read {str(path / 'pytorch_model.bin')!r} ({error})") from None
-    if not isinstance(loaded, dict):
-        raise InputError(f"{field_name}: {str(path / 'pytorch_model.bin')!r} is not a state dict")
+        loaded = load_weights_only(file, mmap=mmap and zipfile.is_zipfile(file))
+    except UnreadableCheckpoint as error:
+        raise InputError(f"{field_name}: cannot read {str(file)!r} ({error.reason})") from None
+    if not isinstance(loaded, dict) or not all(isinstance(tensor, torch.Tensor) for tensor in loaded.values()):
+        raise InputError(f"{field_name}: {str(file)!r} is not a state dict")
     return loaded
 
 
@@ -276,11 +283,13 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(checkpoint: Checkpoint, field_name: str = "model.path") -> None:
-    """Safetensors headers read (not the tensors): every weight config.json implies is there in
-    its shape, and the file is as long as its header says. A .bin file is checked when loaded."""
+    """Every weight config.json implies is there in its shape, before anything runs. Safetensors
+    headers are read, not the tensors (and the file must be as long as its header says); a zip-format
+    ``pytorch_model.bin`` is mapped, not read, and an old-format one loaded."""
     from safetensors import SafetensorError, safe_open
 
     path = checkpoint.path
+    found: dict[str, tuple[int, ...]] = {}
     if (path / "model.safetensors").is_file():
         files = [path / "model.safetensors"]
     elif (path / "model.safetensors.index.json").is_file():
@@ -290,8 +299,9 @@ def check_weights(checkpoint: Checkpoint, field_name: str = "model.path") -> Non
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise InputError(f"{field_name}: cannot read the safetensors index of {str(path)!r} ({error})") from None
     else:
-        return
-    found: dict[str, tuple[int, ...]] = {}
+        state = _read_pickled_state(path / "pytorch_model.bin", field_name, mmap=True)
+        found = {name.removeprefix("transformer."): tuple(tensor.shape) for name, tensor in state.items()}
+        files = []
     for file in files:
         try:
             with safe_open(str(file), framework="pt") as weights:

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from runner.model.corpus import Corpus
 from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.torch_files import UnreadableCheckpoint, first_sentence, load_weights_only
 from store.errors import StoreError
 from store.records import ModelRecord
 
@@ -70,7 +71,7 @@ def serialize(model: CharGPT) -> bytes:
 
 
 def deserialize(weights: bytes) -> CharGPT:
-    checkpoint = torch.load(io.BytesIO(weights), weights_only=True, map_location="cpu")
+    checkpoint = load_weights_only(io.BytesIO(weights))
     model = CharGPT(ModelConfig(**checkpoint["config"]))
     model.load_state_dict(checkpoint["state_dict"])
     return model.eval()
@@ -82,10 +83,10 @@ def load_stored(record: ModelRecord) -> CharGPT:
     damaged = f"model {record.weights_hash[:12]}: the stored checkpoint is damaged"
     try:
         model = deserialize(record.weights)
-    except Exception as error:  # torch raises many types for bad bytes: pickle, zip, key, size errors
-        # Torch's messages run on with advice about torch itself: the first sentence is the reason.
-        reason = str(error).strip().splitlines()[0].split(". ")[0][:120] if str(error).strip() else type(error).__name__
-        raise StoreError(f"{damaged} ({reason}); delete that model row to train it again") from None
+    except UnreadableCheckpoint as error:
+        raise StoreError(f"{damaged} ({error.reason}); delete that model row to train it again") from None
+    except Exception as error:  # bytes that unpickle but are not our checkpoint: key, type, size errors
+        raise StoreError(f"{damaged} ({first_sentence(error)}); delete that model row to train it again") from None
     if weights_hash(model) != record.weights_hash:
         raise StoreError(f"{damaged} (its weights no longer match their hash); delete that model row to train it again")
     return model
