@@ -4,16 +4,19 @@ and the a-priori simulation on scripted calibrations."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
-from runner.cost.speculative_prediction import Calibration, simulate
+from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts, simulate
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ContextTableDraft, ModelDraft
 from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
+from runner.experiments.speculative_costs import PassCosts
+from runner.experiments.speculative_timing import on_line
 from runner.model.gpt import CharGPT, ModelConfig
 from tests.shared_parts import VOCAB, peaked_target
 
@@ -221,6 +224,56 @@ def test_the_simulation_follows_the_calibration_and_the_schedule() -> None:
     assert fixed.mean_draft_calls == 4, "a fixed length calls the draft once per proposal"
 
 
+class SelfDoubtingDraft:
+    """Sure (0.9) of its next character after committed text, unsure (0.3) after its own proposals:
+    a draft whose confidence along the text says nothing of its confidence while it drafts."""
+
+    name = "self-doubting"
+
+    def start(self, prompt: list[int]) -> None:
+        self.history = list(prompt)
+
+    def row(self, last: int, top: float) -> torch.Tensor:
+        distribution = torch.full((VOCAB,), (1 - top) / (VOCAB - 1))
+        distribution[(last + 1) % VOCAB] = top
+        return distribution
+
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None, p_min: float = 0.0
+    ) -> tuple[list[int], torch.Tensor]:
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for _ in range(k):
+            top = 0.3 if tokens else 0.9
+            if tokens and top < p_min:
+                break
+            rows.append(self.row((self.history + tokens)[-1], top))
+            tokens.append(((self.history + tokens)[-1] + 1) % VOCAB)
+        return tokens, torch.stack(rows)
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        self.history += emitted
+
+    def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
+        return torch.stack([self.row(token, 0.9) for token in tokens])
+
+
+def test_the_confidence_stops_read_the_drafts_own_proposals(target: CharGPT) -> None:
+    draft = SelfDoubtingDraft()
+    text = PROMPT + generate(target, PROMPT, 60, temperature=1.0, seed=3).tokens
+    rollouts = draft_rollouts(draft, [text], 1.0, 4, seed=0, device=torch.device("cpu"))
+    assert rollouts[0] == [pytest.approx([0.9, 0.3, 0.3, 0.3])] * (len(text) - 1)
+    calibration = calibrate(target, draft, [text], 1.0)
+    schedule = Schedule("confidence", 4, 4, 0.5)
+    # Along the text the draft looks sure everywhere: it would draft all 4 every pass.
+    assert simulate(calibration, schedule, seed=0).mean_draft_length == 4
+    # Its own proposals are what the loop's draft reads: one proposal, then a stop.
+    own = simulate(dataclasses.replace(calibration, rollout_tops=rollouts), schedule, seed=0)
+    loop = speculative_decode(target, draft, 4, PROMPT, 60, temperature=1.0, schedule=schedule)
+    assert own.mean_draft_length == loop.mean_draft_length == 1
+    assert own.mean_draft_calls == loop.mean_draft_calls == 2
+
+
 @pytest.mark.parametrize(
     ("schedule", "stops"), [(Schedule("fixed", 4, 4), False), (Schedule("confidence", 6, 6, 0.5), True)]
 )
@@ -250,3 +303,12 @@ def test_draft_calls_count_every_forward_of_the_draft_a_pass_made(
     assert result.draft_calls == forwards[0]
     assert (result.draft_calls > result.proposed) == stops, (result.draft_calls, result.proposed)
     assert result.mean_draft_calls == result.draft_calls / result.target_passes
+
+
+def test_an_adaptive_schedules_costs_lie_on_the_line_through_two_lengths() -> None:
+    """A draft turn of 2 calls costs 3 µs and of 3 calls 4 µs (1 µs fixed, 1 µs a call): a
+    schedule averaging 2.5 calls costs 3.5 µs a turn, not 2.5 calls at 3/2 µs each (3.75)."""
+    costs = {2: PassCosts(draft_turn_seconds=3e-6, verify_seconds=10e-6), 3: PassCosts(4e-6, 12e-6)}
+    assert on_line(costs, 2.5, lambda cost: cost.draft_turn_seconds) == pytest.approx(3.5e-6)
+    assert on_line(costs, 1.5, lambda cost: cost.verify_seconds) == pytest.approx(9e-6)
+    assert on_line({4: costs[2]}, 3.2, lambda cost: cost.draft_turn_seconds) == 3e-6, "one session: its cost"

@@ -5,9 +5,11 @@ independently. The loop's rejections cluster instead: hard stretches of text rej
 proposal again and again, easy ones keep all k. So the prediction keeps α per position of a
 calibration text: a_t = Σ min(p_t, q_t), the chance the accept rule keeps a proposal there (p the
 target's and q the draft's distribution after the text's first t characters), and the draft's top
-probability there (what the confidence schedule reads). The calibration text is the target's own
-plain generation at the case's temperature from held-out prompts (the text a loop at that
-temperature produces, by a generation that is not the timed loop's).
+probability there. The calibration text is the target's own plain generation at the case's
+temperature from held-out prompts (the text a loop at that temperature produces, by a generation
+that is not the timed loop's). The confidence schedule's stops read the draft's own proposals from
+each position (``draft_rollouts``): along the text, which the draft did not write, the draft
+looked surer than it is and the predicted draft lengths ran 10–20% long.
 
 ``simulate`` then runs the schedule over that text: each pass asks the schedule for a length,
 keeps proposal j with probability a at its position (seeded draws), and moves on by what it kept
@@ -32,10 +34,13 @@ SIMULATION_REPEATS = 64  # passes over every calibration window, different draws
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per calibration window: the acceptance chance and the draft's top probability per position."""
+    """Per calibration window: the acceptance chance and the draft's top probability per position;
+    for the confidence schedule, also the top probabilities of the draft's own proposals from
+    each position (``rollout_tops[window][position]``, one per proposal)."""
 
     acceptance: list[list[float]]
     draft_top: list[list[float]]
+    rollout_tops: list[list[list[float]]] | None = None
 
     @property
     def alpha(self) -> float:
@@ -57,6 +62,27 @@ def calibrate(target: CharGPT, draft: Draft, windows: Sequence[list[int]], tempe
     return Calibration(acceptance, tops)
 
 
+@torch.inference_mode()
+def draft_rollouts(
+    draft: Draft, windows: Sequence[list[int]], temperature: float, length: int, seed: int, device: torch.device
+) -> list[list[list[float]]]:
+    """From every position of every window, the top probability of each of ``length`` proposals
+    the draft makes along its own proposals, as the loop's draft does (the confidence schedule
+    reads these; along the text instead, a draft that keeps proposing past what the target would
+    reject looks surer than it is). The draft then follows the text by one character."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    rollouts = []
+    for window in windows:
+        draft.start(window[:1])
+        tops = []
+        for position in range(len(window) - 1):
+            _, q = draft.propose(length, temperature, generator)
+            tops.append(q.float().max(dim=-1).values.tolist())
+            draft.commit(0, [window[position + 1]])
+        rollouts.append(tops)
+    return rollouts
+
+
 @dataclass(frozen=True)
 class Prediction:
     chars_per_pass: float
@@ -74,15 +100,21 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
     drafted_per_pass: list[int] = []
     chars = calls = 0
     for _ in range(repeats):
-        for acceptance, tops in zip(calibration.acceptance, calibration.draft_top, strict=True):
+        for index, (acceptance, tops) in enumerate(zip(calibration.acceptance, calibration.draft_top, strict=True)):
             position, length = 0, schedule.first
             # A pass starting here must have room for its longest draft: stop short of the end.
             while position + schedule.longest < len(acceptance):
                 drafted = length
                 if schedule.kind == "confidence":
-                    # The draft stops before a proposal whose top probability is below p_min.
+                    # The draft stops before a proposal whose top probability is below p_min: its
+                    # own proposals' where the calibration has them, else along the text.
+                    own = (
+                        calibration.rollout_tops[index][position]
+                        if calibration.rollout_tops is not None
+                        else tops[position : position + length]
+                    )
                     drafted = 1
-                    while drafted < length and tops[position + drafted] >= schedule.p_min:
+                    while drafted < length and own[drafted] >= schedule.p_min:
                         drafted += 1
                 accepted = 0
                 while accepted < drafted and draws.random() < acceptance[position + accepted]:

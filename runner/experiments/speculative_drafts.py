@@ -4,9 +4,10 @@ state is reset by start() at each use)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from runner.cost.speculative_prediction import Calibration, calibrate
+from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.decoding.speculative import Draft
@@ -76,13 +77,23 @@ def calibration_text(context: ExperimentContext, temperature: float) -> list[lis
     return _TEXTS[key]
 
 
-def calibration_for(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> Calibration:
-    """Per-position acceptance and draft confidence along the calibration text, per (draft, temperature)."""
+def calibration_for(
+    case: dict[str, Any], context: ExperimentContext, draft: Draft, rollout_length: int = 0
+) -> Calibration:
+    """Per-position acceptance and draft confidence along the calibration text, per (draft,
+    temperature); with ``rollout_length``, the draft's own proposals' confidence too (the
+    confidence schedule's stops)."""
     key = (*draft_key(case, context), case["temperature"], context.seed)
+    text = calibration_text(context, case["temperature"])
     if key not in _CALIBRATIONS:
-        text = calibration_text(context, case["temperature"])
         _CALIBRATIONS[key] = calibrate(context.model, draft, text, case["temperature"])
-    return _CALIBRATIONS[key]
+    if not rollout_length:
+        return _CALIBRATIONS[key]
+    rollout_key = (*key, "rollout", rollout_length)
+    if rollout_key not in _CALIBRATIONS:
+        rollouts = draft_rollouts(draft, text, case["temperature"], rollout_length, context.seed, context.model.device)
+        _CALIBRATIONS[rollout_key] = dataclasses.replace(_CALIBRATIONS[key], rollout_tops=rollouts)
+    return _CALIBRATIONS[rollout_key]
 
 
 def held_out_alpha(case: dict[str, Any], context: ExperimentContext, draft: Draft) -> float:

@@ -5,7 +5,9 @@ the costs they take are measured by runner.experiments.speculative_costs."""
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from runner.cost.speculative import (
@@ -28,6 +30,7 @@ from runner.experiments.base import ExperimentContext
 from runner.experiments.speculative_costs import (
     COST_CALLS,
     CostSession,
+    PassCosts,
     dry_run_passes,
     middle_passes,
     passes_of_run,
@@ -89,22 +92,38 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     come from held-out text, the plain step from generations timed now."""
     target, n, temperature = context.model, case["new_tokens"], case["temperature"]
     schedule = schedule_of(case)
-    prediction = simulate(calibration_for(case, context, draft), schedule, context.seed)
-    # The cost session drafts a fixed length: the schedule's mean, rounded.
-    k = min(schedule.longest, max(1, round(prediction.mean_draft_length)))
+    rollout_length = schedule.longest if schedule.kind == "confidence" else 0
+    prediction = simulate(calibration_for(case, context, draft, rollout_length), schedule, context.seed)
     alpha = held_out_alpha(case, context, draft)
     _, held_out = context.corpus.split()
     # A verification's cost grows with its position: calibrate half way through a generation.
-    start = min(len(context.prompt()) + n // 2, target.config.context_length - k - 1)
+    start = min(len(context.prompt()) + n // 2, target.config.context_length - schedule.longest - 1)
     text = held_out[: start + n].tolist()
-    passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
-    costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
+
+    def session(k: int) -> PassCosts:
+        passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
+        return CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
+
+    # A draft turn costs a fixed part (following the commit) and a part per call, a verification
+    # a part per position: a session drafting a fixed k prices a pass of k calls and k + 1
+    # positions. An adaptive schedule's passes vary in length, so its costs are read off the line
+    # through the two whole lengths around its mean draft calls (one length for fixed k).
+    low = min(schedule.longest, max(1, math.floor(prediction.mean_draft_calls)))
+    high = min(schedule.longest, low + 1)
+    costs = {length: session(length) for length in sorted({low, high if prediction.mean_draft_calls > low else low})}
+    draft_turn = on_line(costs, prediction.mean_draft_calls, lambda cost: cost.draft_turn_seconds)
+    verify_seconds = on_line(costs, prediction.mean_draft_length, lambda cost: cost.verify_seconds)
     # A typical step (the median), as the session costs are means over their rounds.
     step = context.harness.min_of(plain_decode(case, context), repeats=CALIBRATION_REPEATS).median / n
-    draft_cost = costs.draft_turn_seconds / k / step
+    draft_cost = draft_turn / prediction.mean_draft_calls / step
     return [
         MeasurementRecord("alpha_a_priori", alpha, "probability"),
-        MeasurementRecord("expected_chars_per_pass", expected_chars_per_pass(alpha, k), "chars"),
+        # The write-ups' i.i.d. E, at the schedule's mean draft length rounded.
+        MeasurementRecord(
+            "expected_chars_per_pass",
+            expected_chars_per_pass(alpha, min(schedule.longest, max(1, round(prediction.mean_draft_length)))),
+            "chars",
+        ),
         MeasurementRecord("predicted_chars_per_pass", prediction.chars_per_pass, "chars"),
         MeasurementRecord("predicted_mean_draft_length", prediction.mean_draft_length, "tokens"),
         MeasurementRecord("predicted_mean_draft_calls", prediction.mean_draft_calls, "calls"),
@@ -114,16 +133,27 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
             if rate == rate  # nan: no simulated pass drafted that far
         ),
         MeasurementRecord("a_priori_step_seconds", step, "seconds"),
-        MeasurementRecord("a_priori_verify_cost_ratio", costs.verify_seconds / step, "ratio"),
+        MeasurementRecord("a_priori_verify_cost_ratio", verify_seconds / step, "ratio"),
         MeasurementRecord("a_priori_draft_cost_ratio", draft_cost, "ratio"),
         MeasurementRecord(
             "predicted_speedup_a_priori",
             component_model_speedup(
-                prediction.chars_per_pass, prediction.mean_draft_calls, costs.verify_seconds / step, draft_cost
+                prediction.chars_per_pass, prediction.mean_draft_calls, verify_seconds / step, draft_cost
             ),
             "ratio",
         ),
     ]
+
+
+def on_line(costs: dict[int, PassCosts], length: float, seconds: Callable[[PassCosts], float]) -> float:
+    """``seconds`` of a pass of ``length`` on the line through the costs of the sessions'
+    lengths (the one session's cost if there is one)."""
+    (low, low_costs), *rest = sorted(costs.items())
+    if not rest:
+        return seconds(low_costs)
+    high, high_costs = rest[-1]
+    slope = (seconds(high_costs) - seconds(low_costs)) / (high - low)
+    return seconds(low_costs) + slope * (length - low)
 
 
 def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
