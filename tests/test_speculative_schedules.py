@@ -108,9 +108,10 @@ def test_the_confidence_schedule_stops_before_an_unsure_proposal() -> None:
             return row.log()
 
     draft = Table()
-    draft.start([2])
-    tokens, _ = draft.propose(6, 0.0, None, p_min=0.5)
-    assert tokens == [3, 4, 5, 6, 7, 8], "greedy: every distribution is one-hot, sure, so all six"
+    draft.start([1])
+    tokens, rows = draft.propose(6, 0.0, None, p_min=0.5)
+    # Greedy rows are one-hot (top 1): the stop reads the softmax's top, as the engines do.
+    assert tokens == [2, 3] and rows.max(dim=-1).values.tolist() == [1.0, 1.0], "greedy: it stops before 4 (0.3)"
     draft.start([1])
     tokens, rows = draft.propose(6, 1.0, torch.Generator().manual_seed(0), p_min=0.95)
     assert len(tokens) == 1 and rows.shape == (1, VOCAB), "nothing is sure enough: the first is always drafted"
@@ -125,23 +126,30 @@ def test_the_confidence_schedule_stops_before_an_unsure_proposal() -> None:
         assert len(tokens) == 6 or tokens[-1] % 2 == 1, "it stopped only before an unsure one"
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
 @pytest.mark.parametrize("p_min", [0.3, 0.5, 0.7])
-def test_a_model_draft_stops_at_p_min_through_the_compiled_path_as_the_eager_one(target: CharGPT, p_min: float) -> None:
+def test_a_model_draft_stops_at_p_min_through_the_compiled_path_as_the_eager_one(
+    target: CharGPT, p_min: float, temperature: float
+) -> None:
+    """Each proposal after the first had a softmax top at or above p_min, and a stop came before one
+    below it; greedy too, though greedy rows are one-hot."""
     fast, eager = ModelDraft(target, "fast", fast=True), ModelDraft(target, "eager")
     lengths = set()
     for seed in range(12):
         proposals = []
+        prompt = [1, 2, 3, seed % VOCAB]
         for draft in (fast, eager):
-            draft.start([1, 2, 3, seed % VOCAB])
-            proposals.append(draft.propose(8, 1.0, torch.Generator().manual_seed(seed), p_min))
+            draft.start(prompt)
+            proposals.append(draft.propose(8, temperature, torch.Generator().manual_seed(seed), p_min))
         (fast_tokens, fast_q), (eager_tokens, eager_q) = proposals
         assert fast_tokens == eager_tokens
         assert torch.allclose(fast_q, eager_q, atol=1e-5)
-        assert all(float(row.max()) >= p_min for row in eager_q[1:])
+        with torch.inference_mode():
+            logits = target(torch.tensor([prompt + eager_tokens]))[0, len(prompt) - 1 :]
+        tops = torch.softmax(logits, dim=-1).max(dim=-1).values.tolist()
+        assert all(top >= p_min for top in tops[1 : len(eager_tokens)])
         if len(eager_tokens) < 8:  # the next distribution was unsure
-            with torch.inference_mode():
-                logits = target(torch.tensor([[1, 2, 3, seed % VOCAB, *eager_tokens]]))[0, -1]
-            assert float(torch.softmax(logits, dim=-1).max()) < p_min
+            assert tops[len(eager_tokens)] < p_min
         lengths.add(len(eager_tokens))
     assert len(lengths) > 1, f"lengths {lengths}: the threshold bit in some passes, not in others"
 
@@ -303,6 +311,35 @@ def test_draft_calls_count_every_forward_of_the_draft_a_pass_made(
     assert result.draft_calls == forwards[0]
     assert (result.draft_calls > result.proposed) == stops, (result.draft_calls, result.proposed)
     assert result.mean_draft_calls == result.draft_calls / result.target_passes
+
+
+def test_greedy_the_simulation_replays_the_loop_pass_for_pass(target: CharGPT) -> None:
+    """Greedy, the calibration text is the loop's own text and every a_t is 0 or 1: the simulation
+    over it, its stops read on the draft's own proposals, must be the loop's passes exactly."""
+    draft_model = peaked_target()
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for parameter in draft_model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)  # near the target: it agrees often
+    draft = ModelDraft(draft_model, "near")
+    text = PROMPT[:1] + generate(target, PROMPT[:1], 100, temperature=0.0).tokens
+    calibration = calibrate(target, draft, [text], 0.0)
+    rollouts = draft_rollouts(draft, [text], 0.0, 4, seed=0, device=torch.device("cpu"))
+    later_tops = sorted(top for tops in rollouts[0] for top in tops[1:])
+    schedule = Schedule("confidence", 4, 4, later_tops[len(later_tops) // 2])  # stops about half
+    loop = speculative_decode(target, draft, 4, PROMPT[:1], 100, temperature=0.0, schedule=schedule)
+    assert loop.tokens == text[1:]
+    # The loop's passes the simulation also makes: it stops short of the text's end by k_max.
+    kept, position = [], 0
+    for accepted, drafted in zip(loop.accepted_per_pass, loop.drafted_per_pass, strict=True):
+        if position + schedule.longest >= len(text):
+            break
+        kept.append((accepted, drafted))
+        position += accepted + 1
+    simulated = simulate(dataclasses.replace(calibration, rollout_tops=rollouts), schedule, seed=0, repeats=1)
+    assert simulated.mean_draft_length == pytest.approx(sum(drafted for _, drafted in kept) / len(kept))
+    assert simulated.chars_per_pass == pytest.approx(sum(accepted + 1 for accepted, _ in kept) / len(kept))
+    assert 1 < simulated.mean_draft_length < 4 and simulated.chars_per_pass > 1, "stops and acceptances both"
 
 
 def test_an_adaptive_schedules_costs_lie_on_the_line_through_two_lengths() -> None:

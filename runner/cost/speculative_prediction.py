@@ -58,7 +58,7 @@ def calibrate(target: CharGPT, draft: Draft, windows: Sequence[list[int]], tempe
         p = probabilities(target(torch.tensor([window], device=target.device))[0].float(), temperature).cpu()
         q = draft.distributions(window, temperature).float().cpu()
         acceptance.append(torch.minimum(p, q).sum(dim=-1).tolist())
-        tops.append(q.max(dim=-1).values.tolist())
+        tops.append(confidences(draft, window, temperature, q))
     return Calibration(acceptance, tops)
 
 
@@ -76,11 +76,23 @@ def draft_rollouts(
         draft.start(window[:1])
         tops = []
         for position in range(len(window) - 1):
-            _, q = draft.propose(length, temperature, generator)
-            tops.append(q.float().max(dim=-1).values.tolist())
+            proposals, q = draft.propose(length, temperature, generator)
+            if temperature:
+                tops.append(q.float().max(dim=-1).values.tolist())
+            else:  # greedy: the softmax's tops along the proposals (their rows are one-hot)
+                tops.append(confidences(draft, window[: position + 1] + proposals[:-1], 0.0)[position:])
             draft.commit(0, [window[position + 1]])
         rollouts.append(tops)
     return rollouts
+
+
+def confidences(draft: Draft, tokens: list[int], temperature: float, q: torch.Tensor | None = None) -> list[float]:
+    """The draft's top probability after each prefix of ``tokens``, as its confidence schedule
+    reads it (runner.decoding.speculative.top_probability): of ``q``, its distributions at this
+    temperature, when sampling; of its softmax when greedy."""
+    if temperature == 0.0 or q is None:
+        q = draft.distributions(tokens, temperature or 1.0)
+    return q.float().max(dim=-1).values.tolist()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from runner.decoding.decode import choose_token, inverse_cdf, uniforms
-from runner.decoding.speculative import probabilities
+from runner.decoding.speculative import probabilities, top_probability
 from runner.model.gpt import CharGPT, KVCache
 
 MAX_NGRAM_ORDER = 5  # rows for every seen context up front: 5 is ~40k contexts of the default corpus
@@ -46,7 +46,8 @@ class ContextTableDraft:
         if row is None:
             distribution = probabilities(self.log_distribution(context), temperature)
             cumulative = distribution.double().cumsum(dim=0).tolist()
-            row = self._rows[key] = (distribution, cumulative, float(distribution.max()))
+            top = float(top_probability(self.log_distribution(context), temperature))
+            row = self._rows[key] = (distribution, cumulative, top)
         return row
 
     def start(self, prompt: list[int]) -> None:
@@ -185,7 +186,7 @@ class ModelDraft:
                 # Feeds the pending text, then each proposal but the last (which may be rejected).
                 logits = self.model.forward_cached(step, self._cache)[:, -1].float()
                 row = probabilities(logits[0], temperature)
-                if tokens and float(row.max()) < p_min:
+                if tokens and float(top_probability(logits[0], temperature)) < p_min:
                     break  # the last proposal was fed to see this: the cache holds it
                 step = choose_token(logits, temperature, draw)
                 tokens.append(int(step))

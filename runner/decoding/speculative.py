@@ -134,6 +134,13 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits / temperature, dim=-1)
 
 
+def top_probability(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """What the confidence schedule reads: the top probability of the draft's sampling distribution
+    at this temperature; greedy, of its softmax (its one-hot would always read 1, and the engines
+    read the draft's softmax)."""
+    return probabilities(logits, temperature or 1.0).max(dim=-1).values
+
+
 def accept_rule(
     p: list[float], q: list[float], proposal: int, uniform: float, draw: float, variant: str = "correct"
 ) -> tuple[bool, int]:

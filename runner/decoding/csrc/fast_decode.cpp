@@ -245,11 +245,21 @@ int32_t dl_forward(const void* handle, const int64_t* tokens, int64_t m, int64_t
   return 0;
 }
 
+// What the confidence schedule reads: the top probability of the distribution `row` drawn from the logits;
+// greedy (temperature 0, a one-hot row), of the logits' softmax, as runner.decoding.speculative.top_probability.
+static float top_probability(const float* logits, const float* row, int64_t vocab, double temperature) {
+  if (temperature > 0.0) return *std::max_element(row, row + vocab);
+  const float top = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(logits[j]) - top);
+  return static_cast<float>(1.0 / sum);
+}
+
 // Feeds `feed` (m tokens) from cache position `start`, then chooses n tokens, feeding each but the last.
 // Writes the tokens and, unless `distributions` is null, the n x vocab distributions they were drawn from.
 // Returns how many were chosen (n), or -1 for positions past the cache. With p_min > 0 (a draft's
-// confidence schedule) it stops before a token whose distribution's top probability is below p_min (never
-// before the first), having fed every token chosen.
+// confidence schedule) it stops before a token whose distribution's top probability (top_probability) is
+// below p_min (never before the first), having fed every token chosen.
 //
 // With no_cache the cache is only the pass's scratch space: every step feeds the whole sequence again from
 // position 0 (the prefix's K/V recomputed, as a decoder without a cache does).
@@ -269,7 +279,7 @@ int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t st
   for (int64_t i = 0; i < n; ++i) {
     float* row = distributions ? distributions + i * vocab : s.probabilities.data();
     const int64_t token = sampling::choose(last, vocab, temperature, uniforms[i], row);
-    if (i > 0 && p_min > 0.0 && *std::max_element(row, row + vocab) < p_min) return static_cast<int32_t>(i);
+    if (i > 0 && p_min > 0.0 && top_probability(last, row, vocab, temperature) < p_min) return static_cast<int32_t>(i);
     tokens[i] = token;
     if (i + 1 == n) break;
     if (no_cache) {
