@@ -38,8 +38,7 @@ RULE_VARIANTS = ("correct", "accept_all", "inverted_ratio", "residual_unnormalis
 class Schedule:
     """How many proposals each pass drafts. ``k`` is the first pass's length (every pass's for
     ``fixed``); ``k_max`` bounds ``heuristic`` and ``confidence``; ``p_min`` is ``confidence``'s
-    threshold on the draft's top probability (a one-hot distribution at temperature 0 always
-    clears it, so there confidence drafts k_max)."""
+    threshold on the draft's top probability (``top_probability``: greedy, its softmax's)."""
 
     kind: str = "fixed"
     k: int = 4
