@@ -270,7 +270,7 @@ def test_the_confidence_stops_read_the_drafts_own_proposals(target: CharGPT) -> 
     draft = SelfDoubtingDraft()
     text = PROMPT + generate(target, PROMPT, 60, temperature=1.0, seed=3).tokens
     rollouts = draft_rollouts(draft, [text], 1.0, 4, seed=0, device=torch.device("cpu"))
-    assert rollouts[0] == [pytest.approx([0.9, 0.3, 0.3, 0.3])] * (len(text) - 1)
+    assert rollouts[0] == [pytest.approx([0.9, 0.3, 0.3, 0.3])] * (len(text) - 4)
     calibration = calibrate(target, draft, [text], 1.0)
     schedule = Schedule("confidence", 4, 4, 0.5)
     # Along the text the draft looks sure everywhere: it would draft all 4 every pass.

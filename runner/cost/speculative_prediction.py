@@ -75,7 +75,8 @@ def draft_rollouts(
     for window in windows:
         draft.start(window[:1])
         tops = []
-        for position in range(len(window) - 1):
+        # Every position a pass of the simulation starts from: room for a whole draft after it.
+        for position in range(len(window) - length):
             proposals, q = draft.propose(length, temperature, generator)
             if temperature:
                 tops.append(q.float().max(dim=-1).values.tolist())
