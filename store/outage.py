@@ -34,6 +34,7 @@ class OutageGuard:
         self._log: Callable[[str], None] = lambda _message: None
         self._lock = threading.Lock()
         self._outage_started: float | None = None
+        self._reachable_since = float("-inf")  # when the last outage ended
 
     def enable(self, limit_seconds: float, log: Callable[[str], None]) -> None:
         self.limit_seconds, self._log = limit_seconds, log
@@ -48,10 +49,13 @@ class OutageGuard:
             return operation()
         delay = FIRST_DELAY_SECONDS
         while True:
+            attempt_started = time.monotonic()
             try:
                 result = operation()
             except StoreUnavailable as error:
-                started = self._outage_begins(error)
+                started = self._outage_begins(error, attempt_started)
+                if started is None:
+                    continue  # it began before another thread found the store back: not a new outage
                 waited = time.monotonic() - started
                 if waited >= self.limit_seconds:
                     raise StoreDown(
@@ -64,10 +68,14 @@ class OutageGuard:
             self._outage_ends()
             return result
 
-    def _outage_begins(self, error: StoreUnavailable) -> float:
-        # Logged once per outage, however many threads (main, heartbeat) run into it.
+    def _outage_begins(self, error: StoreUnavailable, attempt_started: float) -> float | None:
+        """When the outage began, logging it once however many threads (main, heartbeat) run
+        into it; None for an attempt that began before the last outage ended (the other thread
+        saw the store answer while this one's attempt was still failing), to be tried again."""
         with self._lock:
             if self._outage_started is None:
+                if attempt_started < self._reachable_since:
+                    return None
                 self._outage_started = time.monotonic()
                 self._log(f"{error}; retrying for up to {self.limit_seconds:g} s")
             return self._outage_started
@@ -80,6 +88,7 @@ class OutageGuard:
                 seconds = time.monotonic() - self._outage_started
                 self._log(f"store {self._masked_url} reachable again after {seconds:.1f} s")
                 self._outage_started = None
+                self._reachable_since = time.monotonic()
 
 
 def survives_outages(
