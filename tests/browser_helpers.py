@@ -41,6 +41,7 @@ SCREENSHOTS = ROOT / "screenshots"
 SERVER_START_SECONDS = 60
 # Generous: under a parallel load a cold page run (imports, first queries) takes tens of seconds.
 IDLE_TIMEOUT_MILLISECONDS = 120_000
+EXPECT_TIMEOUT_MILLISECONDS = 30_000
 # Streamlit's frontend marks the app root with the script-run state it last heard of.
 IDLE_APP = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 # Something the page's script drew in the main area. Right after a page opens, Streamlit reports
@@ -131,8 +132,11 @@ def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
 @contextlib.contextmanager
 def chromium() -> Iterator[Browser]:
     """Debian's headless Chromium (Playwright cannot download its own here), closed afterwards."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # Assertions wait 30 s, not Playwright's 5: a page's element drawn by a rerun on a loaded
+    # 2-core machine can take longer than 5 s after the state an earlier wait saw.
+    expect.set_options(timeout=EXPECT_TIMEOUT_MILLISECONDS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -17,8 +17,14 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 import torch
+from hypothesis import settings
 
 from store import frames
+
+# Property tests draw the same examples every run and never fail on time: Hypothesis's default
+# (fresh examples, a 200 ms deadline per example) turns a stall on a busy CI core into a failure.
+settings.register_profile("decodelab", deadline=None, derandomize=True, database=None)
+settings.load_profile("decodelab")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_SPEC = FIXTURES / "tiny.toml"

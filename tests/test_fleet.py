@@ -162,7 +162,9 @@ def test_two_workers_on_one_machine_never_time_at_once(store_url: str, tmp_path:
 def test_a_terminal_run_takes_the_machine_slot(store_url: str, tmp_path: Path) -> None:
     store = Store(store_url)
     # A worker on this machine is timing a job (its claim held here, its heartbeat fresh).
-    held = hold_machine(store, "busy:1", stale_after_seconds=60)
+    # Never stale within the test: a reclaimed hold would let the run start instead of waiting
+    # (the run imports torch first, which a loaded 2-core machine can stretch past a minute).
+    held = hold_machine(store, "busy:1", stale_after_seconds=600)
     store_model_of(store, counting_job("here", 0))  # the same model as the spec below: it does not train
     store_roof_of(store, "one-box")
     spec = tmp_path / "short.toml"
