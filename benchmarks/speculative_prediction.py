@@ -70,16 +70,20 @@ def main() -> int:
         print("--run: no run in the store has timed speculative cases", file=sys.stderr)
         return 2
     print(f"run {run_id}: error of the a-priori speedup, and with one input at a time the loop's own")
-    header = f"{'impl':7} {'draft':10} {'schedule':11} {'T':>4} {'measured':>8} {'a priori':>8} {'error':>7}"
+    header = f"{'impl':7} {'draft':10} {'schedule':12} {'T':>4} {'measured':>8} {'a priori':>8} {'error':>7}"
     print(header + "".join(f" {name + '→loop':>12}" for name in INPUTS) + f" {'component':>10}")
     by_impl: dict[str, list[float]] = {}
     for row in sorted(rows, key=lambda row: (row["params"]["impl"], row["params"]["draft"], str(row["params"]))):
         params, measured = row["params"], row["speedup_median"]
         error = relative_error(row["predicted_speedup_a_priori"], measured)
         by_impl.setdefault(params["impl"], []).append(abs(error))
-        schedule = params["schedule"] + (f" {params['p_min']}" if params["schedule"] == "confidence" else "")
+        schedule = {
+            "fixed": f"fixed k={params['k']}",
+            "heuristic": f"heur {params['k']}..{params.get('k_max')}",
+            "confidence": f"p≥{params.get('p_min')} ≤{params['k']}",
+        }[params["schedule"]]
         line = (
-            f"{params['impl']:7} {params['draft']:10} {schedule:11} {params['temperature']:4.1f} "
+            f"{params['impl']:7} {params['draft']:10} {schedule:12} {params['temperature']:4.1f} "
             f"{measured:8.3f} {row['predicted_speedup_a_priori']:8.3f} {error:+7.1%}"
         )
         line += "".join(f" {relative_error(swapped(row, {name}), measured):+12.1%}" for name in INPUTS)
