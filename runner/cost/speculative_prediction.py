@@ -5,9 +5,9 @@ independently. The loop's rejections cluster instead: hard stretches of text rej
 proposal again and again, easy ones keep all k. So the prediction keeps α per position of a
 calibration text: a_t = Σ min(p_t, q_t), the chance the accept rule keeps a proposal there (p the
 target's and q the draft's distribution after the text's first t characters), and the draft's top
-probability there. The calibration text is the target's own plain generation at the case's
-temperature from held-out prompts (the text a loop at that temperature produces, by a generation
-that is not the timed loop's). The confidence schedule's stops read the draft's own proposals from
+probability there. The calibration text is the target's own plain generations at the case's
+temperature from the run's prompt (texts like the loop's, by generations that are not the timed
+loop's: runner.experiments.speculative_drafts.calibration_text). The confidence schedule's stops read the draft's own proposals from
 each position (``draft_rollouts``): along the text, which the draft did not write, the draft
 looked surer than it is and the predicted draft lengths ran 10–20% long.
 

@@ -10,9 +10,9 @@ from typing import Any
 from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
-from runner.decoding.speculative import Draft
+from runner.decoding.speculative import MAX_DRAFT_LENGTH, Draft
 from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_costs import ALPHA_WINDOWS, held_out_windows
+from runner.experiments.speculative_costs import held_out_windows
 from runner.model.gpt import ModelConfig
 from runner.model.hf_checkpoint import DRAFT_PREFIX, load_model, read_checkpoint
 from runner.model.quantize import quantize_model
@@ -22,9 +22,8 @@ from runner.model.train import TrainConfig
 # fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.
 DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
 DRAFT_FIELDS = ("draft", "ngram_order", "small_draft_d_model", "small_draft_steps", "small_draft_distilled")
-CALIBRATION_WINDOWS = 4  # held-out prompts the target continues for the calibration text
-CALIBRATION_PROMPT_CHARS = 32
-CALIBRATION_CHARS = 256
+CALIBRATION_WINDOWS = 4  # plain generations from the run's prompt: the calibration text (greedy: one)
+CALIBRATION_SEED_OFFSET = 10_000  # above every timed generation's seed (seed, seed + 1, ...)
 
 _DRAFTS: dict[tuple[Any, ...], Draft] = {}
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
@@ -55,24 +54,23 @@ def make_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
     return _DRAFTS[key]
 
 
-def calibration_text(context: ExperimentContext, temperature: float) -> list[list[int]]:
-    """The target's plain generations at ``temperature`` from CALIBRATION_WINDOWS held-out prompts:
-    what a loop at that temperature emits, from a generation that is not the timed loop's."""
-    key = (*target_key(context), temperature, context.seed)
+def calibration_text(context: ExperimentContext, temperature: float, new_tokens: int) -> list[list[int]]:
+    """The target's plain generations at ``temperature`` from the run's prompt, as long as the
+    loop's text and a longest draft: texts like those the loop emits, from generations that are not
+    the loop's (seeds no timed generation takes). Greedy, that is one text, which the loop's equals
+    (greedy speculative decoding keeps the target's greedy text): the prediction knows the text,
+    not the timings. From held-out prompts instead (another context than the workload's), the
+    predicted draft lengths ran 10-50% long."""
+    prompt, model = context.prompt(), context.model
+    length = min(len(prompt) + new_tokens + MAX_DRAFT_LENGTH, model.config.context_length)
+    key = (*target_key(context), temperature, context.seed, tuple(prompt), length)
     if key not in _TEXTS:
         _forget_other_targets(context)
-        _, held_out = context.corpus.split()
-        model = context.model
-        length = min(CALIBRATION_CHARS, model.config.context_length)
-        prompt_chars = min(CALIBRATION_PROMPT_CHARS, length // 2)
-        prompts = held_out_windows(held_out, prompt_chars)[:: max(1, ALPHA_WINDOWS // CALIBRATION_WINDOWS)]
         impl = "fast" if model.device.type == "cpu" and model.config.is_gpt2 else "static"
+        seeds = [context.seed + CALIBRATION_SEED_OFFSET + index for index in range(CALIBRATION_WINDOWS)]
         _TEXTS[key] = [
-            prompt
-            + generate(
-                model, prompt, length - len(prompt), temperature=temperature, seed=context.seed + 1 + index, impl=impl
-            ).tokens
-            for index, prompt in enumerate(prompts)
+            prompt + generate(model, prompt, length - len(prompt), temperature=temperature, seed=seed, impl=impl).tokens
+            for seed in (seeds if temperature else seeds[:1])
         ]
     return _TEXTS[key]
 
@@ -83,8 +81,8 @@ def calibration_for(
     """Per-position acceptance and draft confidence along the calibration text, per (draft,
     temperature); with ``rollout_length``, the draft's own proposals' confidence too (the
     confidence schedule's stops)."""
-    key = (*draft_key(case, context), case["temperature"], context.seed)
-    text = calibration_text(context, case["temperature"])
+    key = (*draft_key(case, context), case["temperature"], context.seed, case["new_tokens"])
+    text = calibration_text(context, case["temperature"], case["new_tokens"])
     if key not in _CALIBRATIONS:
         _CALIBRATIONS[key] = calibrate(context.model, draft, text, case["temperature"])
     if not rollout_length:
