@@ -16,7 +16,7 @@ from runner.decoding.decode import generate
 from runner.decoding.drafts import ContextTableDraft, ModelDraft
 from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
 from runner.experiments.speculative_costs import PassCosts
-from runner.experiments.speculative_timing import on_line
+from runner.experiments.speculative_timing import on_line, whole
 from runner.model.gpt import CharGPT, ModelConfig
 from tests.shared_parts import VOCAB, peaked_target
 
@@ -349,3 +349,9 @@ def test_an_adaptive_schedules_costs_lie_on_the_line_through_two_lengths() -> No
     assert on_line(costs, 2.5, lambda cost: cost.draft_turn_seconds) == pytest.approx(3.5e-6)
     assert on_line(costs, 1.5, lambda cost: cost.verify_seconds) == pytest.approx(9e-6)
     assert on_line({4: costs[2]}, 3.2, lambda cost: cost.draft_turn_seconds) == 3e-6, "one session: its cost"
+    # Three sessions: each mean reads the two around it, not a line through the farthest ones.
+    bent = {**costs, 1: PassCosts(2.5e-6, 9.5e-6)}
+    assert on_line(bent, 1.2, lambda cost: cost.verify_seconds) == pytest.approx(9.6e-6)
+    assert on_line(bent, 2.5, lambda cost: cost.verify_seconds) == pytest.approx(11e-6)
+    assert on_line(bent, 3.5, lambda cost: cost.verify_seconds) == pytest.approx(13e-6), "past the last: its line"
+    assert whole(2.0) == {2} and whole(2.3) == {2, 3} and whole(0.6) == {1}

@@ -7,9 +7,8 @@ calibration text: a_t = Σ min(p_t, q_t), the chance the accept rule keeps a pro
 target's and q the draft's distribution after the text's first t characters), and the draft's top
 probability there. The calibration text is the target's own plain generations at the case's
 temperature from the run's prompt (texts like the loop's, by generations that are not the timed
-loop's: runner.experiments.speculative_drafts.calibration_text). The confidence schedule's stops read the draft's own proposals from
-each position (``draft_rollouts``): along the text, which the draft did not write, the draft
-looked surer than it is and the predicted draft lengths ran 10–20% long.
+loop's: runner.experiments.speculative_drafts.calibration_text). The confidence schedule's stops
+read the draft's own proposals from each position (``draft_rollouts``), as the loop's draft does.
 
 ``simulate`` then runs the schedule over that text: each pass asks the schedule for a length,
 keeps proposal j with probability a at its position (seeded draws), and moves on by what it kept

@@ -106,11 +106,16 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
 
     # A draft turn costs a fixed part (following the commit) and a part per call, a verification
     # a part per position: a session drafting a fixed k prices a pass of k calls and k + 1
-    # positions. An adaptive schedule's passes vary in length, so its costs are read off the line
-    # through the two whole lengths around its mean draft calls (one length for fixed k).
-    low = min(schedule.longest, max(1, math.floor(prediction.mean_draft_calls)))
-    high = min(schedule.longest, low + 1)
-    costs = {length: session(length) for length in sorted({low, high if prediction.mean_draft_calls > low else low})}
+    # positions. An adaptive schedule's passes vary in length, so its draft turn is read off the
+    # line through the whole lengths around its mean draft calls, its verification off the line
+    # through those around its mean draft length (one session for fixed k).
+    costs = {
+        length: session(length)
+        for length in sorted(
+            {around for mean in (prediction.mean_draft_calls, prediction.mean_draft_length) for around in whole(mean)}
+        )
+        if length <= schedule.longest
+    }
     draft_turn = on_line(costs, prediction.mean_draft_calls, lambda cost: cost.draft_turn_seconds)
     verify_seconds = on_line(costs, prediction.mean_draft_length, lambda cost: cost.verify_seconds)
     # A typical step (the median), as the session costs are means over their rounds.
@@ -145,15 +150,24 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     ]
 
 
+def whole(mean: float) -> set[int]:
+    """The whole lengths around ``mean`` (itself if it is whole), at least 1."""
+    below = max(1, math.floor(mean))
+    return {below} if mean <= below else {below, below + 1}
+
+
 def on_line(costs: dict[int, PassCosts], length: float, seconds: Callable[[PassCosts], float]) -> float:
-    """``seconds`` of a pass of ``length`` on the line through the costs of the sessions'
-    lengths (the one session's cost if there is one)."""
-    (low, low_costs), *rest = sorted(costs.items())
-    if not rest:
-        return seconds(low_costs)
-    high, high_costs = rest[-1]
-    slope = (seconds(high_costs) - seconds(low_costs)) / (high - low)
-    return seconds(low_costs) + slope * (length - low)
+    """``seconds`` of a pass of ``length`` on the line through the two sessions nearest it, one
+    on each side where there are (the one session's cost if there is one)."""
+    lengths = sorted(costs)
+    if len(lengths) == 1:
+        return seconds(costs[lengths[0]])
+    low = max([session for session in lengths if session <= length], default=lengths[0])
+    high = min([session for session in lengths if session > low], default=None)
+    if high is None:  # past the longest session: the last two
+        low, high = lengths[-2], lengths[-1]
+    slope = (seconds(costs[high]) - seconds(costs[low])) / (high - low)
+    return seconds(costs[low]) + slope * (length - low)
 
 
 def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
