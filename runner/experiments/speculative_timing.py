@@ -43,6 +43,7 @@ from runner.model.hf_checkpoint import DRAFT_PREFIX
 from store.records import MeasurementRecord
 
 CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
+A_PRIORI_COST_SESSIONS = 5  # cost sessions per draft length before the loop (their median)
 
 
 def schedule_of(case: dict[str, Any]) -> Schedule:
@@ -102,7 +103,14 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
 
     def session(k: int) -> PassCosts:
         passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
-        return CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)()
+        costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)
+        # The median of several sessions, as the loop's own costs are the median of one per pair:
+        # one session's verification was 10-15% off the loop's in a quarter of the cases.
+        repeats = [costs() for _ in range(A_PRIORI_COST_SESSIONS)]
+        return PassCosts(
+            statistics.median(cost.draft_turn_seconds for cost in repeats),
+            statistics.median(cost.verify_seconds for cost in repeats),
+        )
 
     # A draft turn costs a fixed part (following the commit) and a part per call, a verification
     # a part per position: a session drafting a fixed k prices a pass of k calls and k + 1
