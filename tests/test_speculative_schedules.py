@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts, simulate
+from runner.cost.speculative_prediction import Calibration, Prediction, calibrate, draft_rollouts, simulate
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ContextTableDraft, ModelDraft
 from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
 from runner.experiments.speculative_costs import PassCosts
-from runner.experiments.speculative_timing import on_line, whole
+from runner.experiments.speculative_timing import priced_pass
 from runner.model.gpt import CharGPT, ModelConfig
 from tests.shared_parts import VOCAB, peaked_target
 
@@ -342,16 +342,23 @@ def test_greedy_the_simulation_replays_the_loop_pass_for_pass(target: CharGPT) -
     assert 1 < simulated.mean_draft_length < 4 and simulated.chars_per_pass > 1, "stops and acceptances both"
 
 
-def test_an_adaptive_schedules_costs_lie_on_the_line_through_two_lengths() -> None:
-    """A draft turn of 2 calls costs 3 µs and of 3 calls 4 µs (1 µs fixed, 1 µs a call): a
-    schedule averaging 2.5 calls costs 3.5 µs a turn, not 2.5 calls at 3/2 µs each (3.75)."""
-    costs = {2: PassCosts(draft_turn_seconds=3e-6, verify_seconds=10e-6), 3: PassCosts(4e-6, 12e-6)}
-    assert on_line(costs, 2.5, lambda cost: cost.draft_turn_seconds) == pytest.approx(3.5e-6)
-    assert on_line(costs, 1.5, lambda cost: cost.verify_seconds) == pytest.approx(9e-6)
-    assert on_line({4: costs[2]}, 3.2, lambda cost: cost.draft_turn_seconds) == 3e-6, "one session: its cost"
-    # Three sessions: each mean reads the two around it, not a line through the farthest ones.
-    bent = {**costs, 1: PassCosts(2.5e-6, 9.5e-6)}
-    assert on_line(bent, 1.2, lambda cost: cost.verify_seconds) == pytest.approx(9.6e-6)
-    assert on_line(bent, 2.5, lambda cost: cost.verify_seconds) == pytest.approx(11e-6)
-    assert on_line(bent, 3.5, lambda cost: cost.verify_seconds) == pytest.approx(13e-6), "past the last: its line"
-    assert whole(2.0) == {2} and whole(2.3) == {2, 3} and whole(0.6) == {1}
+def test_an_adaptive_pass_is_priced_length_by_length() -> None:
+    """Turns of 1, 2 and 4 calls cost 2, 3 and 5 µs (1 µs fixed, 1 µs a call); verifications of 2,
+    3 and 5 positions 8, 8 and 12 µs (blocks of rows, not a line). Passes drafting 1 and 4 half
+    each, with a stop's dropped call in half the passes: 0.5·2 + 0.5·5 + 0.5·1 µs of draft turn,
+    0.5·8 + 0.5·12 µs of verification (not the cost of 2.5 proposals)."""
+    costs = {1: PassCosts(2e-6, 8e-6), 2: PassCosts(3e-6, 8e-6), 4: PassCosts(5e-6, 12e-6)}
+    asked: list[int] = []
+
+    def session(k: int) -> PassCosts:
+        asked.append(k)
+        return costs[k]
+
+    adaptive = Prediction(2.0, 2.5, 3.0, [1.0, 0.5, 0.5, 0.5], [0.5, 0.0, 0.0, 0.5])
+    draft_turn, verify = priced_pass(adaptive, 4, session)
+    assert draft_turn == pytest.approx(4e-6) and verify == pytest.approx(10e-6)
+    assert set(asked) == {1, 4}, "only the lengths the schedule drafts"
+    fixed = Prediction(2.0, 2.0, 2.0, [1.0, 0.5], [0.0, 1.0])
+    assert priced_pass(fixed, 2, session) == (3e-6, 8e-6), "one length: its session's costs"
+    stopping = Prediction(1.5, 1.0, 2.0, [0.5], [1.0])
+    assert priced_pass(stopping, 4, session)[0] == pytest.approx(3e-6), "a stop's call priced from the next length"

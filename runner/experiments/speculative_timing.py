@@ -5,7 +5,7 @@ the costs they take are measured by runner.experiments.speculative_costs."""
 
 from __future__ import annotations
 
-import math
+import functools
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +16,7 @@ from runner.cost.speculative import (
     relative_error,
     writeup_formula_speedup,
 )
-from runner.cost.speculative_prediction import simulate
+from runner.cost.speculative_prediction import Prediction, simulate
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ModelDraft
 from runner.decoding.speculative import (
@@ -112,20 +112,7 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
             statistics.median(cost.verify_seconds for cost in repeats),
         )
 
-    # A draft turn costs a fixed part (following the commit) and a part per call, a verification
-    # a part per position: a session drafting a fixed k prices a pass of k calls and k + 1
-    # positions. An adaptive schedule's passes vary in length, so its draft turn is read off the
-    # line through the whole lengths around its mean draft calls, its verification off the line
-    # through those around its mean draft length (one session for fixed k).
-    costs = {
-        length: session(length)
-        for length in sorted(
-            {around for mean in (prediction.mean_draft_calls, prediction.mean_draft_length) for around in whole(mean)}
-        )
-        if length <= schedule.longest
-    }
-    draft_turn = on_line(costs, prediction.mean_draft_calls, lambda cost: cost.draft_turn_seconds)
-    verify_seconds = on_line(costs, prediction.mean_draft_length, lambda cost: cost.verify_seconds)
+    draft_turn, verify_seconds = priced_pass(prediction, schedule.longest, functools.cache(session))
     # A typical step (the median), as the session costs are means over their rounds.
     step = context.harness.min_of(plain_decode(case, context), repeats=CALIBRATION_REPEATS).median / n
     draft_cost = draft_turn / prediction.mean_draft_calls / step
@@ -158,24 +145,24 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     ]
 
 
-def whole(mean: float) -> set[int]:
-    """The whole lengths around ``mean`` (itself if it is whole), at least 1."""
-    below = max(1, math.floor(mean))
-    return {below} if mean <= below else {below, below + 1}
-
-
-def on_line(costs: dict[int, PassCosts], length: float, seconds: Callable[[PassCosts], float]) -> float:
-    """``seconds`` of a pass of ``length`` on the line through the two sessions nearest it, one
-    on each side where there are (the one session's cost if there is one)."""
-    lengths = sorted(costs)
-    if len(lengths) == 1:
-        return seconds(costs[lengths[0]])
-    low = max([session for session in lengths if session <= length], default=lengths[0])
-    high = min([session for session in lengths if session > low], default=None)
-    if high is None:  # past the longest session: the last two
-        low, high = lengths[-2], lengths[-1]
-    slope = (seconds(costs[high]) - seconds(costs[low])) / (high - low)
-    return seconds(costs[low]) + slope * (length - low)
+def priced_pass(prediction: Prediction, longest: int, session: Callable[[int], PassCosts]) -> tuple[float, float]:
+    """A pass's draft turn and verification in seconds, from ``session(k)``, the costs of passes
+    of k proposals (a draft turn following the commit and calling k times, a verification of
+    k + 1 positions). Each length the schedule drafts is priced on its own and weighted by its
+    share of the simulated passes, since a verification's cost is not linear in its positions
+    (the fast path's blocks of rows); a confidence stop's dropped call costs a call's share of
+    the turns (the difference between two lengths' turns)."""
+    lengths = [length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0]
+    shares = {length: prediction.draft_length_share[length - 1] for length in lengths}
+    draft_turn = sum(share * session(length).draft_turn_seconds for length, share in shares.items())
+    verify_seconds = sum(share * session(length).verify_seconds for length, share in shares.items())
+    stops = prediction.mean_draft_calls - prediction.mean_draft_length
+    if stops > 0:
+        low = min(lengths)
+        high = max(lengths) if len(lengths) > 1 else (low + 1 if low < longest else low - 1)
+        call_seconds = (session(high).draft_turn_seconds - session(low).draft_turn_seconds) / (high - low)
+        draft_turn += stops * call_seconds
+    return draft_turn, verify_seconds
 
 
 def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
