@@ -150,3 +150,22 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
         acceptance_at_position=acceptance_at_positions(accepted_per_pass, drafted_per_pass, schedule.longest),
         draft_length_share=lengths,
     )
+
+
+def simulated_passes(
+    acceptance: Sequence[float], start: int, k: int, seed: int, count: int
+) -> list[tuple[int, int, int]]:
+    """``count`` passes of k proposals along one calibration window from ``start``, each keeping
+    its proposals with the a_t at their positions (seeded draws), as (kept, begin, end): the
+    passes a cost session replays, so that a draft turn follows as many characters per commit as
+    the loop's would."""
+    draws = random.Random(seed)
+    passes: list[tuple[int, int, int]] = []
+    position = start
+    while len(passes) < count and position + k < len(acceptance):
+        kept = 0
+        while kept < k and draws.random() < acceptance[position + kept]:
+            kept += 1
+        passes.append((kept, position, position + kept + 1))
+        position += kept + 1
+    return passes

@@ -16,7 +16,7 @@ from runner.cost.speculative import (
     relative_error,
     writeup_formula_speedup,
 )
-from runner.cost.speculative_prediction import Prediction, simulate
+from runner.cost.speculative_prediction import Prediction, simulate, simulated_passes
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ModelDraft
 from runner.decoding.speculative import (
@@ -31,12 +31,11 @@ from runner.experiments.speculative_costs import (
     COST_CALLS,
     CostSession,
     PassCosts,
-    dry_run_passes,
     middle_passes,
     passes_of_run,
     single_call_costs,
 )
-from runner.experiments.speculative_drafts import calibration_for, held_out_alpha, make_draft
+from runner.experiments.speculative_drafts import calibration_for, calibration_text, held_out_alpha, make_draft
 from runner.measure import roofline_placement as roofline
 from runner.measure.timing import Paired
 from runner.model.hf_checkpoint import DRAFT_PREFIX
@@ -94,15 +93,18 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     target, n, temperature = context.model, case["new_tokens"], case["temperature"]
     schedule = schedule_of(case)
     rollout_length = schedule.longest if schedule.kind == "confidence" else 0
-    prediction = simulate(calibration_for(case, context, draft, rollout_length), schedule, context.seed)
+    calibration = calibration_for(case, context, draft, rollout_length)
+    prediction = simulate(calibration, schedule, context.seed)
     alpha = held_out_alpha(case, context, draft)
-    _, held_out = context.corpus.split()
-    # A verification's cost grows with its position: calibrate half way through a generation.
+    # The sessions follow the first calibration window, keeping what its a_t say a pass keeps
+    # there (a dry run along held-out text kept only proposals equal to it, fewer than the loop
+    # keeps, and so fed the draft less per turn). A verification's cost grows with its position:
+    # start half way through a generation.
+    text = calibration_text(context, temperature, n)[0]
     start = min(len(context.prompt()) + n // 2, target.config.context_length - schedule.longest - 1)
-    text = held_out[: start + n].tolist()
 
     def session(k: int) -> PassCosts:
-        passes = dry_run_passes(draft, text, start, k, temperature, context.seed, count=COST_CALLS + 1)
+        passes = simulated_passes(calibration.acceptance[0], start, k, context.seed, count=COST_CALLS + 1)
         costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)
         # The median of several sessions, as the loop's own costs are the median of one per pair:
         # one session's verification was 10-15% off the loop's in a quarter of the cases.
