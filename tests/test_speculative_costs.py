@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from runner.cost.speculative import expected_chars_per_pass
+from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import speculative_decode
 from runner.experiments.speculative_costs import (
     CostSession,
     alpha_a_priori,
-    dry_run_passes,
     held_out_windows,
     passes_of_run,
 )
@@ -47,19 +47,15 @@ def test_alpha_is_one_for_the_target_itself_and_matches_a_direct_overlap(target:
     assert greedy == pytest.approx(float((p.argmax(dim=-1) == q.argmax(dim=-1)).double().mean()))
 
 
-def test_a_dry_run_keeps_proposals_while_they_match_the_text(target: CharGPT) -> None:
-    text = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 3
-    itself = ModelDraft(target, "itself")
-    # The target's own greedy continuation is kept whole: k + 1 characters a pass.
-    from runner.decoding.decode import generate
-
-    greedy_text = [3, 1, 4] + generate(target, [3, 1, 4], 30, temperature=0.0).tokens
-    passes = dry_run_passes(itself, greedy_text, 3, 4, 0.0, seed=0, count=5)
-    assert [accepted for accepted, _, _ in passes] == [4] * 5
-    assert [(begin, end) for _, begin, end in passes][:2] == [(3, 8), (8, 13)]
-    passes = dry_run_passes(itself, text, 3, 4, 0.0, seed=0, count=50)
-    assert all(begin < end == begin + accepted + 1 for accepted, begin, end in passes)
-    assert all(first[2] == second[1] for first, second in zip(passes, passes[1:], strict=False))
+def test_simulated_passes_keep_what_the_calibration_says() -> None:
+    sure = simulated_passes([1.0] * 40, start=3, k=4, seed=0, count=5)
+    assert sure == [(4, 3, 8), (4, 8, 13), (4, 13, 18), (4, 18, 23), (4, 23, 28)], "k + 1 characters a pass"
+    assert simulated_passes([0.0] * 40, start=3, k=4, seed=0, count=3) == [(0, 3, 4), (0, 4, 5), (0, 5, 6)]
+    # Sure then hopeless: a pass keeps up to the hopeless position and stops there.
+    assert simulated_passes([1.0] * 6 + [0.0] * 30, start=3, k=4, seed=0, count=2) == [(3, 3, 7), (0, 7, 8)]
+    mixed = simulated_passes([0.5] * 200, start=3, k=4, seed=0, count=50)
+    assert all(first[2] == second[1] for first, second in zip(mixed, mixed[1:], strict=False))
+    assert len({kept for kept, _, _ in mixed}) > 2 and mixed[-1][2] + 4 <= 200
 
 
 def test_a_cost_session_replays_the_loops_passes(target: CharGPT) -> None:

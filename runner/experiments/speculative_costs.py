@@ -1,12 +1,11 @@
 """What speculative decoding costs, measured two ways for two different claims.
 
-- A priori (a prediction): before the loop runs and from nothing it measures. The acceptance α
-  comes from the draft's and the target's next-character distributions on held-out text
-  (α = mean of Σ min(p, q) at the case's temperature), the characters per target pass from
-  E = (1 − α^(k+1)) / (1 − α), and the costs of a verification and a draft turn from a
-  calibration session that follows held-out text (a dry run of the draft along it decides how
-  many proposals each turn keeps). Predicted speedup = E / ((verify + draft turn) / plain step).
-  The formulas live in runner.cost.speculative; this module measures what they take.
+- A priori (a prediction, runner.experiments.speculative_timing.a_priori_prediction): before the
+  loop runs and from nothing it measures. Characters per pass and draft lengths are simulated over
+  calibration text (runner.cost.speculative_prediction); the costs of a verification and a draft
+  turn come from cost sessions that follow that text, keeping per pass what its per-position
+  acceptance says (simulated_passes). α on held-out text (``alpha_a_priori``, the mean of
+  Σ min(p, q)) stays beside it for the write-ups' i.i.d. E = (1 − α^(k+1)) / (1 − α).
 - Component model (a cost decomposition, not a forecast): the loop's own characters per pass
   over the verify and draft costs timed after each timed pair, replaying the loop's own passes.
   It checks that the loop's time is its passes' costs, nothing more.
@@ -65,25 +64,6 @@ def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:
     """The loop's own passes, as slices of prompt + its output."""
     boundaries = list(itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=prompt_length))
     return list(zip(run.accepted_per_pass, boundaries, boundaries[1:], strict=False))
-
-
-@torch.inference_mode()
-def dry_run_passes(
-    draft: Draft, text: list[int], start: int, k: int, temperature: float, seed: int, count: int
-) -> list[Pass]:
-    """Passes of the draft along ``text`` from ``start`` (untimed): a proposal is kept while it
-    equals the text's next character, and each pass emits the kept ones and one more."""
-    generator = torch.Generator().manual_seed(seed)
-    draft.start(text[:start])
-    passes: list[Pass] = []
-    position = start
-    while len(passes) < count and position + k + 1 <= len(text):
-        proposals, _ = draft.propose(k, temperature, generator)
-        accepted = next((index for index, token in enumerate(proposals) if token != text[position + index]), k)
-        draft.commit(accepted, text[position : position + accepted + 1])
-        passes.append((accepted, position, position + accepted + 1))
-        position += accepted + 1
-    return passes
 
 
 class CostSession:
