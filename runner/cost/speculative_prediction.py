@@ -105,6 +105,15 @@ class Prediction:
     draft_length_share: list[float]  # share of passes drafting 1..schedule.longest
 
 
+def kept_proposals(draws: random.Random, acceptance: Sequence[float], position: int, drafted: int) -> int:
+    """How many of ``drafted`` proposals from ``position`` a pass keeps: each with the a_t at its
+    position, until the first rejected."""
+    kept = 0
+    while kept < drafted and draws.random() < acceptance[position + kept]:
+        kept += 1
+    return kept
+
+
 def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: int = SIMULATION_REPEATS) -> Prediction:
     """The schedule run over the calibration windows, proposals kept with each position's a_t."""
     draws = random.Random(seed)
@@ -128,9 +137,7 @@ def simulate(calibration: Calibration, schedule: Schedule, seed: int, repeats: i
                     drafted = 1
                     while drafted < length and own[drafted] >= schedule.p_min:
                         drafted += 1
-                accepted = 0
-                while accepted < drafted and draws.random() < acceptance[position + accepted]:
-                    accepted += 1
+                accepted = kept_proposals(draws, acceptance, position, drafted)
                 accepted_per_pass.append(accepted)
                 drafted_per_pass.append(drafted)
                 calls += drafted + (drafted < length)
@@ -163,9 +170,7 @@ def simulated_passes(
     passes: list[tuple[int, int, int]] = []
     position = start
     while len(passes) < count and position + k < len(acceptance):
-        kept = 0
-        while kept < k and draws.random() < acceptance[position + kept]:
-            kept += 1
+        kept = kept_proposals(draws, acceptance, position, k)
         passes.append((kept, position, position + kept + 1))
         position += kept + 1
     return passes

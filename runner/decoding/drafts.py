@@ -44,9 +44,10 @@ class ContextTableDraft:
         key = (context, temperature)
         row = self._rows.get(key)
         if row is None:
-            distribution = probabilities(self.log_distribution(context), temperature)
+            log_distribution = self.log_distribution(context)
+            distribution = probabilities(log_distribution, temperature)
             cumulative = distribution.double().cumsum(dim=0).tolist()
-            top = float(top_probability(self.log_distribution(context), temperature))
+            top = float(top_probability(log_distribution, distribution, temperature))
             row = self._rows[key] = (distribution, cumulative, top)
         return row
 
@@ -186,7 +187,7 @@ class ModelDraft:
                 # Feeds the pending text, then each proposal but the last (which may be rejected).
                 logits = self.model.forward_cached(step, self._cache)[:, -1].float()
                 row = probabilities(logits[0], temperature)
-                if tokens and float(top_probability(logits[0], temperature)) < p_min:
+                if tokens and float(top_probability(logits[0], row, temperature)) < p_min:
                     break  # the last proposal was fed to see this: the cache holds it
                 step = choose_token(logits, temperature, draw)
                 tokens.append(int(step))

@@ -133,11 +133,11 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits / temperature, dim=-1)
 
 
-def top_probability(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """What the confidence schedule reads: the top probability of the draft's sampling distribution
-    at this temperature; greedy, of its softmax (its one-hot would always read 1, and the engines
-    read the draft's softmax)."""
-    return probabilities(logits, temperature or 1.0).max(dim=-1).values
+def top_probability(logits: torch.Tensor, distribution: torch.Tensor, temperature: float) -> torch.Tensor:
+    """What the confidence schedule reads: the top probability of ``distribution``, the draft's
+    sampling distribution drawn from ``logits`` at this temperature; greedy, of the logits' softmax
+    (the one-hot would always read 1, and the engines read the draft's softmax)."""
+    return (distribution if temperature else torch.softmax(logits, dim=-1)).max(dim=-1).values
 
 
 def accept_rule(
