@@ -1,5 +1,5 @@
-"""The a-priori prediction's parts: α from distributions, expected characters per pass, the dry
-run along held-out text, and the cost sessions that replay passes."""
+"""The a-priori prediction's parts: α from distributions, expected characters per pass, the
+passes a cost session replays, the cost sessions, and the rounds that set them beside a step."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import speculative_decode
 from runner.experiments.speculative_costs import (
     CostSession,
+    PassCosts,
     alpha_a_priori,
     held_out_windows,
     passes_of_run,
 )
+from runner.experiments.speculative_timing import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.measure.timing import Harness
 from runner.model.gpt import CharGPT
 from tests.shared_parts import VOCAB, peaked_target
@@ -68,3 +70,27 @@ def test_a_cost_session_replays_the_loops_passes(target: CharGPT) -> None:
     assert costs.draft_turn_seconds > 0 and costs.verify_seconds > 0
     with pytest.raises(ValueError, match="at least one pass"):
         CostSession(target, "static", draft, 3, 1.0, [1, 2], [], seed=5, harness=Harness())
+
+
+def test_cost_rounds_divide_each_cost_by_its_own_rounds_step() -> None:
+    """The machine's speed drifts between rounds (factors 1, 3, 1, 2, 1.5 after a slow warm-up):
+    each round's plain step and session costs scale together, so the cost in steps stays 0.5 per
+    call and k + 1 per verification; a step timed apart from them (the slow warm-up's) would not."""
+    now = [0.0]
+    factors = iter([9.0, 9.0, 1.0, 3.0, 1.0, 2.0, 1.5])
+    speed = [1.0]
+
+    def plain() -> None:
+        speed[0] = next(factors)
+        now[0] += 10 * 1e-3 * speed[0]  # 10 tokens of 1 ms at this speed
+
+    def session(k: int) -> PassCosts:
+        return PassCosts(k * 0.5e-3 * speed[0], (k + 1) * 1e-3 * speed[0])
+
+    harness = Harness(clock=lambda: now[0])
+    assert A_PRIORI_COST_SESSIONS == 5
+    costs, step = cost_rounds(plain, 10, {1: lambda: session(1), 4: lambda: session(4)}, harness)
+    assert step == pytest.approx(1.5e-3), "the median round's step (the warm-up excluded)"
+    for k in (1, 4):
+        assert costs[k].draft_turn_seconds / step == pytest.approx(k * 0.5)
+        assert costs[k].verify_seconds / step == pytest.approx(k + 1)

@@ -5,9 +5,8 @@ the costs they take are measured by runner.experiments.speculative_costs."""
 
 from __future__ import annotations
 
-import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runner.cost.speculative import (
@@ -37,12 +36,12 @@ from runner.experiments.speculative_costs import (
 )
 from runner.experiments.speculative_drafts import calibration_for, calibration_text, held_out_alpha, make_draft
 from runner.measure import roofline_placement as roofline
-from runner.measure.timing import Paired
+from runner.measure.timing import Harness, Paired
 from runner.model.hf_checkpoint import DRAFT_PREFIX
 from store.records import MeasurementRecord
 
-CALIBRATION_REPEATS = 3  # plain generations timed before the loop, for the a-priori step
-A_PRIORI_COST_SESSIONS = 5  # cost sessions per draft length before the loop (their median)
+# Rounds of a plain generation and a cost session per draft length before the loop (their median).
+A_PRIORI_COST_SESSIONS = 5
 
 
 def schedule_of(case: dict[str, Any]) -> Schedule:
@@ -89,7 +88,8 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     """The prediction, made before the loop runs and from nothing the loop measures: the
     acceptance per position of calibration text and the schedule run over it give the
     characters per pass and the draft lengths (runner.cost.speculative_prediction); the costs
-    come from held-out text, the plain step from generations timed now."""
+    come from cost sessions along that text, each round of them beside a plain generation timed
+    for its step (cost_rounds)."""
     target, n, temperature = context.model, case["new_tokens"], case["temperature"]
     schedule = schedule_of(case)
     rollout_length = schedule.longest if schedule.kind == "confidence" else 0
@@ -103,20 +103,22 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     text = calibration_text(context, temperature, n)[0]
     start = min(len(context.prompt()) + n // 2, target.config.context_length - schedule.longest - 1)
 
-    def session(k: int) -> PassCosts:
-        passes = simulated_passes(calibration.acceptance[0], start, k, context.seed, count=COST_CALLS + 1)
-        costs = CostSession(target, case["impl"], draft, k, temperature, text, passes, context.seed, context.harness)
-        # The median of several sessions, as the loop's own costs are the median of one per pair:
-        # one session's verification was 10-15% off the loop's in a quarter of the cases.
-        repeats = [costs() for _ in range(A_PRIORI_COST_SESSIONS)]
-        return PassCosts(
-            statistics.median(cost.draft_turn_seconds for cost in repeats),
-            statistics.median(cost.verify_seconds for cost in repeats),
+    sessions = {
+        k: CostSession(
+            target,
+            case["impl"],
+            draft,
+            k,
+            temperature,
+            text,
+            simulated_passes(calibration.acceptance[0], start, k, context.seed, count=COST_CALLS + 1),
+            context.seed,
+            context.harness,
         )
-
-    draft_turn, verify_seconds = priced_pass(prediction, schedule.longest, functools.cache(session))
-    # A typical step (the median), as the session costs are means over their rounds.
-    step = context.harness.min_of(plain_decode(case, context), repeats=CALIBRATION_REPEATS).median / n
+        for k in priced_lengths(prediction, schedule.longest)
+    }
+    costs, step = cost_rounds(plain_decode(case, context), n, sessions, context.harness)
+    draft_turn, verify_seconds = priced_pass(prediction, schedule.longest, costs.__getitem__)
     draft_cost = draft_turn / prediction.mean_draft_calls / step
     return [
         MeasurementRecord("alpha_a_priori", alpha, "probability"),
@@ -147,24 +149,69 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     ]
 
 
+def _stop_lengths(prediction: Prediction, longest: int) -> tuple[int, int] | None:
+    """The two lengths whose draft turns price a confidence stop's dropped call (their
+    difference per call), or None when the schedule never stops early."""
+    lengths = [length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0]
+    if prediction.mean_draft_calls - prediction.mean_draft_length <= 0:
+        return None
+    low = min(lengths)
+    high = max(lengths) if len(lengths) > 1 else (low + 1 if low < longest else low - 1)
+    return low, high
+
+
+def priced_lengths(prediction: Prediction, longest: int) -> list[int]:
+    """The draft lengths ``priced_pass`` asks a session for."""
+    drafted = {length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0}
+    return sorted(drafted | set(_stop_lengths(prediction, longest) or ()))
+
+
 def priced_pass(prediction: Prediction, longest: int, session: Callable[[int], PassCosts]) -> tuple[float, float]:
-    """A pass's draft turn and verification in seconds, from ``session(k)``, the costs of passes
+    """A pass's draft turn and verification, in the units of ``session(k)``, the costs of passes
     of k proposals (a draft turn following the commit and calling k times, a verification of
     k + 1 positions). Each length the schedule drafts is priced on its own and weighted by its
     share of the simulated passes, since a verification's cost is not linear in its positions
     (the fast path's blocks of rows); a confidence stop's dropped call costs a call's share of
     the turns (the difference between two lengths' turns)."""
-    lengths = [length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0]
-    shares = {length: prediction.draft_length_share[length - 1] for length in lengths}
+    shares = {length: share for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0}
     draft_turn = sum(share * session(length).draft_turn_seconds for length, share in shares.items())
-    verify_seconds = sum(share * session(length).verify_seconds for length, share in shares.items())
-    stops = prediction.mean_draft_calls - prediction.mean_draft_length
-    if stops > 0:
-        low = min(lengths)
-        high = max(lengths) if len(lengths) > 1 else (low + 1 if low < longest else low - 1)
-        call_seconds = (session(high).draft_turn_seconds - session(low).draft_turn_seconds) / (high - low)
-        draft_turn += stops * call_seconds
-    return draft_turn, verify_seconds
+    verify = sum(share * session(length).verify_seconds for length, share in shares.items())
+    stop = _stop_lengths(prediction, longest)
+    if stop is not None:
+        low, high = stop
+        call = (session(high).draft_turn_seconds - session(low).draft_turn_seconds) / (high - low)
+        draft_turn += (prediction.mean_draft_calls - prediction.mean_draft_length) * call
+    return draft_turn, verify
+
+
+def cost_rounds(
+    plain: Callable[[], object], new_tokens: int, sessions: Mapping[int, Callable[[], PassCosts]], harness: Harness
+) -> tuple[dict[int, PassCosts], float]:
+    """Each length's pass costs and the plain step, from A_PRIORI_COST_SESSIONS rounds of a plain
+    generation timed and then one session per length. A cost is the median over rounds of its
+    ratio to its own round's step, in seconds at the median step. A step timed apart from the
+    sessions put a case's costs 25% low when the machine's speed drifted between them (static
+    bigram, confidence: an a-priori verification of 0.88 steps, the loop's 1.18); within a
+    round, as within the loop's pairs, a ratio sees one state of the machine."""
+    harness.min_of(plain, repeats=1)  # a warm-up and one timing: the first generation pays for both
+    steps: list[float] = []
+    rounds: list[dict[int, PassCosts]] = []
+    for _ in range(A_PRIORI_COST_SESSIONS):
+        steps.append(harness.time_once(plain) / new_tokens)
+        rounds.append({k: session() for k, session in sessions.items()})
+    step = statistics.median(steps)
+
+    def at_median_step(seconds: Callable[[PassCosts], float], k: int) -> float:
+        return step * statistics.median(seconds(costs[k]) / each for costs, each in zip(rounds, steps, strict=True))
+
+    costs = {
+        k: PassCosts(
+            at_median_step(lambda costs: costs.draft_turn_seconds, k),
+            at_median_step(lambda costs: costs.verify_seconds, k),
+        )
+        for k in sessions
+    }
+    return costs, step
 
 
 def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
