@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from runner.cost.speculative_prediction import Calibration, Prediction, calibrate, draft_rollouts, simulate
+from runner.cost.speculative_prediction import (
+    Calibration,
+    Prediction,
+    calibrate,
+    draft_rollouts,
+    kept_given_next,
+    simulate,
+    stop_reading,
+)
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ContextTableDraft, ModelDraft
 from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
@@ -232,18 +240,62 @@ def test_the_simulation_follows_the_calibration_and_the_schedule() -> None:
     assert fixed.mean_draft_calls == 4, "a fixed length calls the draft once per proposal"
 
 
+def test_a_pass_keeps_a_proposal_with_its_chance_given_the_texts_next_character() -> None:
+    """p = (0.5, 0.5, 0), q = (0.9, 0.1, 0): a_t = 0.6. Given the text's next character 0 the
+    accept rule kept the proposal for sure (min(1, 0.9 / 0.5)); given 1, with 0.2 (0.1 / 0.5):
+    averaged over p, a_t again. Greedy (one-hot rows), it is a_t itself."""
+    p = torch.tensor([[0.5, 0.5, 0.0]] * 3)
+    q = torch.tensor([[0.9, 0.1, 0.0]] * 3)
+    assert kept_given_next(p, q, [2, 0, 1]) == pytest.approx([1.0, 0.2])
+    averaged_over_p = 0.5 * 1.0 + 0.5 * 0.2
+    assert float(torch.minimum(p, q).sum(dim=-1)[0]) == pytest.approx(averaged_over_p)
+    one_hot = torch.eye(3)
+    target_rows, draft_rows = one_hot[[0, 1, 2]], one_hot[[0, 2, 2]]  # the draft misses at position 1
+    assert kept_given_next(target_rows, draft_rows, [2, 0, 1]) == [1.0, 0.0]
+    assert torch.minimum(target_rows, draft_rows).sum(dim=-1)[:2].tolist() == [1.0, 0.0]
+
+
+def test_the_stops_read_the_text_while_the_pass_keeps_and_the_drafts_own_proposals_after() -> None:
+    tops = [0.1 * index for index in range(10)]
+    rollouts = [[0.9, 0.8, 0.7, 0.6]] * 6
+    # Kept proposals are the text's characters: the top along the text after them.
+    assert stop_reading(tops, rollouts, position=2, keeps=3, proposed=2) == tops[4]
+    assert stop_reading(tops, rollouts, position=2, keeps=3, proposed=3) == tops[5]
+    # Past the first rejected proposal (the second), the rollout from there: one own proposal on.
+    assert stop_reading(tops, rollouts, position=2, keeps=1, proposed=2) == 0.8
+    assert stop_reading(tops, rollouts, position=2, keeps=0, proposed=3) == 0.6
+    assert stop_reading(tops, None, position=2, keeps=0, proposed=3) == tops[5], "no rollouts: the text"
+
+
+def test_the_simulation_keeps_proposals_with_their_chance_given_the_text() -> None:
+    """a_t = 0.5 everywhere, but given the text's characters a proposal is kept for sure at even
+    positions and never at odd ones: every pass from an even position keeps one and is rejected
+    at the next, 2 characters per pass exactly. Drawn apart from the text, with a_t, the i.i.d.
+    (1 − 0.5^5) / 0.5 = 1.94."""
+    given_text = Calibration([[0.5] * 100], [[1.0] * 100], kept_given_text=[[1.0, 0.0] * 50])
+    apart = Calibration([[0.5] * 100], [[1.0] * 100])
+    fixed = Schedule("fixed", 4, 4)
+    assert simulate(given_text, fixed, seed=0).chars_per_pass == 2.0
+    assert simulate(apart, fixed, seed=0).chars_per_pass == pytest.approx((1 - 0.5**5) / 0.5, abs=0.05)
+
+
 class SelfDoubtingDraft:
-    """Sure (0.9) of its next character after committed text, unsure (0.3) after its own proposals:
-    a draft whose confidence along the text says nothing of its confidence while it drafts."""
+    """Sure (0.9) of its next character after an even character, unsure (0.3) after an odd one, and
+    it proposes only odd characters: along the target's text it is often sure, along its own
+    proposals never after the first (a draft whose confidence along the text says little of its
+    confidence while it drafts)."""
 
     name = "self-doubting"
+    odd = list(range(1, VOCAB, 2))
 
     def start(self, prompt: list[int]) -> None:
         self.history = list(prompt)
 
-    def row(self, last: int, top: float) -> torch.Tensor:
-        distribution = torch.full((VOCAB,), (1 - top) / (VOCAB - 1))
-        distribution[(last + 1) % VOCAB] = top
+    def row(self, last: int) -> torch.Tensor:
+        top = 0.9 if last % 2 == 0 else 0.3
+        distribution = torch.zeros(VOCAB)
+        distribution[self.odd] = (1 - top) / (len(self.odd) - 1)
+        distribution[self.odd[(last // 2) % len(self.odd)]] = top
         return distribution
 
     def propose(
@@ -252,29 +304,31 @@ class SelfDoubtingDraft:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         for _ in range(k):
-            top = 0.3 if tokens else 0.9
-            if tokens and top < p_min:
+            row = self.row((self.history + tokens)[-1])
+            if tokens and float(row.max()) < p_min:
                 break
-            rows.append(self.row((self.history + tokens)[-1], top))
-            tokens.append(((self.history + tokens)[-1] + 1) % VOCAB)
+            rows.append(row)
+            tokens.append(int(torch.multinomial(row, 1, generator=generator)))
         return tokens, torch.stack(rows)
 
     def commit(self, accepted: int, emitted: list[int]) -> None:
         self.history += emitted
 
     def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
-        return torch.stack([self.row(token, 0.9) for token in tokens])
+        return torch.stack([self.row(token) for token in tokens])
 
 
 def test_the_confidence_stops_read_the_drafts_own_proposals(target: CharGPT) -> None:
+    assert VOCAB % 2 == 0
     draft = SelfDoubtingDraft()
     text = PROMPT + generate(target, PROMPT, 60, temperature=1.0, seed=3).tokens
     rollouts = draft_rollouts(draft, [text], 1.0, 4, seed=0, device=torch.device("cpu"))
-    assert rollouts[0] == [pytest.approx([0.9, 0.3, 0.3, 0.3])] * (len(text) - 4)
+    assert all(tops[1:] == pytest.approx([0.3, 0.3, 0.3]) for tops in rollouts[0])
     calibration = calibrate(target, draft, [text], 1.0)
     schedule = Schedule("confidence", 4, 4, 0.5)
-    # Along the text the draft looks sure everywhere: it would draft all 4 every pass.
-    assert simulate(calibration, schedule, seed=0).mean_draft_length == 4
+    # Along the text alone, past a rejected proposal the draft looks sure wherever the text's next
+    # character is even: it would draft more than one.
+    assert simulate(calibration, schedule, seed=0).mean_draft_length > 1.1
     # Its own proposals are what the loop's draft reads: one proposal, then a stop.
     own = simulate(dataclasses.replace(calibration, rollout_tops=rollouts), schedule, seed=0)
     loop = speculative_decode(target, draft, 4, PROMPT, 60, temperature=1.0, schedule=schedule)

@@ -111,7 +111,7 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
             k,
             temperature,
             text,
-            simulated_passes(calibration.acceptance[0], start, k, context.seed, count=COST_CALLS + 1),
+            simulated_passes(calibration.kept_chances[0], start, k, context.seed, count=COST_CALLS + 1),
             context.seed,
             context.harness,
         )
