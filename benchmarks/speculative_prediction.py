@@ -6,6 +6,9 @@ inputs could give: its error is what the decomposition itself misses.
 
     python benchmarks/speculative_prediction.py --db URL [--run N]
 
+benchmarks/specs/quick-speculative.toml and seed-speculative.toml are the presets' speculative
+sections alone, to run with `decodelab run --spec` first.
+
 Issue 27's targets, per (run, impl): median |a-priori error| ≤ 5% and ≥ 90% of cases within 10%.
 The run defaults to the store's newest run with speculative cases.
 """

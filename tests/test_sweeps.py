@@ -132,3 +132,22 @@ def test_a_launch_plans_its_cases_once(tmp_path: Path, monkeypatch: pytest.Monke
     cases = spec.plan()
     assert spec.cases_total() == len(cases) > 0
     assert calls == {name: 1 for name in tiny()["experiments"]}
+
+
+@pytest.mark.parametrize("preset", ["quick", "seed"])
+def test_the_prediction_benchmarks_spec_times_what_its_preset_times(preset: str) -> None:
+    """benchmarks/specs/<preset>-speculative.toml is the preset's speculative section alone: the
+    same model, seed and threads and the same timed cases; only the distribution check, which
+    times nothing, is cut."""
+    from runner.spec.sweeps import load_spec_file
+
+    benchmark = load_spec_file(Path(__file__).parent.parent / "benchmarks" / "specs" / f"{preset}-speculative.toml")
+    full = load_preset(preset).raw
+    assert list(benchmark.raw["experiments"]) == ["speculative"]
+    for key in set(full) - {"name", "description", "experiments"}:
+        assert benchmark.raw[key] == full[key], key
+    cut = {"distribution_samples", "distribution_drafts", "distribution_temperatures"}
+    timed = full["experiments"]["speculative"]
+    assert {key: value for key, value in benchmark.raw["experiments"]["speculative"].items() if key not in cut} == {
+        key: value for key, value in timed.items() if key not in cut
+    }
