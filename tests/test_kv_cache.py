@@ -4,6 +4,9 @@ experiment's cases recorded through the store."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator, Sequence
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import torch
@@ -12,7 +15,9 @@ from hypothesis import strategies as st
 
 from runner.cost import counts
 from runner.decoding.decode import generate
+from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
+from runner.experiments.kv_timing import PREFILL_EXTRA_ROUNDS, prefill
 from runner.measure.fitting import fit_power_law
 from runner.model.gpt import CharGPT, ModelConfig
 from store import frames
@@ -304,3 +309,40 @@ def test_the_fast_step_matches_the_eager_logits(tiny_model: CharGPT) -> None:
             assert (fast - eager).abs().max().item() < 1e-4
     assert fast_cache.length == eager_cache.length == 7
     assert torch.allclose(fast_cache.keys[:, :, :, :7], eager_cache.keys[:, :, :, :7], atol=1e-5)
+
+
+class ScriptedRounds:
+    """A harness whose interleaved rounds return scripted seconds (1-token side, n-token side)."""
+
+    def __init__(self, rounds: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> None:
+        self.rounds: Iterator[tuple[tuple[float, ...], tuple[float, ...]]] = iter(rounds)
+        self.calls = 0
+
+    def interleaved(
+        self, functions: Sequence[Callable[[], object]], rounds: int, between: Callable[[], object] | None = None
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        self.calls += 1
+        return next(self.rounds)
+
+
+def prefill_with(harness: ScriptedRounds) -> dict[str, float]:
+    context = cast(ExperimentContext, SimpleNamespace(model=None, harness=harness, prompt=lambda chars: [0] * chars))
+    records = prefill({"impl": "static", "cache": True, "n": 4, "prompt_tokens": 2, "pairs": 3}, context)
+    return {record.metric: record.value for record in records}
+
+
+def test_prefill_times_more_rounds_when_a_loaded_machine_leaves_no_decode_time() -> None:
+    """Two of three rounds' 4-token generations took no longer than their 1-token ones (the median
+    decode time 0: a CI run divided by it). Three more rounds give a median of 0.1 s a token."""
+    harness = ScriptedRounds([((1.0, 1.0, 1.0), (1.0, 1.0, 1.6)), ((1.0, 1.0, 1.0), (1.3, 1.3, 1.3))])
+    values = prefill_with(harness)
+    assert harness.calls == 2
+    assert values["decode_seconds_per_token"] == pytest.approx(0.1)
+    assert values["prefill_seconds"] == 1.0
+    assert values["prefill_to_decode_ratio"] == pytest.approx(10.0)
+
+
+def test_prefill_that_never_finds_a_decode_time_says_why() -> None:
+    harness = ScriptedRounds([((1.0, 1.0, 1.0), (0.9, 1.0, 1.0))] * (1 + PREFILL_EXTRA_ROUNDS))
+    with pytest.raises(RuntimeError, match=r"15 rounds the 4-token generations took no longer.*too busy"):
+        prefill_with(harness)
