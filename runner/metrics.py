@@ -170,7 +170,13 @@ CATALOGUE: tuple[Metric, ...] = (
         "decode_seconds_per_token",
     ),
     Metric("min_ratio_speedup", "ratio", "timed", "higher", help="the write-ups' ratio of minima"),
-    Metric("prefill_to_decode_ratio", "ratio", "timed"),
+    Metric(
+        "prefill_to_decode_ratio",
+        "ratio",
+        "timed",
+        help="median first-token seconds over median decode seconds per token"
+        " (runs before 2026-12-02: median of per-round ratios)",
+    ),
     Metric("received_fraction", "ratio", "timed", "higher", help="measured speedup over the arithmetic ratio"),
     Metric("received_fraction_causal", "ratio", "timed", "higher"),
     Metric("slope_{mode}", "exponent", "fitted", help="time ∝ n^slope, least squares on log–log axes"),
