@@ -149,10 +149,15 @@ def a_priori_prediction(case: dict[str, Any], context: ExperimentContext, draft:
     ]
 
 
+def _drafted_shares(prediction: Prediction) -> dict[int, float]:
+    """Each draft length the simulated passes drafted, and its share of them."""
+    return {length: share for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0}
+
+
 def _stop_lengths(prediction: Prediction, longest: int) -> tuple[int, int] | None:
     """The two lengths whose draft turns price a confidence stop's dropped call (their
     difference per call), or None when the schedule never stops early."""
-    lengths = [length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0]
+    lengths = list(_drafted_shares(prediction))
     if prediction.mean_draft_calls - prediction.mean_draft_length <= 0:
         return None
     low = min(lengths)
@@ -162,8 +167,7 @@ def _stop_lengths(prediction: Prediction, longest: int) -> tuple[int, int] | Non
 
 def priced_lengths(prediction: Prediction, longest: int) -> list[int]:
     """The draft lengths ``priced_pass`` asks a session for."""
-    drafted = {length for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0}
-    return sorted(drafted | set(_stop_lengths(prediction, longest) or ()))
+    return sorted(set(_drafted_shares(prediction)) | set(_stop_lengths(prediction, longest) or ()))
 
 
 def priced_pass(prediction: Prediction, longest: int, session: Callable[[int], PassCosts]) -> tuple[float, float]:
@@ -173,7 +177,7 @@ def priced_pass(prediction: Prediction, longest: int, session: Callable[[int], P
     share of the simulated passes, since a verification's cost is not linear in its positions
     (the fast path's blocks of rows); a confidence stop's dropped call costs a call's share of
     the turns (the difference between two lengths' turns)."""
-    shares = {length: share for length, share in enumerate(prediction.draft_length_share, start=1) if share > 0}
+    shares = _drafted_shares(prediction)
     draft_turn = sum(share * session(length).draft_turn_seconds for length, share in shares.items())
     verify = sum(share * session(length).verify_seconds for length, share in shares.items())
     stop = _stop_lengths(prediction, longest)
