@@ -119,3 +119,48 @@ def test_a_stop_landing_in_exec_code_still_ends_with_the_exit_code(tmp_path: Pat
         timeout=60,
     )
     assert result.returncode == 130, (result.returncode, result.stderr)
+
+
+STORE_ERROR_AFTER_A_STOP = """
+import os, signal, sys
+import sqlalchemy.exc
+import runner.cli.main as cli
+from runner.execution.lifecycle import stop_on_signals
+
+stop_on_signals()
+DRIVER = Exception("can't change 'autocommit' now: connection in transaction status ACTIVE")
+
+
+def command(**_options):
+    try:
+        if sys.argv[1] == "stopped":
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10**6):
+                pass
+    finally:
+        # What psycopg's cleanup raised in the stop's place when SIGTERM landed inside a query.
+        raise sqlalchemy.exc.OperationalError("SELECT secret FROM t", {}, DRIVER)
+
+
+cli.click_command = lambda: command
+cli.main(["worker"])
+"""
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_store_error_left_by_a_stop_ends_as_interrupted(tmp_path: Path, stopped: bool) -> None:
+    """Seen in the fleet tests: a worker's SIGTERM landed inside a PostgreSQL query, the driver's
+    cleanup raised its own error, and the worker ended 2 ("the store failed") instead of 130."""
+    root = Path(__file__).parent.parent
+    result = subprocess.run(
+        [sys.executable, "-c", STORE_ERROR_AFTER_A_STOP, "stopped" if stopped else "not stopped"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    reason = "can't change 'autocommit' now: connection in transaction status ACTIVE"
+    expected = (130, f"interrupted (as it stopped: {reason})") if stopped else (2, f"error: the store failed: {reason}")
+    assert (result.returncode, result.stderr.strip()) == expected, result.stderr
+    assert "secret" not in result.stderr, "no SQL in the line"

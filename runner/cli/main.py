@@ -361,39 +361,59 @@ def main(argv: list[str] | None = None) -> None:
         result = click_command()(args=argv, prog_name="decodelab", standalone_mode=False)
     except typer.Exit as done:
         sys.exit(done.exit_code)
-    except typer.TyperException as error:
-        typer.echo(f"error: {usage_message(error)}", err=True)
-        sys.exit(EXIT_USAGE)
-    except StoreDown as error:
-        typer.echo(
-            f"error: {one_line(str(error))}; stopping (the run is marked interrupted once the store is back)", err=True
-        )
-        sys.exit(EXIT_STORE_DOWN)
-    except (InputError, StoreError) as error:
-        typer.echo(f"error: {one_line(str(error))}", err=True)
-        sys.exit(EXIT_USAGE)
     except ClaimLost as error:
         typer.echo(f"error: {one_line(str(error))}: another worker owns it now; nothing more was written", err=True)
         sys.exit(EXIT_CLAIM_LOST)
-    except OSError as error:
-        # A file the command was pointed at that cannot be read or written: its name and why.
-        where = f" {str(error.filename)!r}" if error.filename else ""
-        typer.echo(f"error: cannot use{where}: {one_line(error.strerror or str(error))}", err=True)
-        sys.exit(EXIT_USAGE)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as error:
-        # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database
-        # error wherever it is first touched: one line, no SQL, no URL, non-zero exit.
-        from sqlalchemy.exc import DBAPIError
-
-        if not isinstance(error, DBAPIError):
-            raise
-        reason = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
-        typer.echo(f"error: the store failed: {mask_secrets(reason)}", err=True)
-        sys.exit(EXIT_USAGE)
+        code, message = exit_for(error)
+        typer.echo(message, err=True)
+        sys.exit(code)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def exit_for(error: Exception) -> tuple[int, str]:
+    """The exit code and the one line for an error that ended a command; re-raises one that no
+    person could have caused (a bug: its traceback is the useful report)."""
+    from runner.execution.lifecycle import stop_was_requested
+
+    if stop_was_requested():
+        # The stop ended the process, whatever error it left behind: SIGTERM landing inside a
+        # PostgreSQL query leaves psycopg's cleanup raising its own error in the stop's place
+        # ("can't change 'autocommit' now: connection in transaction status ACTIVE").
+        return EXIT_INTERRUPTED, f"interrupted (as it stopped: {driver_message(error)})"
+    if isinstance(error, typer.TyperException):
+        return EXIT_USAGE, f"error: {usage_message(error)}"
+    if isinstance(error, StoreDown):
+        return EXIT_STORE_DOWN, (
+            f"error: {one_line(str(error))}; stopping (the run is marked interrupted once the store is back)"
+        )
+    if isinstance(error, InputError | StoreError):
+        return EXIT_USAGE, f"error: {one_line(str(error))}"
+    if isinstance(error, OSError):
+        # A file the command was pointed at that cannot be read or written: its name and why.
+        where = f" {str(error.filename)!r}" if error.filename else ""
+        return EXIT_USAGE, f"error: cannot use{where}: {one_line(error.strerror or str(error))}"
+    # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database error
+    # wherever it is first touched: one line, no SQL, no URL, non-zero exit.
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(error, DBAPIError):
+        raise error
+    return EXIT_USAGE, f"error: the store failed: {driver_message(error)}"
+
+
+def driver_message(error: Exception) -> str:
+    """An error's first line, a database error's without its SQL (the driver's own message)."""
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(error, DBAPIError):
+        text = str(error.orig).strip() if error.orig is not None else ""
+    else:
+        text = str(error).strip()
+    return mask_secrets(text.splitlines()[0] if text else type(error).__name__)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGINT, _interrupt)
 
 
+def stop_was_requested() -> bool:
+    """Whether Ctrl-C or SIGTERM arrived in this process (whatever became of its raise)."""
+    return _stop_requested
+
+
 def check_stop() -> None:
     """Raise StopRequested if a stop was asked for, even one whose first raise was lost."""
     if _stop_requested:
