@@ -157,9 +157,9 @@ def _drafted_shares(prediction: Prediction) -> dict[int, float]:
 def _stop_lengths(prediction: Prediction, longest: int) -> tuple[int, int] | None:
     """The two lengths whose draft turns price a confidence stop's dropped call (their
     difference per call), or None when the schedule never stops early."""
-    lengths = list(_drafted_shares(prediction))
     if prediction.mean_draft_calls - prediction.mean_draft_length <= 0:
         return None
+    lengths = list(_drafted_shares(prediction))
     low = min(lengths)
     high = max(lengths) if len(lengths) > 1 else (low + 1 if low < longest else low - 1)
     return low, high
@@ -208,14 +208,13 @@ def cost_rounds(
     def at_median_step(seconds: Callable[[PassCosts], float], k: int) -> float:
         return step * statistics.median(seconds(costs[k]) / each for costs, each in zip(rounds, steps, strict=True))
 
-    costs = {
+    return {
         k: PassCosts(
-            at_median_step(lambda costs: costs.draft_turn_seconds, k),
-            at_median_step(lambda costs: costs.verify_seconds, k),
+            at_median_step(lambda cost: cost.draft_turn_seconds, k),
+            at_median_step(lambda cost: cost.verify_seconds, k),
         )
         for k in sessions
-    }
-    return costs, step
+    }, step
 
 
 def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
