@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 DB ?= sqlite:///decodelab.db
 PORT ?= 8501
 
-.PHONY: demo test lint bench install lock
+.PHONY: demo test test-lower-isa lint bench install lock
 
 install: $(INSTALLED)
 
@@ -50,6 +50,16 @@ demo: $(INSTALLED)
 TEST_WORKERS ?= 2
 test: $(INSTALLED)
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The numerics group (tests/conftest.py: NUMERICS_FILES) again, with torch's kernels one capability
+# below this CPU's (AVX-512 -> avx2, else default) and the fast path built one level below
+# (x86-64-v3 = AVX2, else plain x86-64): a test that holds only for one CPU's rounding fails here.
+test-lower-isa: $(INSTALLED)
+	capability=$$($(PYTHON) -c "import torch; print('avx2' if torch.backends.cpu.get_cpu_capability() == 'AVX512' else 'default')"); \
+	march=$$([ "$$capability" = avx2 ] && echo x86-64-v3 || echo x86-64); \
+	echo "numerics group under ATEN_CPU_CAPABILITY=$$capability DECODELAB_FAST_MARCH=$$march"; \
+	ATEN_CPU_CAPABILITY=$$capability DECODELAB_FAST_MARCH=$$march \
+		$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m numerics
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

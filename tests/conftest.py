@@ -289,14 +289,37 @@ def hf_run_url(hf_checkpoints: Any, tmp_path_factory: pytest.TempPathFactory) ->
 SESSION_STORES = frozenset({"filled_store_url", "two_machines_url", "hf_run_url"})
 
 
+# The tests whose figures come out of the CPU's kernels (decode, fast path, speculative, the
+# distribution check, quantization): `.ci/run` runs them again (`-m numerics`) under a lower torch
+# capability (ATEN_CPU_CAPABILITY) and a lower fast-path build (DECODELAB_FAST_MARCH), so a test that
+# holds only for one CPU's rounding fails on every CPU.
+NUMERICS_FILES = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "model",
+        "fast_kernels",
+        "speculative",
+        "speculative_costs",
+        "speculative_figures",
+        "speculative_schedules",
+        "distribution_check",
+        "quantize",
+        "kv_cache",
+    )
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The order `make test` hands test files to its two processes (with --no-loadscope-reorder,
-    pytest-xdist keeps it): the files with most tests first, as xdist's own order, except that the
-    second is the file needing no session store with the most tests marked slow, which keeps the
-    second process busy while the first builds the filled store. Under xdist's order both
-    processes started on a file needing that store, and one waited about 30 s for the other."""
+    """Marks the numerics group (NUMERICS_FILES), then orders files: the order `make test` hands
+    test files to its two processes (with --no-loadscope-reorder, pytest-xdist keeps it). The files
+    with most tests first, as xdist's own order, except that the second is the file needing no
+    session store with the most tests marked slow, which keeps the second process busy while the
+    first builds the filled store. Under xdist's order both processes started on a file needing
+    that store, and one waited about 30 s for the other."""
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
+        if item.nodeid.split("::")[0] in NUMERICS_FILES:
+            item.add_marker(pytest.mark.numerics)
         files.setdefault(item.nodeid.split("::")[0], []).append(item)
     order = sorted(files, key=lambda name: -len(files[name]))
     store_free = [

@@ -5,6 +5,11 @@ the same tokens as the others."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -136,3 +141,32 @@ def test_helper_threads_change_nothing_but_the_time() -> None:
     finally:
         set_threads(1)
     assert threads() == 1
+
+
+def test_inductor_code_is_cached_apart_per_cpu_capability(tmp_path: Path) -> None:
+    """Inductor's cache key leaves out ATEN_CPU_CAPABILITY: code it generated under AVX-512 and reloaded
+    under avx2 drew token 0 at every step. Each capability gets its own folder inside the user's."""
+    capabilities, folders = ("avx2", "default"), []
+    for capability in capabilities:
+        completed = subprocess.run(
+            [sys.executable, "-c", "from runner.decoding.compiled import separate_inductor_cache as s; print(s())"],
+            env={**os.environ, "ATEN_CPU_CAPABILITY": capability, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        folders.append(Path(completed.stdout.strip()))
+    assert folders[0] != folders[1]
+    for folder, capability in zip(folders, capabilities, strict=True):
+        assert folder.parent == tmp_path and folder.name.endswith(f"-{capability}")
+
+
+def test_the_fast_path_is_built_for_the_instruction_set_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.decoding.fast import default_march, instruction_set
+    from runner.errors import InputError
+
+    monkeypatch.setenv("DECODELAB_FAST_MARCH", "x86-64")
+    assert default_march() == "x86-64" and instruction_set() == "scalar"
+    monkeypatch.setenv("DECODELAB_FAST_MARCH", "native; rm -rf /")
+    with pytest.raises(InputError, match="DECODELAB_FAST_MARCH: .* is not a -march name"):
+        default_march()

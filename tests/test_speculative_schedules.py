@@ -5,6 +5,7 @@ and the a-priori simulation on scripted calibrations."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -380,7 +381,14 @@ def test_greedy_the_simulation_replays_the_loop_pass_for_pass(target: CharGPT) -
     calibration = calibrate(target, draft, [text], 0.0)
     rollouts = draft_rollouts(draft, [text], 0.0, 4, seed=0, device=torch.device("cpu"))
     later_tops = sorted(top for tops in rollouts[0] for top in tops[1:])
-    schedule = Schedule("confidence", 4, 4, later_tops[len(later_tops) // 2])  # stops about half
+    # The threshold sits mid-way in the widest gap between the draft's tops around their median,
+    # not on one of them: the loop reads its tops step by step through its cache, the simulation
+    # through one forward over the window, and the two round differently on different CPUs' kernels
+    # (a threshold equal to a top flipped a stop on an AVX-512 EPYC). 1e-3 is far above that rounding.
+    middle = later_tops[len(later_tops) // 4 : 3 * len(later_tops) // 4 + 1]
+    gap, below = max((above - below, below) for below, above in itertools.pairwise(middle))
+    assert gap > 1e-3, "the draft's tops leave no room for a threshold between them"
+    schedule = Schedule("confidence", 4, 4, below + gap / 2)  # stops about half
     loop = speculative_decode(target, draft, 4, PROMPT[:1], 100, temperature=0.0, schedule=schedule)
     assert loop.tokens == text[1:]
     # The loop's passes the simulation also makes: it stops short of the text's end by k_max.

@@ -14,6 +14,7 @@ each step still enters Python, checks the compiled graph's guards and dispatches
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from runner.decoding.native_build import cpu_flags_key
 from runner.decoding.stepper import Stepper
 from runner.model.gpt import Block, CharGPT
 
@@ -84,6 +86,27 @@ class StaticStep(nn.Module):
         return model.lm_head(model.ln_f(x))[:, -1, :]
 
 
+_inductor_cache_chosen = False
+
+
+def separate_inductor_cache() -> str:
+    """Point inductor's on-disk cache at a folder of this CPU and this ATen capability
+    (ATEN_CPU_CAPABILITY), inside the one it would use. Inductor's own cache key leaves the
+    capability out: code generated under AVX-512 and reloaded by a process run with
+    ATEN_CPU_CAPABILITY=avx2 drew token 0 at every step (seen on an AMD EPYC), and a home
+    directory shared between two CPUs would do the same. Returns the folder."""
+    global _inductor_cache_chosen
+    variable = "TORCHINDUCTOR_CACHE_DIR"
+    if not _inductor_cache_chosen:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        base = os.environ.get(variable) or default_cache_dir()
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        os.environ[variable] = os.path.join(base, f"decodelab-{cpu_flags_key()}-{capability}")
+        _inductor_cache_chosen = True
+    return os.environ[variable]
+
+
 _STEPS: weakref.WeakKeyDictionary[CharGPT, dict[int, Callable[..., torch.Tensor]]] = weakref.WeakKeyDictionary()
 
 
@@ -92,6 +115,7 @@ def compiled_step(model: CharGPT, capacity: int) -> Callable[..., torch.Tensor]:
     inductor keeps what it generated on disk for the next process)."""
     steps = _STEPS.setdefault(model, {})
     if capacity not in steps:
+        separate_inductor_cache()
         steps[capacity] = cast(
             Callable[..., torch.Tensor],
             torch.compile(StaticStep(model, capacity), fullgraph=True, dynamic=False, options=dict(OPTIONS)),
@@ -118,6 +142,7 @@ def call_overhead_seconds(repeats: int = 2000) -> float:
     """The least time of one call to a compiled function that does almost nothing (one add on a
     one-element tensor): the guard check, the dispatch into the generated code and the output's
     allocation that every compiled step pays before its arithmetic."""
+    separate_inductor_cache()
     nothing = torch.compile(lambda x: x + 1, fullgraph=True, dynamic=False)
     x = torch.zeros(1)
     for _ in range(10):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import array
 import ctypes
-import functools
+import os
+import re
 import weakref
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ import torch
 import torch.nn as nn
 
 from runner.decoding.native_build import build
+from runner.errors import InputError
 from runner.model.gpt import Block, CharGPT, KVCache
 from runner.model.quantize import Bfloat16Linear, Int8DynamicLinear, quantization_of
 
@@ -43,9 +45,33 @@ BONUS_FROM_DRAFT = 4  # runner.decoding.speculative.RULE_VARIANTS' index of the 
 _pointer, _int64, _int32, _double = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
 
 
-@functools.cache
-def library(march: str = "native") -> ctypes.CDLL:
+MARCH_VARIABLE = "DECODELAB_FAST_MARCH"
+_MARCH_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+
+
+def default_march() -> str:
+    """The instruction set the fast path is built for: ``native`` unless $DECODELAB_FAST_MARCH names
+    another ``-march`` (``x86-64-v3`` for AVX2, ``x86-64`` for plain loops), so the suite can check that
+    its figures hold whichever kernels a CPU gets."""
+    march = os.environ.get(MARCH_VARIABLE, "native").strip() or "native"
+    if not _MARCH_PATTERN.fullmatch(march):
+        allowed = "lower-case letters, digits, '.', '_', '-'"
+        raise InputError(f"{MARCH_VARIABLE}: {march!r} is not a -march name ({allowed})")
+    return march
+
+
+_loaded: dict[str, ctypes.CDLL] = {}  # by -march: the libraries this process has loaded
+
+
+def library(march: str | None = None) -> ctypes.CDLL:
     """The compiled decode path for this CPU (built once, then cached; see runner.decoding.native_build)."""
+    march = march or default_march()
+    if march not in _loaded:
+        _loaded[march] = _load(march)
+    return _loaded[march]
+
+
+def _load(march: str) -> ctypes.CDLL:
     loaded = ctypes.CDLL(str(build("fast_decode.cpp", march)))
     loaded.dl_isa.restype = ctypes.c_char_p
     loaded.dl_model_new.restype = _pointer
@@ -65,7 +91,7 @@ def library(march: str = "native") -> ctypes.CDLL:
     return loaded
 
 
-def instruction_set(march: str = "native") -> str:
+def instruction_set(march: str | None = None) -> str:
     """What the kernels were built for, e.g. ``avx512+vnni+bf16``."""
     return cast(bytes, library(march).dl_isa()).decode()
 
@@ -81,8 +107,8 @@ def set_threads(threads: int) -> None:
     library loads, so setting it builds nothing."""
     global _threads_wanted
     _threads_wanted = max(1, threads)
-    if library.cache_info().currsize:
-        library().dl_set_threads(_threads_wanted)
+    for loaded in _loaded.values():
+        loaded.dl_set_threads(_threads_wanted)
 
 
 def threads() -> int:
@@ -128,7 +154,7 @@ def _address(tensor: torch.Tensor | None) -> int | None:
 class FastDecoder:
     """The compiled path for one model, writing into a KVCache."""
 
-    def __init__(self, model: CharGPT, march: str = "native") -> None:
+    def __init__(self, model: CharGPT, march: str | None = None) -> None:
         self.model = model
         config = model.config
         self.vocab_size, self.context_length = config.vocab_size, config.context_length
