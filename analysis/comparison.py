@@ -12,6 +12,7 @@ import pandas as pd
 from analysis import review
 from analysis import runs as runs_module
 from store import frames
+from store.records import case_key
 from store.store import Store
 
 
@@ -25,6 +26,8 @@ class ReviewInputs:
     earlier: list[int]  # the runs the between-run floors were taken over
     between: dict[tuple[str, str, str], float]
     drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
+    # (experiment, params key) → reason: the run's cases it could not measure (store.results.unmeasured_cases)
+    unmeasured: dict[tuple[str, str], str] = field(default_factory=dict)
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -76,6 +79,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         earlier,
         between,
         drift,
+        {(experiment, case_key(params)): why for experiment, params, why in store.results.unmeasured_cases(run_id)},
     )
 
 
@@ -122,4 +126,5 @@ def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataF
         between_runs=inputs.between,
         drift=inputs.drift,
         paired_rows=inputs.side_by_side(headline_only),
+        unmeasured=inputs.unmeasured,
     )

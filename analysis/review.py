@@ -97,6 +97,7 @@ VERDICT_ORDER = (
     "within noise",
     "too few samples",
     "not judged",
+    "not measured",
     "only in run",
     "only in baseline",
     "unchanged",
@@ -111,6 +112,7 @@ VERDICT_MEANINGS = {
     "within noise": "the adjusted p is not below ALPHA, or the shift is within the noise floor",
     "too few samples": "the U test cannot reach ALPHA with so few samples",
     "not judged": "no raw samples (a fitted or predicted value)",
+    "not measured": "the run could not measure this case (its reason beside it); never judged",
     "only in run": "the baseline has no such case",
     "only in baseline": "the run has no such case",
     "unchanged": "a deterministic figure, equal",
@@ -381,6 +383,7 @@ def compare(
     between_runs: dict[tuple[str, str, str], float] | None = None,
     drift: float | None = None,
     paired_rows: pd.DataFrame | None = None,
+    unmeasured: Mapping[tuple[str, str], str] | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -388,7 +391,8 @@ def compare(
     between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
     machine's drift figure (``drift_figure``; DEFAULT_DRIFT where None). The timed rows' p-values
     are adjusted together before any verdict is given. ``paired_rows``: ``side_by_side(run,
-    baseline, headline_only)`` where the caller has it already."""
+    baseline, headline_only)`` where the caller has it already. ``unmeasured``: (experiment, params
+    key) → reason, the run's cases it could not measure: their rows say so and are never judged."""
     floors = noise_floors(run, baseline)
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
@@ -417,6 +421,9 @@ def compare(
         rows.append(entry)
         if pd.isna(row["value_baseline"]):
             entry["verdict"] = "only in run"
+        elif pd.isna(row["value_run"]) and (row["experiment"], row["params_key_baseline"]) in (unmeasured or {}):
+            entry["verdict"] = "not measured"
+            entry["why"] = f"not measured ({(unmeasured or {})[(row['experiment'], row['params_key_baseline'])]})"
         elif pd.isna(row["value_run"]):
             entry["verdict"] = "only in baseline"
         elif deterministic:

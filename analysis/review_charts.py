@@ -19,6 +19,7 @@ VERDICT_COLORS = {
     "within noise": "#7f7f7f",
     "too few samples": "#bcbd22",
     "not judged": "#c7c7c7",
+    "not measured": "#dbdb8d",
     "only in run": "#9467bd",
     "only in baseline": "#8c564b",
     "unchanged": "#aec7e8",

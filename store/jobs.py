@@ -307,6 +307,20 @@ class JobQueue:
             return run_id, False
 
     @survives_outages
+    def adopt_run(self, claim: Claim, run_id: int) -> None:
+        """Give the claimed job an ended run to finish (`decodelab run --only-unmeasured`): its
+        begin_run then resumes that run, and the job measures only the cases it lacks. Refused
+        (ClaimLost) while another job is running that run."""
+        with self._sessions.write() as session:
+            job = owned_job(session, self._sessions.backend, claim)
+            running = session.scalar(
+                select(Job.id).where(Job.run_id == run_id, Job.status == "running", Job.id != job.id)
+            )
+            if running is not None:
+                raise ClaimLost(f"run {run_id} is being run by job {running}")
+            job.run_id = run_id
+
+    @survives_outages
     def heartbeat(self, claim: Claim) -> bool:
         """Refresh the job's heartbeat and its worker's last seen; False when the job is no
         longer this worker's (the worker must then stop that job at once). A job that this

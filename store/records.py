@@ -30,6 +30,7 @@ class CaseRecord:
     experiment: str
     params: dict[str, Any]
     measurements: tuple[MeasurementRecord, ...] = field(default_factory=tuple)
+    unmeasured_reason: str | None = None  # set: the case could not be measured, and why
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from sqlalchemy import Insert, insert, select, update
+from sqlalchemy import Insert, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -120,16 +120,27 @@ class Results:
         retry of a case whose commit the connection dropped). ClaimLost when a job owns the run
         and ``claim`` is not its current claim: a worker that lost its job writes nothing.
         """
+        key = case_key(case.params)
         with self._sessions.write() as session:
             check_owner(session, self._sessions.backend, run_id, claim)
+            # An earlier attempt that could not measure this case left it unmeasured: this one replaces it.
+            session.execute(
+                delete(Case).where(
+                    Case.run_id == run_id,
+                    Case.experiment == case.experiment,
+                    Case.case_key == key,
+                    Case.unmeasured_reason.is_not(None),
+                )
+            )
             case_id = session.scalar(
                 insert_or_skip(self._sessions.backend, Case, ["run_id", "experiment", "case_key"])
                 .values(
                     run_id=run_id,
                     experiment=case.experiment,
-                    case_key=case_key(case.params),
+                    case_key=key,
                     params=case.params,
                     created_at=utc_now(),
+                    unmeasured_reason=case.unmeasured_reason,
                 )
                 .returning(Case.id)
             )
@@ -140,9 +151,23 @@ class Results:
 
     @survives_outages
     def recorded_case_keys(self, run_id: int) -> set[tuple[str, str]]:
+        """The cases this run holds measured: a resumed run skips these and measures the rest,
+        the unmeasured ones included."""
+        query = select(Case.experiment, Case.case_key).where(Case.run_id == run_id, Case.unmeasured_reason.is_(None))
         with self._sessions.read() as session:
-            rows = session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run_id))
-            return {(experiment, key) for experiment, key in rows}
+            return {(experiment, key) for experiment, key in session.execute(query)}
+
+    @survives_outages
+    def unmeasured_cases(self, run_id: int) -> list[tuple[str, dict[str, Any], str]]:
+        """(experiment, params, reason) of each case of the run that could not be measured."""
+        query = (
+            select(Case.experiment, Case.params, Case.unmeasured_reason)
+            .where(Case.run_id == run_id, Case.unmeasured_reason.is_not(None))
+            .order_by(Case.id)
+        )
+        with self._sessions.read() as session:
+            rows = session.execute(query)
+            return [(experiment, current_params(experiment, params), reason) for experiment, params, reason in rows]
 
     @survives_outages
     def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]:
@@ -177,6 +202,13 @@ class Results:
             if wall_seconds is not None:
                 values["wall_seconds"] = wall_seconds
             session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+    @survives_outages
+    def run_to_retry(self, run_id: int) -> tuple[dict[str, Any], str | None, int, str] | None:
+        """(spec, preset, machine id, status) of a run, or None where the store has no such run."""
+        with self._sessions.read() as session:
+            run = session.get(Run, run_id)
+            return None if run is None else (run.spec, run.preset, run.machine_id, run.status)
 
     @survives_outages
     def run_exists(self, run_id: int) -> bool:

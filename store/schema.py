@@ -161,6 +161,9 @@ class Case(Base):
     case_key: Mapped[str] = mapped_column(String(1000))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    # Set when the case could not be measured (runner.errors.Unmeasured): it has no measurements,
+    # the run goes on, the review says "not measured" and a later `run --only-unmeasured` retries it.
+    unmeasured_reason: Mapped[str | None] = mapped_column(Text)
 
     run: Mapped[Run] = relationship(back_populates="cases")
 

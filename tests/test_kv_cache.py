@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from runner.cost import counts
 from runner.decoding.decode import generate
+from runner.errors import Unmeasured
 from runner.experiments.base import ExperimentContext
 from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
 from runner.experiments.kv_timing import PREFILL_EXTRA_ROUNDS, prefill
@@ -344,5 +345,5 @@ def test_prefill_times_more_rounds_when_a_loaded_machine_leaves_no_decode_time()
 
 def test_prefill_that_never_finds_a_decode_time_says_why() -> None:
     harness = ScriptedRounds([((1.0, 1.0, 1.0), (0.9, 1.0, 1.0))] * (1 + PREFILL_EXTRA_ROUNDS))
-    with pytest.raises(RuntimeError, match=r"15 rounds the 4-token generations took no longer.*too busy"):
+    with pytest.raises(Unmeasured, match=r"15 rounds the 4-token generations took no longer.*too busy"):
         prefill_with(harness)

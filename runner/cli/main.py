@@ -21,6 +21,7 @@ from runner.spec.fields import check_machine
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
+from store.store import Store
 
 
 def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
@@ -116,27 +117,70 @@ def run(
     device: Annotated[
         str | None, typer.Option(help="cpu or cuda: overrides the spec (on cuda, CPU-only impls are left out).")
     ] = None,
+    only_unmeasured: Annotated[
+        int | None,
+        typer.Option(
+            "--only-unmeasured",
+            metavar="RUN",
+            help="Measure again only the cases run RUN could not measure (a busy machine), into RUN itself.",
+        ),
+    ] = None,
 ) -> None:
     """Run a sweep in this process and record it (training the model first if needed).
 
     It takes this machine's slot as a job of its own: it waits while a worker here is timing a
-    job, and no worker here starts one until it is done."""
+    job, and no worker here starts one until it is done. A case the machine cannot measure (too
+    busy to time it) is kept as not measured and the run goes on; `--only-unmeasured RUN` retries those."""
     from runner.execution.execute import check_device
     from runner.execution.worker import run_here
     from runner.spec.sweeps import for_device, validate
 
-    chosen = load_spec(preset, spec)
-    if device is not None:
-        if device not in ("cpu", "cuda"):
-            raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
-        chosen = validate(for_device(chosen.raw, device))
-    check_device(chosen.device)  # before the store is opened: a refused run writes nothing
-    store = open_store(db, "run")
-    outcome = run_here(store, chosen, preset=preset)
+    if only_unmeasured is not None:
+        if preset is not None or spec is not None or device is not None:
+            raise InputError("--only-unmeasured: the run's own spec is used (allowed: no --preset, --spec or --device)")
+        store = open_store(db, "run")
+        chosen, preset = retry_spec(store, only_unmeasured)
+    else:
+        chosen = load_spec(preset, spec)
+        if device is not None:
+            if device not in ("cpu", "cuda"):
+                raise InputError(f"--device: {device!r} is not a device (allowed: cpu, cuda)")
+            chosen = validate(for_device(chosen.raw, device))
+        check_device(chosen.device)  # before the store is opened: a refused run writes nothing
+        store = open_store(db, "run")
+    outcome = run_here(store, chosen, preset=preset, retry_run=only_unmeasured)
+    unmeasured = f", {outcome.cases_unmeasured} not measured" if outcome.cases_unmeasured else ""
     typer.echo(
-        f"stored run {outcome.run_id} ({outcome.cases_recorded} cases, {outcome.wall_seconds:.1f} s) in "
+        f"stored run {outcome.run_id} ({outcome.cases_recorded} cases{unmeasured}, {outcome.wall_seconds:.1f} s) in "
         f"{store.masked_url}; see it with `decodelab dashboard --db {store.masked_url}`"
     )
+
+
+def retry_spec(store: Store, run_id: int) -> tuple[Any, str | None]:
+    """The spec and preset of a run whose unmeasured cases `run --only-unmeasured` retries, after
+    checking it is an ended run of this machine that has some."""
+    from runner.execution.execute import check_device, torch_threads
+    from runner.measure.machine import fingerprint
+    from runner.spec.sweeps import validate
+
+    found = store.results.run_to_retry(run_id)
+    if found is None:
+        raise InputError(f"--only-unmeasured: no run {run_id} in this store")
+    raw_spec, preset, machine_id, status = found
+    if status in ("queued", "running"):
+        raise InputError(f"--only-unmeasured: run {run_id} is {status} (allowed: a run that has ended)")
+    if not store.results.unmeasured_cases(run_id):
+        raise InputError(f"--only-unmeasured: run {run_id} has no unmeasured cases")
+    chosen = validate(raw_spec)
+    check_device(chosen.device)
+    with torch_threads(chosen.raw.get("threads", 0), fast_path=True):  # the machine as its runs record it
+        here = store.results.machine_id(fingerprint(chosen.device))
+    if here != machine_id:
+        raise InputError(
+            f"--only-unmeasured: run {run_id} was measured on another machine (allowed: a run of this machine; "
+            "a run's cases all come from one machine)"
+        )
+    return chosen, preset
 
 
 @app.command()

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.errors import Unmeasured
 from runner.measure.fitting import fit_line
 from store.records import MeasurementRecord
 
@@ -27,7 +28,7 @@ class OverheadFit:
     def fit(cls, mults_per_token: Sequence[float], seconds_per_token: Sequence[float]) -> OverheadFit:
         """Least squares over one point per width; two widths at least."""
         if len(mults_per_token) < 2:
-            raise RuntimeError(f"the overhead fit needs two widths, this run has {len(mults_per_token)}")
+            raise Unmeasured(f"the overhead fit needs two widths, this run measured {len(mults_per_token)}")
         intercept, slope, error = fit_line(list(mults_per_token), list(seconds_per_token))
         return cls(intercept, slope, error, len(mults_per_token))
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from runner.errors import InputError
+from runner.errors import InputError, Unmeasured
 from runner.execution.lifecycle import check_stop, job_ends_before_its_run, run_lifecycle
 from runner.experiments import ExperimentContext
 from runner.experiments.base import RunMeasurements
@@ -46,6 +46,16 @@ class RunOutcome:
     cases_recorded: int
     cases_skipped: int
     wall_seconds: float
+    cases_unmeasured: int = 0  # of the run's cases, those it holds as not measured (Unmeasured)
+
+
+# A reason is kept and shown on one line, whatever the exception's text held.
+REASON_CHARACTERS = 500
+
+
+def one_line_reason(error: Exception) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= REASON_CHARACTERS else text[: REASON_CHARACTERS - 1] + "…"
 
 
 # Torch's own thread count, before any spec changed it: what training uses.
@@ -256,9 +266,16 @@ def run_cases(
             continue
         progress.bar.set_postfix_str(labels[(experiment.name, case_key(case))])
         torch.manual_seed(spec.seed)
-        measurements = experiment.run_case(case, context)
-        made.add(experiment.name, case, measurements)
-        if store.results.record_case(run_id, CaseRecord(experiment.name, case, measurements), claim) is not None:
+        try:
+            measurements = experiment.run_case(case, context)
+            record = CaseRecord(experiment.name, case, measurements)
+            made.add(experiment.name, case, measurements)
+        except Unmeasured as unmeasured:
+            # One case this machine cannot time now does not throw away the others: kept with its reason.
+            reason = one_line_reason(unmeasured)
+            log_beside_bar(f"not measured: {labels[(experiment.name, case_key(case))]}: {reason}")
+            record = CaseRecord(experiment.name, case, unmeasured_reason=reason)
+        if store.results.record_case(run_id, record, claim) is not None:
             recorded_now += 1
         progress.advance()
     return recorded_now
@@ -307,15 +324,25 @@ def execute(
         if progress is not None:
             progress.bar.close()
     wall = time.perf_counter() - started
-    log(done_line(run_id, recorded_now, total - recorded_now, time.perf_counter() - sweep_started, wall))
-    return RunOutcome(run_id, recorded_now, total - recorded_now, wall)
+    unmeasured = len(store.results.unmeasured_cases(run_id))
+    sweep_seconds = time.perf_counter() - sweep_started
+    log(done_line(run_id, recorded_now - unmeasured, total - recorded_now, sweep_seconds, wall, unmeasured))
+    return RunOutcome(run_id, recorded_now, total - recorded_now, wall, unmeasured)
 
 
-def done_line(run_id: int, measured: int, resumed: int, sweep_seconds: float, wall_seconds: float) -> str:
+def done_line(
+    run_id: int, measured: int, resumed: int, sweep_seconds: float, wall_seconds: float, unmeasured: int = 0
+) -> str:
     """The run's last line: the cases measured in the sweep's own time (what the bar showed), and
-    the whole command's time beside it (training or loading the model included)."""
+    the whole command's time beside it (training or loading the model included), and how many
+    cases could not be measured, with the command that retries them."""
     kept = f"; {resumed} cases were recorded by an earlier attempt and kept" if resumed else ""
+    missing = (
+        f"; {unmeasured} cases not measured (retry them with `decodelab run --only-unmeasured {run_id}`)"
+        if unmeasured
+        else ""
+    )
     return (
         f"run {run_id} done: {measured} cases measured in {sweep_seconds:.1f} s "
-        f"({wall_seconds:.1f} s with the model's training or loading){kept}"
+        f"({wall_seconds:.1f} s with the model's training or loading){kept}{missing}"
     )

@@ -300,9 +300,11 @@ def run_here(
     outage_limit_seconds: float = OUTAGE_LIMIT_SECONDS,
     show_progress: bool = True,
     log: Log = log_to_stderr,
+    retry_run: int | None = None,
 ) -> RunOutcome:
     """``decodelab run``: the sweep in this process, as a job of its own pinned to this machine
-    and claimed at once, so no worker times beside it (and it waits for one that is timing)."""
+    and claimed at once, so no worker times beside it (and it waits for one that is timing).
+    With ``retry_run``, the job finishes that ended run instead: only its unmeasured cases."""
     with worker_session(
         store, "run", stale_after_seconds=stale_after_seconds, outage_limit_seconds=outage_limit_seconds, log=log
     ) as (me, stop):
@@ -321,5 +323,7 @@ def run_here(
             log=log,
         )
         assert job is not None  # this loop never gives up: it waits for the machine
+        if retry_run is not None:
+            store.jobs.adopt_run(job.claim, retry_run)
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             return execute(store, spec, preset=preset, job=job, show_progress=show_progress, log=log)

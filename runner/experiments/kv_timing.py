@@ -14,6 +14,7 @@ import torch
 from runner.cost import counts
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import generate
+from runner.errors import Unmeasured
 from runner.experiments.base import ExperimentContext, aa_measurements
 from runner.experiments.kv_exactness import measure
 from runner.measure import roofline_placement as roofline
@@ -126,7 +127,7 @@ def fit(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRec
     for mode in ("no_cache", "cache"):
         lengths = [n for n in case["lengths"] if (f"seconds_{mode}", n) in timings]
         if len(lengths) < 2:
-            raise RuntimeError(f"the fit needs at least two timed lengths, this run has {lengths}")
+            raise Unmeasured(f"the fit needs at least two timed lengths, this run measured {lengths}")
         slope, scale, error = fit_power_law(lengths, [timings[(f"seconds_{mode}", n)] for n in lengths])
         measurements += [
             measure(f"slope_{mode}", slope, "exponent"),
@@ -161,7 +162,7 @@ def prefill(case: dict[str, Any], context: ExperimentContext) -> list[Measuremen
         if statistics.median(decode) > 0:
             break
     else:
-        raise RuntimeError(
+        raise Unmeasured(
             f"kv_cache prefill: in {len(decode)} rounds the {n}-token generations took no longer than the "
             f"1-token ones (median); the machine is too busy to time {n - 1} decode steps "
             "(raise prefill_new_tokens or pairs)"

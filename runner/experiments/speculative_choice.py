@@ -15,6 +15,7 @@ import statistics
 from typing import Any
 
 from runner.decoding.speculative import SCHEDULES
+from runner.errors import Unmeasured
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
@@ -66,7 +67,7 @@ def choice(case: dict[str, Any], context: ExperimentContext) -> list[Measurement
     wanted = {"predicted_speedup_a_priori", "speedup_median", "speedup_min", "speedup_max"}
     candidates = {key: value for key, value in values.items() if wanted <= set(value)}
     if not candidates:
-        raise RuntimeError(
+        raise Unmeasured(
             f"no speculative case of impl {case['impl']} at temperature {case['temperature']} recorded a prediction "
             "and a speedup"
         )
@@ -105,7 +106,7 @@ def accuracy(case: dict[str, Any], context: ExperimentContext) -> list[Measureme
         and row.metric == "a_priori_relative_error"
     ]
     if not errors:
-        raise RuntimeError(f"no speculative case of impl {case['impl']} recorded an a-priori error")
+        raise Unmeasured(f"no speculative case of impl {case['impl']} recorded an a-priori error")
     return [
         MeasurementRecord("a_priori_error_median", statistics.median(errors), "ratio"),
         MeasurementRecord("a_priori_within_10pct", sum(error <= WITHIN for error in errors) / len(errors), "ratio"),
