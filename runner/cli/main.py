@@ -370,6 +370,7 @@ db_app.command("current")(cli_fleet.db_current)
 # Exit codes: 2 bad input or usage (one line), 1 this process lost its job, 75 the store stayed
 # unreachable past the outage limit (EX_TEMPFAIL: a supervisor may start it again), 130 stopped.
 EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
+EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an internal error, reported in one line with its log file
 
 
 def one_line(message: str) -> str:
@@ -419,8 +420,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def exit_for(error: Exception) -> tuple[int, str]:
-    """The exit code and the one line for an error that ended a command; re-raises one that no
-    person could have caused (a bug: its traceback is the useful report)."""
+    """The exit code and the one line for an error that ended a command. One that no person could
+    have caused is a bug: the line says so and names the file its traceback was written to."""
     from runner.execution.lifecycle import stop_was_requested
 
     if stop_was_requested():
@@ -445,8 +446,36 @@ def exit_for(error: Exception) -> tuple[int, str]:
     from sqlalchemy.exc import DBAPIError
 
     if not isinstance(error, DBAPIError):
-        raise error
+        # No person could have caused it: a bug. One line says so; the traceback goes to a file.
+        where = crash_log(error)
+        kept = f"its traceback is in {where}" if where else "its traceback could not be written to a file"
+        named = f"{type(error).__name__}: {driver_message(error)}"
+        return EXIT_BUG, f"error: a bug in decodelab: {named} ({kept}; please report it)"
     return EXIT_USAGE, f"error: the store failed: {driver_message(error)}"
+
+
+def crash_log(error: BaseException) -> Path | None:
+    """Write ``error``'s traceback (secrets masked) to a new file of this user's only, in
+    $DECODELAB_LOG_DIR or ~/.cache/decodelab/logs, and return its path (None where it cannot be written)."""
+    import datetime
+    import os
+    import tempfile
+    import traceback
+
+    configured = os.environ.get("DECODELAB_LOG_DIR")
+    directory = Path(configured) if configured else Path.home() / ".cache" / "decodelab" / "logs"
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    text = "".join(traceback.format_exception(error))
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # mkstemp: a new name each time (O_EXCL), readable by this user only.
+        descriptor, name = tempfile.mkstemp(prefix=f"crash-{stamp}-", suffix=".log", dir=directory)
+        path = Path(name)
+        with os.fdopen(descriptor, "w") as log:
+            log.write(f"decodelab {' '.join(sys.argv[1:])}\n{mask_secrets(text)}")
+    except OSError:
+        return None
+    return path
 
 
 def driver_message(error: Exception) -> str:
