@@ -21,7 +21,11 @@ from store.errors import SchemaBehind, StoreError
 DEFAULT_URL = "sqlite:///decodelab.db"
 MIGRATIONS_DIRECTORY = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-IDLE_IN_TRANSACTION_MS = 60_000
+# A worker frozen inside a transaction (SIGSTOP, a VM pause, a partition with its TCP session
+# alive) holds its job's row lock until the server ends its session after this long idle; the
+# store's transactions are a few statements with no work between them, so 10 s is ample. A frozen
+# worker therefore loses its job within its stale limit plus RECLAIM_LOCK_WAIT_MS (store.jobs).
+IDLE_IN_TRANSACTION_MS = 10_000
 
 
 def resolve_url(explicit: str | None = None) -> str:

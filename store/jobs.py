@@ -20,9 +20,11 @@ import uuid
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, or_, select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from store.clock import server_now
+from store.engine import IDLE_IN_TRANSACTION_MS
 from store.errors import ClaimLost
 from store.outage import survives_outages
 from store.records import Claim, JobRecord, WorkerRecord
@@ -31,6 +33,10 @@ from store.schema import Job, Run, Worker
 
 # A job whose worker went silent this many times is failed instead of requeued again.
 MAX_STALE_RECLAIMS = 3
+# How long a reclaim waits on a running job's row lock: past the server's end of a frozen
+# worker's idle transaction (store.engine.IDLE_IN_TRANSACTION_MS), with room for a loaded server.
+RECLAIM_LOCK_WAIT_MS = IDLE_IN_TRANSACTION_MS + 5_000
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock_timeout that ran out
 JOB_END_STATUSES = ("done", "failed", "interrupted")
 
 
@@ -412,7 +418,10 @@ class JobQueue:
         gone), by the server's clock: a taker's shorter limit never takes a live job. Their
         runs are marked interrupted until a worker resumes them. A job whose worker went
         silent MAX_STALE_RECLAIMS times is failed. A job whose row is locked (its worker is in
-        a transaction right now) is not silent: it is skipped."""
+        a transaction) is waited for, up to RECLAIM_LOCK_WAIT_MS: a live worker's transaction
+        ends in milliseconds (the row is then read again, its heartbeat fresh), and a frozen
+        worker's is ended by the server after IDLE_IN_TRANSACTION_MS. Skipping it instead let a
+        worker frozen inside a transaction keep its job for as long as it stayed frozen."""
         owners_limit = func.coalesce(Worker.stale_after_seconds, stale_after_seconds)
         query = (
             select(Job)
@@ -421,10 +430,21 @@ class JobQueue:
             .order_by(Job.id)
         )
         if self._sessions.backend == "postgresql":
-            query = query.with_for_update(skip_locked=True, of=Job)
+            query = query.with_for_update(of=Job)
         reclaimed: list[int] = []
         with self._sessions.write() as session:
-            for job in session.scalars(query).all():
+            if self._sessions.backend == "postgresql":
+                session.execute(text(f"SET LOCAL lock_timeout = {RECLAIM_LOCK_WAIT_MS}"))
+                try:
+                    stale = session.scalars(query).all()
+                except OperationalError as error:
+                    if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                        raise
+                    session.rollback()
+                    return []  # held longer than a frozen session can be: a long transaction; next poll
+            else:
+                stale = session.scalars(query).all()
+            for job in stale:
                 message = f"worker {job.worker} stopped sending heartbeats"
                 if job.run_id is not None:
                     session.execute(

@@ -5,6 +5,8 @@ claim (the job queue's fencing); a run without a job (a benchmark, a test) from 
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -123,6 +125,7 @@ class Results:
         key = case_key(case.params)
         with self._sessions.write() as session:
             check_owner(session, self._sessions.backend, run_id, claim)
+            freeze_here_if_asked()
             # An earlier attempt that could not measure this case left it unmeasured: this one replaces it.
             session.execute(
                 delete(Case).where(
@@ -240,6 +243,22 @@ def new_run(
     session.add(run)
     session.flush()
     return run.id
+
+
+# A test hook (tests/test_fleet.py): the process stops itself (SIGSTOP) inside the transaction of
+# its N-th case write, its job's row locked, as a VM pause or a long GC would leave it.
+FREEZE_VARIABLE = "DECODELAB_TEST_FREEZE_IN_CASE_WRITE"
+_case_writes = 0
+
+
+def freeze_here_if_asked() -> None:
+    global _case_writes
+    wanted = os.environ.get(FREEZE_VARIABLE)
+    if not wanted:
+        return
+    _case_writes += 1
+    if _case_writes == int(wanted):
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def check_owner(session: Session, backend: str, run_id: int, claim: Claim | None) -> None:

@@ -279,3 +279,54 @@ def test_a_frozen_worker_that_lost_its_job_touches_nothing(store_url: str, tmp_p
     # first after SIGCONT is a race, and either stops the run unwritten.
     after_fencing = output.split("is no longer this worker's", 1)[1].partition("\n")[2]
     assert "run " not in after_fencing, "it reported nothing more of the run"
+
+
+def stopped(process: subprocess.Popen[str]) -> bool:
+    """Whether the process is stopped (SIGSTOP): state T in /proc."""
+    return Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.postgres
+def test_a_worker_frozen_inside_a_case_write_loses_its_job_within_the_bound(postgres_url: str, tmp_path: Path) -> None:
+    """Frozen inside the transaction that writes a case, its job's row locked: the server ends that
+    transaction after IDLE_IN_TRANSACTION_MS, the rescuer's reclaim waits for the lock rather than
+    skipping the job, and takes it over within the stale limit plus RECLAIM_LOCK_WAIT_MS. Skipping
+    locked rows left the job with the frozen worker until the old 60 s idle limit at least."""
+    from store.jobs import RECLAIM_LOCK_WAIT_MS
+
+    store = Store(postgres_url)
+    job = store.jobs.enqueue(timed_job())
+    store_model_of(store, timed_job())
+    store_roof_of(store, "one-box")
+    total = validate(timed_job()).cases_total()
+    frozen = Output(
+        start_decodelab(
+            "worker", "--db", postgres_url, "--poll-seconds", "0.2", "--heartbeat-seconds", "0.5",
+            "--stale-after-seconds", "3", cwd=tmp_path, DECODELAB_MACHINE="one-box",
+            DECODELAB_TEST_FREEZE_IN_CASE_WRITE=str(QUICK_CASES + 1),
+        )
+    )  # fmt: skip
+    wait_until(lambda: stopped(frozen.process), what="the worker to stop itself inside a case write")
+    frozen_at = time.monotonic()
+    assert not no_transaction_open(postgres_url, frozen.process.pid), "frozen inside its transaction"
+    try:
+        rescuer = worker(postgres_url, tmp_path, "--until-empty")
+        rescuer.wait_for(f"job {job}: its worker stopped heartbeating; requeued")
+        taken_after = time.monotonic() - frozen_at
+        # The stated bound (docs/deploy.md), with room for a loaded machine's process start-up.
+        bound = 3 + RECLAIM_LOCK_WAIT_MS / 1000 + 15
+        assert taken_after < bound, f"the job was taken over after {taken_after:.1f} s (bound {bound:.0f} s)"
+        rescued = rescuer.finish(timeout=CONDITION_TIMEOUT_SECONDS)
+        assert rescuer.process.returncode == 0, rescued
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+    done = rows_by(frames.jobs(store), "job_id")[job]
+    run_id = int(done["run_id"])
+    assert (done["status"], done["attempts"]) == ("done", 2)
+    assert frames.measurements(store, run_id)["case_id"].nunique() == total
+    # Awake, the frozen worker's write is refused (its transaction was ended, its claim is gone).
+    frozen.wait_for(f"job {job} is no longer this worker's")
+    frozen.process.send_signal(signal.SIGTERM)
+    frozen.finish()
+    assert frames.measurements(store, run_id)["case_id"].nunique() == total, "no case added or duplicated"
+    assert rows_by(frames.jobs(store), "job_id")[job]["status"] == "done"
