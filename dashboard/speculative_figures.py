@@ -69,8 +69,9 @@ def position_chart(curves: pd.DataFrame) -> Figure:
 
 
 def choices(choice: pd.DataFrame) -> pd.DataFrame:
-    """Per (impl, temperature), the a-priori pick and the measured best in words, the regret and
-    its noise band (runs recorded before schedules show fixed k)."""
+    """Per (impl, temperature), the a-priori pick and the measured best in words, the regret as
+    measured with its noise band and whether it lies within it, and whether plain decoding (1x:
+    every speedup is against it) beat every setup (runs recorded before schedules show fixed k)."""
     if choice.empty:
         return pd.DataFrame()
     rows = []
@@ -93,8 +94,10 @@ def choices(choice: pd.DataFrame) -> pd.DataFrame:
                 "a_priori_choice_speedup": row["a_priori_choice_speedup"],
                 "measured_best": named("measured_best"),
                 "measured_best_speedup": row["measured_best_speedup"],
-                "a_priori_regret": row["a_priori_regret"],
-                "a_priori_regret_noise_band": row.get("a_priori_regret_noise_band"),
+                "a_priori_regret_measured": row["a_priori_regret_measured"],
+                "a_priori_regret_noise_band": row["a_priori_regret_noise_band"],
+                "a_priori_regret_within_noise": bool(row["a_priori_regret_within_noise"]),
+                "plain_decoding_wins": bool(row["measured_best_speedup"] < 1.0),
             }
         )
     return pd.DataFrame(rows)

@@ -278,10 +278,14 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("component_model_relative_error", "ratio", "predicted", old_names=("predicted_refined_relative_error",)),
     Metric("predicted_speedup_a_priori", "ratio", "predicted", help="a priori: E / (v + k·c), before the run"),
     Metric("a_priori_relative_error", "ratio", "predicted"),
-    Metric("a_priori_regret", "ratio", "predicted", help="0 when within the noise band, else the measured regret"),
-    Metric("a_priori_regret_measured", "ratio", "predicted"),
+    Metric(
+        "a_priori_regret_measured",
+        "ratio",
+        "predicted",
+        help="the measured best's median speedup minus the a-priori pick's, never rounded",
+    ),
     Metric("a_priori_regret_noise_band", "ratio", "predicted", help="the two cases' pair bands, added"),
-    Metric("a_priori_regret_within_noise", "choice", "predicted"),
+    Metric("a_priori_regret_within_noise", "choice", "predicted", help="1 when the measured regret ≤ its noise band"),
     Metric("a_priori_chose_best", "choice", "predicted"),
     *(
         Metric(prefix + name, unit, "predicted")
@@ -360,6 +364,13 @@ def _index() -> tuple[dict[str, Metric], list[tuple[re.Pattern[str], Metric]]]:
 BY_NAME, FAMILIES = _index()
 # Old name → current name: older runs keep the names they were recorded under.
 RENAMED_METRICS = {old: metric.name for metric in CATALOGUE for old in metric.old_names}
+# Names older runs recorded whose figure misled, each with what to read instead: the read path
+# (store.compatibility) drops them, so no page, report or command shows them again; the store and
+# an export keep them as recorded.
+RETIRED_METRICS = {
+    "a_priori_regret": "0 inside the noise band, not the measured regret: read a_priori_regret_measured "
+    "beside a_priori_regret_noise_band and a_priori_regret_within_noise",
+}
 
 
 def lookup(name: str) -> Metric | None:

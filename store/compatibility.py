@@ -18,7 +18,8 @@ What older runs did, by the parameter they lack:
 
 Metrics renamed since a run recorded them (the catalogue's ``old_names``, runner.metrics) are read
 under their current names, so an old run's figure meets a new run's; the name the run used stays
-beside it in ``recorded_metric``, where the pages and the review's warnings say so.
+beside it in ``recorded_metric``, where the pages and the review's warnings say so. Metrics
+retired since (the catalogue's RETIRED_METRICS, a figure that misled) are not read at all.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runner.metrics import RENAMED_METRICS
+from runner.metrics import RENAMED_METRICS, RETIRED_METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +58,11 @@ def current_metric(name: str) -> str:
     return RENAMED_METRICS.get(name, name)
 
 
+def is_retired(name: str) -> bool:
+    """Whether a metric recorded as ``name`` is one the read path drops (RETIRED_METRICS)."""
+    return name in RETIRED_METRICS
+
+
 def recorded_names(metric: str) -> list[str]:
     """Every name runs may have recorded ``metric`` under: its own and its old ones."""
     return [metric, *(old for old, new in RENAMED_METRICS.items() if new == metric)]
@@ -64,7 +70,8 @@ def recorded_names(metric: str) -> list[str]:
 
 def as_today(frame: pd.DataFrame) -> pd.DataFrame:
     """Measurement rows as today's code names them: each case's params filled (current_params)
-    and each renamed metric under its current name, the recorded name kept in ``recorded_metric``."""
+    and each renamed metric under its current name, the recorded name kept in ``recorded_metric``;
+    retired metrics' rows dropped."""
     # Imported here: the store (Results) reads this module, and a command that only writes or
     # checks its input should not pay pandas' import (0.3 s) for a frame it never builds.
     import pandas as pd
@@ -80,6 +87,7 @@ def as_today(frame: pd.DataFrame) -> pd.DataFrame:
         dtype=object,
     )
     if "metric" in frame.columns:
+        frame = frame[~frame["metric"].map(is_retired).astype(bool)].reset_index(drop=True)
         frame["recorded_metric"] = frame["metric"]
         frame["metric"] = frame["metric"].map(current_metric)
     return frame

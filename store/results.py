@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from store.clock import server_now
-from store.compatibility import current_metric, current_params
+from store.compatibility import current_metric, current_params, is_retired
 from store.errors import ClaimLost
 from store.outage import OutageGuard, survives_outages
 from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
@@ -158,6 +158,7 @@ class Results:
             return [
                 RecordedMeasurement(current_params(experiment, params), current_metric(metric), value, unit)
                 for params, metric, value, unit in session.execute(query)
+                if not is_retired(metric)
             ]
 
     @survives_outages

@@ -18,7 +18,7 @@ MACHINE = MachineRecord("laptop", "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cp
 OLD_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("kv_cache", {"part": "timing", "n": 64}, "measured_speedup"),
     ("speculative", {"part": "speculative", "draft": "bigram", "k": 2}, "speedup_median"),
-    ("speculative", {"part": "choice", "drafts": ["bigram"]}, "a_priori_regret"),
+    ("speculative", {"part": "choice", "drafts": ["bigram"]}, "a_priori_regret_measured"),
     ("kv_cache", {"part": "counts", "n": 64}, "mults_cache"),
 ]
 
@@ -40,7 +40,12 @@ def test_old_params_are_filled_on_the_read_path_and_kept_in_the_store(sqlite_url
         "temperature": 1.0,
         "schedule": "fixed",
     }
-    assert read["a_priori_regret"] == {"part": "choice", "drafts": ["bigram"], "impl": "static", "temperature": 1.0}
+    assert read["a_priori_regret_measured"] == {
+        "part": "choice",
+        "drafts": ["bigram"],
+        "impl": "static",
+        "temperature": 1.0,
+    }
     assert read["mults_cache"] == {"part": "counts", "n": 64}, "a part that never had the params gains none"
     across = frames.metric_across_runs(store, "speculative", "speedup_median")
     assert across["params"].iloc[0]["schedule"] == "fixed"
@@ -90,3 +95,39 @@ def test_renamed_metrics_are_read_under_their_current_names_and_the_recorded_nam
     assert resumed.metric == "component_model_speedup"
     # The store keeps the name the run recorded.
     assert set(frames.export_rows(store, old_run)["metric"]) == {"predicted_speedup_refined"}
+
+
+def test_a_retired_metric_is_dropped_on_the_read_path_and_kept_in_the_store(sqlite_url: str) -> None:
+    """An old run's a_priori_regret was 0 inside its noise band: no reader shows it again, while
+    the measured regret beside it reads as recorded, and the store and an export keep both."""
+    from runner.cli.recommend import recommendations
+
+    store = Store(sqlite_url)
+    run_id = store.results.start_run(
+        machine_id=store.results.machine_id(MACHINE), spec={}, code_version="x", model_id=None
+    )
+    choice = {"part": "choice", "drafts": ["bigram"], "impl": "fast", "temperature": 1.0}
+    values = {
+        "a_priori_choice_draft_index": 0,
+        "a_priori_choice_schedule_index": 0,
+        "a_priori_choice_k": 2,
+        "a_priori_choice_p_min": 0.0,
+        "a_priori_choice_predicted_speedup": 1.1,
+        "a_priori_choice_speedup": 0.81,
+        "measured_best_speedup": 0.87,
+        "a_priori_regret": 0.0,  # as the old code rounded it
+        "a_priori_regret_measured": 0.06,
+        "a_priori_regret_noise_band": 0.08,
+        "a_priori_regret_within_noise": 1.0,
+    }
+    measurements = tuple(MeasurementRecord(metric, value, "ratio") for metric, value in values.items())
+    store.results.record_case(run_id, CaseRecord("speculative", choice, measurements))
+    read = frames.measurements(store, run_id)
+    assert "a_priori_regret" not in set(read["metric"]) and len(read) == len(values) - 1
+    assert list(read.index) == list(range(len(read))), "the rows left are numbered afresh"
+    assert "a_priori_regret" not in frames.metric_names(store, "speculative")
+    resumed = store.results.measurements(run_id, "speculative")
+    assert "a_priori_regret" not in {row.metric for row in resumed}
+    (line,) = recommendations(resumed)
+    assert "regret 0.06 as measured" in line and "regret 0 " not in line, line
+    assert "a_priori_regret" in set(frames.export_rows(store, run_id)["metric"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from analysis.tables import cell_texts
 from dashboard import speculative_figures
 
 
@@ -52,14 +53,21 @@ def test_the_choice_and_the_check_are_named_in_words() -> None:
                 "measured_best_k": 2,
                 "measured_best_p_min": 0.0,
                 "measured_best_speedup": 1.15,
-                "a_priori_regret": 0.0,
+                "a_priori_regret_measured": 0.0004,
                 "a_priori_regret_noise_band": 0.08,
+                "a_priori_regret_within_noise": 1.0,
             }
         ]
     )
     named = speculative_figures.choices(choice).iloc[0]
     assert named["a_priori_choice"] == "fast_int8 · confidence p_min=0.5 (≤4)"
     assert named["measured_best"] == "bigram · fixed k=2"
+    # The regret as measured, never rounded to 0, with its band and flag; plain decoding lost here.
+    assert "a_priori_regret" not in named.index
+    assert named["a_priori_regret_measured"] == 0.0004 and bool(named["a_priori_regret_within_noise"])
+    assert not named["plain_decoding_wins"]
+    texts = cell_texts(speculative_figures.choices(choice)).iloc[0]
+    assert texts["a_priori_regret_measured"] == "0.0004" and texts["a_priori_regret_within_noise"] == "yes"
     check = speculative_figures.check_verdicts(
         pd.DataFrame(
             {

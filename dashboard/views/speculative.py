@@ -32,7 +32,9 @@ if opened and run_id is not None:
             st.caption(
                 "Following the a-priori model: the (draft, schedule, k or p_min) it would pick per impl and "
                 "temperature, what that measured, the measured best, and the speedup lost by following the model "
-                "(a_priori_regret: 0 when within the noise band of the two cases' pairs, shown beside it)."
+                "as measured (a_priori_regret_measured), beside the noise band of the two cases' pairs and whether "
+                "it lies within it. plain_decoding_wins: every setup measured slower than plain decoding (1x), "
+                "so the choice is not to draft at all (decodelab recommend ranks it among the setups)."
             )
             ui.table(choices, "speculative_a_priori_choice")
         accuracy = data.part(cases, "accuracy")
