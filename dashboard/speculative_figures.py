@@ -68,6 +68,11 @@ def position_chart(curves: pd.DataFrame) -> Figure:
     )
 
 
+def flag(value: float | None) -> bool | None:
+    """A recorded 0/1 as a bool; None where the run recorded none."""
+    return None if value is None or pd.isna(value) else bool(value)
+
+
 def choices(choice: pd.DataFrame) -> pd.DataFrame:
     """Per (impl, temperature), the a-priori pick and the measured best in words, the regret as
     measured with its noise band and whether it lies within it, and whether plain decoding (1x:
@@ -95,8 +100,9 @@ def choices(choice: pd.DataFrame) -> pd.DataFrame:
                 "measured_best": named("measured_best"),
                 "measured_best_speedup": row["measured_best_speedup"],
                 "a_priori_regret_measured": row["a_priori_regret_measured"],
-                "a_priori_regret_noise_band": row["a_priori_regret_noise_band"],
-                "a_priori_regret_within_noise": bool(row["a_priori_regret_within_noise"]),
+                # Runs before the band recorded the regret alone: no band, no flag.
+                "a_priori_regret_noise_band": row.get("a_priori_regret_noise_band"),
+                "a_priori_regret_within_noise": flag(row.get("a_priori_regret_within_noise")),
                 "plain_decoding_wins": bool(row["measured_best_speedup"] < 1.0),
             }
         )

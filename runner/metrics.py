@@ -364,12 +364,24 @@ def _index() -> tuple[dict[str, Metric], list[tuple[re.Pattern[str], Metric]]]:
 BY_NAME, FAMILIES = _index()
 # Old name → current name: older runs keep the names they were recorded under.
 RENAMED_METRICS = {old: metric.name for metric in CATALOGUE for old in metric.old_names}
-# Names older runs recorded whose figure misled, each with what to read instead: the read path
-# (store.compatibility) drops them, so no page, report or command shows them again; the store and
-# an export keep them as recorded.
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A name older runs recorded whose figure came to mislead: where its case also recorded
+    ``replacement`` the read path (store.compatibility) drops it, elsewhere it is read as
+    ``replacement`` (what it meant before it misled). The store and an export keep it as recorded."""
+
+    replacement: str
+    why: str
+
+
 RETIRED_METRICS = {
-    "a_priori_regret": "0 inside the noise band, not the measured regret: read a_priori_regret_measured "
-    "beside a_priori_regret_noise_band and a_priori_regret_within_noise",
+    "a_priori_regret": Retired(
+        "a_priori_regret_measured",
+        "set to 0 inside the noise band in runs that also recorded a_priori_regret_measured (dropped there); "
+        "the measured regret itself in the runs before them (read as a_priori_regret_measured)",
+    ),
 }
 
 

@@ -37,8 +37,8 @@ def markdown_table() -> str:
             seen.add(metric.name)
             rows.append(_row(metric))
     header = "| metric | unit | kind | better | band | old names | what it is |\n|---|---|---|---|---|---|---|"
-    retired = [f"- `{name}`: {_cell(why)}" for name, why in RETIRED_METRICS.items()]
-    lead = "Retired: older runs recorded these; the read path drops them (the store keeps them as recorded)."
+    retired = [f"- `{name}` (now `{old.replacement}`): {_cell(old.why)}" for name, old in RETIRED_METRICS.items()]
+    lead = "Retired names older runs recorded (the store keeps them as recorded):"
     return "\n".join([header, *rows, "", lead, "", *retired])
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import Select, case, func, select
 from sqlalchemy.sql.expression import Selectable
 
 from store.clock import server_now
-from store.compatibility import as_today, current_metric, is_retired, recorded_names
+from store.compatibility import as_today, current_metric, recorded_names
 from store.schema import Case, Job, Machine, Measurement, Run, Sample, Worker
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ def metric_across_runs(
 def metric_names(store: Store, experiment: str) -> list[str]:
     with store.read() as session:
         query = select(Measurement.metric).where(Measurement.experiment == experiment).distinct()
-        return sorted({current_metric(name) for name in session.scalars(query) if not is_retired(name)})
+        return sorted({current_metric(name) for name in session.scalars(query)})
 
 
 def samples(store: Store, measurement_ids: Sequence[int]) -> pd.DataFrame:
