@@ -232,18 +232,49 @@ CATALOGUE: tuple[Metric, ...] = (
             "tvd_noise_bound",
             "draft_target_tvd",
             "chi2_pvalue",
-            "detectable_tv",
             "chi2_pvalue_{variant}",
             "effect_tv_{variant}",
         )
     ),
+    Metric(
+        "detectable_tv",
+        "probability",
+        "sampled",
+        help="TV at the first position, moved between the test's bins, detected with 80% power; "
+        "recorded only where the simulation backs it",
+    ),
+    Metric(
+        "detectable_tv_at_position_{position}",
+        "probability",
+        "sampled",
+        help="the same at emitted position i (its own pass count, the joint test); only where simulated power backs it",
+    ),
+    Metric(
+        "simulated_power_at_position_{position}",
+        "probability",
+        "sampled",
+        help="share of simulated checks that caught the least favourable deviation of that TV at position i",
+    ),
+    Metric(
+        "pooled_share_at_position_{position}",
+        "probability",
+        "sampled",
+        help="probability pooled into the rare bin at position i: a deviation among those characters is invisible",
+    ),
+    Metric("samples_at_position_{position}", "count", "sampled", help="passes that emitted a token at position i"),
     Metric("chi2_degrees_of_freedom", "count", "sampled", help="pooled bins − 1 of the chi-square test"),
     Metric("check_detects_{variant}", "bool", "sampled", help="the chi-square test caught this accept-rule bug"),
+    Metric(
+        "check_due_{variant}",
+        "bool",
+        "sampled",
+        help="its effect exceeds detectable_tv and the simulation backs the power statement at its position",
+    ),
     Metric(
         "check_keeps_its_power_{variant}",
         "bool",
         "sampled",
-        help="caught, or its effect below detectable_tv (the check's stated limit)",
+        help="recorded only where the variant was due: the check caught it",
     ),
     *_timed(
         "seconds",

@@ -12,6 +12,7 @@ from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.decoding.speculative import accept_rule, speculative_decode
 from runner.experiments.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
+from runner.experiments.distribution_power import POWER, SIMULATION_SLACK
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
 from store import frames
@@ -117,9 +118,11 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "alpha_a_priori",
         "expected_chars_per_pass",
         "chi2_pvalue",
-        "detectable_tv",
+        "samples_at_position_1",
+        "pooled_share_at_position_1",
         "distribution_check_passes",
         *(f"check_detects_{variant}" for variant in BUG_VARIANTS),
+        *(f"check_due_{variant}" for variant in BUG_VARIANTS),
         "a_priori_regret_measured",
         "a_priori_regret_noise_band",
         "a_priori_regret_within_noise",
@@ -143,6 +146,25 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
     greedy = rows[rows["metric"] == "greedy_matches_target"]
     assert set(greedy["temperature"]) == {0.0} and (greedy["value"] == 1.0).all()
     assert (rows.loc[rows["metric"] == "distribution_check_passes", "value"] == 1.0).all()
+    # Each check states its reach per position, a power statement only where its simulation
+    # backed it, and whether it kept its power only for the variants that were due.
+    distribution = rows[rows["part"] == "distribution"]
+    for _, case in distribution.groupby(distribution["params"].map(lambda params: str(sorted(params.items())))):
+        recorded = case.set_index("metric")["value"]
+        positions = [name for name in recorded.index if name.startswith("samples_at_position_")]
+        assert recorded["samples_at_position_1"] == case["params"].iloc[0]["samples"] and len(positions) >= 1
+        for position in range(1, len(positions) + 1):
+            power = recorded.get(f"simulated_power_at_position_{position}")
+            backed = power is not None and power >= POWER - SIMULATION_SLACK
+            assert (f"detectable_tv_at_position_{position}" in recorded.index) == backed
+        assert ("detectable_tv" in recorded.index) == ("detectable_tv_at_position_1" in recorded.index)
+        for variant in BUG_VARIANTS:
+            due = recorded[f"check_due_{variant}"] == 1.0
+            assert (f"check_keeps_its_power_{variant}" in recorded.index) == due, variant
+            if not due:
+                continue
+            assert recorded[f"effect_tv_{variant}"] > recorded["detectable_tv"]
+            assert recorded[f"check_keeps_its_power_{variant}"] == recorded[f"check_detects_{variant}"]
     # The choice, recomputed here from the speculative cases: the a-priori model's pick is the
     # case it predicted fastest, the regret what that pick measured short of the measured best
     # (never rounded), flagged when within the noise band of the two cases' pairs.

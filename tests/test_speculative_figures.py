@@ -79,6 +79,27 @@ def test_the_choice_and_the_check_are_named_in_words() -> None:
             }
         )
     )
-    assert check["verdict"].iloc[0] == "✅ passes; rules out TV ≥ 0.031 (80% power)"
+    assert check["verdict"].iloc[0].startswith("✅ passes; TV ≥ 0.031 at the first position by the approximation alone")
     assert check["verdict"].iloc[1].startswith("❌")
     assert check["bugs_caught"].tolist() == ["accept_all", "accept_all, bonus_from_draft"]
+    # A run with the reach: the statement only where the simulation backed it, per position.
+    reached = speculative_figures.check_verdicts(
+        pd.DataFrame(
+            {
+                "distribution_check_passes": [1.0, 1.0],
+                "chi2_pvalue": [0.4, 0.5],
+                "detectable_tv": [0.031, None],
+                "samples_at_position_1": [3000.0, 40.0],
+                "pooled_share_at_position_1": [0.012, 0.3],
+                "detectable_tv_at_position_1": [0.031, None],
+                "samples_at_position_2": [1200.0, None],
+                "pooled_share_at_position_2": [0.05, None],
+            }
+        )
+    )
+    assert reached["verdict"].iloc[0] == (
+        "✅ passes; rules out TV ≥ 0.031 at the first position between its bins (80% power); "
+        "1.2% of its probability pooled as rare, unseen within"
+    )
+    assert reached["reach"].iloc[0] == "1: TV ≥ 0.031, 1.2% pooled; 2: no power statement, 5.0% pooled"
+    assert "no power statement" in reached["verdict"].iloc[1] and "rules out" not in reached["verdict"].iloc[1]

@@ -201,10 +201,13 @@ if opened and run_id is not None:
         st.caption(
             f"{int(distribution['samples'].iloc[0]):,} passes per draft from one context through its own proposal "
             f"path and the impl's production verification (C++ for fast), the {unit} emitted at every position "
-            "tested by one chi-square test (p < 0.001 fails). detectable_tv: the smallest total variation the "
-            "test catches with 80% power at this sample count, so a pass rules it out. Controls: the accept "
-            "rule's bug variants through the same path; each should be caught wherever its effect exceeds "
-            "detectable_tv."
+            "tested by one chi-square test (p < 0.001 fails). detectable_tv: the smallest total variation at the "
+            "first position, moved between the test's bins, that it catches with 80% power at this sample count "
+            "(stated only where a simulation of the same test backs it), so a pass rules it out. reach: the same "
+            "per emitted position (later positions are reached by fewer passes), and the share of each position's "
+            "probability pooled into one bin of rare characters, among which a deviation is invisible. Controls: "
+            "the accept rule's bug variants through the same path; each is due to be caught where its effect "
+            "exceeds detectable_tv under a backed statement."
         )
         ui.table(
             speculative_figures.check_verdicts(distribution),
@@ -216,6 +219,7 @@ if opened and run_id is not None:
                 "verdict",
                 "chi2_pvalue",
                 "detectable_tv",
+                "reach",
                 "draft_target_tvd",
                 "bugs_caught",
             ],
