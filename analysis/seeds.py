@@ -10,11 +10,15 @@ How a row is judged, by the figure's kind:
   beside the write-up's, not judged.
 - machine: timed on this machine (speedups, microseconds, slopes): shown with its band.
 
-Each row also says where its value comes from: ``from the run`` (the run's own model and cases),
-``from decodelab's arithmetic`` (computed, or counted on a fixed shape: the same for any run) or
-``identity`` (a ratio that is n² or n by construction, a shape back-solved to match). The
-headline agreement counts the first only. Every figure entry pins the parameters its claim names,
-so a claim whose case the run does not hold says "not in this run", never "differs".
+Each row is classed by what produced its value:
+- ``measured``: timed, counted or compared on this run's model and machine;
+- ``computed``: a closed form or arithmetic on fixed sizes (the write-ups' model's shape, the
+  counter check's, the cache's K/V count over five tokens, the context-cost figures at d = 512,
+  every arithmetic ratio, the explainer's real models): the same for any run;
+- ``identity``: a ratio that is n² or n by construction, a shape back-solved to match.
+The headline agreement counts measured rows only, with the computed and identity rows' counts
+beside it. Every figure entry pins the parameters its claim names, so a claim whose case the run
+does not hold says "not in this run", never "differs".
 
 Standard library only (no torch), so the dashboard's Seeds page builds the same rows.
 """
@@ -34,7 +38,7 @@ from store.records import RecordedMeasurement
 FIGURES_PATH = Path(__file__).parent / "data" / "seed_figures.toml"
 
 # Figures decodelab computes from its own modules (the write-ups' arithmetic about real models).
-COMPUTED: dict[str, Callable[[], float]] = {
+COMPUTED_FIGURES: dict[str, Callable[[], float]] = {
     "cache_4096_32_8192_fp16_gib": lambda: counts.cache_bytes(32, 32, 8192, 128, 2) / 2**30,
     "explainer_6_to_15": lambda: scale.attention_work_without_cache(6, 10, 96),
     "explainer_400_100_no_cache_billions": lambda: scale.attention_work_without_cache(400, 100, 96) / 1e9,
@@ -50,18 +54,45 @@ class MeasurementSource(Protocol):
     def measurements(self, run_id: int, experiment: str) -> list[RecordedMeasurement]: ...
 
 
-# What a row's value comes from: only ``RUN`` rows can disagree because of the run.
-RUN, ARITHMETIC, IDENTITY = "from the run", "from decodelab's arithmetic", "identity"
-# Case parts of a fixed shape, whatever the run's model: the same figures for any run.
-FIXED_SHAPE_PARTS = frozenset({"writeup_model", "counter_check"})
+# What a row's value comes from: only ``MEASURED`` rows can disagree because of the run.
+MEASURED, COMPUTED, IDENTITY = "measured", "computed", "identity"
+SOURCES = (MEASURED, COMPUTED, IDENTITY)
+# Case parts whose every figure is arithmetic on sizes, whatever the run's model: the write-ups'
+# model and the counter check at fixed shapes, the K/V count over five tokens on random weights,
+# the closed-form counts at the model's shape, the context-cost figures at their own d and n.
+COMPUTED_PARTS = frozenset(
+    {
+        ("kv_cache", "writeup_model"),
+        ("kv_cache", "counter_check"),
+        ("kv_cache", "recomputation"),
+        ("kv_cache", "counts"),
+        ("context_cost", "summary"),
+        ("context_cost", "table"),
+    }
+)
+# Closed forms recorded beside timed figures in a measured part (kv_timing's timing and width
+# cases): the ratio of two multiplication counts at the case's n and width.
+CLOSED_FORM_METRICS = frozenset(
+    {
+        "arithmetic_ratio",
+        "arithmetic_ratio_causal",
+        "arithmetic_ratio_with_lm_head",
+        "arithmetic_ratio_writeup_model",
+        "mults_no_cache_with_lm_head",
+        "mults_cache_with_lm_head",
+    }
+)
 
 
 def source_of(figure: dict[str, Any]) -> str:
-    if figure.get("source") == "identity":
+    """``figure``'s class: identity where the figures file says so, computed where decodelab's own
+    modules or a closed form at fixed sizes produce it, else measured on the run."""
+    if figure.get("source") == IDENTITY:
         return IDENTITY
-    if "computed" in figure or figure.get("params", {}).get("part") in FIXED_SHAPE_PARTS:
-        return ARITHMETIC
-    return RUN
+    part = (figure.get("experiment"), figure.get("params", {}).get("part"))
+    if "computed" in figure or part in COMPUTED_PARTS or figure.get("metric") in CLOSED_FORM_METRICS:
+        return COMPUTED
+    return MEASURED
 
 
 @dataclass(frozen=True)
@@ -75,7 +106,7 @@ class Row:
     kind: str
     method: str
     verdict: str
-    source: str = RUN
+    source: str = MEASURED
 
 
 class RunFigures:
@@ -102,7 +133,7 @@ def load_figures(path: Path = FIGURES_PATH) -> list[dict[str, Any]]:
 def run_value(figure: dict[str, Any], run: RunFigures, metric: str | None = None) -> float | None:
     """This run's counterpart of ``figure`` (or of its ``metric`` at the same case)."""
     if "computed" in figure and metric is None:
-        return COMPUTED[figure["computed"]]()
+        return COMPUTED_FIGURES[figure["computed"]]()
     value = run.value(figure["experiment"], metric or figure["metric"], figure.get("params", {}))
     if value is None or metric is not None:
         return value
@@ -156,17 +187,20 @@ def _number(value: float | None) -> str:
 
 
 def summary(rows: Sequence[Row]) -> str:
-    """The agreement count over the exact figures this run computed (its cases held); those of
-    decodelab's arithmetic and the identities agree for any run and are counted apart."""
+    """The agreement count over the exact figures measured on this run (its cases held); the
+    computed and identity ones agree for any run and are counted beside it, never in it."""
     exact = [row for row in rows if row.kind == "exact" and row.run_value is not None]
-    own = [row for row in exact if row.source == RUN]
-    agreeing = sum(row.verdict == "agrees" for row in own)
-    fixed = sum(row.source == ARITHMETIC for row in exact)
-    identities = sum(row.source == IDENTITY for row in exact)
+
+    def agreeing(source: str) -> tuple[int, int]:
+        of_source = [row for row in exact if row.source == source]
+        return sum(row.verdict == "agrees" for row in of_source), len(of_source)
+
+    (measured_agree, measured), (computed_agree, computed), (identity_agree, identities) = map(agreeing, SOURCES)
     missing = sum(row.run_value is None for row in rows)
     return (
-        f"{agreeing} of {len(own)} exact figures computed by this run agree "
-        f"(not counted: {fixed} from decodelab's arithmetic and {identities} identities, the same for any run); "
+        f"{measured_agree} of {measured} exact figures measured on this run agree "
+        f"(beside them, not counted: {computed_agree} of {computed} computed, closed forms and arithmetic on "
+        f"fixed sizes, and {identity_agree} of {identities} identities agree, the same for any run); "
         f"{missing} of {len(rows)} figures are not in this run."
     )
 
@@ -176,7 +210,10 @@ def markdown(rows: Sequence[Row], run_id: int) -> str:
         f"# The write-ups' figures beside run {run_id}",
         "",
         "Exact figures must agree within the write-up's printed precision; sampled ones within their noise "
-        "bound; model and machine figures are shown beside the write-up's (another model, another machine).",
+        "bound; model and machine figures are shown beside the write-up's (another model, another machine). "
+        "Source: measured (timed, counted or compared on this run's model), computed (a closed form or "
+        "arithmetic on fixed sizes: the same for any run) or identity (true by construction); the count below "
+        "the table agrees over measured rows only.",
         "",
         "| write-up | claim | write-up | this run | band | kind | source | method | verdict |",
         "|---|---|---|---|---|---|---|---|---|",

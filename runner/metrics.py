@@ -232,18 +232,49 @@ CATALOGUE: tuple[Metric, ...] = (
             "tvd_noise_bound",
             "draft_target_tvd",
             "chi2_pvalue",
-            "detectable_tv",
             "chi2_pvalue_{variant}",
             "effect_tv_{variant}",
         )
     ),
+    Metric(
+        "detectable_tv",
+        "probability",
+        "sampled",
+        help="TV at the first position, moved between the test's bins, detected with 80% power; "
+        "recorded only where the simulation backs it",
+    ),
+    Metric(
+        "detectable_tv_at_position_{position}",
+        "probability",
+        "sampled",
+        help="the same at emitted position i (its own pass count, the joint test); only where simulated power backs it",
+    ),
+    Metric(
+        "simulated_power_at_position_{position}",
+        "probability",
+        "sampled",
+        help="share of simulated checks that caught the least favourable deviation of that TV at position i",
+    ),
+    Metric(
+        "pooled_share_at_position_{position}",
+        "probability",
+        "sampled",
+        help="probability pooled into the rare bin at position i: a deviation among those characters is invisible",
+    ),
+    Metric("samples_at_position_{position}", "count", "sampled", help="passes that emitted a token at position i"),
     Metric("chi2_degrees_of_freedom", "count", "sampled", help="pooled bins − 1 of the chi-square test"),
     Metric("check_detects_{variant}", "bool", "sampled", help="the chi-square test caught this accept-rule bug"),
+    Metric(
+        "check_due_{variant}",
+        "bool",
+        "sampled",
+        help="its effect exceeds detectable_tv and the simulation backs the power statement at its position",
+    ),
     Metric(
         "check_keeps_its_power_{variant}",
         "bool",
         "sampled",
-        help="caught, or its effect below detectable_tv (the check's stated limit)",
+        help="recorded only where the variant was due: the check caught it",
     ),
     *_timed(
         "seconds",
@@ -278,10 +309,14 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("component_model_relative_error", "ratio", "predicted", old_names=("predicted_refined_relative_error",)),
     Metric("predicted_speedup_a_priori", "ratio", "predicted", help="a priori: E / (v + k·c), before the run"),
     Metric("a_priori_relative_error", "ratio", "predicted"),
-    Metric("a_priori_regret", "ratio", "predicted", help="0 when within the noise band, else the measured regret"),
-    Metric("a_priori_regret_measured", "ratio", "predicted"),
+    Metric(
+        "a_priori_regret_measured",
+        "ratio",
+        "predicted",
+        help="the measured best's median speedup minus the a-priori pick's, never rounded",
+    ),
     Metric("a_priori_regret_noise_band", "ratio", "predicted", help="the two cases' pair bands, added"),
-    Metric("a_priori_regret_within_noise", "choice", "predicted"),
+    Metric("a_priori_regret_within_noise", "choice", "predicted", help="1 when the measured regret ≤ its noise band"),
     Metric("a_priori_chose_best", "choice", "predicted"),
     *(
         Metric(prefix + name, unit, "predicted")
@@ -360,6 +395,25 @@ def _index() -> tuple[dict[str, Metric], list[tuple[re.Pattern[str], Metric]]]:
 BY_NAME, FAMILIES = _index()
 # Old name → current name: older runs keep the names they were recorded under.
 RENAMED_METRICS = {old: metric.name for metric in CATALOGUE for old in metric.old_names}
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A name older runs recorded whose figure came to mislead: where its case also recorded
+    ``replacement`` the read path (store.compatibility) drops it, elsewhere it is read as
+    ``replacement`` (what it meant before it misled). The store and an export keep it as recorded."""
+
+    replacement: str
+    why: str
+
+
+RETIRED_METRICS = {
+    "a_priori_regret": Retired(
+        "a_priori_regret_measured",
+        "set to 0 inside the noise band in runs that also recorded a_priori_regret_measured (dropped there); "
+        "the measured regret itself in the runs before them (read as a_priori_regret_measured)",
+    ),
+}
 
 
 def lookup(name: str) -> Metric | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.metrics import CATALOGUE, Metric
+from runner.metrics import CATALOGUE, RETIRED_METRICS, Metric
 
 BEGIN = "<!-- metric table: generated from runner/metrics.py by `python -m runner.metrics_doc`; do not edit -->"
 END = "<!-- end of the generated metric table -->"
@@ -37,7 +37,9 @@ def markdown_table() -> str:
             seen.add(metric.name)
             rows.append(_row(metric))
     header = "| metric | unit | kind | better | band | old names | what it is |\n|---|---|---|---|---|---|---|"
-    return "\n".join([header, *rows])
+    retired = [f"- `{name}` (now `{old.replacement}`): {_cell(old.why)}" for name, old in RETIRED_METRICS.items()]
+    lead = "Retired names older runs recorded (the store keeps them as recorded):"
+    return "\n".join([header, *rows, "", lead, "", *retired])
 
 
 def with_table(document: str) -> str:

@@ -18,15 +18,17 @@ What older runs did, by the parameter they lack:
 
 Metrics renamed since a run recorded them (the catalogue's ``old_names``, runner.metrics) are read
 under their current names, so an old run's figure meets a new run's; the name the run used stays
-beside it in ``recorded_metric``, where the pages and the review's warnings say so.
+beside it in ``recorded_metric``, where the pages and the review's warnings say so. A retired
+name (the catalogue's RETIRED_METRICS, a figure that came to mislead) is dropped where its case
+also recorded the replacement, and read as the replacement where it did not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from runner.metrics import RENAMED_METRICS
+from runner.metrics import RENAMED_METRICS, RETIRED_METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,18 +55,33 @@ def current_params(experiment: str, params: Mapping[str, Any]) -> dict[str, Any]
 
 
 def current_metric(name: str) -> str:
-    """The name today's catalogue gives a metric recorded as ``name``."""
-    return RENAMED_METRICS.get(name, name)
+    """The name today's catalogue gives a metric recorded as ``name`` (a retired name: its
+    replacement, where the case recorded none; superseded says where it did)."""
+    retired = RETIRED_METRICS.get(name)
+    return retired.replacement if retired is not None else RENAMED_METRICS.get(name, name)
+
+
+def superseded(cases: Sequence[Any], metrics: Sequence[str]) -> list[bool]:
+    """Per (case, recorded metric) row, whether it is a retired name whose case also recorded its
+    replacement: such a row is dropped on the read path."""
+    recorded = set(zip(cases, metrics, strict=True))
+    return [
+        metric in RETIRED_METRICS and (case, RETIRED_METRICS[metric].replacement) in recorded
+        for case, metric in zip(cases, metrics, strict=True)
+    ]
 
 
 def recorded_names(metric: str) -> list[str]:
-    """Every name runs may have recorded ``metric`` under: its own and its old ones."""
-    return [metric, *(old for old, new in RENAMED_METRICS.items() if new == metric)]
+    """Every name runs may have recorded ``metric`` under: its own, its old ones and the retired
+    ones it replaces."""
+    old_names = [old for old, new in RENAMED_METRICS.items() if new == metric]
+    return [metric, *old_names, *(old for old, retired in RETIRED_METRICS.items() if retired.replacement == metric)]
 
 
 def as_today(frame: pd.DataFrame) -> pd.DataFrame:
     """Measurement rows as today's code names them: each case's params filled (current_params)
-    and each renamed metric under its current name, the recorded name kept in ``recorded_metric``."""
+    and each renamed metric under its current name, the recorded name kept in ``recorded_metric``;
+    a retired metric's row dropped where its case recorded the replacement."""
     # Imported here: the store (Results) reads this module, and a command that only writes or
     # checks its input should not pay pandas' import (0.3 s) for a frame it never builds.
     import pandas as pd
@@ -80,6 +97,8 @@ def as_today(frame: pd.DataFrame) -> pd.DataFrame:
         dtype=object,
     )
     if "metric" in frame.columns:
+        dropped = superseded(list(frame["case_id"]), list(frame["metric"]))
+        frame = frame[[not drop for drop in dropped]].reset_index(drop=True)
         frame["recorded_metric"] = frame["metric"]
         frame["metric"] = frame["metric"].map(current_metric)
     return frame

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from store.clock import server_now
-from store.compatibility import current_metric, current_params
+from store.compatibility import current_metric, current_params, superseded
 from store.errors import ClaimLost
 from store.outage import OutageGuard, survives_outages
 from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, RecordedMeasurement, case_key
@@ -177,16 +177,19 @@ class Results:
         """What this run recorded for ``experiment`` so far, in order: how a summary case (a fit
         over lengths) sees the cases before it, also after a resume."""
         query = (
-            select(Case.params, Measurement.metric, Measurement.value, Measurement.unit)
+            select(Case.id, Case.params, Measurement.metric, Measurement.value, Measurement.unit)
             .join(Case, Case.id == Measurement.case_id)
             .where(Measurement.run_id == run_id, Measurement.experiment == experiment)
             .order_by(Measurement.id)
         )
         with self._sessions.read() as session:
-            return [
-                RecordedMeasurement(current_params(experiment, params), current_metric(metric), value, unit)
-                for params, metric, value, unit in session.execute(query)
-            ]
+            rows = list(session.execute(query))
+        dropped = superseded([row[0] for row in rows], [row[2] for row in rows])
+        return [
+            RecordedMeasurement(current_params(experiment, params), current_metric(metric), value, unit)
+            for (_, params, metric, value, unit), drop in zip(rows, dropped, strict=True)
+            if not drop
+        ]
 
     @survives_outages
     def finish_run(

@@ -18,7 +18,7 @@ MACHINE = MachineRecord("laptop", "cpu", 2, 1, "Linux", "3.11", "2.13.0", 2, "cp
 OLD_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("kv_cache", {"part": "timing", "n": 64}, "measured_speedup"),
     ("speculative", {"part": "speculative", "draft": "bigram", "k": 2}, "speedup_median"),
-    ("speculative", {"part": "choice", "drafts": ["bigram"]}, "a_priori_regret"),
+    ("speculative", {"part": "choice", "drafts": ["bigram"]}, "a_priori_regret_measured"),
     ("kv_cache", {"part": "counts", "n": 64}, "mults_cache"),
 ]
 
@@ -40,7 +40,12 @@ def test_old_params_are_filled_on_the_read_path_and_kept_in_the_store(sqlite_url
         "temperature": 1.0,
         "schedule": "fixed",
     }
-    assert read["a_priori_regret"] == {"part": "choice", "drafts": ["bigram"], "impl": "static", "temperature": 1.0}
+    assert read["a_priori_regret_measured"] == {
+        "part": "choice",
+        "drafts": ["bigram"],
+        "impl": "static",
+        "temperature": 1.0,
+    }
     assert read["mults_cache"] == {"part": "counts", "n": 64}, "a part that never had the params gains none"
     across = frames.metric_across_runs(store, "speculative", "speedup_median")
     assert across["params"].iloc[0]["schedule"] == "fixed"
@@ -90,3 +95,60 @@ def test_renamed_metrics_are_read_under_their_current_names_and_the_recorded_nam
     assert resumed.metric == "component_model_speedup"
     # The store keeps the name the run recorded.
     assert set(frames.export_rows(store, old_run)["metric"]) == {"predicted_speedup_refined"}
+
+
+def test_a_retired_metric_is_dropped_where_its_replacement_was_recorded_and_read_as_it_elsewhere(
+    sqlite_url: str,
+) -> None:
+    """a_priori_regret was 0 inside its noise band in runs that also recorded the measured regret:
+    no reader shows it there. Runs before the band recorded the measured regret under that name:
+    read as a_priori_regret_measured, the recorded name beside it. The store keeps both."""
+    from runner.cli.recommend import recommendations
+
+    store = Store(sqlite_url)
+    machine_id = store.results.machine_id(MACHINE)
+    banded, before = (
+        store.results.start_run(machine_id=machine_id, spec={}, code_version="x", model_id=None) for _ in range(2)
+    )
+    choice = {"part": "choice", "drafts": ["bigram"], "impl": "fast", "temperature": 1.0}
+    values = {
+        "a_priori_choice_draft_index": 0,
+        "a_priori_choice_schedule_index": 0,
+        "a_priori_choice_k": 2,
+        "a_priori_choice_p_min": 0.0,
+        "a_priori_choice_predicted_speedup": 1.1,
+        "a_priori_choice_speedup": 0.81,
+        "measured_best_speedup": 0.87,
+        "a_priori_regret": 0.0,  # as the banded code rounded it
+        "a_priori_regret_measured": 0.06,
+        "a_priori_regret_noise_band": 0.08,
+        "a_priori_regret_within_noise": 1.0,
+    }
+    measurements = tuple(MeasurementRecord(metric, value, "ratio") for metric, value in values.items())
+    store.results.record_case(banded, CaseRecord("speculative", choice, measurements))
+    old_choice = {"part": "choice", "drafts": ["bigram"], "impl": "static"}
+    store.results.record_case(
+        before, CaseRecord("speculative", old_choice, (MeasurementRecord("a_priori_regret", 0.04, "ratio"),))
+    )
+    read = frames.measurements(store, banded)
+    assert "a_priori_regret" not in set(read["metric"]) and len(read) == len(values) - 1
+    assert list(read.index) == list(range(len(read))), "the rows left are numbered afresh"
+    assert read.set_index("metric").loc["a_priori_regret_measured", "value"] == 0.06
+    resumed = store.results.measurements(banded, "speculative")
+    assert [row.value for row in resumed if row.metric == "a_priori_regret_measured"] == [0.06]
+    (line,) = recommendations(resumed)
+    assert "regret 0.06 as measured" in line and "regret 0 " not in line, line
+    # Before the band: the measured regret under the old name, read under the new one and said so.
+    (old,) = frames.measurements(store, before).to_dict("records")
+    assert (old["metric"], old["value"], old["recorded_metric"]) == (
+        "a_priori_regret_measured",
+        0.04,
+        "a_priori_regret",
+    )
+    assert [row.metric for row in store.results.measurements(before, "speculative")] == ["a_priori_regret_measured"]
+    assert frames.metric_names(store, "speculative").count("a_priori_regret_measured") == 1
+    assert "a_priori_regret" not in frames.metric_names(store, "speculative")
+    across = frames.metric_across_runs(store, "speculative", "a_priori_regret_measured")
+    assert sorted(across["value"]) == [0.04, 0.06]
+    for run_id in (banded, before):
+        assert "a_priori_regret" in set(frames.export_rows(store, run_id)["metric"])

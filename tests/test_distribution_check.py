@@ -20,10 +20,17 @@ from runner.experiments.distribution_check import (
     check_passes,
     chi2_pvalue,
     chi_square,
-    detectable_tv,
     first_position_output,
     target_rows,
     tv_noise_bounds,
+)
+from runner.experiments.distribution_power import (
+    POWER,
+    SIMULATION_SLACK,
+    detectable_tv,
+    least_favourable_shift,
+    reach,
+    simulated_power,
 )
 from runner.model.gpt import CharGPT
 from runner.model.quantize import quantize_model
@@ -176,3 +183,59 @@ def test_the_noise_bound_shrinks_with_samples() -> None:
 def test_greedy_is_refused(target: CharGPT) -> None:
     with pytest.raises(ValueError, match="temperature > 0"):
         check_passes(target, "static", ModelDraft(target, "itself"), PROMPT, 2, 10, 0.0, seed=0)
+
+
+def test_the_least_favourable_shift_moves_exactly_the_tv_between_two_halves() -> None:
+    shares = np.array([0.4, 0.3, 0.2, 0.1])
+    shifted = least_favourable_shift(shares, 0.05)
+    assert shifted is not None
+    assert shifted.sum() == pytest.approx(1.0) and 0.5 * np.abs(shifted - shares).sum() == pytest.approx(0.05)
+    assert least_favourable_shift(shares, 0.6) is None, "the lighter half holds less than the TV"
+
+
+def test_the_power_statement_stands_where_the_simulation_backs_it_and_not_where_it_cannot() -> None:
+    shares = [np.full(10, 0.1)]
+    tv = detectable_tv(4000, degrees_of_freedom=9)
+    assert simulated_power(shares, [4000], 0, tv, seed=3) >= POWER - SIMULATION_SLACK
+    assert simulated_power(shares, [4000], 0, tv / 2, seed=3) < 0.2
+    # Two positions, one joint test: the second, reached by a tenth of the passes, sees a TV about
+    # √10 times as large, and the simulation of the joint statistic backs that too.
+    observed = [torch.full((10,), 400.0), torch.full((10,), 40.0)]
+    expected = [torch.full((10,), 400.0), torch.full((10,), 40.0)]
+    first, second = reach(observed, expected, seed=1)
+    assert (first.position, first.samples, second.position, second.samples) == (1, 4000, 2, 400)
+    assert second.detectable_tv == pytest.approx(first.detectable_tv * 10**0.5, rel=0.01)
+    assert first.backed and second.backed
+    # Twelve passes: no deviation of the TV the approximation names fits between the halves.
+    few = reach([torch.full((4,), 3.0)], [torch.full((4,), 3.0)], seed=1)[0]
+    assert np.isnan(few.simulated_power) and not few.backed
+
+
+def test_a_deviation_among_the_pooled_rare_characters_is_invisible_up_to_their_share() -> None:
+    # Two common characters and twenty rare ones expected once each: 20 of 820 pooled.
+    expected = torch.tensor([400.0, 400.0, *[1.0] * 20])
+    moved = torch.tensor([400.0, 400.0, 20.0, *[0.0] * 19])  # every rare draw on one character
+    (position,) = reach([expected], [expected], seed=1)
+    assert position.pooled_share == pytest.approx(20 / 820)
+    tv = 0.5 * float((moved - expected).abs().sum()) / 820
+    assert tv == pytest.approx(19 / 820) and tv <= position.pooled_share
+    assert chi_square([moved], [expected]).pvalue == pytest.approx(1.0), "the pooled bin's total is unchanged"
+    between = torch.tensor([419.0, 381.0, *[1.0] * 20])  # a smaller TV across the common bins
+    assert chi_square([between], [expected]).pvalue < chi_square([moved], [expected]).pvalue
+
+
+def test_a_real_check_states_its_reach_per_position(target: CharGPT) -> None:
+    tokens = torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(1))
+    check = check_passes(target, "static", BigramDraft(tokens, VOCAB), PROMPT, 2, 1500, 1.0, seed=4)
+    positions = [position.position for position in check.reach]
+    assert positions == list(range(1, len(positions) + 1)) and 1 <= len(positions) <= 3
+    assert check.reach[0].samples == 1500 and check.detectable_tv == check.reach[0].detectable_tv
+    samples = [position.samples for position in check.reach]
+    assert samples == sorted(samples, reverse=True), "later positions are reached by fewer passes"
+    for position in check.reach:
+        assert 0.0 <= position.pooled_share < 1.0
+        assert position.backed == (position.simulated_power >= POWER - SIMULATION_SLACK)
+    # A variant is due only under a backed statement at its position.
+    for variant in BUG_VARIANTS:
+        at = check.reach[-1] if variant == "bonus_from_draft" else check.reach[0]
+        assert check.must_detect(variant) == (at.backed and check.variants[variant].effect_tv > check.detectable_tv)

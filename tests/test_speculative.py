@@ -12,6 +12,7 @@ from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.decoding.speculative import accept_rule, speculative_decode
 from runner.experiments.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
+from runner.experiments.distribution_power import POWER, SIMULATION_SLACK
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
 from store import frames
@@ -117,11 +118,14 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "alpha_a_priori",
         "expected_chars_per_pass",
         "chi2_pvalue",
-        "detectable_tv",
+        "samples_at_position_1",
+        "pooled_share_at_position_1",
         "distribution_check_passes",
         *(f"check_detects_{variant}" for variant in BUG_VARIANTS),
-        "a_priori_regret",
+        *(f"check_due_{variant}" for variant in BUG_VARIANTS),
+        "a_priori_regret_measured",
         "a_priori_regret_noise_band",
+        "a_priori_regret_within_noise",
         "a_priori_error_median",
         "a_priori_within_10pct",
         "greedy_matches_target",
@@ -130,8 +134,10 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "draft_cost_ratio_writeup",
     }
     assert required <= set(rows["metric"])
-    # The old names meant something else; a new run never writes them.
+    # The old names meant something else; a new run never writes them, nor the retired regret
+    # rounded to 0 inside its band (read back, an old run's is dropped: test_compatibility).
     assert not {"predicted_speedup", "predicted_speedup_refined"} & set(rows["metric"])
+    assert "a_priori_regret" not in set(frames.export_rows(store, int(frames.runs(store)["run_id"].min()))["metric"])
     speculative = rows[rows["part"] == "speculative"]
     assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small", "fast_int8"}
     assert set(speculative["schedule"]) == {"fixed", "heuristic", "confidence"}
@@ -140,9 +146,28 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
     greedy = rows[rows["metric"] == "greedy_matches_target"]
     assert set(greedy["temperature"]) == {0.0} and (greedy["value"] == 1.0).all()
     assert (rows.loc[rows["metric"] == "distribution_check_passes", "value"] == 1.0).all()
+    # Each check states its reach per position, a power statement only where its simulation
+    # backed it, and whether it kept its power only for the variants that were due.
+    distribution = rows[rows["part"] == "distribution"]
+    for _, case in distribution.groupby(distribution["params"].map(lambda params: str(sorted(params.items())))):
+        recorded = case.set_index("metric")["value"]
+        positions = [name for name in recorded.index if name.startswith("samples_at_position_")]
+        assert recorded["samples_at_position_1"] == case["params"].iloc[0]["samples"] and len(positions) >= 1
+        for position in range(1, len(positions) + 1):
+            power = recorded.get(f"simulated_power_at_position_{position}")
+            backed = power is not None and power >= POWER - SIMULATION_SLACK
+            assert (f"detectable_tv_at_position_{position}" in recorded.index) == backed
+        assert ("detectable_tv" in recorded.index) == ("detectable_tv_at_position_1" in recorded.index)
+        for variant in BUG_VARIANTS:
+            due = recorded[f"check_due_{variant}"] == 1.0
+            assert (f"check_keeps_its_power_{variant}" in recorded.index) == due, variant
+            if not due:
+                continue
+            assert recorded[f"effect_tv_{variant}"] > recorded["detectable_tv"]
+            assert recorded[f"check_keeps_its_power_{variant}"] == recorded[f"check_detects_{variant}"]
     # The choice, recomputed here from the speculative cases: the a-priori model's pick is the
-    # case it predicted fastest, the regret what that pick measured short of the measured best,
-    # zero when within the noise band of the two cases' pairs.
+    # case it predicted fastest, the regret what that pick measured short of the measured best
+    # (never rounded), flagged when within the noise band of the two cases' pairs.
     for impl in ("static", "fast"):
         for temperature in (1.0, 0.7, 0.0):
             chosen_cases = speculative[(speculative["impl"] == impl) & (speculative["temperature"] == temperature)]
@@ -163,7 +188,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
             )
             assert recorded["a_priori_regret_measured"] == pytest.approx(regret)
             assert recorded["a_priori_regret_noise_band"] == pytest.approx(band)
-            assert recorded["a_priori_regret"] == pytest.approx(0.0 if regret <= band else regret)
+            assert recorded["a_priori_regret_within_noise"] == float(regret <= band)
         accuracy = rows[(rows["part"] == "accuracy") & (rows["impl"] == impl)].set_index("metric")["value"]
         errors = speculative.loc[
             (speculative["impl"] == impl) & (speculative["metric"] == "a_priori_relative_error"), "value"
@@ -175,6 +200,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
 
 
 def test_recommend_prints_the_pick_per_impl_and_refuses_a_missing_run(filled_store_url: str) -> None:
+    from store.store import Store
     from tests.conftest import ROOT, run_decodelab
 
     result = run_decodelab("recommend", "--run", "1", "--db", filled_store_url, cwd=ROOT)
@@ -182,6 +208,18 @@ def test_recommend_prints_the_pick_per_impl_and_refuses_a_missing_run(filled_sto
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 2 * 3, "one line per (impl, temperature)"
     assert all("predicted" in line and "measured" in line and "Why:" in line for line in lines)
+    # Each line ranks plain decoding among the choices, names it the winner exactly where every
+    # setup measured slower, and prints a regret of 0 only where the run measured 0.
+    rows = frames.measurements(Store(filled_store_url), 1, "speculative")
+    choice = rows[rows["params"].map(lambda params: params["part"] == "choice")]
+    for line in lines:
+        impl, temperature = line.split(":")[0].split(", temperature ")
+        key = (impl, float(temperature))
+        keys = choice["params"].map(lambda params: (params["impl"], params["temperature"]))
+        recorded = choice[[found == key for found in keys]].set_index("metric")["value"]
+        assert "ranked by measured speedup" in line and "plain decoding 1.00x" in line, line
+        assert ("plain decoding wins" in line) == (recorded["measured_best_speedup"] < 1.0), line
+        assert ("regret 0 " in line) == (recorded["a_priori_regret_measured"] == 0.0), line
     missing = run_decodelab("recommend", "--run", "999", "--db", filled_store_url, cwd=ROOT)
     assert missing.returncode == 2 and "--run: no run 999" in missing.stderr
 
@@ -298,5 +336,68 @@ def test_recommend_names_the_roofline_regime_where_the_run_placed_the_verificati
     rows += [RecordedMeasurement(choice, metric, value, "ratio") for metric, value in picked.items()]
     (line,) = recommendations(rows)
     assert line.startswith("fast, temperature 1: ngram, fixed k = 2; predicted 1.40x, measured 1.30x"), line
-    assert "regret 0 (measured 0.050" in line and "the roofline places the verification memory-bound" in line
+    assert "regret 0.05 as measured, within the pairs' noise band 0.1" in line, "measured, never rounded to 0"
+    assert "the roofline places the verification memory-bound" in line
     assert "break even" not in line, "no break-even acceptance recorded, none printed"
+    assert "plain decoding wins" not in line
+
+
+def choice_rows(
+    setups: dict[tuple[str, int], tuple[float, float, float]], picked: tuple[str, int], regret: float, band: float
+) -> list:
+    """A run's speculative rows: per (draft, k) its (median, min, max) speedup; a choice of ``picked``."""
+    from store.records import RecordedMeasurement
+
+    drafts = sorted({draft for draft, _ in setups})
+    rows = []
+    for (draft, k), (median, low, high) in setups.items():
+        params = {
+            "part": "speculative",
+            "impl": "fast",
+            "temperature": 1.0,
+            "draft": draft,
+            "schedule": "fixed",
+            "k": k,
+        }
+        for metric, value in {"speedup_median": median, "speedup_min": low, "speedup_max": high}.items():
+            rows.append(RecordedMeasurement(params, metric, value, "ratio"))
+    choice = {"part": "choice", "impl": "fast", "temperature": 1.0, "drafts": drafts}
+    values = {
+        "a_priori_choice_draft_index": drafts.index(picked[0]),
+        "a_priori_choice_schedule_index": 0,
+        "a_priori_choice_k": picked[1],
+        "a_priori_choice_p_min": 0.0,
+        "a_priori_choice_predicted_speedup": 1.2,
+        "a_priori_choice_speedup": setups[picked][0],
+        "measured_best_speedup": max(median for median, _, _ in setups.values()),
+        "a_priori_regret_measured": regret,
+        "a_priori_regret_noise_band": band,
+        "a_priori_regret_within_noise": float(regret <= band),
+    }
+    return rows + [RecordedMeasurement(choice, metric, value, "ratio") for metric, value in values.items()]
+
+
+def test_recommend_says_plain_decoding_wins_and_ranks_it_among_the_setups() -> None:
+    from runner.cli.recommend import recommendations
+
+    # Every setup measured slower than plain decoding (as the fast impl did on the development machine).
+    setups = {("bigram", 2): (0.81, 0.78, 0.84), ("ngram", 2): (0.87, 0.85, 0.9), ("ngram", 4): (0.84, 0.8, 0.99)}
+    (line,) = recommendations(choice_rows(setups, ("ngram", 4), regret=0.03, band=0.05))
+    assert line.startswith("fast, temperature 1: plain decoding wins: every speculative setup measured slower"), line
+    assert "the fastest setup, ngram, fixed k = 2, 0.87x, its pairs 0.85–0.90x, every pair slower" in line
+    assert "regret 0.16 against plain decoding" in line and "regret 0.03 as measured, within" in line
+    assert (
+        "ranked by measured speedup (4 choices): 1. plain decoding 1.00x; 2. ngram, fixed k = 2 0.87x; "
+        "3. ngram, fixed k = 4 0.84x." in line
+    ), line
+    # Speculative wins: plain decoding keeps its place in the ranking, printed past the head.
+    setups = {(draft, k): (1.5 - 0.1 * k, 1.3 - 0.1 * k, 1.6) for draft in ("bigram", "ngram") for k in (1, 2, 3)}
+    (line,) = recommendations(choice_rows(setups, ("bigram", 1), regret=0.0, band=0.2))
+    assert "plain decoding wins" not in line and "regret 0 (the pick is the measured best)" in line
+    assert line.count(". ") >= 3 and "… 7. plain decoding 1.00x" in line, line
+    # A pick slower than plain decoding says so even when a faster setup exists; a tiny regret
+    # beyond its band keeps its digits.
+    setups = {("bigram", 1): (1.1, 1.05, 1.15), ("bigram", 2): (0.9, 0.89, 0.9)}
+    (line,) = recommendations(choice_rows(setups, ("bigram", 2), regret=0.0004, band=0.0001))
+    assert "regret 0.0004 as measured, beyond the pairs' noise band 0.0001" in line
+    assert "the pick measured slower than plain decoding (by 0.1)" in line

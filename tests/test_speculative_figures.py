@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from analysis.tables import cell_texts
 from dashboard import speculative_figures
 
 
@@ -52,14 +53,21 @@ def test_the_choice_and_the_check_are_named_in_words() -> None:
                 "measured_best_k": 2,
                 "measured_best_p_min": 0.0,
                 "measured_best_speedup": 1.15,
-                "a_priori_regret": 0.0,
+                "a_priori_regret_measured": 0.0004,
                 "a_priori_regret_noise_band": 0.08,
+                "a_priori_regret_within_noise": 1.0,
             }
         ]
     )
     named = speculative_figures.choices(choice).iloc[0]
     assert named["a_priori_choice"] == "fast_int8 · confidence p_min=0.5 (≤4)"
     assert named["measured_best"] == "bigram · fixed k=2"
+    # The regret as measured, never rounded to 0, with its band and flag; plain decoding lost here.
+    assert "a_priori_regret" not in named.index
+    assert named["a_priori_regret_measured"] == 0.0004 and bool(named["a_priori_regret_within_noise"])
+    assert not named["plain_decoding_wins"]
+    texts = cell_texts(speculative_figures.choices(choice)).iloc[0]
+    assert texts["a_priori_regret_measured"] == "0.0004" and texts["a_priori_regret_within_noise"] == "yes"
     check = speculative_figures.check_verdicts(
         pd.DataFrame(
             {
@@ -71,6 +79,27 @@ def test_the_choice_and_the_check_are_named_in_words() -> None:
             }
         )
     )
-    assert check["verdict"].iloc[0] == "✅ passes; rules out TV ≥ 0.031 (80% power)"
+    assert check["verdict"].iloc[0].startswith("✅ passes; TV ≥ 0.031 at the first position by the approximation alone")
     assert check["verdict"].iloc[1].startswith("❌")
     assert check["bugs_caught"].tolist() == ["accept_all", "accept_all, bonus_from_draft"]
+    # A run with the reach: the statement only where the simulation backed it, per position.
+    reached = speculative_figures.check_verdicts(
+        pd.DataFrame(
+            {
+                "distribution_check_passes": [1.0, 1.0],
+                "chi2_pvalue": [0.4, 0.5],
+                "detectable_tv": [0.031, None],
+                "samples_at_position_1": [3000.0, 40.0],
+                "pooled_share_at_position_1": [0.012, 0.3],
+                "detectable_tv_at_position_1": [0.031, None],
+                "samples_at_position_2": [1200.0, None],
+                "pooled_share_at_position_2": [0.05, None],
+            }
+        )
+    )
+    assert reached["verdict"].iloc[0] == (
+        "✅ passes; rules out TV ≥ 0.031 at the first position between its bins (80% power); "
+        "1.2% of its probability pooled as rare, unseen within"
+    )
+    assert reached["reach"].iloc[0] == "1: TV ≥ 0.031, 1.2% pooled; 2: no power statement, 5.0% pooled"
+    assert "no power statement" in reached["verdict"].iloc[1] and "rules out" not in reached["verdict"].iloc[1]

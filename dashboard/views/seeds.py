@@ -4,7 +4,7 @@ what on the machine (the same rows as `decodelab report seeds`)."""
 import pandas as pd
 import streamlit as st
 
-from analysis.seeds import seed_rows, summary
+from analysis.seeds import SOURCES, seed_rows, summary
 from dashboard import data, ui
 
 st.title("The write-ups, reproduced")
@@ -18,7 +18,10 @@ st.markdown(
 st.caption(
     "One row per figure the five write-ups state. Exact figures (counts, closed-form ratios, bytes, the context-cost "
     "and explainer numbers) must agree within the precision the write-up printed; sampled ones within their noise "
-    "bound; figures of another model or another machine are shown beside the write-up's, not judged."
+    "bound; figures of another model or another machine are shown beside the write-up's, not judged. The source "
+    "column says what produced each value: measured (timed, counted or compared on this run's model), computed "
+    "(a closed form or arithmetic on fixed sizes: the same for any run) or identity (true by construction). The "
+    "count above the table agrees over measured rows only; the computed and identity rows are counted beside it."
 )
 opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
@@ -29,9 +32,22 @@ if opened and run_id is not None:
     if rows["run_value"].isna().any():
         st.info("Some figures are not in this run: `decodelab run --preset seed` records every one.")
     kinds = st.multiselect("Kinds", ["exact", "sampling", "model", "machine"], default=[], key="seeds_kinds")
+    sources = st.multiselect("Sources", list(SOURCES), default=[], key="seeds_sources")
     shown = rows[rows["kind"].isin(kinds)] if kinds else rows
+    shown = shown[shown["source"].isin(sources)] if sources else shown
     ui.table(
         shown,
         "seed_report",
-        ["writeup", "claim", "writeup_value", "run_value", "band_low", "band_high", "kind", "method", "verdict"],
+        [
+            "writeup",
+            "claim",
+            "writeup_value",
+            "run_value",
+            "band_low",
+            "band_high",
+            "kind",
+            "source",
+            "method",
+            "verdict",
+        ],
     )

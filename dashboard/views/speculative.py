@@ -32,7 +32,9 @@ if opened and run_id is not None:
             st.caption(
                 "Following the a-priori model: the (draft, schedule, k or p_min) it would pick per impl and "
                 "temperature, what that measured, the measured best, and the speedup lost by following the model "
-                "(a_priori_regret: 0 when within the noise band of the two cases' pairs, shown beside it)."
+                "as measured (a_priori_regret_measured), beside the noise band of the two cases' pairs and whether "
+                "it lies within it. plain_decoding_wins: every setup measured slower than plain decoding (1x), "
+                "so the choice is not to draft at all (decodelab recommend ranks it among the setups)."
             )
             ui.table(choices, "speculative_a_priori_choice")
         accuracy = data.part(cases, "accuracy")
@@ -199,10 +201,13 @@ if opened and run_id is not None:
         st.caption(
             f"{int(distribution['samples'].iloc[0]):,} passes per draft from one context through its own proposal "
             f"path and the impl's production verification (C++ for fast), the {unit} emitted at every position "
-            "tested by one chi-square test (p < 0.001 fails). detectable_tv: the smallest total variation the "
-            "test catches with 80% power at this sample count, so a pass rules it out. Controls: the accept "
-            "rule's bug variants through the same path; each should be caught wherever its effect exceeds "
-            "detectable_tv."
+            "tested by one chi-square test (p < 0.001 fails). detectable_tv: the smallest total variation at the "
+            "first position, moved between the test's bins, that it catches with 80% power at this sample count "
+            "(stated only where a simulation of the same test backs it), so a pass rules it out. reach: the same "
+            "per emitted position (later positions are reached by fewer passes), and the share of each position's "
+            "probability pooled into one bin of rare characters, among which a deviation is invisible. Controls: "
+            "the accept rule's bug variants through the same path; each is due to be caught where its effect "
+            "exceeds detectable_tv under a backed statement."
         )
         ui.table(
             speculative_figures.check_verdicts(distribution),
@@ -214,6 +219,7 @@ if opened and run_id is not None:
                 "verdict",
                 "chi2_pvalue",
                 "detectable_tv",
+                "reach",
                 "draft_target_tvd",
                 "bugs_caught",
             ],

@@ -1,5 +1,8 @@
 """``decodelab recommend --run N``: the speculative setup the a-priori prediction picks per impl
-(and temperature), what it predicted and measured, and why, read from the run's choice cases."""
+(and temperature), what it predicted and measured, and why, read from the run's choice cases;
+plain decoding ranked among the choices (every speedup is against it, so it stands at 1x), and
+named the winner when every setup measured slower. A regret is printed as measured, beside its
+noise band: it reads 0 only where the pick was the measured best."""
 
 from __future__ import annotations
 
@@ -14,6 +17,51 @@ from store.records import RecordedMeasurement
 # A verification of k + 1 positions costing under this share of k + 1 plain steps: the target pass
 # is bound by per-call overhead (more positions are nearly free); above it, by arithmetic.
 OVERHEAD_BOUND_SHARE = 0.5
+PLAIN = "plain decoding"
+PLAIN_SPEEDUP = 1.0  # every speedup is a ratio to plain decoding through the same impl
+RANKED_SHOWN = 3  # the ranking's head printed; plain decoding's place is printed wherever it falls
+
+
+def figure(value: float) -> str:
+    """Three significant figures, so a small nonzero regret never prints as 0."""
+    return f"{value:.3g}"
+
+
+def regret_words(regret: float, band: float, within: bool) -> str:
+    """The measured regret with its noise band and which side of it the regret lies."""
+    if regret == 0:
+        return "regret 0 (the pick is the measured best)"
+    side = "within" if within else "beyond"
+    return f"regret {figure(regret)} as measured, {side} the pairs' noise band {figure(band)}"
+
+
+def ranking(setups: dict[Candidate, dict[str, float]]) -> tuple[list[tuple[str, float]], int]:
+    """Every setup with a measured median and plain decoding, fastest first, and plain decoding's
+    place (1-based) among them."""
+    ranked = sorted(
+        [(describe(candidate), values["speedup_median"]) for candidate, values in setups.items()]
+        + [(PLAIN, PLAIN_SPEEDUP)],
+        key=lambda entry: -entry[1],
+    )
+    return ranked, 1 + [name for name, _ in ranked].index(PLAIN)
+
+
+def ranking_words(ranked: list[tuple[str, float]], plain_place: int) -> str:
+    shown = [f"{place}. {name} {speedup:.2f}x" for place, (name, speedup) in enumerate(ranked[:RANKED_SHOWN], 1)]
+    if plain_place > RANKED_SHOWN:
+        shown.append(f"… {plain_place}. {PLAIN} {PLAIN_SPEEDUP:.2f}x")
+    return f"ranked by measured speedup ({len(ranked)} choices): {'; '.join(shown)}"
+
+
+def plain_wins_words(best: Candidate | None, best_values: dict[str, float], best_speedup: float) -> str:
+    """Why plain decoding wins: the fastest setup's median below 1x, and whether its pairs agree."""
+    named = f"the fastest setup, {describe(best)}," if best is not None else "the fastest setup"
+    words = f"{PLAIN} wins: every speculative setup measured slower ({named} {best_speedup:.2f}x"
+    if "speedup_max" in best_values and "speedup_min" in best_values:
+        low, high = best_values["speedup_min"], best_values["speedup_max"]
+        agree = "every pair slower" if high < PLAIN_SPEEDUP else "some pairs faster: within its noise"
+        words += f", its pairs {low:.2f}–{high:.2f}x, {agree}"
+    return words + ")"
 
 
 def regime(verify_cost_ratio: float, positions: float) -> str:
@@ -46,13 +94,29 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
             float(values["a_priori_choice_p_min"]),
         )
         case = speculative.get((impl, temperature, picked), {})
-        regret = values["a_priori_regret_measured"]
-        band = values["a_priori_regret_noise_band"]
-        verdict = (
-            f"regret 0 (measured {regret:.3f}, within the pairs' noise band {band:.3f})"
-            if values["a_priori_regret_within_noise"]
-            else f"regret {regret:.3f} (beyond the pairs' noise band {band:.3f})"
+        verdict = regret_words(
+            values["a_priori_regret_measured"],
+            values["a_priori_regret_noise_band"],
+            bool(values["a_priori_regret_within_noise"]),
         )
+        setups = {
+            candidate: metrics
+            for (setup_impl, setup_temperature, candidate), metrics in speculative.items()
+            if setup_impl == impl and setup_temperature == temperature and "speedup_median" in metrics
+        }
+        best_speedup = values["measured_best_speedup"]
+        picked_speedup = values["a_priori_choice_speedup"]
+        best = max(setups, key=lambda candidate: setups[candidate]["speedup_median"]) if setups else None
+        lead = ""
+        if best_speedup < PLAIN_SPEEDUP:
+            # Plain decoding is the fastest choice: the pick's regret is against it; the stored
+            # regret (against the fastest setup) stays beside it with its band.
+            lead = plain_wins_words(best, setups.get(best, {}) if best else {}, best_speedup) + ". The a-priori pick: "
+            loss = figure(PLAIN_SPEEDUP - picked_speedup)
+            verdict = f"regret {loss} against {PLAIN}, the fastest choice; against the fastest setup {verdict}"
+        elif picked_speedup < PLAIN_SPEEDUP:
+            verdict += f"; the pick measured slower than {PLAIN} (by {figure(PLAIN_SPEEDUP - picked_speedup)})"
+        ranked = "; " + ranking_words(*ranking(setups)) if setups else ""
         why = []
         if "acceptance_rate" in case:
             why.append(f"acceptance {case['acceptance_rate']:.2f}")
@@ -69,8 +133,8 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
             if break_even is not None:
                 why.append(f"drafts break even above acceptance {break_even:.2f}")
         lines.append(
-            f"{impl}, temperature {temperature:g}: {describe(picked)}; predicted "
-            f"{values['a_priori_choice_predicted_speedup']:.2f}x, measured {values['a_priori_choice_speedup']:.2f}x "
-            f"(best measured {values['measured_best_speedup']:.2f}x); {verdict}. Why: {'; '.join(why) or 'no details'}."
+            f"{impl}, temperature {temperature:g}: {lead}{describe(picked)}; predicted "
+            f"{values['a_priori_choice_predicted_speedup']:.2f}x, measured {picked_speedup:.2f}x "
+            f"(the fastest setup {best_speedup:.2f}x); {verdict}{ranked}. Why: {'; '.join(why) or 'no details'}."
         )
     return lines

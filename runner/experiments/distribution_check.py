@@ -10,15 +10,20 @@ chi-square test (scipy) over (position, token) bins, the expected count of each 
 target's probabilities over the passes that reached that position, characters expected fewer
 than MIN_EXPECTED_PER_BIN times pooled into one bin per position.
 
-Beside the verdict, ``detectable_tv``: the smallest total variation between what the rule emits
-at the first position and the target that the test detects with POWER at the case's sample count
-(the least favourable deviation of that TV moves it between two halves of the mass, chi-square
-divergence 4·TV², so the noncentrality is 4·n·TV²). A pass rules out deviations that large.
+What a pass rules out, per position (``reach``): the test is one joint statistic, so each
+emitted position has its own reach, from the passes that reached it. At a position, the smallest
+total variation the joint test detects with POWER by the noncentral approximation (the least
+favourable deviation of a TV moves it between two halves of the bins' mass, chi-square divergence
+4·TV², noncentrality 4·n·TV²), the share of its probability pooled into the rare bin (a deviation
+among those characters moves no bin and is invisible, up to that share), and the power a
+simulation of the same test at that TV reached. The power statement stands only where the
+simulation backs it (``PositionReach.backed``); ``detectable_tv`` is the first position's.
 
 Controls: the same proposals decided by deliberately broken rules (``RULE_VARIANTS``) through the
 same path; each one's ``detected`` and its effect (the TV of what it emits, exact at the first
 position, for the bonus variant the bonus position's TV scaled to the full sample count) say
-whether the check catches what it should: every variant whose effect exceeds ``detectable_tv``.
+whether the check catches what it should: a variant is due (``must_detect``) where its effect
+exceeds ``detectable_tv`` and the power statement at its position is backed.
 """
 
 from __future__ import annotations
@@ -31,13 +36,15 @@ import torch
 
 from runner.decoding.decode import inverse_cdf, uniforms
 from runner.decoding.speculative import RULE_VARIANTS, Draft, TargetPass, probabilities, target_pass, verify
+from runner.experiments.distribution_power import (
+    MIN_EXPECTED_PER_BIN,
+    SIGNIFICANCE,
+    PositionReach,
+    reach,
+)
 from runner.model.gpt import CharGPT, KVCache
 
 NOISE_CONFIDENCE = 0.999
-SIGNIFICANCE = 1e-3  # the verdict's p-value threshold
-POWER = 0.8
-# Chi-square needs about five expected counts per bin: rarer characters share one bin.
-MIN_EXPECTED_PER_BIN = 5.0
 BUG_VARIANTS = RULE_VARIANTS[1:]
 ROWS_PER_BATCH = 512  # prefixes per target forward when computing the expected counts
 
@@ -110,30 +117,6 @@ def chi2_pvalue(tokens: torch.Tensor, p: torch.Tensor) -> float:
     """Pearson's chi-square test of ``tokens`` against one distribution p."""
     observed = torch.bincount(tokens, minlength=len(p)).double()
     return chi_square([observed], [p.double() * len(tokens)]).pvalue
-
-
-def detection_power(tv: float, samples: int, degrees_of_freedom: int, significance: float = SIGNIFICANCE) -> float:
-    """The chance that the test rejects at ``significance`` when the first position's distribution
-    is off by total variation ``tv`` in the least favourable way (noncentral chi-square, λ = 4·n·tv²)."""
-    from scipy import stats
-
-    critical = stats.chi2.isf(significance, degrees_of_freedom)
-    return float(stats.ncx2.sf(critical, degrees_of_freedom, 4 * samples * tv * tv))
-
-
-def detectable_tv(
-    samples: int, degrees_of_freedom: int, power: float = POWER, significance: float = SIGNIFICANCE
-) -> float:
-    """The smallest TV detected with ``power`` (1 when the test has no freedom or no TV suffices)."""
-    if degrees_of_freedom < 1 or detection_power(1.0, samples, degrees_of_freedom, significance) < power:
-        return 1.0
-    from scipy import optimize
-
-    return float(
-        optimize.brentq(
-            lambda tv: detection_power(tv, samples, degrees_of_freedom, significance) - power, 1e-9, 1.0, xtol=1e-7
-        )
-    )
 
 
 def first_position_output(p: torch.Tensor, q: torch.Tensor, variant: str) -> torch.Tensor:
@@ -237,11 +220,12 @@ class VariantResult:
 class CheckResult:
     samples: int
     draft_target_tvd: float
-    detectable_tv: float
+    detectable_tv: float  # the first position's (reach[0]), stated only where reach[0].backed
     tvd: float  # the correct rule's first emitted characters against the target's, by TV
     tvd_direct: float  # direct draws from the target, the same count: sampling noise alone
     tvd_noise_bound: float
     variants: dict[str, VariantResult]
+    reach: tuple[PositionReach, ...]  # per emitted position of the correct rule, first to bonus
 
     @property
     def correct(self) -> VariantResult:
@@ -255,8 +239,11 @@ class CheckResult:
         return self.variants[variant].detected
 
     def must_detect(self, variant: str) -> bool:
-        """Whether the stated power covers this variant's effect."""
-        return self.variants[variant].effect_tv > self.detectable_tv
+        """Whether a backed power statement covers this variant's effect: the effect beyond
+        ``detectable_tv`` (the bonus variant's scaled to the full sample count), and the simulation
+        backing the statement at the position the variant changes (the bonus: the last)."""
+        position = self.reach[-1] if variant == "bonus_from_draft" else self.reach[0]
+        return position.backed and self.variants[variant].effect_tv > self.detectable_tv
 
 
 @torch.inference_mode()
@@ -306,9 +293,12 @@ def check_passes(
     )
     rows_of = target_rows(target, prompt, [tokens for variant in variants for tokens in emitted[variant]], temperature)
     results: dict[str, VariantResult] = {}
+    reached: list[PositionReach] = []
     for variant in variants:
         rows = [rows_of[tuple(tokens[:-1])] for tokens in emitted[variant]]
         observed, expected = PassSamples(emitted[variant], rows).counts(k, vocab)
+        if variant == variants[0]:
+            reached = reach(observed, expected, seed)
         if variant == "bonus_from_draft":
             bonus_p_rows = [row[k] for tokens, row in zip(emitted[variant], rows, strict=True) if len(tokens) == k + 1]
             effect = (
@@ -323,13 +313,13 @@ def check_passes(
     first_tokens = torch.tensor([tokens[0] for tokens in emitted[variants[0]]])
     cumulative = p_first.cumsum(dim=0).tolist()
     direct = torch.tensor([inverse_cdf(cumulative, u) for u in uniforms(samples, 1.0, generator).tolist()])
-    freedom = results[variants[0]].chi_square.degrees_of_freedom
     return CheckResult(
         samples=samples,
         draft_target_tvd=total_variation(q_first.double().cpu(), p_first),
-        detectable_tv=detectable_tv(samples, freedom),
+        detectable_tv=reached[0].detectable_tv,
         tvd=total_variation(empirical(first_tokens, vocab), p_first),
         tvd_direct=total_variation(empirical(direct, vocab), p_first),
         tvd_noise_bound=tv_noise_bounds(p_first, samples)[1],
         variants=results,
+        reach=tuple(reached),
     )

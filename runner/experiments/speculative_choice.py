@@ -1,8 +1,9 @@
 """The speculative experiment's summary parts, from the cases the run already recorded.
 
 - choice, per (impl, temperature): the (draft, schedule, k or p_min) the a-priori prediction
-  picks, the measured best, and the regret (the speedup lost by following the prediction) with
-  its noise band from the pairs: a regret inside the band is recorded as zero, the band beside it.
+  picks, the measured best, and the regret (the speedup lost by following the prediction) as
+  measured, with its noise band from the pairs and whether it lies within it. The regret is never
+  rounded: a pick that measured slower than the best keeps its loss, however noisy.
 - accuracy, per impl: how close the a-priori prediction came over every case of the impl
   (``a_priori_error_median``, ``a_priori_within_10pct``).
 
@@ -89,7 +90,6 @@ def choice(case: dict[str, Any], context: ExperimentContext) -> list[Measurement
     within = regret <= band
     return [
         *records,
-        MeasurementRecord("a_priori_regret", 0.0 if within else regret, "ratio"),
         MeasurementRecord("a_priori_regret_measured", regret, "ratio"),
         MeasurementRecord("a_priori_regret_noise_band", band, "ratio"),
         MeasurementRecord("a_priori_regret_within_noise", within, "choice"),
