@@ -14,6 +14,10 @@ from analysis import runs as runs_module
 from store import frames
 from store.store import Store
 
+# The drift allowance of an A/B pair: none (review.compare's unknown-drift rule never applies).
+NO_DRIFT = 0.0
+NO_DRIFT_WORDS = "no drift allowance: an A/B pair measured interleaved in one session"
+
 
 @dataclass
 class ReviewInputs:
@@ -25,6 +29,9 @@ class ReviewInputs:
     earlier: list[int]  # the runs the between-run floors were taken over
     between: dict[tuple[str, str, str], float]
     drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
+    # An A/B pair (analysis.runs.interleaved_pair): both runs measured interleaved in one session,
+    # so drift between runs cannot separate them: no between-run floor, no drift allowance.
+    interleaved: bool = False
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -59,12 +66,13 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     ids = [
         int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
     ]
-    earlier = review.earlier_comparable_runs(runs, run_id)
+    interleaved = runs_module.interleaved_pair(runs, run_id, baseline_id)
+    earlier = [] if interleaved else review.earlier_comparable_runs(runs, run_id)
     present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
     history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
     between: dict[tuple[str, str, str], float] = {}
     drift = None
-    if not history.empty:
+    if not history.empty and not interleaved:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
@@ -75,7 +83,8 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         frames.samples(store, ids),
         earlier,
         between,
-        drift,
+        NO_DRIFT if interleaved else drift,
+        interleaved,
     )
 
 
@@ -114,7 +123,7 @@ def slowed(inputs: ReviewInputs, slower_by: float) -> pd.DataFrame:
 
 def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataFrame | None = None) -> pd.DataFrame:
     """The verdict table of the review (``samples`` in place of the stored ones, if given)."""
-    return review.compare(
+    table = review.compare(
         inputs.run_measurements,
         inputs.baseline_measurements,
         inputs.samples if samples is None else samples,
@@ -123,3 +132,7 @@ def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataF
         drift=inputs.drift,
         paired_rows=inputs.side_by_side(headline_only),
     )
+    if inputs.interleaved and not table.empty:
+        allowance = f"; drift allowance ±{0.0:.1%}"
+        table["why"] = table["why"].map(lambda why: why.replace(allowance, f"; {NO_DRIFT_WORDS}"))
+    return table
