@@ -52,7 +52,9 @@ class SideWorker:
         os.sched_setaffinity(self.process.pid, cpus)
 
     def failure(self, doing: str, cause: str) -> InputError:
-        return InputError(f"{self.revision.option} ({self.revision.short}): {doing} failed: {cause[:ERROR_CHARACTERS]}")
+        if len(cause) > ERROR_CHARACTERS:  # its start and its end (a compiler's error comes last)
+            cause = f"{cause[: ERROR_CHARACTERS // 2]} … {cause[-ERROR_CHARACTERS // 2 :]}"
+        return InputError(f"{self.revision.option} ({self.revision.short}): {doing} failed: {cause}")
 
     def last_log_line(self) -> str:
         self._log.flush()

@@ -90,16 +90,6 @@ def run_ab(
     check_schema(root, (baseline, candidate), store_revision(store))
     started = time.perf_counter()
     threads = int(spec.raw.get("threads", 0))
-    # The machine as the cases see it: the spec's threads, as execute.open_run records it.
-    with torch_threads(threads, fast_path=True):
-        machine_id = store.results.machine_id(fingerprint(spec.device))
-        roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
-    request = {
-        "db": absolute_url(store.url),
-        "spec": spec.raw,
-        "roof": roof,
-        "overheads": store.profiles.overheads(machine_id),
-    }
     cpus = session_cpus(threads)
     with Worktrees(root) as worktrees:
         workers: list[SideWorker] = []
@@ -107,8 +97,20 @@ def run_ab(
             for revision in (baseline, candidate):
                 workers.append(SideWorker(revision, worktrees.add(revision), cpus, worktrees.folder))
             session = Session(workers[0], workers[1], rounds, log)
+            session.build()
+            # The machine as the cases see it: the spec's threads, as execute.open_run records it.
+            with torch_threads(threads, fast_path=True):
+                machine_id = store.results.machine_id(fingerprint(spec.device))
+                roof = ensure_profile(store, machine_id, log) if spec.device == "cpu" else None
             log(f"A/B: baseline {baseline.short} and candidate {candidate.short}, pinned to CPUs {sorted(cpus)}")
-            session.prepare(request)
+            session.prepare(
+                {
+                    "db": absolute_url(store.url),
+                    "spec": spec.raw,
+                    "roof": roof,
+                    "overheads": store.profiles.overheads(machine_id),
+                }
+            )
             session.run()
         finally:
             for worker in workers:

@@ -10,9 +10,10 @@ every sample taken before it, on either side, keeping the pairs inside the case 
 pair share an index). The two stored runs' indexes therefore interleave as the session did, and
 any reader can check the order from them.
 
-Each side's rounds of a case become one case record: a timed value is the median over the rounds
-(a band's low the least, its high the largest, so the band covers every round), its samples all
-rounds' samples; a deterministic figure is the first round's (they must agree)."""
+Each side's rounds of a case become one case record: a timed value (a band's ends too) is the
+median over the rounds, so an A/A band stays one round's width however many rounds ran (the
+review's noise floor, analysis.review.noise_floors, must not widen with the rounds), its samples
+all rounds' samples; a deterministic figure is the first round's (they must agree)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from store.records import CaseRecord, MeasurementRecord, SampleRecord, case_key
 
 Log = Callable[[str], None]
 CaseId = tuple[str, str]  # (experiment, case key)
-LOW_SUFFIXES, HIGH_SUFFIXES = ("_low", "_min"), ("_high", "_max")
 
 
 @dataclass
@@ -55,12 +55,7 @@ def combined(rounds: list[list[dict[str, Any]]]) -> tuple[MeasurementRecord, ...
         values = [float(measurement["value"]) for measurement in same]
         samples = tuple(SampleRecord(int(i), str(side), float(s)) for m in same for i, side, s in m["samples"])
         if samples or not is_deterministic(metric, unit):
-            if metric.endswith(LOW_SUFFIXES):
-                value = min(values)
-            elif metric.endswith(HIGH_SUFFIXES):
-                value = max(values)
-            else:
-                value = statistics.median(values)
+            value = statistics.median(values)
         else:
             value = values[0]
         records.append(MeasurementRecord(metric, value, unit, samples))
@@ -77,11 +72,14 @@ class Session:
         self.next_index = 0
         self.cases_interleaved = 0
 
-    def prepare(self, request: dict[str, Any]) -> None:
-        """Build both sides' fast paths first (a failed build ends the session before any
-        training), then train or reuse each side's model and read its plan."""
+    def build(self) -> None:
+        """Both sides' code imported and fast paths built: a failed build ends the session before
+        anything is trained, profiled or stored."""
         for side in self.sides:
             side.worker.ask({"op": "build"}, "building its fast path")
+
+    def prepare(self, request: dict[str, Any]) -> None:
+        """Each side's model trained or reused by its own code, and its plan read."""
         for side in self.sides:
             self.log(f"{side.worker.revision.side} {side.worker.revision.short}: preparing the model")
             reply = side.worker.ask({"op": "prepare", **request}, "preparing the model")

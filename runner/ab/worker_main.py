@@ -31,8 +31,12 @@ from typing import Any, TextIO
 
 
 def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return f"{type(error).__name__}: {text}" if not isinstance(error, RuntimeError | ValueError) else text
+    """The error in one line: its first line, and a compiler's first ``error:`` line after it (a
+    failed build's message holds the command, then the compiler's whole output)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    cause = next((line for line in lines[1:] if "error:" in line), None)
+    text = lines[0] + (f": {cause}" if cause else "")
+    return text if isinstance(error, RuntimeError | ValueError) else f"{type(error).__name__}: {text}"
 
 
 class Side:
