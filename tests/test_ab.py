@@ -109,6 +109,7 @@ def worktrees(repository: Path) -> list[str]:
 # ---- end to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(repository: Path, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'ab.db'}"
     rounds = 3
@@ -242,6 +243,7 @@ def test_rounds_combine_to_the_median_and_keep_every_sample() -> None:
 # ---- bad input: one line naming the side, nothing stored ----------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "fragments"),
     [
@@ -265,6 +267,7 @@ def test_bad_input_is_one_line_naming_the_side(
     assert len(worktrees(repository)) == 1
 
 
+@pytest.mark.slow
 def test_a_dirty_checkout_refuses_to_measure_head(repository: Path, tmp_path: Path) -> None:
     readme = repository / "README.md"
     before = readme.read_text()
