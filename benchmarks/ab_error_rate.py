@@ -152,6 +152,12 @@ def main() -> int:
             table, wall = session(repository, db, "slow", arguments)
             walls.append(wall)
             uses = table["point"].str.contains(KERNEL, regex=False)
+            for row in table[uses].to_dict("records"):  # what each kernel row saw, for the reader
+                print(
+                    f"slowed {row['metric']} {row['point']}: {row['verdict']}, change {row['change']:+.1%}, "
+                    f"adjusted p {row['adjusted_p']}, floor ±{row['noise_floor'] or 0:.1%} (log)",
+                    file=sys.stderr,
+                )
             affected += int(uses.sum())
             hits += int((table[uses]["verdict"] == "regressed").sum())
             elsewhere += int(table[~uses]["verdict"].isin(ALERTS).sum())

@@ -164,7 +164,8 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(repository:
     # the review defaults to the session's baseline and needs no drift allowance.
     report = (tmp_path / "ab.md").read_text()
     assert "no drift allowance is needed" in report
-    assert "review: " in result.stdout and "unchanged" in result.stdout
+    assert "deterministic figures, computed once per revision: " in result.stdout
+    assert " 0 differ; review: " in result.stdout
     again = run_decodelab(
         "report", "run", "--run", str(candidate_run), "--out", "-", "--format", "md", "--db", db,
         "--fail-on", "regressed,improved,changed", cwd=tmp_path,

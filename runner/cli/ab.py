@@ -76,7 +76,13 @@ def ab(
         else:
             write_file(out, report.render(built, chosen_format))
             typer.echo(f"wrote {out}")
-    typer.echo(f"review: {summary}", err=out is not None and str(out) == "-")
+    verdicts = built.table["verdict"] if not built.table.empty else None
+    equal = int((verdicts == "unchanged").sum()) if verdicts is not None else 0
+    differ = int((verdicts == "changed").sum()) if verdicts is not None else 0
+    typer.echo(
+        f"deterministic figures, computed once per revision: {equal} equal, {differ} differ; review: {summary}",
+        err=out is not None and str(out) == "-",
+    )
     standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
     if standing:
         counts = review.verdict_counts(built.table)
