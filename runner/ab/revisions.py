@@ -86,8 +86,8 @@ def check_clean(repository: Path, revisions: tuple[Revision, ...]) -> None:
             files = [line[3:] for line in changed]
             shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
             raise InputError(
-                f"{revision.option}: {revision.asked} ({revision.short}) is HEAD, and the checkout has uncommitted "
-                f"changes ({shown}): commit or stash them (ab measures commits, not the working tree)"
+                f"{revision.option}: {revision.asked} ({revision.short}) is the checked-out commit, and the checkout "
+                f"has uncommitted changes ({shown}): commit or stash them (ab measures commits, not the working tree)"
             )
 
 

@@ -35,7 +35,7 @@ def one_line(error: BaseException) -> str:
     failed build's message holds the command, then the compiler's whole output)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
     cause = next((line for line in lines[1:] if "error:" in line), None)
-    text = lines[0] + (f": {cause}" if cause else "")
+    text = lines[0].rstrip(":") + (f": {cause}" if cause else "")
     return text if isinstance(error, RuntimeError | ValueError) else f"{type(error).__name__}: {text}"
 
 
