@@ -282,3 +282,28 @@ def test_a_dirty_checkout_refuses_to_measure_head(repository: Path, tmp_path: Pa
     assert "--candidate: HEAD" in line and "uncommitted changes (README.md)" in line
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ab.db").exists()
+
+
+def test_an_ab_pair_is_its_own_review_and_never_another_runs_baseline_or_drift() -> None:
+    import pandas as pd
+
+    from analysis import runs as runs_module
+
+    runs = pd.DataFrame(
+        {
+            "run_id": [1, 2, 3, 4],
+            "started_at": pd.to_datetime(["2026-01-01", "2026-01-02", "2026-01-02", "2026-01-03"]),
+            "status": ["done"] * 4,
+            "preset": ["quick"] * 4,
+            "spec": [None] * 4,
+            "machine_fingerprint": ["m"] * 4,
+            "tags": ["", "ab:2-3, rev:aaaaaaaaaaaa", "ab:2-3, rev:bbbbbbbbbbbb", ""],
+        }
+    )
+    assert runs_module.ab_pair("ab:2-3, rev:aaaaaaaaaaaa") == (2, 3) and runs_module.ab_pair("baseline") is None
+    assert runs_module.interleaved_pair(runs, 3, 2) and not runs_module.interleaved_pair(runs, 2, 3)
+    assert not runs_module.interleaved_pair(runs, 4, 1)
+    assert runs_module.default_baseline(runs, 3) == 2  # the candidate: its session's baseline
+    assert runs_module.default_baseline(runs, 4) == 1  # a later run: never an A/B run
+    assert runs_module.earlier_comparable_runs(runs, 4) == [1]
+    assert runs_module.machine_runs_before(runs, 4) == [1]
