@@ -110,8 +110,10 @@ def worktrees(repository: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(repository: Path, tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'ab.db'}"
+def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
+    repository: Path, tmp_path: Path, store_url: str
+) -> None:
+    db = store_url  # a SQLite file, and a PostgreSQL schema at head: both workers open it with their own code
     rounds = 3
     result = ab(
         repository, db, "--baseline", "base", "--candidate", "HEAD", "--spec", str(TINY_SPEC),
