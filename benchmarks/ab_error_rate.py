@@ -3,7 +3,13 @@ change of itself) for false alerts, and sessions against a test patch that slows
 kernel by 10% (every call into the compiled path of an int8 model busy-waits a tenth of its own
 time) for recall on the cases that use that kernel, and alerts anywhere else.
 
-    python benchmarks/ab_error_rate.py [--sessions 4] [--rounds 3] [--spec FILE] [--only EXPERIMENT]
+    python benchmarks/ab_error_rate.py [--sessions 4] [--rounds 3] [--preset quick | --spec FILE]
+        [--only quantization] [--db URL]
+
+The quick preset's quantization cases by default: at its model size the compiled kernel is most
+of a timed generation, so a 10% slower kernel is a slower case (in the tiny spec's 8-token
+generations Python's overhead is most of the time: the same patch moved them 1-2%). The quick
+model is trained on the first session; give ``--db`` to keep it for the next invocation.
 
 It copies this checkout's files (as the working tree has them) into a temporary repository at
 three commits (base, a README change, the slowing patch), runs 2 × sessions `decodelab ab`
@@ -110,7 +116,8 @@ def session(repository: Path, db: str, candidate: str, arguments: argparse.Names
     from store.store import Store
 
     command = [sys.executable, "-m", "runner.cli", "ab", "--repo", str(repository), "--db", db]
-    command += ["--baseline", "base", "--candidate", candidate, "--spec", str(arguments.spec)]
+    command += ["--baseline", "base", "--candidate", candidate]
+    command += ["--spec", str(arguments.spec)] if arguments.spec else ["--preset", arguments.preset]
     command += ["--rounds", str(arguments.rounds), *(["--only", arguments.only] if arguments.only else [])]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
@@ -134,14 +141,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=4, help="A/A sessions, and as many slowed ones (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per timed case (default 3)")
-    parser.add_argument("--spec", type=Path, default=ROOT / "tests/fixtures/tiny.toml", help="the sweep spec")
+    parser.add_argument("--preset", default="quick", help="the preset the sessions run (default quick)")
+    parser.add_argument("--spec", type=Path, help="a sweep spec file instead, e.g. tests/fixtures/tiny.toml")
     parser.add_argument("--only", default="quantization", help="one experiment of the spec ('' for all)")
+    parser.add_argument("--db", help="the store (default: a temporary SQLite file); its models are reused")
     arguments = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="decodelab-ab-benchmark-"))
     try:
         repository = folder / "decodelab"
         make_repository(repository)
-        db = f"sqlite:///{folder / 'ab.db'}"
+        db = arguments.db or f"sqlite:///{folder / 'ab.db'}"
         walls: list[float] = []
         aa_tested = aa_alerts = hits = affected = elsewhere = 0
         for _ in range(arguments.sessions):
