@@ -15,6 +15,10 @@ from store import frames
 from store.records import case_key
 from store.store import Store
 
+# The drift allowance of an A/B pair: none (review.compare's unknown-drift rule never applies).
+NO_DRIFT = 0.0
+NO_DRIFT_WORDS = "no drift allowance: an A/B pair measured interleaved in one session"
+
 
 @dataclass
 class ReviewInputs:
@@ -26,6 +30,9 @@ class ReviewInputs:
     earlier: list[int]  # the runs the between-run floors were taken over
     between: dict[tuple[str, str, str], float]
     drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
+    # An A/B pair (analysis.runs.interleaved_pair): both runs measured interleaved in one session,
+    # so drift between runs cannot separate them: no between-run floor, no drift allowance.
+    interleaved: bool = False
     # (experiment, params key) → reason: the run's cases it could not measure (store.results.unmeasured_cases)
     unmeasured: dict[tuple[str, str], str] = field(default_factory=dict)
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
@@ -62,12 +69,13 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     ids = [
         int(value) for value in pd.concat([run_measurements["measurement_id"], baseline_measurements["measurement_id"]])
     ]
-    earlier = review.earlier_comparable_runs(runs, run_id)
+    interleaved = runs_module.interleaved_pair(runs, run_id, baseline_id)
+    earlier = [] if interleaved else review.earlier_comparable_runs(runs, run_id)
     present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
     history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
     between: dict[tuple[str, str, str], float] = {}
     drift = None
-    if not history.empty:
+    if not history.empty and not interleaved:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
@@ -78,7 +86,8 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         frames.samples(store, ids),
         earlier,
         between,
-        drift,
+        NO_DRIFT if interleaved else drift,
+        interleaved,
         {(experiment, case_key(params)): why for experiment, params, why in store.results.unmeasured_cases(run_id)},
     )
 
@@ -118,7 +127,7 @@ def slowed(inputs: ReviewInputs, slower_by: float) -> pd.DataFrame:
 
 def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataFrame | None = None) -> pd.DataFrame:
     """The verdict table of the review (``samples`` in place of the stored ones, if given)."""
-    return review.compare(
+    table = review.compare(
         inputs.run_measurements,
         inputs.baseline_measurements,
         inputs.samples if samples is None else samples,
@@ -128,3 +137,7 @@ def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataF
         paired_rows=inputs.side_by_side(headline_only),
         unmeasured=inputs.unmeasured,
     )
+    if inputs.interleaved and not table.empty:
+        allowance = f"; drift allowance ±{0.0:.1%}"
+        table["why"] = table["why"].map(lambda why: why.replace(allowance, f"; {NO_DRIFT_WORDS}"))
+    return table

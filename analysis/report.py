@@ -105,7 +105,7 @@ def build_report(
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )
     timed = table[table["kind"] == "timed"]
-    if not timed.empty and not inputs.between:
+    if not timed.empty and not inputs.between and not inputs.interleaved:
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         warnings.append(
@@ -122,8 +122,10 @@ def build_report(
         len(inputs.earlier),
         drift=inputs.drift,
     )
-    report.machine_drift = drift_line(
-        store.drift.of_fingerprint(str(run["machine_fingerprint"])), inputs.drift, int(run["run_id"])
+    report.machine_drift = (
+        ab_line(run, baseline)
+        if inputs.interleaved
+        else drift_line(store.drift.of_fingerprint(str(run["machine_fingerprint"])), inputs.drift, int(run["run_id"]))
     )
     if calibrated:
         preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
@@ -147,6 +149,15 @@ def build_report(
             review_charts.side_by_side(speculative, "k", "speedup_median", "series", "speculative: measured speedup")
         )
     return report
+
+
+def ab_line(run: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    """What an A/B pair's review rests on instead of a drift allowance."""
+    return (
+        f"no drift allowance is needed: run {run['run_id']} ({run['code_version']}) and baseline "
+        f"{baseline['run_id']} ({baseline['code_version']}) are one A/B session (`decodelab ab`), each timed "
+        "case's rounds alternating the two revisions on this machine, so whatever the machine did hit both alike"
+    )
 
 
 def drift_line(kept: DriftRecord | None, used: float | None, run_id: int) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 SUSPECT, PINNED = "suspect", "baseline"
+# The tag both runs of an A/B session carry (runner.ab.run): ab:<baseline run>-<candidate run>.
+AB_TAG = re.compile(r"ab:(\d+)-(\d+)")
 # Where a dashboard launch records its data folder in the job's spec: not part of what ran.
 LAUNCH_MARKS = ("launched_from_dashboard",)
 # A subset of a preset's experiments is named in full up to this many ("kv_cache and overhead only").
@@ -109,11 +112,46 @@ def tag_set(tags: Any) -> set[str]:
     return {tag for tag in str(tags or "").split(", ") if tag}
 
 
+def ab_pair(tags: Any) -> tuple[int, int] | None:
+    """(baseline run, candidate run) of the A/B session a run belongs to, from its tags; None
+    for a run of no A/B session."""
+    for tag in tag_set(tags):
+        found = AB_TAG.fullmatch(tag)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def interleaved_pair(runs: pd.DataFrame, run_id: int, baseline_id: int) -> bool:
+    """Whether ``baseline_id`` and ``run_id`` are the baseline and candidate of one A/B session:
+    measured interleaved on one machine, so no drift between runs separates them."""
+    if "tags" not in runs.columns:
+        return False
+    tags = runs.set_index("run_id")["tags"]
+    if run_id not in tags.index or baseline_id not in tags.index:
+        return False
+    pair = ab_pair(tags.loc[run_id])
+    return pair == (baseline_id, run_id) and ab_pair(tags.loc[baseline_id]) == pair
+
+
+def _ab_runs(runs: pd.DataFrame) -> pd.Series:
+    """Which rows are runs of an A/B session: never another run's baseline or drift, since their
+    timings were taken beside another revision's."""
+    if "tags" not in runs.columns:
+        return pd.Series([False] * len(runs), index=runs.index)
+    return runs["tags"].map(lambda tags: ab_pair(tags) is not None)
+
+
 def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
-    """The newest run pinned with the tag ``baseline``, else the previous done run, of the same
-    preset on the same machine fingerprint, started before ``run_id``; suspect runs never."""
+    """The candidate of an A/B session: its session's baseline. Else the newest run pinned with
+    the tag ``baseline``, else the previous done run, of the same preset on the same machine
+    fingerprint, started before ``run_id``; suspect runs and A/B runs never."""
     if run_id not in set(runs["run_id"]):
         return None
+    if "tags" in runs.columns:
+        pair = ab_pair(runs.set_index("run_id")["tags"].loc[run_id])
+        if pair is not None and pair[1] == run_id and interleaved_pair(runs, run_id, pair[0]):
+            return pair[0]
     earlier = runs[runs["run_id"].isin(earlier_comparable_runs(runs, run_id))]
     same = earlier.sort_values(["started_at", "run_id"], ascending=False)
     pinned = same[same["tags"].map(lambda tags: PINNED in tag_set(tags))] if "tags" in same.columns else same.iloc[:0]
@@ -122,8 +160,8 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
 
 
 def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
-    """The runs a run's between-run floor is taken over: done, not suspect, of its preset (a
-    custom run: of its very spec) on its machine fingerprint, started before it."""
+    """The runs a run's between-run floor is taken over: done, not suspect, of no A/B session, of
+    its preset (a custom run: of its very spec) on its machine fingerprint, started before it."""
     by_id = runs.set_index("run_id")
     run = by_id.loc[run_id]
     tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
@@ -135,13 +173,14 @@ def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
         & (runs["run_id"] != run_id)
         & (pd.to_datetime(runs["started_at"]) <= pd.to_datetime(run["started_at"]))
         & ~tags.map(lambda names: SUSPECT in names)
+        & ~_ab_runs(runs)
     ]
     return [int(value) for value in chosen["run_id"]]
 
 
 def machine_runs_before(runs: pd.DataFrame, run_id: int) -> list[int]:
-    """The done, not suspect runs of any preset on the run's machine fingerprint started before it:
-    what the machine's drift figure is learned from."""
+    """The done, not suspect runs of any preset and of no A/B session on the run's machine
+    fingerprint started before it: what the machine's drift figure is learned from."""
     run = runs.set_index("run_id").loc[run_id]
     tags = runs["tags"].map(tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs), index=runs.index)
     chosen = runs[
@@ -150,5 +189,6 @@ def machine_runs_before(runs: pd.DataFrame, run_id: int) -> list[int]:
         & (runs["run_id"] != run_id)
         & (pd.to_datetime(runs["started_at"]) < pd.to_datetime(run["started_at"]))
         & ~tags.map(lambda names: SUSPECT in names)
+        & ~_ab_runs(runs)
     ]
     return [int(value) for value in chosen["run_id"]]

@@ -22,7 +22,8 @@ from store.results import Sessions, insert_or_skip
 from store.schema import Run, RunTag, utc_now
 
 KNOWN_TAGS = ("baseline", "reviewed", "suspect")
-TAG_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+# ":" for the tags `decodelab ab` writes: rev:<commit> and ab:<baseline run>-<candidate run>.
+TAG_PATTERN = re.compile(r"[a-z0-9][a-z0-9._:-]{0,39}")
 NOTE_LIMIT = 10_000
 
 
@@ -30,7 +31,7 @@ def check_tag(name: str) -> str:
     """The tag as stored, or StoreError naming the rule."""
     if not TAG_PATTERN.fullmatch(name):
         raise StoreError(
-            f"tag: {name!r} is not a tag name (allowed: 1 to 40 of a-z 0-9 . _ -, starting with a letter "
+            f"tag: {name!r} is not a tag name (allowed: 1 to 40 of a-z 0-9 . _ : -, starting with a letter "
             f"or digit; known: {', '.join(KNOWN_TAGS)})"
         )
     return name

@@ -185,6 +185,7 @@ COMMANDS = [
     ["report", "machines"],
     ["tag"],
     ["note"],
+    ["ab"],
     ["nosuch"],
 ]
 OPTIONS = [

@@ -12,6 +12,7 @@ import typer
 import typer.core
 import typer.main
 
+from runner.cli import ab as cli_ab
 from runner.cli import fleet as cli_fleet
 from runner.cli import review as cli_review
 from runner.cli import roofline as cli_roofline
@@ -355,6 +356,7 @@ def report_scale(
     typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
 
 
+app.command()(cli_ab.ab)
 app.command()(cli_fleet.worker)
 app.command()(cli_fleet.workers)
 app.command()(cli_fleet.dashboard)
