@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
@@ -22,7 +22,9 @@ from runner.spec.fields import check_machine
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
-from store.store import Store
+
+if TYPE_CHECKING:  # the store's module pulls in what a command that needs no store never loads
+    from store.store import Store
 
 
 def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
@@ -449,8 +451,8 @@ def exit_for(error: Exception) -> tuple[int, str]:
 
     if not isinstance(error, DBAPIError):
         # No person could have caused it: a bug. One line says so; the traceback goes to a file.
-        where = crash_log(error)
-        kept = f"its traceback is in {where}" if where else "its traceback could not be written to a file"
+        log_path = crash_log(error)
+        kept = f"its traceback is in {log_path}" if log_path else "its traceback could not be written to a file"
         named = f"{type(error).__name__}: {driver_message(error)}"
         return EXIT_BUG, f"error: a bug in decodelab: {named} ({kept}; please report it)"
     return EXIT_USAGE, f"error: the store failed: {driver_message(error)}"
