@@ -20,6 +20,7 @@ from store.errors import StoreError
 from store.outage import survives_outages
 from store.results import Sessions, insert_or_skip
 from store.schema import Run, RunTag, utc_now
+from store.user_text import clean_note
 
 KNOWN_TAGS = ("baseline", "reviewed", "suspect")
 TAG_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
@@ -37,9 +38,11 @@ def check_tag(name: str) -> str:
 
 
 def check_note(text: str) -> str:
+    """The note as stored: control characters but line breaks and tabs removed (store.user_text),
+    or StoreError over the limit."""
     if len(text) > NOTE_LIMIT:
         raise StoreError(f"note: {len(text):,} characters is above the limit (allowed: at most {NOTE_LIMIT:,})")
-    return text
+    return clean_note(text)
 
 
 class Annotations:
@@ -75,7 +78,7 @@ class Annotations:
     @survives_outages
     def set_note(self, run_id: int, text: str) -> None:
         """Replace a run's note; an empty text removes it."""
-        check_note(text)
+        text = check_note(text)
         with self._sessions.write() as session:
             self._check_run(session, run_id)
             session.execute(update(Run).where(Run.id == run_id).values(note=text.strip() or None))

@@ -21,6 +21,7 @@ from runner.spec.fields import check_machine
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
+from store.user_text import for_terminal
 
 
 def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
@@ -194,7 +195,6 @@ def import_runs(
 ) -> None:
     """Import exported runs into this store (importing twice adds nothing)."""
     from store.transfer import import_rows, read_export
-    from store.user_text import for_terminal
 
     if not file.is_file():
         raise InputError(f"FILE: {str(file)!r} is not a file")
@@ -329,8 +329,9 @@ EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
 
 
 def one_line(message: str) -> str:
-    """The message as one line, any password in it masked (an error may quote a store URL)."""
-    return mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip()))
+    """The message as one line, any password in it masked (an error may quote a store URL), and
+    no control character left (an error may quote a machine name or preset a store holds)."""
+    return for_terminal(mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip())))
 
 
 def usage_message(error: typer.TyperException) -> str:
