@@ -65,7 +65,8 @@ def show(url: str, runs: pd.DataFrame) -> None:
         values["series"] = values["machine"]
     else:
         run_ids = sorted(values["run_id"].unique().tolist(), reverse=True)
-        wanted_runs = [int(r) for r in st.query_params.get_all("runs") if r.isdigit() and int(r) in run_ids]
+        asked = (ui.run_number(r) for r in st.query_params.get_all("runs"))
+        wanted_runs = [run for run in asked if run is not None and run in run_ids]
         chosen_runs = st.multiselect("Runs", run_ids, default=wanted_runs or run_ids[:2])
         st.query_params["runs"] = [str(run) for run in chosen_runs]
         values = values[values["run_id"].isin(chosen_runs)].copy()
