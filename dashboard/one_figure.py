@@ -13,6 +13,7 @@ from dashboard.metrics import is_deterministic, opening_metric
 from dashboard.review import SUSPECT, tag_set
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
+from store.user_text import markdown_text
 
 # The catalogue's experiments, kv_cache first: the figure the page opens on.
 EXPERIMENTS = ["kv_cache", *(name for name in EXPERIMENT_ORDER if name != "kv_cache")]
@@ -81,7 +82,7 @@ def show(url: str, runs: pd.DataFrame) -> None:
     if deterministic and "equal" in table and not bool(table["equal"].all()):
         models = values.groupby("series")["model_hash"].first()
         note = " (they used different models)" if models.nunique() > 1 else ""
-        st.warning(f"{metric} is deterministic for a model and seed, but differs between {mode}{note}.")
+        st.warning(f"{markdown_text(metric)} is deterministic for a model and seed, but differs between {mode}{note}.")
     elif deterministic and len(chosen) > 1:
-        st.success(f"{metric} is deterministic and equal on every one of the {mode} chosen.")
+        st.success(f"{markdown_text(metric)} is deterministic and equal on every one of the {mode} chosen.")
     ui.table(pd.DataFrame(table), "compare")

@@ -85,7 +85,7 @@ if opened:
                 for row in own.to_dict("records")
             }
             picked = columns[index % len(columns)].selectbox(
-                machine,
+                markdown_text(machine),  # a widget's label is Markdown: the machine's name is the run's text
                 options,
                 index=options.index(pinned[machine]) if machine in pinned else 0,
                 format_func=describe.__getitem__,
