@@ -113,8 +113,7 @@ def build_report(
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         warnings.append(
             f"fewer than three earlier done runs of {markdown_text(run['preset'] or 'this spec')} on this machine: "
-            "how far a timing "
-            f"moves between runs is not known for these cases, so a shift within {learned} "
+            f"how far a timing moves between runs is not known for these cases, so a shift within {learned} "
             f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
         )
     report = RunReport(

@@ -175,3 +175,15 @@ def test_an_error_quoting_a_stored_name_reaches_the_terminal_without_escapes(leg
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "vm[31m" in lines[0], lines
     assert not any(character in result.stderr for character in CONTROLS)
+
+
+def test_a_chart_that_cannot_be_drawn_is_one_line_in_the_html_report() -> None:
+    """Before: vl-convert's error ended the report (and, through the dashboard, its page)."""
+    from analysis.report import to_svg
+
+    class Undrawable:
+        def to_dict(self) -> dict[str, object]:
+            return {"mark": "no-such-mark", "data": {"values": [{"x": "a\x07"}]}}
+
+    shown = to_svg(Undrawable())  # type: ignore[arg-type]
+    assert shown.startswith('<p class="warning">this chart could not be drawn: ') and "\n" not in shown
