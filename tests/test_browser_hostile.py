@@ -5,8 +5,8 @@ note, a bare CR before a formula in the note. The server must stay up on every p
 show an exception or load an image from the run's text, and both report formats and History's
 CSV download must come out whole.
 
-Before issue 41 the Review page (the default page: the imported run is the newest) made
-vl-convert panic on the BEL while drawing the HTML report's charts, and the whole server exited."""
+Before issue 41 the Review page of two such runs made vl-convert panic on the BEL while drawing
+the HTML report's charts ("non-unwinding panic. aborting"), and the whole server exited."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ PAGES = [
     "seeds",
     "review",
 ]
+REVIEWED = "review?run=3&baseline=2"
 # Row 11: a run id longer than int() reads (4,300 digits) was an uncaught ValueError.
 LONG_PIN = "compare?pin=vm:" + "9" * 5000
 
@@ -61,19 +63,23 @@ def hostile_dashboard(filled_store_url: str, tmp_path_factory: pytest.TempPathFa
     url = copy_store(filled_store_url, directory / "hostile.db")
     exported = run_decodelab("export", "--format", "json", "--out", "run.json", "--db", url, cwd=directory)
     assert exported.returncode == 0, exported.stderr
-    rows: list[dict[str, Any]] = json.loads((directory / "run.json").read_text())
-    for row in rows:
-        params = json.loads(row["params"])
-        row["params"] = json.dumps(
-            {key: poisoned(value) if isinstance(value, str) else value for key, value in params.items()}
-        )
-        row["case_key"] = None
-        run = row["run"]
-        run.update(uid="hostile-run", preset=PRESET, note=NOTE, tags=[])
-        run["machine"].update(name=MACHINE, cpu_model=poisoned(run["machine"]["cpu_model"]))
-    (directory / "hostile.json").write_text(json.dumps(rows))
-    imported = run_decodelab("import", "hostile.json", "--db", url, cwd=directory)
-    assert imported.returncode == 0, imported.stderr
+    # Two hostile runs (2 and 3, an hour and a moment before the session's run): the Review page
+    # sets them side by side, so their cases match and the HTML report draws their labels.
+    for uid, hours_earlier in (("hostile-run-1", 1.0), ("hostile-run-2", 0.01)):
+        rows: list[dict[str, Any]] = json.loads((directory / "run.json").read_text())
+        for row in rows:
+            params = json.loads(row["params"])
+            row["params"] = json.dumps(
+                {key: poisoned(value) if isinstance(value, str) else value for key, value in params.items()}
+            )
+            row["case_key"] = None
+            run = row["run"]
+            started = datetime.fromisoformat(run["started_at"]) - timedelta(hours=hours_earlier)
+            run.update(uid=uid, preset=PRESET, note=NOTE, tags=[], started_at=started.isoformat(), finished_at=None)
+            run["machine"].update(name=MACHINE, cpu_model=poisoned(run["machine"]["cpu_model"]))
+        (directory / f"{uid}.json").write_text(json.dumps(rows))
+        imported = run_decodelab("import", f"{uid}.json", "--db", url, cwd=directory)
+        assert imported.returncode == 0, imported.stderr
     with serve_dashboard(url, directory) as address:
         yield address, directory
 
@@ -91,11 +97,24 @@ def assert_page_is_whole(page: Any, address: str, path: str) -> None:
 
 
 def test_every_page_opens_on_a_hostile_run_and_the_server_stays_up(hostile_dashboard: tuple[str, Path]) -> None:
+    from playwright.sync_api import expect
+
     address, _ = hostile_dashboard
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        # The Review page of the two hostile runs, up to its HTML report (drawn last, on the server).
+        open_page(page, address, REVIEWED)
+        html_report = page.get_by_role("button", name="Download the report (HTML)")
+        try:
+            expect(html_report).to_be_visible(timeout=120_000)
+            drawn = True
+        except AssertionError:
+            drawn = False
+        server = SERVERS[address]
+        assert server.poll() is None, f"the server exited drawing the HTML report: rc {server.returncode}"
+        assert drawn, "the HTML report's button never showed"
+        assert_page_is_whole(page, address, REVIEWED)
         open_page(page, address)
-        page.wait_for_url(re.compile(r"/review\?run=2"), timeout=60_000)  # the hostile run, newest
         assert_page_is_whole(page, address, "")
         for path in PAGES:
             navigate(page, path)
@@ -103,7 +122,7 @@ def test_every_page_opens_on_a_hostile_run_and_the_server_stays_up(hostile_dashb
             assert_page_is_whole(page, address, path)
         open_page(page, address, LONG_PIN)
         assert_page_is_whole(page, address, LONG_PIN)
-        open_page(page, address, "review?run=2&baseline=1")
+        open_page(page, address, REVIEWED)
         main = page.locator('[data-testid="stMain"]')
         warnings = main.locator('[data-testid="stAlert"]').filter(has_text="earlier done runs of")
         # The preset as text, without its controls: no image, no escape left showing.
@@ -129,7 +148,7 @@ def test_both_reports_and_the_csv_download_come_out_whole(hostile_dashboard: tup
     address, _ = hostile_dashboard
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
-        open_page(page, address, "review?run=2&baseline=1")
+        open_page(page, address, REVIEWED)
         markdown = download(page, "Download the report (Markdown)", tmp_path / "report.md")
         html = download(page, "Download the report (HTML)", tmp_path / "report.html")
         assert_page_is_whole(page, address, "review")
@@ -152,7 +171,7 @@ def test_both_reports_and_the_csv_download_come_out_whole(hostile_dashboard: tup
         runs_csv = download(page, "Download runs (CSV)", tmp_path / "runs.csv")
         assert "\r" not in runs_csv
         rows = list(csv.DictReader(io.StringIO(runs_csv)))
-        assert len(rows) == 2
+        assert len(rows) == 3
         for line in re.split(r"[\r\n]", runs_csv):
             assert not line.startswith(("=", "+", "-", "@")), line
 
