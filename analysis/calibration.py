@@ -12,6 +12,7 @@ samples or no floor cannot alert either way and are counted apart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -62,11 +63,13 @@ class Calibration:
             figures[f"review_recall_at_{round(slowdown * 100)}pct"] = self.recall(slowdown)
         return figures
 
-    def line(self) -> str:
-        """The figures in words, for the Review page and the reports."""
+    def line(self, escape: Callable[[object], str] = str) -> str:
+        """The figures in words, for the Review page and the reports; ``escape`` applies to the
+        preset's name (a run's own text: markdown_text for Markdown)."""
+        preset = escape(self.preset)
         if not self.pairs:
             return (
-                f"not measured yet: no two consecutive done {self.preset} runs of the same code, model and machine "
+                f"not measured yet: no two consecutive done {preset} runs of the same code, model and machine "
                 "(run the preset twice; benchmarks/review_calibration.py measures it)"
             )
         recall = self.recall(0.25)
@@ -76,7 +79,7 @@ class Calibration:
             else "no timed verdict could be tested"
         )
         return (
-            f"on this machine ({self.preset}), {flagged}; measured false alerts {self.false_alerts} of "
+            f"on this machine ({preset}), {flagged}; measured false alerts {self.false_alerts} of "
             f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
         )
 

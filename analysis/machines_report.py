@@ -79,8 +79,8 @@ def build_machines_report(
 
 
 def title(report: MachinesReport, escape: Callable[[object], str] = str) -> str:
-    """The report's title; ``escape`` applies to the machines' names (text people chose)."""
-    return f"decodelab: {', '.join(escape(machine) for machine in report.machines)} on {report.preset}"
+    """The report's title; ``escape`` applies to the machines' names and the preset (the runs' own text)."""
+    return f"decodelab: {', '.join(escape(machine) for machine in report.machines)} on {escape(report.preset)}"
 
 
 def runs_line(report: MachinesReport, escape: Callable[[object], str] = str) -> str:

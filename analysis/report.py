@@ -22,7 +22,7 @@ from analysis.runs import sweep_label
 from store.compatibility import renamed_in
 from store.drift import DriftRecord
 from store.store import Store
-from store.user_text import markdown_cell, markdown_text
+from store.user_text import markdown_cell, markdown_plain, markdown_text, one_line, xml_safe
 
 
 @dataclass
@@ -40,12 +40,13 @@ class RunReport:
 
 
 def describe(run: Mapping[Any, Any], escape: Callable[[object], str] = str) -> str:
-    """The run in one line; ``escape`` applies to the text people chose (machine name, tags)."""
+    """The run in one line; ``escape`` applies to the text a run brought (machine name, preset,
+    status, tags: an imported run chose them all)."""
     started = pd.Timestamp(run["started_at"]).strftime("%Y-%m-%d %H:%M")
     tags = f" · tags: {escape(run['tags'])}" if run.get("tags") else ""
     machine = escape(run["machine"])
-    sweep = sweep_label(run.get("preset"), run.get("spec"))
-    return f"run {run['run_id']} · {machine} · {sweep} · {run['status']} · {started}{tags}"
+    sweep = escape(sweep_label(run.get("preset"), run.get("spec")))
+    return f"run {run['run_id']} · {machine} · {sweep} · {escape(run['status'])} · {started}{tags}"
 
 
 def warnings_for(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
@@ -96,11 +97,13 @@ def build_report(
     run, baseline = inputs.run, inputs.baseline
     run_measurements, baseline_measurements = inputs.run_measurements, inputs.baseline_measurements
     table = comparison.judge(inputs, headline_only=headline_only)
+    # The warnings and the calibration line are Markdown, the run's own text in them escaped
+    # (markdown_text); the HTML report takes the escapes out again before escaping for HTML.
     warnings = warnings_for(run, baseline)
     for which, measured in (("run", run_measurements), ("baseline", baseline_measurements)):
         old = renamed_in(measured)
         if old:
-            renamed = ", ".join(f"{name} → {current}" for name, current in old.items())
+            renamed = ", ".join(f"{markdown_text(name)} → {current}" for name, current in old.items())
             warnings.append(
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )
@@ -109,8 +112,8 @@ def build_report(
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         warnings.append(
-            f"fewer than three earlier done runs of {run['preset'] or 'this spec'} on this machine: how far a timing "
-            f"moves between runs is not known for these cases, so a shift within {learned} "
+            f"fewer than three earlier done runs of {markdown_text(run['preset'] or 'this spec')} on this machine: "
+            f"how far a timing moves between runs is not known for these cases, so a shift within {learned} "
             f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
         )
     report = RunReport(
@@ -131,7 +134,7 @@ def build_report(
         preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
         report.calibration = calibration.calibrate(
             store, preset, fingerprint=str(run["machine_fingerprint"]), newest=calibration.PAGE_PAIRS
-        ).line()
+        ).line(markdown_text)
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))
     ours, theirs = (
@@ -318,15 +321,27 @@ def floors_line(floors: dict[tuple[str, str, str], float]) -> str:
     if not floors:
         return "no A/A case in either run (their timed verdicts say `no floor`)"
     return ", ".join(
-        f"{experiment} · {impl}{' (min-of-N)' if method == 'min' else ''} ±{math.expm1(floor):.1%}"
+        f"{markdown_text(experiment)} · {markdown_text(impl)}{' (min-of-N)' if method == 'min' else ''} "
+        f"±{math.expm1(floor):.1%}"
         for (experiment, impl, method), floor in sorted(floors.items())
     )
 
 
 def to_svg(chart: Figure) -> str:
+    """The chart as inline SVG; one line in its place where it cannot be drawn.
+
+    Every text in the chart is made XML-safe first: vl-convert parses each label inside an SVG to
+    measure it, and a character XML cannot hold (BEL, ESC, NUL) made that parse panic in Rust code
+    that cannot unwind, which aborted the whole process (the dashboard's server with it) rather
+    than raising. Labels are cleaned where they enter the store; this covers a store written
+    before that."""
     import vl_convert
 
-    return str(vl_convert.vegalite_to_svg(chart.to_dict()))
+    try:
+        return str(vl_convert.vegalite_to_svg(xml_safe(chart.to_dict())))
+    except Exception as error:  # any failure to draw is shown in the chart's place, never fatal to the report
+        reason = one_line(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        return f'<p class="warning">this chart could not be drawn: {html.escape(reason[:200])}</p>'
 
 
 STYLE = """
@@ -350,7 +365,7 @@ def to_html(report: RunReport) -> str:
             + "</tr>"
         )
     title = f"decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}"
-    notes = [f"<li class='warning'>warning: {escape(warning)}</li>" for warning in report.warnings]
+    notes = [f"<li class='warning'>warning: {escape(markdown_plain(warning))}</li>" for warning in report.warnings]
     if report.run.get("note"):
         notes.append(f"<li>note: {escape(str(report.run['note']))}</li>")
     charts = "".join(f"<figure>{to_svg(chart)}</figure>" for chart in report.charts)
@@ -366,8 +381,8 @@ def to_html(report: RunReport) -> str:
 <li>run: {escape(describe(report.run))}</li>
 <li>baseline: {escape(describe(report.baseline))}</li>
 <li>verdicts: {verdicts_html(report.table)}</li>
-<li>A/A noise floor: {escape(floors_line(report.floors))}</li>
-{f"<li>calibration: {escape(report.calibration)}</li>" if report.calibration else ""}
+<li>A/A noise floor: {escape(markdown_plain(floors_line(report.floors)))}</li>
+{f"<li>calibration: {escape(markdown_plain(report.calibration))}</li>" if report.calibration else ""}
 {f"<li>drift: {escape(report.machine_drift)}</li>" if report.machine_drift else ""}
 {"".join(notes)}
 </ul>

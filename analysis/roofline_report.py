@@ -13,6 +13,7 @@ from analysis import roofline
 from analysis.report import STYLE, markdown_table, to_svg
 from store import frames
 from store.store import Store
+from store.user_text import markdown_text
 
 TABLE_COLUMNS = {
     "experiment": "experiment",
@@ -91,9 +92,9 @@ def to_markdown(report: RooflineReport) -> str:
     roofs = {report.machine: report.roof, **report.other_roofs} if report.roof else report.other_roofs
     header, rows = roofline.roof_rows(roofs)
     lines = [
-        f"# decodelab: run {report.run_id} on {report.machine}'s roofline",
+        f"# decodelab: run {report.run_id} on {markdown_text(report.machine)}'s roofline",
         "",
-        *(f"- {sentence}" for sentence in report.conclusions()),
+        *(f"- {markdown_text(sentence)}" for sentence in report.conclusions()),
         "",
         "## Roofs",
         "",

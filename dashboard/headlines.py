@@ -182,7 +182,10 @@ def change_points(values: pd.DataFrame, runs: pd.DataFrame, by: tuple[str, ...] 
 def series_history(store: Store, series: Series) -> pd.DataFrame:
     """One headline series over every run, its change points per machine, sweep and impl, and a
     ``series`` label (machine · sweep · impl) to draw each line by."""
-    history = change_points(series.read(store)[["run_id", "impl", "value"]], frames.runs(store), by=("impl",))
+    values = series.read(store)
+    if values.empty:  # a store whose runs never recorded it (kv_cache runs only: no speculative column)
+        return pd.DataFrame()
+    history = change_points(values[["run_id", "impl", "value"]], frames.runs(store), by=("impl",))
     if history.empty:
         return history
     return history.assign(series=history["machine"] + " · " + history["sweep"] + " · " + history["impl"])

@@ -13,6 +13,7 @@ from dashboard.metrics import is_deterministic, opening_metric
 from dashboard.review import SUSPECT, tag_set
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
+from store.user_text import markdown_text
 
 # The catalogue's experiments, kv_cache first: the figure the page opens on.
 EXPERIMENTS = ["kv_cache", *(name for name in EXPERIMENT_ORDER if name != "kv_cache")]
@@ -65,7 +66,8 @@ def show(url: str, runs: pd.DataFrame) -> None:
         values["series"] = values["machine"]
     else:
         run_ids = sorted(values["run_id"].unique().tolist(), reverse=True)
-        wanted_runs = [int(r) for r in st.query_params.get_all("runs") if r.isdigit() and int(r) in run_ids]
+        asked = (ui.run_number(r) for r in st.query_params.get_all("runs"))
+        wanted_runs = [run for run in asked if run is not None and run in run_ids]
         chosen_runs = st.multiselect("Runs", run_ids, default=wanted_runs or run_ids[:2])
         st.query_params["runs"] = [str(run) for run in chosen_runs]
         values = values[values["run_id"].isin(chosen_runs)].copy()
@@ -80,7 +82,7 @@ def show(url: str, runs: pd.DataFrame) -> None:
     if deterministic and "equal" in table and not bool(table["equal"].all()):
         models = values.groupby("series")["model_hash"].first()
         note = " (they used different models)" if models.nunique() > 1 else ""
-        st.warning(f"{metric} is deterministic for a model and seed, but differs between {mode}{note}.")
+        st.warning(f"{markdown_text(metric)} is deterministic for a model and seed, but differs between {mode}{note}.")
     elif deterministic and len(chosen) > 1:
-        st.success(f"{metric} is deterministic and equal on every one of the {mode} chosen.")
+        st.success(f"{markdown_text(metric)} is deterministic and equal on every one of the {mode} chosen.")
     ui.table(pd.DataFrame(table), "compare")

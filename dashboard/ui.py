@@ -17,7 +17,7 @@ from runner.model.data_folder import DEFAULT_DATA_DIR
 from store.compatibility import renamed_in
 from store.errors import StoreError
 from store.store import Store
-from store.user_text import csv_safe
+from store.user_text import csv_safe, markdown_text
 
 FILL_COMMAND = "decodelab run --preset quick"
 
@@ -55,9 +55,17 @@ def old_name_note(values: pd.DataFrame) -> None:
     for old, new in renamed_in(values).items():
         runs = sorted(values.loc[values["recorded_metric"] == old, "run_id"].unique())
         st.caption(
-            f"Run(s) {', '.join(str(run) for run in runs)} recorded `{new}` under its old name `{old}` (renamed "
+            f"Run(s) {', '.join(str(run) for run in runs)} recorded {markdown_text(new)} under its old name "
+            f"{markdown_text(old)} (renamed "
             "because the old name claimed more than it measured); shown here under the new name."
         )
+
+
+def run_number(text: str) -> int | None:
+    """A run id typed in an address (``?pin=vm:3``, ``?runs=3``), or None: ASCII digits only and
+    at most 18 of them (``int`` refuses more than 4,300 digits with a ValueError, and ``isdigit``
+    accepts digits ``int`` cannot read, such as ``²``)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def query_int(name: str) -> int | None:

@@ -20,6 +20,7 @@ from store.errors import StoreError
 from store.outage import survives_outages
 from store.results import Sessions, insert_or_skip
 from store.schema import Run, RunTag, utc_now
+from store.user_text import clean_note
 
 KNOWN_TAGS = ("baseline", "reviewed", "suspect")
 # ":" for the tags `decodelab ab` writes: rev:<commit> and ab:<baseline run>-<candidate run>.
@@ -38,9 +39,11 @@ def check_tag(name: str) -> str:
 
 
 def check_note(text: str) -> str:
+    """The note as stored: control characters but line breaks and tabs removed (store.user_text),
+    or StoreError over the limit."""
     if len(text) > NOTE_LIMIT:
         raise StoreError(f"note: {len(text):,} characters is above the limit (allowed: at most {NOTE_LIMIT:,})")
-    return text
+    return clean_note(text)
 
 
 class Annotations:
@@ -76,7 +79,7 @@ class Annotations:
     @survives_outages
     def set_note(self, run_id: int, text: str) -> None:
         """Replace a run's note; an empty text removes it."""
-        check_note(text)
+        text = check_note(text)
         with self._sessions.write() as session:
             self._check_run(session, run_id)
             session.execute(update(Run).where(Run.id == run_id).values(note=text.strip() or None))

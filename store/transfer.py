@@ -13,7 +13,6 @@ run has none here.
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -25,10 +24,12 @@ from sqlalchemy import select
 from store.annotations import check_tag
 from store.errors import StoreError
 from store.files import write_whole
+from store.import_checks import check_row
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
 from store.results import write_measurements
 from store.schema import Case, Machine, MachineProfile, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
+from store.user_text import one_line
 
 MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
 RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
@@ -111,69 +112,24 @@ def _parse_time(value: str | None, field: str) -> datetime | None:
 
 
 def read_export(path: Path) -> list[dict[str, Any]]:
+    """The rows of an export, each checked and its text cleaned (store.import_checks): a bad file
+    is refused in one line before anything is written."""
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise StoreError(f"import: cannot read {str(path)!r} as a decodelab JSON export ({error})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        # ValueError: malformed JSON, or an integer longer than Python reads (4,300 digits).
+        reason = one_line(str(error))[:200]
+        raise StoreError(f"import: cannot read {str(path)!r} as a decodelab JSON export ({reason})") from None
+    except RecursionError:
+        raise StoreError(f"import: {str(path)!r} nests its JSON too deeply to be a decodelab JSON export") from None
     required = {"experiment", "params", "metric", "value", "unit", "run"}
     if not isinstance(rows, list) or not all(isinstance(row, dict) and required <= set(row) for row in rows):
         raise StoreError(
             f"import: {str(path)!r} is not a decodelab JSON export (expected a list of rows with "
             f"{', '.join(sorted(required))}; export with `decodelab export --format json`)"
         )
-    for number, row in enumerate(rows, start=1):
-        check_row(number, row)
-    return rows
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_row(number: int, row: dict[str, Any]) -> None:
-    """Refuse a row whose fields have the wrong types, before anything is written: one line
-    naming the row and the field."""
-
-    def refuse(field: str, allowed: str) -> StoreError:
-        return StoreError(f"import: row {number}: {field} {str(row.get(field))[:40]!r} is not {allowed}")
-
-    for field in ("experiment", "metric", "unit"):
-        if not isinstance(row[field], str) or not row[field]:
-            raise refuse(field, "a name")
-    if not _is_number(row["value"]):
-        raise refuse("value", "a finite number")
-    params = row["params"]
-    if isinstance(params, str):
-        try:
-            params = json.loads(params)
-        except json.JSONDecodeError:
-            raise refuse("params", "a JSON object") from None
-    if not isinstance(params, dict):
-        raise refuse("params", "a JSON object")
-    if row.get("case_key") is not None and not isinstance(row["case_key"], str):
-        raise refuse("case_key", "text")
-    samples = row.get("samples", [])
-    if not isinstance(samples, list) or not all(
-        isinstance(sample, list)
-        and len(sample) == 3
-        and isinstance(sample[0], int)
-        and isinstance(sample[1], str)
-        and _is_number(sample[2])
-        for sample in samples
-    ):
-        raise refuse("samples", "a list of [pair, side, seconds]")
-    run = row["run"]
-    if not isinstance(run, dict):
-        raise refuse("run", "an object")
-    if not isinstance(run.get("uid"), str) or not run["uid"]:
-        raise StoreError(f"import: row {number}: run.uid is missing (export it with this version of decodelab)")
-    if not isinstance(run.get("spec") or {}, dict):
-        raise StoreError(f"import: row {number}: run.spec is not an object")
-    if run.get("wall_seconds") is not None and not _is_number(run["wall_seconds"]):
-        raise StoreError(f"import: row {number}: run.wall_seconds is not a finite number")
-    for field in ("preset", "code_version", "status", "error", "note", "model_hash"):
-        if run.get(field) is not None and not isinstance(run[field], str):
-            raise StoreError(f"import: row {number}: run.{field} is not text")
+    now = datetime.now(UTC)
+    return [check_row(number, row, now) for number, row in enumerate(rows, start=1)]
 
 
 def import_rows(store: Store, rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:

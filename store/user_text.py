@@ -20,11 +20,47 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>!|~$])")
 # A spreadsheet reads a cell starting with one of these as a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# What a note may keep of the controls: its line breaks and tabs.
+_NOTE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Characters XML 1.0 cannot hold (C0 controls but tab and line breaks, U+FFFE/U+FFFF, lone
+# surrogates): vl-convert measures every chart label by parsing it inside an SVG, and a failed
+# parse there is a Rust panic that cannot unwind, so it aborts the whole process (a Streamlit
+# server included) instead of raising.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
 def one_line(text: object) -> str:
     """``text`` on one line: line breaks become spaces, other control characters go."""
     return _CONTROL.sub("", re.sub(r"[\r\n\u2028\u2029\x0b\x0c\x85]+", " ", str(text)))
+
+
+def clean_label(text: str) -> str:
+    """A label as stored (a name, a status, a parameter's value): one line, no control character.
+    Applied once where text enters the store (an import, the machine's name), so that every
+    chart, report and terminal after it gets text it can show."""
+    return one_line(text)
+
+
+def clean_note(text: str) -> str:
+    """A note as stored: its line breaks and tabs kept, every other control character removed."""
+    return _NOTE_CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a line break, an escape, NUL, a bidi override)."""
+    return _CONTROL.search(text) is not None
+
+
+def xml_safe(value: Any) -> Any:
+    """``value`` (a chart's JSON: dicts, lists, text, numbers) with every character XML cannot
+    hold removed from its text, keys included."""
+    if isinstance(value, str):
+        return _NOT_XML.sub("", value)
+    if isinstance(value, dict):
+        return {xml_safe(key): xml_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [xml_safe(item) for item in value]
+    return value
 
 
 def for_terminal(text: object) -> str:
@@ -44,9 +80,20 @@ def markdown_cell(value: object) -> str:
     return re.sub(r"([\\|\[\]<>`])", r"\\\1", one_line(value))
 
 
+def markdown_plain(text: str) -> str:
+    """Markdown written by this package (user text escaped by markdown_text) as plain text: the
+    escapes taken out again, for a sink that escapes for itself (HTML)."""
+    return re.sub(r"\\([\\`*_\[\]<>!|~$])", r"\1", text)
+
+
 def csv_cell(value: Any) -> Any:
-    """A text cell a spreadsheet would run as a formula gets a leading ``'`` (numbers stay numbers)."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    """A text cell on one line (a bare CR or LF would start a row in a spreadsheet that splits on
+    either), and a leading ``'`` where a spreadsheet would read it as a formula, leading spaces
+    aside (numbers stay numbers)."""
+    if not isinstance(value, str):
+        return value
+    value = one_line(value)
+    if value.lstrip(" ").startswith(_FORMULA_START):
         return "'" + value
     return value
 

@@ -99,7 +99,8 @@ def test_csv_exports_neutralise_formulas(hostile_store: str, tmp_path: Path) -> 
     exported = run_decodelab("export", "--out", "all.csv", "--db", hostile_store, cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr
     rows = list(csv.DictReader(io.StringIO((tmp_path / "all.csv").read_text())))
-    assert rows and all(row["machine"] == "'" + MACHINE for row in rows)
+    # The name was stored without its control characters (store.user_text.clean_label).
+    assert rows and all(row["machine"] == "'" + for_terminal(MACHINE) for row in rows)
     assert all(float(row["value"]) == float(row["value"]) for row in rows)  # values still read as numbers
 
 

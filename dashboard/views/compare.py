@@ -21,14 +21,27 @@ def pinned_from_url(candidates: pd.DataFrame) -> dict[str, int]:
     pinned = {}
     for value in st.query_params.get_all("pin"):
         machine, _, run = value.rpartition(":")
-        if run.isdigit() and ((candidates["machine"] == machine) & (candidates["run_id"] == int(run))).any():
-            pinned[machine] = int(run)
+        run_id = ui.run_number(run)
+        if run_id is not None and ((candidates["machine"] == machine) & (candidates["run_id"] == run_id)).any():
+            pinned[machine] = run_id
     return pinned
+
+
+def as_markdown_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its headers, index and text cells escaped: st.table reads all of them as
+    Markdown, and machine names (the headers) and fingerprint fields are the runs' own text."""
+    shown = frame.map(lambda cell: markdown_text(cell) if isinstance(cell, str) else cell)
+    shown.columns = [markdown_text(column) for column in frame.columns]
+    if frame.index.dtype == object:
+        shown.index = pd.Index([markdown_text(label) for label in frame.index], name=frame.index.name)
+    return shown
 
 
 def highlighted(fingerprints: pd.DataFrame) -> "pd.io.formats.style.Styler":
     """The fingerprints with the rows that differ between the machines marked and shaded."""
-    shown = fingerprints.assign(differs=fingerprints["differs"].map({True: "differs", False: ""}))
+    shown = as_markdown_text(fingerprints.drop(columns=["differs"])).assign(
+        differs=fingerprints["differs"].map({True: "differs", False: ""}).tolist()
+    )
     return shown.style.apply(lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1)
 
 
@@ -72,7 +85,7 @@ if opened:
                 for row in own.to_dict("records")
             }
             picked = columns[index % len(columns)].selectbox(
-                machine,
+                markdown_text(machine),  # a widget's label is Markdown: the machine's name is the run's text
                 options,
                 index=options.index(pinned[machine]) if machine in pinned else 0,
                 format_func=describe.__getitem__,
@@ -113,7 +126,7 @@ if opened:
         st.subheader("Roofs")
         st.caption(machines_report.ROOFS_NOTE)
         header, rows = roofline.roof_rows(built.roofs)
-        st.table(pd.DataFrame(rows, columns=header).set_index("roof"))
+        st.table(as_markdown_text(pd.DataFrame(rows, columns=header).set_index("roof")))
         # The Roofline page with the reference machine's run and the other machines' roofs.
         others = "".join(f"&compare={quote(machine)}" for machine in chosen if machine != reference)
         st.markdown(f"[These roofs on the Roofline page](roofline?run={built.runs[reference]}{others})")

@@ -9,6 +9,7 @@ from dashboard import charts, data, headlines, ui
 from dashboard.metrics import opening_metric
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
+from store.user_text import markdown_text
 
 st.title("History")
 opened = ui.open_store()
@@ -40,7 +41,7 @@ if opened:
                     st.warning(
                         "Change points: "
                         + ", ".join(
-                            f"[run {run} ({series})]({link})"
+                            f"[run {run} ({markdown_text(series)})]({link})"
                             for run, series, link in zip(
                                 changes["run_id"], changes["series"], changes["review"], strict=True
                             )

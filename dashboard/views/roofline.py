@@ -7,6 +7,7 @@ import streamlit as st
 
 from analysis.roofline_report import TABLE_COLUMNS
 from dashboard import data, ui
+from store.user_text import markdown_text
 
 st.title("Roofline")
 opened = ui.open_store()
@@ -20,12 +21,12 @@ if opened:
         st.query_params["compare"] = others
         report = data.load_roofline(url, run_id, tuple(others))
         if report.roof is None:
-            st.info(f"{report.machine} has no measured roof: run `decodelab machine profile` on it.")
+            st.info(f"{markdown_text(report.machine)} has no measured roof: run `decodelab machine profile` on it.")
             st.stop()
         if report.points.empty:
             st.info("This run recorded no placed figures (it predates the roofline): run the sweep again.")
         for sentence in report.conclusions():
-            st.markdown(f"- {sentence}")
+            st.markdown(f"- {markdown_text(sentence)}")  # it names the machine and impls: the run's own text
         if not report.points.empty:
             ui.chart(report.chart())
             shown = report.points.rename(columns=TABLE_COLUMNS)

@@ -5,6 +5,7 @@ distribution check that says what it rules out."""
 import streamlit as st
 
 from dashboard import charts, data, speculative_figures, ui
+from store.user_text import markdown_text
 
 st.title("Speculative decoding")
 st.caption("Counts are deterministic for a seed; times carry their min–max band from paired runs.")
@@ -14,7 +15,10 @@ if opened and run_id is not None:
     unit = ui.text_unit(opened[0], run_id)  # tokens for an hf checkpoint's run
     cases = data.load_cases(opened[0], run_id, "speculative")
     for old, new in data.load_renamed(opened[0], run_id, "speculative").items():
-        st.caption(f"Run {run_id} recorded `{new}` under its old name `{old}`; the figure is shown as `{new}`.")
+        st.caption(
+            f"Run {run_id} recorded {markdown_text(new)} under its old name {markdown_text(old)}; the figure is "
+            f"shown as {markdown_text(new)}."
+        )
     speculative = speculative_figures.with_schedule(data.part(cases, "speculative"))
     if not speculative.empty:
         best = data.best_speedup_by_impl(speculative)

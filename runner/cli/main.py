@@ -22,6 +22,7 @@ from runner.spec.fields import check_machine
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
+from store.user_text import for_terminal
 
 if TYPE_CHECKING:  # the store's module pulls in what a command that needs no store never loads
     from store.store import Store
@@ -241,7 +242,6 @@ def import_runs(
 ) -> None:
     """Import exported runs into this store (importing twice adds nothing)."""
     from store.transfer import import_rows, read_export
-    from store.user_text import for_terminal
 
     if not file.is_file():
         raise InputError(f"FILE: {str(file)!r} is not a file")
@@ -378,8 +378,9 @@ EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an internal error, reported in one line 
 
 
 def one_line(message: str) -> str:
-    """The message as one line, any password in it masked (an error may quote a store URL)."""
-    return mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip()))
+    """The message as one line, any password in it masked (an error may quote a store URL), and
+    no control character left (an error may quote a machine name or preset a store holds)."""
+    return for_terminal(mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip())))
 
 
 def usage_message(error: typer.TyperException) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from store.records import MachineRecord
+from store.user_text import clean_label
 
 
 def cpu_model() -> str:
@@ -32,8 +33,9 @@ def memory_bytes() -> int:
 
 
 def machine_name() -> str:
-    """``DECODELAB_MACHINE`` names this machine for pinned jobs; else the host name."""
-    return os.environ.get("DECODELAB_MACHINE") or socket.gethostname()
+    """``DECODELAB_MACHINE`` names this machine for pinned jobs; else the host name. On one line,
+    without control characters: the name is a label in every chart, report and terminal."""
+    return clean_label(os.environ.get("DECODELAB_MACHINE") or "").strip() or socket.gethostname()
 
 
 def fingerprint(device: str = "cpu") -> MachineRecord:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import InputError
+from store.user_text import has_control
 
 LIST_KINDS = {"int_list": "int", "float_list": "float", "str_list": "str"}  # and the kind of an item
 
@@ -29,11 +30,18 @@ class Field:
     # Text starting with this prefix is allowed beside ``choices`` (e.g. ``hf:DIR`` drafts).
     choice_prefix: str | None = None
     help: str = ""
+    # Text that may hold line breaks and tabs (a description); no text may hold any other control
+    # character (an escape code, NUL, BEL): it would reach terminals, charts and paths.
+    multiline: bool = False
 
     def allowed(self, model: dict[str, Any]) -> str:
         if self.choices is not None:
             named = ", ".join(self.choices)
             return f"one of {named}" + (f", or {self.choice_prefix}…" if self.choice_prefix else "")
+        if self.kind == "str":
+            return "text of at most 1000 characters, no control character" + (
+                " but line breaks and tabs" if self.multiline else ""
+            )
         maximum = self.resolved_maximum(model)
         low = "" if self.minimum is None else _number(self.minimum)
         high = "" if maximum is None else _number(maximum)
@@ -66,6 +74,8 @@ class Field:
                 raise refuse(f"{value!r} is not a known value")
             if len(value) > 1000:
                 raise refuse("text longer than 1000 characters")
+            if has_control(value.replace("\n", "").replace("\t", "") if self.multiline else value):
+                raise refuse("text with a control character (a line break, an escape code, NUL)")
             return value
         if self.kind in LIST_KINDS:
             if not isinstance(value, list):

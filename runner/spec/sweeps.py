@@ -37,7 +37,7 @@ PRESETS = preset_names()
 
 TOP_FIELDS = {
     "name": Field("str", "custom"),
-    "description": Field("str", ""),
+    "description": Field("str", "", multiline=True),
     "device": Field("str", "cpu", choices=("cpu", "cuda")),
     "seed": Field("int", 1234, 0, 2**31 - 1),
     "threads": Field(
