@@ -156,9 +156,9 @@ def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
 
 
 def worker_log_path(url: str) -> Path:
-    from sqlalchemy.engine import make_url
+    from store.engine import read_url
 
-    database = make_url(url).database or "decodelab.db"
+    database = read_url(url).database or "decodelab.db"
     return Path(database).resolve().with_suffix(".worker.log")
 
 
