@@ -133,7 +133,8 @@ def require_login() -> None:
     account the ``allowed`` list names (when there is one). It fails closed: a secrets file that
     does not parse, or an incomplete ``[auth]``, shows nothing but that problem."""
     try:
-        settings = load_auth()
+        # The files this Streamlit reads its secrets from, [auth] included: no other list.
+        settings = load_auth([Path(path) for path in st.get_option("secrets.files")])
     except AccessError as error:
         st.title("decodelab")
         st.error(f"This dashboard's login is misconfigured, so it shows nothing: {error}")
@@ -142,7 +143,8 @@ def require_login() -> None:
     # st.user lacks the key, rather than saying False, when nobody has logged in yet (and in AppTest).
     logged_in = bool(getattr(st.user, "is_logged_in", False))
     email = getattr(st.user, "email", None) if logged_in else None
-    seen = verdict(settings, logged_in, email if isinstance(email, str) else None)
+    verified = getattr(st.user, "email_verified", None) if logged_in else None
+    seen = verdict(settings, logged_in, email if isinstance(email, str) else None, verified)
     if seen == "log in":
         st.title("decodelab")
         st.write("This dashboard asks you to log in first.")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from runner.access import load_auth
+from runner.access import load_auth, secrets_paths
 from runner.cli.options import DbOption, open_store
 from runner.errors import InputError
 from runner.model.data_folder import DEFAULT_DATA_DIR
@@ -210,8 +210,10 @@ def dashboard(
             f"--host: {host} is reachable from the network and the launch form enqueues jobs "
             "(allowed: a loopback address, or add --read-only, or --allow-remote-launch on purpose)"
         )
-    # Fails closed: a broken secrets file would otherwise serve everything to anyone.
-    auth = load_auth()
+    # Fails closed: a broken secrets file would otherwise serve everything to anyone. Streamlit is
+    # handed the same list of secrets files, so it reads no [auth] that was not checked here.
+    secrets_files = secrets_paths()
+    auth = load_auth(secrets_files)
     if not is_loopback(host) and allow_remote_launch and not auth.login_configured and not behind_proxy:
         raise InputError(
             f"--allow-remote-launch: {host} is reachable from the network and no login is configured "
@@ -241,6 +243,7 @@ def dashboard(
         # A team's dashboard, not a script being written: no "Deploy" button, no developer menu.
         "--client.toolbarMode",
         "viewer",
+        *[argument for path in secrets_files for argument in ("--secrets.files", str(path.resolve()))],
     ]
     mode = " (read-only)" if read_only else ""
     typer.echo(
