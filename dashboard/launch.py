@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import InputError
 from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
 from runner.spec.fields import check_machine
+from store.files import PRIVATE_MODE
 from store.store import Store
 
 if TYPE_CHECKING:  # runner.spec.estimate imports torch (through the spec validator): not at page load
@@ -167,7 +168,11 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
     the environment (never on a command line), output to a log file next to the store."""
     log_path = worker_log_path(url)
     environment = {**os.environ, "DECODELAB_DB": url}
-    with open(log_path, "ab") as log:
+    # The log may quote anything the jobs hold: the owner's alone (an older, wider log narrowed).
+    descriptor = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_MODE)
+    if os.fstat(descriptor).st_uid == os.geteuid():
+        os.fchmod(descriptor, PRIVATE_MODE)
+    with open(descriptor, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL,

@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 
 from store.errors import SchemaBehind, StoreError
+from store.files import create_private
 from store.masking import is_secret_key, mask_secrets
 
 DEFAULT_URL = "sqlite:///decodelab.db"
@@ -157,6 +158,9 @@ def create_store_engine(url: str, *, read_only: bool = False) -> Engine:
                 raise StoreError(f"store {database!r} is a folder (allowed: a SQLite file, or a path for a new one)")
             if read_only and not path.is_file():
                 raise StoreError(f"store {mask_url(url)}: no such file {str(path)!r} (a reading command creates none)")
+            if not read_only and not path.exists():
+                # A new store is its owner's alone (SQLite gives its -wal and -shm the same mode).
+                create_private(path)
             if path.exists() and path.stat().st_size > 0:
                 with open(path, "rb") as handle:
                     if handle.read(16) != b"SQLite format 3\x00":
@@ -265,6 +269,7 @@ def backup_sqlite(engine: Engine) -> Path | None:
     while target.exists():
         number += 1
         target = source.with_name(f"{source.name}.{revision}.{number}.bak")
+    create_private(target)
     with sqlite3.connect(source) as reader, sqlite3.connect(target) as writer:
         reader.backup(writer)
     reader.close()
