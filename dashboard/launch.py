@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import InputError
-from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
+from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, dashboard_models, mark_dashboard_job
 from runner.spec.fields import check_machine
 from store.files import PRIVATE_MODE
 from store.store import Store
@@ -51,8 +51,10 @@ class Launched:
     estimate: Estimate | None = None
 
 
-def build_spec(request: LaunchRequest) -> Any:
-    """The validated spec the form describes; InputError naming the field otherwise."""
+def build_spec(request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Any:
+    """The validated spec the form describes; InputError naming the field otherwise. A model
+    path or ``hf:`` draft must be a model folder under ``data_dir``, checked before validation
+    reads anything in it (runner/model/data_folder.py)."""
     from runner.spec.sweeps import PRESETS, preset_text, validate
 
     if request.source == "preset":
@@ -86,7 +88,7 @@ def build_spec(request: LaunchRequest) -> Any:
             raw = tomllib.loads(request.spec_text)
         except tomllib.TOMLDecodeError as error:
             raise InputError(f"spec: not valid TOML ({error})") from None
-        return validate(raw)
+        return validate(dashboard_models(raw, data_dir))
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
 
 
@@ -113,7 +115,7 @@ def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_D
     file under ``data_dir`` (runner/model/data_folder.py), whatever the spec says."""
     from runner.spec.sweeps import validate
 
-    spec = build_spec(request)
+    spec = build_spec(request, data_dir)
     corpus = dashboard_corpus(spec.corpus, data_dir)
     if corpus != spec.corpus:  # the resolved path: the worker checks that very file again
         spec = validate({**spec.raw, "model": {**spec.raw["model"], "corpus": corpus}})

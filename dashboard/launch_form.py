@@ -90,7 +90,7 @@ def launch_form(store: Store, started_worker: Callable[[], str | None]) -> None:
         request = request_fields(store)
         problem, long = None, False
         try:
-            spec = build_spec(request)
+            spec = build_spec(request, ui.data_dir())
             estimated = estimate_launch(store, spec, request.machine.strip() or None)
         except InputError as error:
             problem = str(error)
