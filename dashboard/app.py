@@ -87,6 +87,8 @@ def jobs_panel(url: str) -> None:
     st.caption("Jobs")
     for job in jobs.to_dict("records"):
         label = f"job {job['job_id']} · {job['preset'] or 'spec'} · {job['status']}"
+        if not READ_ONLY and job["status"] in ("queued", "running"):
+            cancel_button(store, int(job["job_id"]))
         done, total = int(job["cases_done"]), int(job["cases_total"])
         if job["status"] == "running" and total:
             st.progress(min(done / total, 1.0), text=f"{label} · {done}/{total}")
@@ -95,6 +97,15 @@ def jobs_panel(url: str) -> None:
         else:
             run = job["run_id"]
             st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
+
+
+def cancel_button(store: Store, job_id: int) -> None:
+    """Call off a queued or running job, as `decodelab cancel JOB` does."""
+    if st.button(f"Cancel job {job_id}", key=f"cancel_job_{job_id}", type="tertiary"):
+        try:
+            store.jobs.cancel(job_id)
+        except StoreError as error:  # it ended meanwhile
+            st.caption(str(error))
 
 
 def queued_message(jobs: pd.DataFrame) -> None:
