@@ -230,3 +230,43 @@ def test_the_worker_refuses_a_dashboard_job_whose_model_left_the_folder(
     assert job["error"] == model_refusal_line("model.path").replace("(2 there)", "(1 there)")
     assert "gpt2" not in result.stdout + result.stderr and not store.results.run_exists(1)
     store.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_form_says_one_fixed_line_for_a_model_outside_the_folder(tmp_path: Path) -> None:
+    """In Chromium, the sidebar's spec box with an hf model path and an hf: draft outside the data
+    folder: the form's estimate shows the fixed line, and the page never says what the paths hold."""
+    import re
+
+    from playwright.sync_api import expect
+
+    from tests.browser_helpers import chromium, open_page, require_browser, serve_dashboard, wait_until_idle
+
+    require_browser()
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    Store(url).close()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "config.json").write_text('{"model_type": "SECRET_TYPE", "architectures": ["SECRET"]}')
+    with serve_dashboard(url, tmp_path, "--data-dir", "data") as address, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        open_page(page, address)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        for target, draft, field in (
+            ("/root/.ssh", "/nonexistent", "model.path"),
+            (str(tmp_path / "outside"), "/etc", "model.path"),
+            ("data", str(tmp_path / "outside"), "model.path"),
+        ):
+            wait_until_idle(page)
+            sidebar.get_by_text("spec", exact=True).click()
+            wait_until_idle(page)
+            sidebar.locator("textarea").fill(hf_spec_naming(target, draft))
+            sidebar.locator("textarea").press("Control+Enter")
+            line = f"{field}: only a model folder in the data folder (0 there) may be used from the dashboard"
+            expect(sidebar.get_by_text(line)).to_be_visible(timeout=60_000)
+            html = page.content()
+            assert not re.search("SECRET|has no config|is not a directory|\\.ssh'", html)
+    store = Store(url)
+    assert frames.jobs(store).empty
+    store.close()
