@@ -87,6 +87,8 @@ def jobs_panel(url: str) -> None:
     st.caption("Jobs")
     for job in jobs.to_dict("records"):
         label = f"job {job['job_id']} · {job['preset'] or 'spec'} · {job['status']}"
+        if not READ_ONLY and job["status"] in ("queued", "running"):
+            cancel_button(store, int(job["job_id"]))
         done, total = int(job["cases_done"]), int(job["cases_total"])
         if job["status"] == "running" and total:
             st.progress(min(done / total, 1.0), text=f"{label} · {done}/{total}")
@@ -95,6 +97,15 @@ def jobs_panel(url: str) -> None:
         else:
             run = job["run_id"]
             st.caption(label + (f" · run {int(run)}" if pd.notna(run) else ""))
+
+
+def cancel_button(store: Store, job_id: int) -> None:
+    """Call off a queued or running job, as `decodelab cancel JOB` does."""
+    if st.button(f"Cancel job {job_id}", key=f"cancel_job_{job_id}", type="tertiary"):
+        try:
+            store.jobs.cancel(job_id)
+        except StoreError as error:  # it ended meanwhile
+            st.caption(str(error))
 
 
 def queued_message(jobs: pd.DataFrame) -> None:
@@ -133,7 +144,8 @@ def require_login() -> None:
     account the ``allowed`` list names (when there is one). It fails closed: a secrets file that
     does not parse, or an incomplete ``[auth]``, shows nothing but that problem."""
     try:
-        settings = load_auth()
+        # The files this Streamlit reads its secrets from, [auth] included: no other list.
+        settings = load_auth([Path(path) for path in st.get_option("secrets.files")])
     except AccessError as error:
         st.title("decodelab")
         st.error(f"This dashboard's login is misconfigured, so it shows nothing: {error}")
@@ -142,7 +154,8 @@ def require_login() -> None:
     # st.user lacks the key, rather than saying False, when nobody has logged in yet (and in AppTest).
     logged_in = bool(getattr(st.user, "is_logged_in", False))
     email = getattr(st.user, "email", None) if logged_in else None
-    seen = verdict(settings, logged_in, email if isinstance(email, str) else None)
+    verified = getattr(st.user, "email_verified", None) if logged_in else None
+    seen = verdict(settings, logged_in, email if isinstance(email, str) else None, verified)
     if seen == "log in":
         st.title("decodelab")
         st.write("This dashboard asks you to log in first.")

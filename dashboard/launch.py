@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import InputError
-from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, mark_dashboard_job
+from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, dashboard_models, mark_dashboard_job
 from runner.spec.fields import check_machine
+from store.files import PRIVATE_MODE
 from store.store import Store
 
 if TYPE_CHECKING:  # runner.spec.estimate imports torch (through the spec validator): not at page load
@@ -24,6 +25,43 @@ if TYPE_CHECKING:  # runner.spec.estimate imports torch (through the spec valida
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
+# What one browser session may launch: a burst of clicks (or a script) queues this many a minute.
+LAUNCHES_PER_MINUTE = 5
+RATE_WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class LaunchCaps:
+    """Limits set by whoever started the dashboard (`decodelab dashboard --max-hours,
+    --max-memory, --max-queued`), not by the spec a visitor pastes: a spec's own max_hours is
+    lowered to the cap, and the worker checks it again."""
+
+    max_hours: float = 8.0
+    max_memory_gib: float = 4.0
+    max_queued: int = 20
+
+    @classmethod
+    def from_environment(cls) -> LaunchCaps:
+        """The caps `decodelab dashboard` put in this process's environment (else the defaults)."""
+        default = cls()
+        return cls(
+            float(os.environ.get("DECODELAB_MAX_HOURS") or default.max_hours),
+            float(os.environ.get("DECODELAB_MAX_MEMORY_GIB") or default.max_memory_gib),
+            int(os.environ.get("DECODELAB_MAX_QUEUED") or default.max_queued),
+        )
+
+
+def check_launch_rate(launched_at: list[float], now: float) -> list[float]:
+    """The session's recent launch times with ``now`` added; InputError when it has launched
+    LAUNCHES_PER_MINUTE times in the last minute already."""
+    recent = [moment for moment in launched_at if now - moment < RATE_WINDOW_SECONDS]
+    if len(recent) >= LAUNCHES_PER_MINUTE:
+        wait = RATE_WINDOW_SECONDS - (now - min(recent))
+        raise InputError(
+            f"launch: {len(recent)} launches in the last minute from this page (allowed: at most "
+            f"{LAUNCHES_PER_MINUTE} a minute; wait {wait:.0f} s)"
+        )
+    return [*recent, now]
 
 
 @dataclass(frozen=True)
@@ -50,8 +88,10 @@ class Launched:
     estimate: Estimate | None = None
 
 
-def build_spec(request: LaunchRequest) -> Any:
-    """The validated spec the form describes; InputError naming the field otherwise."""
+def build_spec(request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Any:
+    """The validated spec the form describes; InputError naming the field otherwise. A model
+    path or ``hf:`` draft must be a model folder under ``data_dir``, checked before validation
+    reads anything in it (runner/model/data_folder.py)."""
     from runner.spec.sweeps import PRESETS, preset_text, validate
 
     if request.source == "preset":
@@ -85,7 +125,7 @@ def build_spec(request: LaunchRequest) -> Any:
             raw = tomllib.loads(request.spec_text)
         except tomllib.TOMLDecodeError as error:
             raise InputError(f"spec: not valid TOML ({error})") from None
-        return validate(raw)
+        return validate(dashboard_models(raw, data_dir))
     raise InputError(f"source: {request.source!r} is not a source (allowed: preset, spec)")
 
 
@@ -106,25 +146,58 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     )
 
 
-def launch(store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Launched:
+def check_caps(store: Store, spec: Any, estimated: Estimate, caps: LaunchCaps) -> None:
+    """Refuse, in one line naming the cap and who sets it, a launch over the dashboard's caps."""
+    from runner.cost.estimates import peak_memory_bytes, readable_bytes, readable_hours
+    from runner.spec import hf
+
+    pending = store.jobs.pending()
+    if pending >= caps.max_queued:
+        raise InputError(
+            f"queue: {pending} jobs queued or running already (allowed: at most {caps.max_queued}, set by "
+            "`decodelab dashboard --max-queued`; cancel one or wait)"
+        )
+    if estimated.seconds > caps.max_hours * 3600:
+        raise InputError(
+            f"max_hours: estimated wall time {readable_hours(estimated.seconds)} is above this dashboard's cap "
+            f"(allowed: at most {caps.max_hours:g} hours, set by `decodelab dashboard --max-hours`; shrink the sweep)"
+        )
+    peak = hf.estimate(spec).peak_bytes if spec.is_hf else peak_memory_bytes(spec)
+    if peak > caps.max_memory_gib * 2**30:
+        raise InputError(
+            f"memory: estimated peak memory {readable_bytes(peak)} is above this dashboard's cap (allowed: at most "
+            f"{caps.max_memory_gib:g} GiB, set by `decodelab dashboard --max-memory`; a smaller model or batch)"
+        )
+
+
+def launch(
+    store: Store, request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR, caps: LaunchCaps | None = None
+) -> Launched:
     """Validate and enqueue with the estimate recorded on the job (History sets it beside the
     time taken); a long sweep is enqueued only once confirmed. The corpus must be ``default`` or a
-    file under ``data_dir`` (runner/model/data_folder.py), whatever the spec says."""
+    file under ``data_dir`` (runner/model/data_folder.py), whatever the spec says; the launch must
+    fit the dashboard's ``caps`` (else those of its environment), whatever the spec says."""
     from runner.spec.sweeps import validate
 
-    spec = build_spec(request)
+    caps = caps or LaunchCaps.from_environment()
+    spec = build_spec(request, data_dir)
     corpus = dashboard_corpus(spec.corpus, data_dir)
     if corpus != spec.corpus:  # the resolved path: the worker checks that very file again
         spec = validate({**spec.raw, "model": {**spec.raw["model"], "corpus": corpus}})
     machine = check_machine(request.machine)
     estimated = estimate_launch(store, spec, machine)
+    check_caps(store, spec, estimated, caps)
+    label = preset_label(request, spec)  # the preset's own sweep, whatever time it is allowed
+    if float(spec.raw["max_hours"]) > caps.max_hours:
+        # The job carries the cap, not the spec's own allowance: the worker validates it again.
+        spec = validate({**spec.raw, "max_hours": caps.max_hours})
     cases = spec.cases_total()
     if estimated.seconds > CONFIRM_ABOVE_SECONDS and not request.confirmed:
         return Launched(None, cases, estimated.seconds, needs_confirmation=True, estimate=estimated)
     job_spec = mark_dashboard_job(spec.raw, data_dir)
     job_id = store.jobs.enqueue(
         job_spec,
-        preset=preset_label(request, spec),
+        preset=label,
         machine_name=machine,
         cases_total=cases,
         estimated_seconds=estimated.seconds,
@@ -156,9 +229,9 @@ def _model_stored(store: Store, spec: Any, recipe_hash: Any) -> bool:
 
 
 def worker_log_path(url: str) -> Path:
-    from sqlalchemy.engine import make_url
+    from store.engine import read_url
 
-    database = make_url(url).database or "decodelab.db"
+    database = read_url(url).database or "decodelab.db"
     return Path(database).resolve().with_suffix(".worker.log")
 
 
@@ -167,7 +240,11 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
     the environment (never on a command line), output to a log file next to the store."""
     log_path = worker_log_path(url)
     environment = {**os.environ, "DECODELAB_DB": url}
-    with open(log_path, "ab") as log:
+    # The log may quote anything the jobs hold: the owner's alone (an older, wider log narrowed).
+    descriptor = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_MODE)
+    if os.fstat(descriptor).st_uid == os.geteuid():
+        os.fchmod(descriptor, PRIVATE_MODE)
+    with open(descriptor, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL,

@@ -4,12 +4,20 @@ click. A thin layer over dashboard.launch, where the handling lives and is teste
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import streamlit as st
 
 from dashboard import ui
-from dashboard.launch import CONFIRM_ABOVE_SECONDS, LaunchRequest, build_spec, estimate_launch, launch
+from dashboard.launch import (
+    CONFIRM_ABOVE_SECONDS,
+    LaunchRequest,
+    build_spec,
+    check_launch_rate,
+    estimate_launch,
+    launch,
+)
 from runner.errors import InputError
 from runner.model.data_folder import data_files
 from runner.spec import catalog
@@ -22,6 +30,8 @@ PAIRS_FOR = ("kv_cache", "quantization", "speculative")
 # Session keys: what was launched last per preset (the experiments start from it), the job just queued.
 REMEMBERED = "launch_remembered_experiments"
 QUEUED = "launch_queued_job"
+# When this session launched, for the per-session rate (dashboard.launch.check_launch_rate).
+LAUNCH_TIMES = "launch_times"
 
 
 def request_fields(store: Store) -> LaunchRequest:
@@ -90,7 +100,7 @@ def launch_form(store: Store, started_worker: Callable[[], str | None]) -> None:
         request = request_fields(store)
         problem, long = None, False
         try:
-            spec = build_spec(request)
+            spec = build_spec(request, ui.data_dir())
             estimated = estimate_launch(store, spec, request.machine.strip() or None)
         except InputError as error:
             problem = str(error)
@@ -108,10 +118,13 @@ def launch_form(store: Store, started_worker: Callable[[], str | None]) -> None:
     if not clicked:
         return
     try:
+        recent = check_launch_rate(st.session_state.get(LAUNCH_TIMES, []), time.monotonic())
         launched = launch(store, LaunchRequest(**{**request.__dict__, "confirmed": confirmed}), ui.data_dir())
     except InputError as error:
         st.sidebar.error(str(error))
         return
+    if launched.job_id is not None:
+        st.session_state[LAUNCH_TIMES] = recent
     if launched.job_id is None:
         st.sidebar.warning("Tick 'I know this sweep is long' and launch again.")
         return

@@ -20,6 +20,16 @@ AUTH_KEYS = ("redirect_uri", "cookie_secret")
 PROVIDER_KEYS = ("client_id", "client_secret", "server_metadata_url")
 # decodelab's own key in [auth]: e-mail addresses and domains allowed in (absent: any account).
 ALLOW_KEY = "allowed"
+# Streamlit signs its login cookie with cookie_secret: a short or published one lets anyone sign
+# a cookie of their own and walk in without the identity provider.
+COOKIE_SECRET_MIN_BYTES = 32
+COOKIE_SECRET_MIN_DISTINCT = 10
+# The examples docs/deploy.md has shown: usable by anyone who read them.
+EXAMPLE_COOKIE_SECRETS = frozenset(
+    {"a long random string", "<64 hex digits: python3 -c 'import secrets; print(secrets.token_hex(32))'>"}
+)
+# Streamlit's main script's folder: Streamlit reads .streamlit/ there too (after ~ and the cwd).
+DASHBOARD_FOLDER = Path(__file__).resolve().parent.parent / "dashboard"
 
 
 class AccessError(InputError):
@@ -33,18 +43,38 @@ class AuthSettings:
 
 
 def secrets_paths(working_directory: Path | None = None) -> list[Path]:
-    """Where Streamlit reads secrets by default, in its order (a later file wins)."""
+    """Every file Streamlit reads secrets from, in its order (a later file wins): its
+    ``secrets.files`` option as $STREAMLIT_SECRETS_FILES or the last config.toml that sets it,
+    else its defaults (~, the working directory's and the dashboard's .streamlit/secrets.toml).
+    ``decodelab dashboard`` hands Streamlit this very list, so no ``[auth]`` goes unchecked."""
     home = Path(os.environ.get("HOME") or Path.home())
-    return [home / ".streamlit" / "secrets.toml", (working_directory or Path.cwd()) / ".streamlit" / "secrets.toml"]
+    folders = [home / ".streamlit", (working_directory or Path.cwd()) / ".streamlit", DASHBOARD_FOLDER / ".streamlit"]
+    configured: list[str] | None = None
+    if os.environ.get("STREAMLIT_SECRETS_FILES", "").strip():
+        configured = os.environ["STREAMLIT_SECRETS_FILES"].split()
+    else:
+        for config in (folder / "config.toml" for folder in folders):
+            files = _read(config, "config file").get("secrets", {}).get("files") if config.is_file() else None
+            if files is not None:
+                if not isinstance(files, list) or not all(isinstance(entry, str) for entry in files):
+                    raise AccessError(f"config file {str(config)!r}: [secrets] files must be a list of paths")
+                configured = files
+    paths = [Path(entry) for entry in configured] if configured is not None else [f / "secrets.toml" for f in folders]
+    for path in paths:
+        if path.is_dir():
+            raise AccessError(
+                f"secrets path {str(path)!r} is a folder, which decodelab does not read (allowed: TOML files)"
+            )
+    return paths
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, what: str = "secrets file") -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise AccessError(
-            f"secrets file {str(path)!r} does not parse ({reason}): the dashboard would show no login"
+            f"{what} {str(path)!r} does not parse ({reason}): the dashboard would show no login"
         ) from None
 
 
@@ -60,13 +90,34 @@ def _check_auth(auth: Any, path: Path) -> AuthSettings:
         raise AccessError(
             f"{where} names no complete provider (needed: {', '.join(PROVIDER_KEYS)} in [auth] or in [auth.NAME])"
         )
+    _check_cookie_secret(auth["cookie_secret"], where)
     allowed = auth.get(ALLOW_KEY, [])
+    if ALLOW_KEY in auth and allowed == []:
+        raise AccessError(
+            f"{where}.{ALLOW_KEY} is empty, which would let every account in (allowed: at least one address "
+            "or domain, like 'ann@example.org', 'example.org')"
+        )
     if not isinstance(allowed, list) or not all(isinstance(entry, str) and _well_formed(entry) for entry in allowed):
         raise AccessError(
             f"{where}.{ALLOW_KEY} must be a list of e-mail addresses and domains (like 'ann@example.org', "
             "'example.org')"
         )
     return AuthSettings(True, tuple(entry.strip().lower() for entry in allowed))
+
+
+def _check_cookie_secret(secret: Any, where: str) -> None:
+    """Refused unless it is at least 32 bytes, not one of the docs' examples, and not a few
+    characters repeated: it is the key to forging a login cookie."""
+    text = secret if isinstance(secret, str) else ""
+    if (
+        len(text.encode("utf-8")) < COOKIE_SECRET_MIN_BYTES
+        or text in EXAMPLE_COOKIE_SECRETS
+        or len(set(text)) < COOKIE_SECRET_MIN_DISTINCT
+    ):
+        raise AccessError(
+            f"{where}.cookie_secret is too short or an example, so anyone could sign a login cookie (allowed: "
+            f"{COOKIE_SECRET_MIN_BYTES}+ random bytes, e.g. python3 -c 'import secrets; print(secrets.token_hex(32))')"
+        )
 
 
 def _well_formed(entry: str) -> bool:
@@ -101,10 +152,14 @@ def is_allowed(email: str | None, allowed: tuple[str, ...]) -> bool:
     return address in allowed or address.rpartition("@")[2] in allowed
 
 
-def verdict(settings: AuthSettings, logged_in: bool, email: str | None) -> str:
-    """What a visitor sees: "open" (no login configured), "log in", "not allowed" or "in"."""
+def verdict(settings: AuthSettings, logged_in: bool, email: str | None, email_verified: object = None) -> str:
+    """What a visitor sees: "open" (no login configured), "log in", "not allowed" or "in". An
+    account whose provider says its address is unverified (``email_verified`` present and not
+    true) is not allowed: anyone may claim an address there."""
     if not settings.login_configured:
         return "open"
     if not logged_in:
         return "log in"
+    if email_verified is not None and email_verified is not True:
+        return "not allowed"
     return "in" if is_allowed(email, settings.allowed) else "not allowed"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from alembic import command
 from alembic.config import Config
@@ -17,6 +18,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 
 from store.errors import SchemaBehind, StoreError
+from store.files import create_private
+from store.masking import is_secret_key, mask_secrets
 
 DEFAULT_URL = "sqlite:///decodelab.db"
 MIGRATIONS_DIRECTORY = Path(__file__).parent / "migrations"
@@ -33,18 +36,61 @@ def resolve_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get("DECODELAB_DB") or DEFAULT_URL
 
 
-def mask_url(url: str | URL) -> str:
-    """The URL with any password replaced by ``***``: the only form that may be printed."""
+# scheme://user:PASSWORD@rest, the password running to the last '@' (none in the rest): a
+# password typed with a bare '@', '/' or ':' is read whole, where SQLAlchemy's parser would take
+# its first part for the password and the remainder for the host and database.
+_USER_INFO = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<user>[^:/@]*):(?P<password>.*)@(?P<rest>[^@]*)$", re.S
+)
+
+
+def read_url(url: str) -> URL:
+    """``url`` parsed, its user-info password read to the last '@'; ArgumentError if malformed."""
+    found = _USER_INFO.match(url)
+    if found is None:
+        return make_url(url)
+    without_password = make_url(f"{found['scheme']}://{found['user']}@{found['rest']}")
+    return without_password.set(password=unquote(found["password"]))
+
+
+def secret_values(url: str | URL) -> list[str]:
+    """The URL's password and its secret query values (``?password=``, ``sslpassword``,
+    ``passfile``…): the texts no message may repeat."""
     try:
-        parsed = make_url(url) if isinstance(url, str) else url
+        parsed = read_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return []
+    values = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if is_secret_key(key):
+            values += [value] if isinstance(value, str) else list(value)
+    return [str(value) for value in values if str(value)]
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with its password and every secret query value replaced by ``***``: the only
+    form that may be printed."""
+    try:
+        parsed = read_url(url) if isinstance(url, str) else url
     except ArgumentError:
         return "<unparseable store URL>"
-    return parsed.render_as_string(hide_password=True)
+    masked = parsed.set(password="***" if parsed.password else None)
+    secrets = {key: "***" for key in parsed.query if is_secret_key(key)}
+    text = masked.update_query_dict(secrets).render_as_string(hide_password=False)
+    return mask_secrets(text.replace("%2A%2A%2A", "***"))
+
+
+def mask_known(text: str, url: str | URL) -> str:
+    """``text`` with the URL's own secrets removed wherever they appear (a driver may quote a
+    passfile's path or a host it could not resolve), then every other URL password masked."""
+    for value in sorted(secret_values(url), key=len, reverse=True):
+        text = text.replace(value, "***")
+    return mask_secrets(text)
 
 
 def parse_url(url: str) -> URL:
     try:
-        parsed = make_url(url)
+        parsed = read_url(url)
     except ArgumentError:
         raise StoreError(
             f"store URL {mask_url(url)!r} is malformed: expected sqlite:///PATH or "
@@ -116,6 +162,9 @@ def create_store_engine(url: str, *, read_only: bool = False) -> Engine:
                 raise StoreError(f"store {database!r} is a folder (allowed: a SQLite file, or a path for a new one)")
             if read_only and not path.is_file():
                 raise StoreError(f"store {mask_url(url)}: no such file {str(path)!r} (a reading command creates none)")
+            if not read_only and not path.exists():
+                # A new store is its owner's alone (SQLite gives its -wal and -shm the same mode).
+                create_private(path)
             if path.exists() and path.stat().st_size > 0:
                 with open(path, "rb") as handle:
                     if handle.read(16) != b"SQLite format 3\x00":
@@ -177,7 +226,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def describe_connection_error(url: str, error: Exception) -> str:
     first_line = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else ""
-    safe = first_line.replace(make_url(url).password or "\0", "***") if "://" in url else first_line
+    safe = mask_known(first_line, url)
     return f"cannot open store {mask_url(url)}: {safe}"
 
 
@@ -224,6 +273,7 @@ def backup_sqlite(engine: Engine) -> Path | None:
     while target.exists():
         number += 1
         target = source.with_name(f"{source.name}.{revision}.{number}.bak")
+    create_private(target)
     with sqlite3.connect(source) as reader, sqlite3.connect(target) as writer:
         reader.backup(writer)
     reader.close()

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from store.clock import server_now
 from store.engine import IDLE_IN_TRANSACTION_MS
-from store.errors import ClaimLost
+from store.errors import ClaimLost, StoreError
 from store.outage import survives_outages
 from store.records import Claim, JobRecord, WorkerRecord
 from store.results import Sessions, new_run
@@ -38,6 +38,8 @@ MAX_STALE_RECLAIMS = 3
 RECLAIM_LOCK_WAIT_MS = IDLE_IN_TRANSACTION_MS + 5_000
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock_timeout that ran out
 JOB_END_STATUSES = ("done", "failed", "interrupted")
+# A job someone called off (`decodelab cancel`, the dashboard's button): never claimed again.
+CANCELLED = "cancelled"
 
 
 def new_request_id() -> str:
@@ -463,6 +465,35 @@ class JobQueue:
                 job.worker, job.worker_id, job.claimed_by_machine = None, None, None
                 reclaimed.append(job.id)
         return reclaimed
+
+    @survives_outages
+    def cancel(self, job_id: int) -> str:
+        """Call off a queued or running job; returns the status it had. A running job's worker
+        finds its claim gone at its next heartbeat or write and stops without writing more;
+        its run is marked interrupted. StoreError for a job that is missing or already ended."""
+        with self._sessions.write() as session:
+            query = select(Job).where(Job.id == job_id)
+            if self._sessions.backend == "postgresql":
+                query = query.with_for_update()
+            job = session.scalars(query).one_or_none()
+            if job is None:
+                raise StoreError(f"JOB: no job {job_id} in this store")
+            if job.status not in ("queued", "running"):
+                raise StoreError(f"JOB: job {job_id} is {job.status} already (allowed: a queued or running job)")
+            was = job.status
+            if job.run_id is not None and was == "running":
+                self._end_run(session, job.run_id, "interrupted", "cancelled", None)
+            job.status, job.error, job.finished_at = CANCELLED, "cancelled", self._now()
+            job.worker, job.worker_id, job.claimed_by_machine = None, None, None
+            return was
+
+    @survives_outages
+    def pending(self) -> int:
+        """How many jobs are queued or running (what a dashboard's --max-queued bounds)."""
+        with self._sessions.read() as session:
+            return int(
+                session.scalar(select(func.count()).select_from(Job).where(Job.status.in_(("queued", "running")))) or 0
+            )
 
     @survives_outages
     def status(self, job_id: int) -> str | None:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store.annotations import Annotations
 from store.drift import Drift
-from store.engine import check_and_upgrade, create_store_engine, mask_url, resolve_url
+from store.engine import check_and_upgrade, create_store_engine, mask_known, mask_url, resolve_url
 from store.errors import StoreError, StoreUnavailable
 from store.jobs import JobQueue
 from store.outage import OutageGuard
@@ -93,7 +93,7 @@ class Store:
             if isinstance(unavailable, StoreUnavailable):
                 raise unavailable from None
             message = str(error.orig).splitlines()[0] if error.orig else str(error)
-            raise StoreError(f"store {self.masked_url} refused a write: {message}") from None
+            raise StoreError(f"store {self.masked_url} refused a write: {mask_known(message, self.url)}") from None
 
     def _unavailable(self, error: DBAPIError) -> StoreError | DBAPIError:
         """A PostgreSQL operational error (server unreachable, restarting, connection dropped)
@@ -101,4 +101,4 @@ class Store:
         if self.backend != "postgresql":
             return error
         first_line = str(error.orig).strip().splitlines()[0] if error.orig is not None else type(error).__name__
-        return StoreUnavailable(f"store {self.masked_url} unreachable: {first_line}")
+        return StoreUnavailable(f"store {self.masked_url} unreachable: {mask_known(first_line, self.url)}")

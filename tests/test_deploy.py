@@ -60,6 +60,8 @@ def test_the_kubernetes_job() -> None:
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert any(Path(build).is_relative_to(path) and "emptyDir" in volumes[name] for name, path in mounts.items())
+    # Not the emptyDir's mount point itself (writable by everyone, so refused as a build cache).
+    assert Path(build) not in {Path(path) for path in mounts.values()}
 
 
 def test_the_slurm_batch_script() -> None:

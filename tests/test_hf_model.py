@@ -351,7 +351,9 @@ def test_the_dashboard_form_launches_an_hf_spec(hf_checkpoints: Any, sqlite_url:
     store = Store(sqlite_url)
     try:
         text = hf_spec_text(hf_checkpoints.target, hf_checkpoints.draft)
-        launched = launch(store, LaunchRequest("spec", "quick", [], text, "", True))
+        # The checkpoints' folder as the data folder: a launch's models must be in it.
+        data_dir = hf_checkpoints.target.parent
+        launched = launch(store, LaunchRequest("spec", "quick", [], text, "", True), data_dir)
         job = frames.jobs(store).iloc[0]
     finally:
         store.close()

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from runner.access import load_auth
+from runner.access import load_auth, secrets_paths
 from runner.cli.options import DbOption, open_store
 from runner.errors import InputError
 from runner.model.data_folder import DEFAULT_DATA_DIR
@@ -203,6 +203,27 @@ def dashboard(
             "--data-dir", help="The only folder whose files a launch from the dashboard may train on (else default)."
         ),
     ] = DEFAULT_DATA_DIR,
+    max_hours: Annotated[
+        float,
+        typer.Option(
+            "--max-hours",
+            min=0.01,
+            max=8760,
+            help="The longest sweep a launch from the dashboard may queue, by estimate.",
+        ),
+    ] = 8.0,
+    max_memory: Annotated[
+        float,
+        typer.Option(
+            "--max-memory", min=0.01, max=1e6, help="The most memory (GiB) a dashboard launch may need, by estimate."
+        ),
+    ] = 4.0,
+    max_queued: Annotated[
+        int,
+        typer.Option(
+            "--max-queued", min=1, max=100_000, help="No launch from the dashboard while this many jobs wait or run."
+        ),
+    ] = 20,
 ) -> None:
     """Serve the Streamlit dashboard for a store (on 127.0.0.1 unless --host says otherwise)."""
     if not is_loopback(host) and not read_only and not allow_remote_launch:
@@ -210,8 +231,10 @@ def dashboard(
             f"--host: {host} is reachable from the network and the launch form enqueues jobs "
             "(allowed: a loopback address, or add --read-only, or --allow-remote-launch on purpose)"
         )
-    # Fails closed: a broken secrets file would otherwise serve everything to anyone.
-    auth = load_auth()
+    # Fails closed: a broken secrets file would otherwise serve everything to anyone. Streamlit is
+    # handed the same list of secrets files, so it reads no [auth] that was not checked here.
+    secrets_files = secrets_paths()
+    auth = load_auth(secrets_files)
     if not is_loopback(host) and allow_remote_launch and not auth.login_configured and not behind_proxy:
         raise InputError(
             f"--allow-remote-launch: {host} is reachable from the network and no login is configured "
@@ -241,6 +264,7 @@ def dashboard(
         # A team's dashboard, not a script being written: no "Deploy" button, no developer menu.
         "--client.toolbarMode",
         "viewer",
+        *[argument for path in secrets_files for argument in ("--secrets.files", str(path.resolve()))],
     ]
     mode = " (read-only)" if read_only else ""
     typer.echo(
@@ -256,6 +280,10 @@ def dashboard(
     environment = {**os.environ, "DECODELAB_DB": store.url}
     environment.pop("DECODELAB_READ_ONLY", None)
     environment["DECODELAB_DATA_DIR"] = str(data_dir.resolve())
+    # The caps on what a visitor may launch: this command's, never a spec's (dashboard/launch.py).
+    environment["DECODELAB_MAX_HOURS"] = repr(max_hours)
+    environment["DECODELAB_MAX_MEMORY_GIB"] = repr(max_memory)
+    environment["DECODELAB_MAX_QUEUED"] = str(max_queued)
     if read_only:
         environment["DECODELAB_READ_ONLY"] = "1"
     os.execve(sys.executable, command, environment)

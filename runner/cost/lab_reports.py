@@ -8,6 +8,7 @@ from typing import Any
 
 from runner.cost import context_cost as cost
 from runner.cost import scale
+from store.files import write_whole
 
 ITEMSIZE = 2
 BUDGET_BYTES = 1 << 30
@@ -84,8 +85,9 @@ def context_cost_markdown(report: dict[str, Any]) -> str:
 def write_context_cost_report(directory: Path) -> list[Path]:
     report = context_cost_report()
     json_path, markdown_path = directory / "cost_report.json", directory / "cost_report.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    markdown_path.write_text(context_cost_markdown(report), encoding="utf-8")
+    json_text, markdown_text = json.dumps(report, indent=2) + "\n", context_cost_markdown(report)
+    write_whole(json_path, lambda temporary: temporary.write_text(json_text, encoding="utf-8"))
+    write_whole(markdown_path, lambda temporary: temporary.write_text(markdown_text, encoding="utf-8"))
     return [json_path, markdown_path]
 
 

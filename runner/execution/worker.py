@@ -33,7 +33,7 @@ from runner.errors import InputError
 from runner.execution.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.execution.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals
 from runner.measure.machine import machine_name
-from runner.model.data_folder import check_dashboard_job, split_dashboard_job
+from runner.model.data_folder import check_dashboard_job, check_dashboard_models, split_dashboard_job
 from runner.spec.estimate import estimate_here
 from runner.spec.sweeps import SweepSpec, validate
 from store.errors import ClaimLost, StoreDown
@@ -146,6 +146,8 @@ def run_job(
                 # A stop requeues the job, a bad spec fails it (with its one line).
                 with job_ends_before_its_run(store, job.claim, requeue_on_interrupt=True):
                     spec_raw, dashboard_mark = split_dashboard_job(job.spec)
+                    if dashboard_mark is not None:  # before validation reads any checkpoint
+                        check_dashboard_models(spec_raw, dashboard_mark)
                     spec = validate(spec_raw)
                     if dashboard_mark is not None:
                         check_dashboard_job(spec.corpus, dashboard_mark)
