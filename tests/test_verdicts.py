@@ -22,7 +22,7 @@ from runner import metrics
 from store import frames
 from store.store import Store
 from tests.conftest import ROOT, copy_store, run_decodelab
-from tests.review_helpers import reviewed_pair
+from tests.review_helpers import reviewed_pair, slowed_copy
 
 PAIRS = 7
 
@@ -284,6 +284,84 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and fragment in lines[0], (args, result.stderr)
     assert not (tmp_path / "x.md").exists()
+
+
+def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() -> None:
+    """The calibration's slowdown moves every pair of the chosen measurement by the same log
+    distance: the run's own pair-to-pair noise stays, other measurements are untouched."""
+    from analysis import comparison
+
+    cases = [(e, p, noisy_ratios(1.5, i)) for i, (e, p) in enumerate(GRID[:3])]
+    cases.append(("training_summary", {"new_tokens": 64}, noisy_ratios(1.0, 9)))
+    frame, rows = case_rows(2, cases, {})
+    samples = pd.DataFrame(rows)
+    min_of_n = samples["measurement_id"] == 2003
+    samples = samples[~(min_of_n & (samples["side"] == "B"))]  # a min-of-N time: side A only
+    chosen = {2000, 2003}
+    slowed = comparison.injected(samples, chosen, 1.25)
+    before = {ident: review.sample_statistic(group)[0] for ident, group in samples.groupby("measurement_id")}
+    after = {ident: review.sample_statistic(group)[0] for ident, group in slowed.groupby("measurement_id")}
+    for ident, values in before.items():
+        moves = [math.log(new / old) for new, old in zip(after[ident], values, strict=True)]
+        expected = math.log(1 / 1.25) if ident == 2000 else math.log(1.25) if ident == 2003 else 0.0
+        assert moves == pytest.approx([expected] * len(values)), ident
+    assert review.sample_statistic(slowed[slowed["measurement_id"] == 2001])[0] == before[2001]
+
+
+def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
+    """The calibration judges an injected case or family by judging its family alone: the
+    tests, priors and adjustments never cross families, so the verdicts are the same."""
+    table, slowed_point = grid_review(3, slowed=5)
+    base_cases = [(e, p, noisy_ratios(1.5, 300 + i)) for i, (e, p) in enumerate(GRID)]
+    run_cases = [(e, p, noisy_ratios(1.5 / (1.25 if i == 5 else 1.0), 350 + i)) for i, (e, p) in enumerate(GRID)]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+    rows = review.side_by_side(run, baseline)
+    impl = GRID[5][1]["impl"]
+    alone = review.compare(
+        run, baseline, pd.DataFrame(run_samples + baseline_samples), paired_rows=rows[rows["impl"] == impl]
+    )
+    full = table[table["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
+    alone = alone.sort_values("point").reset_index(drop=True)
+    assert len(alone) == len(GRID) // 2 and slowed_point in set(alone["point"])
+    pd.testing.assert_frame_equal(alone, full)
+
+
+@pytest.mark.slow
+def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_store_url: str, tmp_path: Path) -> None:
+    url = copy_store(filled_store_url, tmp_path / "calibration.db")
+    store = Store(url)
+    store.annotations.add_tag(1, "suspect")  # the session's run as it was timed: its copies are the runs
+    copies = [slowed_copy(store, 1, slower_by=1.0, hours_later=hours, steady=True) for hours in (1, 2, 3, 4, 5)]
+    preset = str(frames.runs(store).set_index("run_id").loc[copies[0], "preset"])
+    from analysis import report
+
+    page_line = report.build_report(store, copies[-1], copies[-2]).calibration
+    store.close()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", preset],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line and " " not in line)
+    assert figures["review_pairs"] == "4" and int(figures["review_timed_verdicts"]) > 0
+    assert float(figures["review_judged_fraction"]) == 1.0, "every timed row of the copies is tested"
+    assert float(figures["review_false_alert_rate"]) == 0 and float(figures["review_reviews_with_false_alert"]) == 0
+    for scope in ("single_case", "group", "run"):
+        recall = [float(figures[f"review_recall_{scope}_at_{size}pct"]) for size in (10, 25, 50)]
+        assert recall == sorted(recall) and recall[-1] > 0, (scope, recall)
+    assert result.stdout.splitlines()[-1] == page_line, "the report's calibration line is the benchmark's"
+    assert "one case at a time" in page_line and "over 4 A/A pair(s)" in page_line
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", "seed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert refused.returncode == 2 and "--preset: no two consecutive done seed runs" in refused.stderr
 
 
 def test_import_analysis_pulls_in_neither_streamlit_nor_the_dashboard() -> None:
