@@ -578,7 +578,7 @@ def power_line(table: pd.DataFrame) -> str | None:
     return (
         f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
         f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen ≥ {weak['detectable'].max():.0%}); "
-        "more pairs or a quieter machine would"
+        "more pairs or a quieter machine would lower it"
     )
 
 
