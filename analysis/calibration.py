@@ -6,7 +6,8 @@
 - Recall: the same pairs with a regression injected into the later run's real samples
   (analysis.comparison.injected: the measured side of each pair slower by 10%, 25% or 50%, each
   pair keeping its own noise, the second run's), the way regressions happen: one case at a time
-  (every tested timed case in turn), one experiment · impl family at a time, and the whole run.
+  (every tested timed case in turn, or a seeded sample of SINGLE_CASES of them), one experiment ·
+  impl family at a time, and the whole run.
   Recall is the share of the injected tested rows that say ``regressed``.
 
 The review's tests and adjustments stay within an experiment · impl family (analysis.review), so
@@ -32,8 +33,11 @@ SLOWDOWNS = (0.10, 0.25, 0.50)
 # How a regression is injected: into one case, one experiment · impl family, the whole run.
 SCOPES = ("single_case", "group", "run")
 ALERTS = ("regressed", "improved")
-# The newest pairs the Review page and reports calibrate on (the benchmark takes every pair).
-PAGE_PAIRS = 6
+# The newest pairs the Review page and reports calibrate on (the benchmark takes every pair unless
+# given --newest): each pair's injections cost a few seconds.
+PAGE_PAIRS = 3
+# One case at a time: at most this many tested cases of a pair, a sample seeded by the pair.
+SINGLE_CASES = 30
 
 
 @dataclass
@@ -162,7 +166,12 @@ class Injector:
         return samples
 
     def judged(self, rows: pd.DataFrame | None, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
-        return comparison.judge(self.inputs, samples=self.samples(measurement_ids, slower_by), rows=rows)
+        samples = self.samples(measurement_ids, slower_by)
+        if rows is not None and not samples.empty:
+            # Only the family's samples: grouping every sample of both runs was most of a family's cost.
+            family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
+            samples = samples[samples["measurement_id"].isin(family)]
+        return comparison.judge(self.inputs, samples=samples, rows=rows)
 
 
 def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
@@ -203,11 +212,12 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
             family: (injector.rows[(injector.rows["experiment"] == family[0]) & (injector.rows["impl"] == family[1])])
             for family in set(zip(cases["experiment"], cases["impl"], strict=True))
         }
+        singles = cases if len(cases) <= SINGLE_CASES else cases.sample(SINGLE_CASES, random_state=run_id)
         for slowdown in SLOWDOWNS:
             trials: list[tuple[str, pd.DataFrame | None, set[int]]] = [
                 ("single_case", families[(str(experiment), str(impl))], {int(ident)})
                 for experiment, impl, ident in zip(
-                    cases["experiment"], cases["impl"], cases["measurement_id_run"], strict=True
+                    singles["experiment"], singles["impl"], singles["measurement_id_run"], strict=True
                 )
             ]
             trials += [

@@ -77,6 +77,7 @@ __all__ = [
     "compare",
     "current_names",
     "default_baseline",
+    "detectable_line",
     "drift_figure",
     "drift_moves",
     "drift_of",
@@ -579,6 +580,19 @@ def power_line(table: pd.DataFrame) -> str | None:
         f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
         f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen ≥ {weak['detectable'].max():.0%}); "
         "more pairs or a quieter machine would lower it"
+    )
+
+
+def detectable_line(table: pd.DataFrame) -> str | None:
+    """What the tested timed rows could have seen, in a few words; None without such rows."""
+    if table.empty or "detectable" not in table.columns:
+        return None
+    detectable = table["detectable"].dropna().astype(float)
+    if detectable.empty:
+        return None
+    return (
+        f"{len(detectable)} tested timed rows would have seen ≥ {detectable.median():.0%} "
+        f"(median; the weakest ≥ {detectable.max():.0%})"
     )
 
 

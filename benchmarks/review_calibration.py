@@ -6,8 +6,8 @@ a time, one experiment · impl family at a time and into the whole run (analysis
     python benchmarks/review_calibration.py --db URL [--preset quick] [--newest N]
 
 The last line it prints is the Review page's and the reports' calibration line for the same
-pairs (the page takes the newest 6 on the run's machine). Targets on four quiet quick runs:
-review_false_alert_rate ≤ 0.01, review_reviews_with_false_alert ≤ 0.05,
+pairs (the page takes the newest 3 on the run's machine: --newest 3 on a one-machine store).
+Targets on four quiet quick runs: review_false_alert_rate ≤ 0.01, review_reviews_with_false_alert ≤ 0.05,
 review_recall_single_case_at_25pct ≥ 0.9, review_recall_single_case_at_10pct ≥ 0.5,
 review_recall_group_at_10pct ≥ 0.9, review_recall_run_at_10pct ≥ 0.9, review_judged_fraction ≥ 0.95.
 """

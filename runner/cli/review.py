@@ -150,8 +150,10 @@ def report_run(
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
     built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
-    power = review.power_line(built.table)
+    power, detectable = review.power_line(built.table), review.detectable_line(built.table)
     summary = f"run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}"
+    if detectable:
+        summary = f"{summary}; {detectable}"
     if power:
         summary = f"{summary}; {power}"
     if str(out) == "-":
@@ -166,7 +168,8 @@ def report_run(
     if "underpowered" in gate and power:
         reasons.append(f"underpowered ({len(review.underpowered_rows(built.table))} rows could not see 25%)")
     if reasons:
-        typer.echo(f"--fail-on: {', '.join(reasons)}", err=True)
+        seen = f" ({detectable})" if detectable else ""
+        typer.echo(f"--fail-on: {', '.join(reasons)}{seen}", err=True)
         raise typer.Exit(1)
 
 
