@@ -3,11 +3,19 @@
 - False alerts: the A/A review pairs (consecutive done runs of one preset with the same code
   version, model and machine fingerprint, neither tagged suspect) compare code with itself, so
   every ``regressed`` or ``improved`` among their tested timed verdicts is a false alert.
-- Recall: the same pairs with the later run's timed samples slowed on purpose by 5%, 10%, 25%
-  and 50% (analysis.comparison.slowed): the share of tested timed verdicts that say ``regressed``.
+- Recall: the same pairs with a regression injected into the later run's real samples
+  (analysis.comparison.injected: the measured side of each pair slower by 10%, 25% or 50%, each
+  pair keeping its own noise, the second run's), the way regressions happen: one case at a time
+  (every tested timed case in turn, or a seeded sample of SINGLE_CASES of them), one experiment ·
+  impl family at a time, and the whole run.
+  Recall is the share of the injected tested rows that say ``regressed``.
 
-A tested verdict is a timed row that reached the U test (``p_value`` set); rows with too few
-samples or no floor cannot alert either way and are counted apart.
+The review's tests and adjustments stay within an experiment · impl family (analysis.review), so
+a case or family injected alone is judged by judging its family alone: exactly its verdict in
+the full review, at a fraction of the cost.
+
+A tested verdict is a timed row that reached the t test (``p_value`` set); rows with too few
+samples cannot alert either way and are counted apart (``review_judged_fraction``).
 """
 
 from __future__ import annotations
@@ -22,22 +30,32 @@ from analysis import runs as runs_module
 from store import frames
 from store.store import Store
 
-SLOWDOWNS = (0.05, 0.10, 0.25, 0.50)
+SLOWDOWNS = (0.10, 0.25, 0.50)
+# How a regression is injected: into one case, one experiment · impl family, the whole run.
+SCOPES = ("single_case", "group", "run")
 ALERTS = ("regressed", "improved")
-# The newest pairs the Review page and reports calibrate on (the benchmark takes every pair).
-PAGE_PAIRS = 6
+# The newest pairs the Review page and reports calibrate on (the benchmark takes every pair unless
+# given --newest): each pair's injections cost a few seconds.
+PAGE_PAIRS = 3
+# One case at a time: at most this many tested cases of a pair, a sample seeded by the pair.
+SINGLE_CASES = 30
 
 
 @dataclass
 class Calibration:
     preset: str
     pairs: int = 0
+    timed_rows: int = 0  # timed rows with a value in both runs, over the A/A pairs
     timed_verdicts: int = 0  # tested timed verdicts over the A/A pairs
-    untested: int = 0  # timed rows that could not be tested (too few samples, no floor)
     false_alerts: int = 0
     reviews_with_false_alert: int = 0
-    flagged: dict[float, int] = field(default_factory=dict)  # slowdown → regressed verdicts
-    tested_slowed: dict[float, int] = field(default_factory=dict)  # slowdown → tested verdicts
+    detectable: list[float] = field(default_factory=list)  # every tested row's minimum detectable effect
+    flagged: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → regressed rows
+    injected: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → injected rows
+
+    @property
+    def untested(self) -> int:
+        return self.timed_rows - self.timed_verdicts
 
     def false_alert_rate(self) -> float | None:
         return self.false_alerts / self.timed_verdicts if self.timed_verdicts else None
@@ -45,9 +63,15 @@ class Calibration:
     def reviews_with_false_alert_rate(self) -> float | None:
         return self.reviews_with_false_alert / self.pairs if self.pairs else None
 
-    def recall(self, slowdown: float) -> float | None:
-        tested = self.tested_slowed.get(slowdown, 0)
-        return self.flagged.get(slowdown, 0) / tested if tested else None
+    def judged_fraction(self) -> float | None:
+        return self.timed_verdicts / self.timed_rows if self.timed_rows else None
+
+    def recall(self, scope: str, slowdown: float) -> float | None:
+        injected = self.injected.get((scope, slowdown), 0)
+        return self.flagged.get((scope, slowdown), 0) / injected if injected else None
+
+    def detectable_median(self) -> float | None:
+        return float(pd.Series(self.detectable).median()) if self.detectable else None
 
     def figures(self) -> dict[str, float | int | None]:
         """The benchmark's printed figures (name → value)."""
@@ -55,32 +79,40 @@ class Calibration:
             "review_pairs": self.pairs,
             "review_timed_verdicts": self.timed_verdicts,
             "review_untested_timed_rows": self.untested,
+            "review_judged_fraction": self.judged_fraction(),
+            "review_detectable_median": self.detectable_median(),
             "review_false_alerts": self.false_alerts,
             "review_false_alert_rate": self.false_alert_rate(),
             "review_reviews_with_false_alert": self.reviews_with_false_alert_rate(),
         }
-        for slowdown in SLOWDOWNS:
-            figures[f"review_recall_at_{round(slowdown * 100)}pct"] = self.recall(slowdown)
+        for scope in SCOPES:
+            for slowdown in SLOWDOWNS:
+                figures[f"review_recall_{scope}_at_{round(slowdown * 100)}pct"] = self.recall(scope, slowdown)
         return figures
 
     def line(self, escape: Callable[[object], str] = str) -> str:
-        """The figures in words, for the Review page and the reports; ``escape`` applies to the
-        preset's name (a run's own text: markdown_text for Markdown)."""
+        """The figures in words, for the Review page, the reports and the benchmark's last line;
+        ``escape`` applies to the preset's name (a run's own text: markdown_text for Markdown)."""
         preset = escape(self.preset)
         if not self.pairs:
             return (
                 f"not measured yet: no two consecutive done {preset} runs of the same code, model and machine "
                 "(run the preset twice; benchmarks/review_calibration.py measures it)"
             )
-        recall = self.recall(0.25)
-        flagged = (
-            f"a slowdown of 25% is flagged in {recall:.0%} of {self.tested_slowed.get(0.25, 0)} tested verdicts"
-            if recall is not None
-            else "no timed verdict could be tested"
-        )
+        if not self.timed_verdicts:
+            return f"on this machine ({preset}), no timed verdict could be tested over {self.pairs} A/A pair(s)"
+
+        def share(scope: str, slowdown: float) -> str:
+            recall = self.recall(scope, slowdown)
+            return "n/a" if recall is None else f"{recall:.0%}"
+
+        detectable = self.detectable_median()
         return (
-            f"on this machine ({preset}), {flagged}; measured false alerts {self.false_alerts} of "
-            f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
+            f"on this machine ({preset}), a slowdown injected into real samples is flagged: one case at a time "
+            f"{share('single_case', 0.25)} at 25%, {share('single_case', 0.10)} at 10%; one experiment · impl "
+            f"{share('group', 0.10)} at 10%; the whole run {share('run', 0.10)} at 10%; a tested row would have "
+            f"seen ≥ {detectable:.0%} (median); measured false alerts {self.false_alerts} of {self.timed_verdicts} "
+            f"timed verdicts over {self.pairs} A/A pair(s)"
         )
 
 
@@ -111,6 +143,53 @@ def tested(table: pd.DataFrame) -> pd.DataFrame:
     return timed[timed["p_value"].notna()]
 
 
+def timed_rows(table: pd.DataFrame) -> int:
+    """Timed rows with a value in both runs: what could be tested."""
+    return int(((table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])).sum())
+
+
+class Injector:
+    """Regressions injected into one review pair's real samples, judged family by family."""
+
+    def __init__(self, inputs: comparison.ReviewInputs) -> None:
+        self.inputs = inputs
+        self.rows = inputs.side_by_side(True)
+        samples = inputs.samples
+        if samples.empty:
+            self.measured = pd.Series(dtype=bool)
+        else:
+            paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
+            self.measured = (paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A"))
+
+    def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
+        """``comparison.injected`` with the measured sides found once per pair."""
+        samples = self.inputs.samples.copy()
+        chosen = self.measured & samples["measurement_id"].isin(measurement_ids)
+        samples.loc[chosen, "seconds"] = samples.loc[chosen, "seconds"] * slower_by
+        return samples
+
+    def judged(self, rows: pd.DataFrame | None, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
+        samples = self.samples(measurement_ids, slower_by)
+        if rows is not None and not samples.empty:
+            # Only the family's samples: grouping every sample of both runs was most of a family's cost.
+            family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
+            samples = samples[samples["measurement_id"].isin(family)]
+        return comparison.judge(self.inputs, samples=samples, rows=rows)
+
+
+def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """The tested timed rows of ``table`` with their run measurement and family (experiment, impl)."""
+    keys = rows[["experiment", "point", "metric", "impl", "measurement_id_run"]]
+    return tested(table).merge(keys, on=["experiment", "point", "metric"], how="left")
+
+
+def regressed_among(table: pd.DataFrame, rows: pd.DataFrame, measurement_ids: set[int]) -> tuple[int, int]:
+    """(regressed, injected tested rows) among the rows of ``measurement_ids``."""
+    hit = keyed(table, rows)
+    hit = hit[hit["measurement_id_run"].isin(measurement_ids)]
+    return int((hit["verdict"] == "regressed").sum()), len(hit)
+
+
 def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newest: int | None = None) -> Calibration:
     """The measured error rates of the review's timed verdicts over the store's A/A pairs of
     ``preset`` (the ``newest`` of them, if given)."""
@@ -124,13 +203,42 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
         table = comparison.judge(inputs)
         judged = tested(table)
         result.pairs += 1
+        result.timed_rows += timed_rows(table)
         result.timed_verdicts += len(judged)
-        result.untested += int((table["kind"] == "timed").sum()) - len(judged)
+        result.detectable += judged["detectable"].astype(float).tolist()
         alerts = int(judged["verdict"].isin(ALERTS).sum())
         result.false_alerts += alerts
         result.reviews_with_false_alert += alerts > 0
+        injector = Injector(inputs)
+        cases = keyed(table, injector.rows)
+        families = {
+            family: (injector.rows[(injector.rows["experiment"] == family[0]) & (injector.rows["impl"] == family[1])])
+            for family in set(zip(cases["experiment"], cases["impl"], strict=True))
+        }
+        singles = cases if len(cases) <= SINGLE_CASES else cases.sample(SINGLE_CASES, random_state=run_id)
         for slowdown in SLOWDOWNS:
-            slowed = tested(comparison.judge(inputs, samples=comparison.slowed(inputs, 1.0 + slowdown)))
-            result.tested_slowed[slowdown] = result.tested_slowed.get(slowdown, 0) + len(slowed)
-            result.flagged[slowdown] = result.flagged.get(slowdown, 0) + int((slowed["verdict"] == "regressed").sum())
+            trials: list[tuple[str, pd.DataFrame | None, set[int]]] = [
+                ("single_case", families[(str(experiment), str(impl))], {int(ident)})
+                for experiment, impl, ident in zip(
+                    singles["experiment"], singles["impl"], singles["measurement_id_run"], strict=True
+                )
+            ]
+            trials += [
+                (
+                    "group",
+                    rows,
+                    {
+                        int(ident)
+                        for ident in cases[(cases["experiment"] == experiment) & (cases["impl"] == impl)][
+                            "measurement_id_run"
+                        ]
+                    },
+                )
+                for (experiment, impl), rows in families.items()
+            ]
+            trials.append(("run", None, {int(ident) for ident in cases["measurement_id_run"]}))
+            for scope, rows, ids in trials:
+                flagged, injected = regressed_among(injector.judged(rows, ids, 1.0 + slowdown), injector.rows, ids)
+                result.flagged[(scope, slowdown)] = result.flagged.get((scope, slowdown), 0) + flagged
+                result.injected[(scope, slowdown)] = result.injected.get((scope, slowdown), 0) + injected
     return result

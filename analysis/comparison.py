@@ -112,21 +112,38 @@ def record_machine_drift(store: Store, run_id: int) -> float | None:
     return figure
 
 
-def slowed(inputs: ReviewInputs, slower_by: float) -> pd.DataFrame:
-    """The samples with every timed measurement of the run made ``slower_by`` times as slow on the
-    side that is measured: the candidate (B) of a paired ratio, the one side of a min-of-N time."""
-    samples = inputs.samples.copy()
+def slowed(inputs: ReviewInputs, slower_by: float, measurement_ids: set[int] | None = None) -> pd.DataFrame:
+    """The samples with timed measurements of the run (those of ``measurement_ids``, else every
+    one) made ``slower_by`` times as slow on the side that is measured (``injected``)."""
+    ids = set(inputs.run_measurements["measurement_id"]) if measurement_ids is None else measurement_ids
+    return injected(inputs.samples, ids, slower_by)
+
+
+def injected(samples: pd.DataFrame, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
+    """A regression injected into real samples: every sample of the measured side of
+    ``measurement_ids`` (the candidate, B, of a paired ratio; the one side, A, of a min-of-N
+    time) ``slower_by`` times as long. Each pair keeps its own noise: the per-pair log values
+    move by log(slower_by) together, their spread is the run's own."""
+    samples = samples.copy()
     if samples.empty:
         return samples
-    own = samples["measurement_id"].isin(set(inputs.run_measurements["measurement_id"]))
+    own = samples["measurement_id"].isin(measurement_ids)
     paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
     measured = own & ((paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A")))
     samples.loc[measured, "seconds"] = samples.loc[measured, "seconds"] * slower_by
     return samples
 
 
-def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The verdict table of the review (``samples`` in place of the stored ones, if given)."""
+def judge(
+    inputs: ReviewInputs,
+    *,
+    headline_only: bool = True,
+    samples: pd.DataFrame | None = None,
+    rows: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The verdict table of the review (``samples`` in place of the stored ones, if given; only
+    ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
+    as in the full review, whose tests and adjustments stay within a family)."""
     table = review.compare(
         inputs.run_measurements,
         inputs.baseline_measurements,
@@ -134,7 +151,7 @@ def judge(inputs: ReviewInputs, *, headline_only: bool = True, samples: pd.DataF
         headline_only=headline_only,
         between_runs=inputs.between,
         drift=inputs.drift,
-        paired_rows=inputs.side_by_side(headline_only),
+        paired_rows=inputs.side_by_side(headline_only) if rows is None else rows,
         unmeasured=inputs.unmeasured,
     )
     if inputs.interleaved and not table.empty:

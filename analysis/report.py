@@ -30,7 +30,7 @@ class RunReport:
     run: dict[str, Any]
     baseline: dict[str, Any]
     table: pd.DataFrame
-    floors: dict[tuple[str, str, str], float]  # (experiment, impl, method) → A/A floor, log scale
+    floors: dict[tuple[str, str, str], float]  # (experiment, impl, method) → widest A/A |log ratio|
     warnings: list[str]
     earlier_runs: int  # how many the between-run floors were taken over
     drift: float | None = None  # the machine's drift figure, where its earlier runs hold one
@@ -234,7 +234,7 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
         change = change_text(row["change"])
         rows.append(
             [
-                row["verdict"],
+                review.verdict_label(row),
                 row["experiment"],
                 row["metric"],
                 row["point"],
@@ -244,6 +244,7 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
                 formatted(row["p_value"], 2),
                 formatted(row["adjusted_p"], 2),
                 "" if pd.isna(row["noise_floor"]) else f"±{math.expm1(row['noise_floor']):.1%}",
+                "" if pd.isna(row["detectable"]) else f"≥ {row['detectable']:.1%}",
                 str(row["why"] or ""),
             ]
         )
@@ -261,18 +262,20 @@ HEADER = [
     "p",
     "adjusted p",
     "noise floor",
+    "would have seen",
     "why",
 ]
 METHOD = (
-    f"Deterministic metrics must be equal. Timed metrics: a two-sided Mann–Whitney U test on the raw samples of "
-    f"both runs (per-pair ratios for paired speedups, seconds for min-of-N times), its p-values adjusted over the "
-    f"review's timed tests together (Benjamini–Hochberg) and compared with {review.ALPHA:g}, and a shift of the "
-    f"medians beyond the noise floor of the metric's own kind: the A/A floor of its experiment and impl (the widest "
-    f"|log ratio| of an A/A pair in either run) for a paired ratio, the wider of the A/A ratio of minima and the "
-    f"spread of its own samples for a min-of-N time; and, given three or more earlier done runs of the preset on "
-    f"this machine, the between-run floor ({review.OUTLIER_MADS:g} robust standard deviations of the case's log "
-    f"value over them). Without an A/A floor: no floor. With fewer earlier runs, a shift within the machine's "
-    f"drift figure (else ±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift."
+    f"Deterministic metrics must be equal. Timed metrics: a two-sample t test of the shift of the mean log value "
+    f"(per-pair ratios for paired speedups, seconds for min-of-N times), its variance moderated towards the typical "
+    f"one of the row's experiment and impl ({review.PRIOR_FREEDOM} prior degrees of freedom), its p-values adjusted "
+    f"by Benjamini–Hochberg within each experiment · impl family and compared with {review.ALPHA:g} (the false "
+    f"discovery rate controlled within each family); given three or more earlier done runs of the preset on this "
+    f"machine, a shift must also clear the between-run floor ({review.OUTLIER_MADS:g} robust standard deviations "
+    f"of the case's log value over them); with fewer, a shift within the machine's drift figure (else "
+    f"±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift. Each tested row says the smallest change it would "
+    f"have seen ({review.MDE_POWER:.0%} power, moving alone in its family, never below its floor); a review with "
+    f"rows that could not see {review.UNDERPOWERED_CHANGE:.0%} says it is underpowered."
 )
 
 
@@ -280,10 +283,11 @@ def to_markdown(report: RunReport) -> str:
     lines = [
         f"# decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}",
         "",
+        *([f"**{power}**", ""] if (power := review.power_line(report.table)) else []),
         f"- run: {describe(report.run, markdown_text)}",
         f"- baseline: {describe(report.baseline, markdown_text)}",
         f"- verdicts: {verdicts_markdown(report.table)}",
-        f"- A/A noise floor: {floors_line(report.floors)}",
+        f"- A/A spread: {floors_line(report.floors)}",
         *([f"- calibration: {report.calibration}"] if report.calibration else []),
         *([f"- drift: {markdown_text(report.machine_drift)}"] if report.machine_drift else []),
         *(f"- warning: {warning}" for warning in report.warnings),
@@ -311,15 +315,22 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, link
     lines = ["| " + " | ".join(markdown_cell(name) for name in header) + " |", "|" + "---|" * len(header)]
     for cells in rows:
         shown = [markdown_cell(cell) for cell in cells]
-        if linked_first and cells and cells[0] in review.VERDICT_MEANINGS:
-            shown[0] = f"[{cells[0]}](#{anchor(cells[0])})"
+        verdict = verdict_word(cells[0]) if linked_first and cells else None
+        if verdict is not None:
+            shown[0] = f"[{verdict}](#{anchor(verdict)}){markdown_cell(cells[0][len(verdict) :])}"
         lines.append("| " + " | ".join(shown) + " |")
     return lines
 
 
+def verdict_word(label: str) -> str | None:
+    """The verdict a label (``within noise (would have seen ≥ 8%)``) starts with, if any."""
+    return next((verdict for verdict in review.VERDICT_ORDER if label.startswith(verdict)), None)
+
+
 def floors_line(floors: dict[tuple[str, str, str], float]) -> str:
+    """The widest |log ratio| of an A/A pair per experiment and impl: what the clock alone did."""
     if not floors:
-        return "no A/A case in either run (their timed verdicts say `no floor`)"
+        return "no A/A case in either run"
     return ", ".join(
         f"{markdown_text(experiment)} · {markdown_text(impl)}{' (min-of-N)' if method == 'min' else ''} "
         f"±{math.expm1(floor):.1%}"
@@ -358,9 +369,11 @@ def to_html(report: RunReport) -> str:
     escape = html.escape
     rows = []
     for cells in table_cells(report.table):
-        color = review_charts.VERDICT_COLORS.get(cells[0], "#000")
+        verdict = verdict_word(cells[0]) or cells[0]
+        color = review_charts.VERDICT_COLORS.get(verdict, "#000")
         rows.append(
-            f'<tr><td class="verdict"><a style="color:{color}" href="#{anchor(cells[0])}">{escape(cells[0])}</a></td>'
+            f'<tr><td class="verdict"><a style="color:{color}" href="#{anchor(verdict)}">{escape(verdict)}</a>'
+            f"{escape(cells[0][len(verdict) :])}</td>"
             + "".join(f"<td>{escape(cell)}</td>" for cell in cells[1:])
             + "</tr>"
         )
@@ -377,11 +390,12 @@ def to_html(report: RunReport) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
 <h1>{escape(title)}</h1>
+{f"<p class='warning'><b>{escape(power)}</b></p>" if (power := review.power_line(report.table)) else ""}
 <ul>
 <li>run: {escape(describe(report.run))}</li>
 <li>baseline: {escape(describe(report.baseline))}</li>
 <li>verdicts: {verdicts_html(report.table)}</li>
-<li>A/A noise floor: {escape(markdown_plain(floors_line(report.floors)))}</li>
+<li>A/A spread: {escape(markdown_plain(floors_line(report.floors)))}</li>
 {f"<li>calibration: {escape(markdown_plain(report.calibration))}</li>" if report.calibration else ""}
 {f"<li>drift: {escape(report.machine_drift)}</li>" if report.machine_drift else ""}
 {"".join(notes)}

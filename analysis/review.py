@@ -1,5 +1,5 @@
 """A run against its baseline: which baseline, and for every headline metric a verdict that
-knows what it rests on.
+knows what it rests on and what it could have seen.
 
 Plain functions of DataFrames (no Streamlit), used by the Review page, `decodelab report run`
 and benchmarks/review_calibration.py.
@@ -7,20 +7,26 @@ and benchmarks/review_calibration.py.
 Verdicts:
 - deterministic metrics (kinds exact, numerical, sampled in runner.metrics) are ``unchanged`` or
   ``changed``: they must reproduce exactly on one machine;
-- timed metrics are decided from the raw samples of both runs: per-pair ratios A/B for a paired
-  speedup, the raw seconds for a min-of-N time. A two-sided Mann–Whitney U test per metric, its
-  p-values adjusted together over the review (Benjamini–Hochberg), and a shift of the medians
-  beyond the noise floor of the metric's own kind: for a paired ratio, the A/A floor of its
-  experiment and impl (the widest |log ratio| of an A/A pair, the same decode on both sides, in
-  either run); for a min-of-N time, the wider of its A/A min-ratio and the spread of its own
-  samples; and the between-run floor (3 robust standard deviations of the case's log value over
-  the earlier runs of the preset on the machine) where there are three such runs.
-  Where none of the within-run floors exists the verdict is ``no floor``; with fewer than three
-  earlier runs a shift within the machine's drift figure (else DEFAULT_DRIFT) is
-  ``unknown drift``: the machine may have drifted between the two runs. Too few samples for the
-  test ever to reach ALPHA says so;
+- timed metrics are decided from the raw samples of both runs, on a log scale: per-pair ratios
+  A/B for a paired speedup, the raw seconds for a min-of-N time. A two-sample t test of the
+  shift of the mean log value, its variance moderated towards the typical variance of its
+  experiment · impl · method group (so that three samples a side are enough: a U test cannot
+  reach 0.01 below five); the p-values adjusted by Benjamini–Hochberg within each family of one
+  experiment and impl (a single case can speak: it competes with its family, not with the whole
+  review); and a shift beyond the between-run floor (3 robust standard deviations of the case's
+  log value over the earlier runs of the preset on the machine) where there are three such runs.
+  With fewer earlier runs a shift within the machine's drift figure (else DEFAULT_DRIFT) is
+  ``unknown drift``: the machine may have drifted between the two runs. Every tested row carries
+  its minimum detectable effect (``detectable``): the change it would have flagged with
+  MDE_POWER moving alone, never below its floor or drift allowance; a review some of whose rows
+  could not see UNDERPOWERED_CHANGE says it is underpowered (``power_line``);
 - a metric with neither (fitted or predicted values, benchmark lines without samples) is
-  ``not judged``.
+  ``not judged``; fewer than MIN_SAMPLES samples a side is ``too few samples``.
+
+Error rate controlled: the false discovery rate at ALPHA within each experiment · impl family.
+When nothing changed, that is the chance of any false alert in the family, so a review of F
+families has at most ALPHA · F expected false alerts from the test (the floors and the drift
+allowance only remove alerts); benchmarks/review_calibration.py measures the real rates.
 """
 
 from __future__ import annotations
@@ -34,7 +40,15 @@ from typing import Any
 import pandas as pd
 
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
-from analysis.statistics import adjusted_p_values, mann_whitney_p, robust_sigma, smallest_p_value
+from analysis.statistics import (
+    LogShiftTest,
+    adjusted_p_values,
+    log_shift_test,
+    minimum_detectable_log,
+    pooled_variance,
+    robust_sigma,
+    smallest_p_value,
+)
 from runner.labels import part_labels
 from runner.metrics import headlines, is_deterministic
 from store.records import case_key as params_key
@@ -46,34 +60,54 @@ __all__ = [
     "DEFAULT_IMPL",
     "HEADLINES",
     "HISTORY_WINDOW",
+    "MDE_POWER",
+    "MIN_SAMPLES",
     "NOISE_PARTS",
     "OUTLIER_MADS",
     "PINNED",
+    "PRIOR_FREEDOM",
     "SUSPECT",
+    "UNDERPOWERED_CHANGE",
     "VERDICT_MEANINGS",
     "VERDICT_ORDER",
     "Headline",
+    "TimedTest",
     "between_run_floors",
     "case_points",
     "compare",
     "current_names",
     "default_baseline",
+    "detectable_line",
     "drift_figure",
     "drift_moves",
     "drift_of",
     "earlier_comparable_runs",
+    "judged_fraction",
     "noise_floors",
     "params_key",
+    "power_line",
     "sample_statistic",
     "shares_no_case",
     "smallest_p_value",
     "summary_line",
     "tag_set",
     "timed_verdict",
+    "underpowered_rows",
     "verdict_counts",
+    "verdict_label",
 ]
 
+# The false discovery rate controlled within each experiment · impl family of timed tests.
 ALPHA = 0.01
+# The t test's variance: a row's own pooled variance of log values moderated towards its group's
+# median one with PRIOR_FREEDOM degrees of freedom (empirical Bayes, as limma's moderated t).
+PRIOR_FREEDOM = 4
+# Fewer samples a side than this: ``too few samples`` (a variance needs two).
+MIN_SAMPLES = 2
+# A row's minimum detectable effect is the shift it flags with this chance, moving alone.
+MDE_POWER = 0.8
+# A review some of whose tested rows could not have seen this change says it is underpowered.
+UNDERPOWERED_CHANGE = 0.25
 # The between-run floor: OUTLIER_MADS robust standard deviations (analysis.statistics.robust_sigma)
 # of the log value over the newest HISTORY_WINDOW earlier runs, where there are MIN_EARLIER_RUNS.
 OUTLIER_MADS = 3.0
@@ -93,7 +127,6 @@ VERDICT_ORDER = (
     "changed",
     "improved",
     "unknown drift",
-    "no floor",
     "within noise",
     "too few samples",
     "not judged",
@@ -104,13 +137,15 @@ VERDICT_ORDER = (
 )
 # What each verdict word means, for the page's and the reports' explanations.
 VERDICT_MEANINGS = {
-    "regressed": "the test's adjusted p is below ALPHA and the shift is beyond the noise floor, the worse way",
-    "improved": "the test's adjusted p is below ALPHA and the shift is beyond the noise floor, the better way",
+    "regressed": "the t test's adjusted p is below ALPHA and the shift is beyond the floor, the worse way",
+    "improved": "the t test's adjusted p is below ALPHA and the shift is beyond the floor, the better way",
     "changed": "a deterministic figure differs: it must reproduce exactly",
     "unknown drift": "fewer than three earlier runs: the shift is within what the machine may drift between runs",
-    "no floor": "no A/A case or sample spread measures this metric's noise: not judged either way",
-    "within noise": "the adjusted p is not below ALPHA, or the shift is within the noise floor",
-    "too few samples": "the U test cannot reach ALPHA with so few samples",
+    "within noise": (
+        "the adjusted p is not below ALPHA, or the shift is within the between-run floor; "
+        "it says the smallest change it would have seen"
+    ),
+    "too few samples": "fewer than two samples on a side: no variance to test against",
     "not judged": "no raw samples (a fitted or predicted value)",
     "not measured": "the run could not measure this case (its reason beside it); never judged",
     "only in run": "the baseline has no such case",
@@ -132,7 +167,8 @@ HEADLINES = tuple(
     Headline(experiment, metric.name, metric.better if metric.kind == "timed" else None)
     for experiment, metric in headlines()
 )
-# Case parts that calibrate the comparison instead of being compared: the A/A pairs.
+# Case parts that calibrate the comparison instead of being compared: the A/A pairs (their
+# spread is reported beside the review; the t test measures each row's noise itself).
 NOISE_PARTS = {"aa"}
 # An A/A case's band (the speculative one's names, the others') and its ratio of minima.
 AA_BAND_METRICS = frozenset({"speedup_min", "speedup_max", "aa_speedup_low", "aa_speedup_high"})
@@ -150,6 +186,7 @@ COLUMNS = [
     "p_value",
     "adjusted_p",
     "noise_floor",
+    "detectable",
     "unit",
     "kind",
     "why",
@@ -250,69 +287,67 @@ def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
     return [float(value) for value in samples["seconds"]], "min"
 
 
-def spread_floor(*sample_sets: Sequence[float]) -> float | None:
-    """The unpaired floor of min-of-N seconds: the widest |log max/min| of either run's samples."""
-    spreads = [math.log(max(values) / min(values)) for values in sample_sets if len(values) >= 2 and min(values) > 0]
-    return max(spreads) if spreads else None
-
-
 @dataclass(frozen=True)
 class Floor:
-    """A timed row's noise floor (|log| scale) and what it rests on, in words."""
+    """What a timed row's shift must exceed besides the test (|log| scale), and what it rests on."""
 
-    within: float | None  # the A/A or sample-spread floor; None: no floor of the row's kind
     between: float | None  # the between-run floor, where MIN_EARLIER_RUNS earlier runs hold the case
-    drift: float  # the drift a shift must exceed while ``between`` is unknown
+    drift: float  # the drift a shift must exceed while ``between`` is unknown: ``unknown drift`` within it
     source: str
 
     @property
     def value(self) -> float | None:
-        known = [floor for floor in (self.within, self.between) if floor is not None]
-        return max(known) if known else None
+        return self.between
+
+    @property
+    def threshold(self) -> float:
+        """The shift below which the row cannot be regressed or improved, whatever its p."""
+        return self.between if self.between is not None else self.drift
 
 
-def row_floor(
-    experiment: str,
-    impl: str,
-    method: str,
-    samples: tuple[Sequence[float], Sequence[float]],
-    aa: Mapping[tuple[str, str, str], float],
-    between: float | None,
-    drift: float,
-) -> Floor:
-    """The floor of one timed row, of its own kind: a paired ratio against its experiment's and
-    impl's A/A pairs; min-of-N seconds against the wider of its A/A ratio of minima and the
-    spread of its own samples."""
-    paired = aa.get((experiment, impl, "paired"))
-    if method == "paired":
-        within, source = paired, f"A/A pairs of {experiment} · {impl}"
-    else:
-        candidates = [
-            floor for floor in (aa.get((experiment, impl, "min")), spread_floor(*samples)) if floor is not None
-        ]
-        within = max(candidates) if candidates else None
-        source = f"A/A minima and sample spread of {experiment} · {impl}"
-    if within is None:
-        source = f"no A/A case of {experiment} · {impl}"
+def row_floor(between: float | None, drift: float) -> Floor:
     if between is not None:
-        source += "; between earlier runs"
-    return Floor(within, between, drift, source)
+        return Floor(between, drift, "between earlier runs")
+    return Floor(None, drift, "drift allowance (fewer than three earlier runs)")
+
+
+def log_values(values: Sequence[float]) -> list[float]:
+    """The timed values on a log scale (a ratio's halving and doubling are the same distance)."""
+    return [math.log(value) for value in values if value > 0 and math.isfinite(value)]
+
+
+@dataclass(frozen=True)
+class TimedTest:
+    """One timed row's test, before its p-value is adjusted within its family."""
+
+    test: LogShiftTest
+    run_count: int
+    baseline_count: int
+    family: tuple[str, str]  # (experiment, impl): the p-values adjusted together
+    direction: str
+    floor: Floor
 
 
 def timed_verdict(
-    run_values: list[float], baseline_values: list[float], better: str, floor: float | None
+    run_values: list[float],
+    baseline_values: list[float],
+    better: str,
+    floor: float | None = None,
+    *,
+    prior_variance: float | None = None,
 ) -> tuple[str, float | None, float | None]:
-    """(verdict, p-value, shift of the medians run/baseline − 1) for one timed metric judged on
-    its own (no correction for the other tests, no drift rule: ``compare`` adds both)."""
-    if not run_values or not baseline_values:
+    """(verdict, p-value, shift run/baseline − 1) for one timed metric judged on its own (no
+    adjustment for the other tests, no drift rule unless ``floor`` is given: ``compare`` adds
+    both). ``prior_variance``: the variance of log values its group shows (default: its own)."""
+    run_logs, baseline_logs = log_values(run_values), log_values(baseline_values)
+    if not run_logs or not baseline_logs:
         return "not judged", None, None
-    shift = statistics.median(run_values) / statistics.median(baseline_values) - 1.0
-    if smallest_p_value(len(run_values), len(baseline_values)) >= ALPHA:
-        return "too few samples", None, shift
-    if floor is None:
-        return "no floor", None, shift
-    p_value = mann_whitney_p(run_values, baseline_values)
-    return decided(p_value, shift, better, floor), p_value, shift
+    if min(len(run_logs), len(baseline_logs)) < MIN_SAMPLES:
+        return "too few samples", None, statistics.median(run_values) / statistics.median(baseline_values) - 1.0
+    own, _ = pooled_variance(run_logs, baseline_logs)
+    test = log_shift_test(run_logs, baseline_logs, own if prior_variance is None else prior_variance, PRIOR_FREEDOM)
+    shift = math.expm1(test.shift)
+    return decided(test.p_value, shift, better, floor or 0.0), test.p_value, shift
 
 
 def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
@@ -325,6 +360,30 @@ def decided(p_value: float, shift: float, better: str, floor: float, drift: floa
         return "unknown drift"
     worse = shift < 0 if better == "higher" else shift > 0
     return "regressed" if worse else "improved"
+
+
+def detectable_log(test: TimedTest, family_size: int) -> float:
+    """The row's minimum detectable effect (|log| scale): the shift it flags with MDE_POWER when
+    it moves alone in its family (Benjamini–Hochberg then asks p < ALPHA / family size), and
+    never below its floor or drift allowance."""
+    statistical = minimum_detectable_log(
+        test.test.standard_error, test.test.degrees_of_freedom, ALPHA / max(family_size, 1), MDE_POWER
+    )
+    return max(statistical, test.floor.threshold)
+
+
+Group = tuple[str, str, str]  # (experiment, impl, method)
+
+
+def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]]) -> dict[Group, float]:
+    """Per (experiment, impl, method): the median pooled variance of its rows' log values, the
+    prior each row's own variance is moderated towards."""
+    pooled: dict[Group, list[float]] = {}
+    for group, run_logs, baseline_logs in tests.values():
+        variance, freedom = pooled_variance(run_logs, baseline_logs)
+        if freedom:
+            pooled.setdefault(group, []).append(variance)
+    return {group: statistics.median(values) for group, values in pooled.items()}
 
 
 def current_names(measurements: pd.DataFrame) -> pd.DataFrame:
@@ -390,17 +449,19 @@ def compare(
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
     between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
     machine's drift figure (``drift_figure``; DEFAULT_DRIFT where None). The timed rows' p-values
-    are adjusted together before any verdict is given. ``paired_rows``: ``side_by_side(run,
-    baseline, headline_only)`` where the caller has it already. ``unmeasured``: (experiment, params
-    key) → reason, the run's cases it could not measure: their rows say so and are never judged."""
-    floors = noise_floors(run, baseline)
+    are adjusted within their experiment · impl family before any verdict is given.
+    ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
+    ``unmeasured``: (experiment, params key) → reason, the run's cases it could not measure: their
+    rows say so and are never judged."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
     rows: list[dict[str, Any]] = []
-    tested: list[tuple[dict[str, Any], float, str, Floor]] = []  # rows whose verdict waits for the adjusted p
+    # Rows to test, by their index in ``rows``: (group, run logs, baseline logs), then their floors.
+    candidates: dict[int, tuple[Group, list[float], list[float]]] = {}
+    floors: dict[int, tuple[Floor, str]] = {}
     for row in merged.to_dict("records"):
         unit = row["unit_run"] if isinstance(row["unit_run"], str) else row["unit_baseline"]
         deterministic = is_deterministic(row["metric"], unit)
@@ -416,6 +477,7 @@ def compare(
             "p_value": None,
             "adjusted_p": None,
             "noise_floor": None,
+            "detectable": None,
             "why": "",
         }
         rows.append(entry)
@@ -434,42 +496,44 @@ def compare(
         else:
             run_samples, method = sample_statistic(by_measurement.get(row["measurement_id_run"], pd.DataFrame()))
             base_samples, _ = sample_statistic(by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()))
-            direction = better.get((row["experiment"], row["metric"])) or "higher"
-            if not run_samples or not base_samples:
+            run_logs, base_logs = log_values(run_samples), log_values(base_samples)
+            if not run_logs or not base_logs:
                 entry["verdict"] = "not judged"
                 entry["why"] = VERDICT_MEANINGS["not judged"]
                 if row["value_baseline"]:
                     entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
                 continue
-            key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
-            floor = row_floor(
-                row["experiment"],
-                row["impl"],
-                method,
-                (run_samples, base_samples),
-                floors,
-                between.get((row["experiment"], row["metric"], key)),
-                drift_floor,
-            )
-            entry["noise_floor"] = floor.value
-            verdict, p_value, shift = timed_verdict(run_samples, base_samples, direction, floor.value)
-            entry["verdict"], entry["p_value"], entry["change"] = verdict, p_value, shift
-            if verdict == "too few samples":
-                smallest = smallest_p_value(len(run_samples), len(base_samples))
+            if min(len(run_logs), len(base_logs)) < MIN_SAMPLES:
+                entry["verdict"] = "too few samples"
+                entry["change"] = statistics.median(run_samples) / statistics.median(base_samples) - 1.0
                 entry["why"] = (
-                    f"{len(run_samples)} against {len(base_samples)} samples: the U test's smallest p is "
-                    f"{smallest:.2g}, not below {ALPHA:g}"
+                    f"{len(run_logs)} against {len(base_logs)} samples: the t test needs {MIN_SAMPLES} a side"
                 )
-            elif verdict == "no floor":
-                entry["why"] = f"{floor.source}: {VERDICT_MEANINGS['no floor']}"
-            elif p_value is not None and shift is not None:
-                tested.append((entry, shift, direction, floor))
-    adjusted = adjusted_p_values([entry["p_value"] for entry, *_ in tested])
-    for (entry, shift, direction, floor), adjusted_p in zip(tested, adjusted, strict=True):
-        entry["adjusted_p"] = adjusted_p
-        assert floor.value is not None  # a row without a floor is not tested
-        entry["verdict"] = decided(adjusted_p, shift, direction, floor.value, None if floor.between else floor.drift)
-        entry["why"] = explanation(entry, floor, len(tested))
+                continue
+            key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
+            floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor)
+            entry["noise_floor"] = floor.value
+            candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
+            floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
+    priors = group_variances(candidates)
+    tests: dict[int, TimedTest] = {}
+    for index, (group, run_logs, base_logs) in candidates.items():
+        floor, direction = floors[index]
+        shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM)
+        tests[index] = TimedTest(shift_test, len(run_logs), len(base_logs), (group[0], group[1]), direction, floor)
+    families: dict[tuple[str, str], list[int]] = {}
+    for index, timed in tests.items():
+        families.setdefault(timed.family, []).append(index)
+    for members in families.values():
+        adjusted = adjusted_p_values([tests[index].test.p_value for index in members])
+        for index, adjusted_p in zip(members, adjusted, strict=True):
+            entry, test = rows[index], tests[index]
+            shift = math.expm1(test.test.shift)
+            entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
+            entry["detectable"] = math.expm1(detectable_log(test, len(members)))
+            drift_rule = None if test.floor.between is not None else test.floor.drift
+            entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
+            entry["why"] = explanation(entry, test, len(members))
     table = pd.DataFrame(rows, columns=COLUMNS)
     if table.empty:
         return table
@@ -481,14 +545,71 @@ def compare(
     return table.drop(columns=["order", "size"]).reset_index(drop=True)
 
 
-def explanation(entry: Mapping[str, Any], floor: Floor, tests: int) -> str:
-    """Why a tested timed row got its verdict: the test, the adjusted p, the floor and its source."""
-    bound = f"±{math.expm1(floor.value or 0.0):.1%} ({floor.source})"
-    drift = "" if floor.between is not None else f"; drift allowance ±{math.expm1(floor.drift):.1%}"
+def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> str:
+    """Why a tested timed row got its verdict: the test, the adjusted p, what it could have seen
+    and the floor or drift allowance it had to clear."""
+    experiment, impl = test.family
+    if test.floor.between is not None:
+        floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
+    else:
+        floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     return (
-        f"Mann–Whitney U p = {entry['p_value']:.2g}, adjusted over {tests} timed tests (Benjamini–Hochberg) "
-        f"{entry['adjusted_p']:.2g} against {ALPHA:g}; noise floor {bound}{drift}"
+        f"t test on log values, {test.run_count} against {test.baseline_count} samples "
+        f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
+        f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
+        f"{ALPHA:g}; would have seen ≥ {entry['detectable']:.1%}; {floor}"
     )
+
+
+def verdict_label(row: Mapping[Any, Any]) -> str:
+    """The verdict as a reader sees it: a tested timed row says what it could have seen,
+    ``within noise (would have seen ≥ 8%)``."""
+    detectable = row.get("detectable")
+    if detectable is None or pd.isna(detectable) or row["verdict"] in ("regressed", "improved"):
+        return str(row["verdict"])
+    return f"{row['verdict']} (would have seen ≥ {detectable:.0%})"
+
+
+def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The tested timed rows that could not have seen a change of UNDERPOWERED_CHANGE."""
+    if table.empty or "detectable" not in table.columns:
+        return table.iloc[0:0]
+    detectable = table["detectable"].astype(float)
+    return table[detectable.notna() & (detectable > UNDERPOWERED_CHANGE)]
+
+
+def power_line(table: pd.DataFrame) -> str | None:
+    """``underpowered: …`` where some tested timed row could not have seen UNDERPOWERED_CHANGE; None otherwise."""
+    weak = underpowered_rows(table)
+    if weak.empty:
+        return None
+    tested = int(table["detectable"].notna().sum())
+    return (
+        f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
+        f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen ≥ {weak['detectable'].max():.0%}); "
+        "more pairs or a quieter machine would lower it"
+    )
+
+
+def detectable_line(table: pd.DataFrame) -> str | None:
+    """What the tested timed rows could have seen, in a few words; None without such rows."""
+    if table.empty or "detectable" not in table.columns:
+        return None
+    detectable = table["detectable"].dropna().astype(float)
+    if detectable.empty:
+        return None
+    return (
+        f"{len(detectable)} tested timed rows would have seen ≥ {detectable.median():.0%} "
+        f"(median; the weakest ≥ {detectable.max():.0%})"
+    )
+
+
+def judged_fraction(table: pd.DataFrame) -> float | None:
+    """Tested timed rows over all timed rows with a value on both sides; None without such rows."""
+    if table.empty:
+        return None
+    timed = table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
+    return float(timed["p_value"].notna().sum() / len(timed)) if len(timed) else None
 
 
 def verdict_counts(table: pd.DataFrame) -> dict[str, int]:

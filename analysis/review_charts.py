@@ -15,7 +15,6 @@ VERDICT_COLORS = {
     "changed": "#ff7f0e",
     "improved": "#2ca02c",
     "unknown drift": "#e377c2",
-    "no floor": "#17becf",
     "within noise": "#7f7f7f",
     "too few samples": "#bcbd22",
     "not judged": "#c7c7c7",

@@ -1,4 +1,5 @@
-"""One place for the statistics every verdict uses: the Mann–Whitney U test and the smallest
+"""One place for the statistics every verdict uses: the two-sample t test on log values with a
+moderated variance and its minimum detectable effect, the Mann–Whitney U test and the smallest
 p-value its sample sizes allow, robust spreads that cannot collapse on a few values, the
 correction of many p-values taken together, and change points in a series."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 # MAD · MAD_TO_SIGMA estimates a normal standard deviation.
 MAD_TO_SIGMA = 1.4826
@@ -34,6 +36,61 @@ RANGE_TO_SIGMA = {
     19: 3.689,
     20: 3.735,
 }
+
+
+@dataclass(frozen=True)
+class LogShiftTest:
+    """A two-sample t test of the shift of mean log values, run against baseline."""
+
+    shift: float  # mean log(run) − mean log(baseline)
+    standard_error: float
+    degrees_of_freedom: float
+    p_value: float  # two-sided
+
+
+def sample_variance(values: Sequence[float]) -> float:
+    return statistics.variance(values) if len(values) >= 2 else 0.0
+
+
+def pooled_variance(first: Sequence[float], second: Sequence[float]) -> tuple[float, int]:
+    """The two samples' pooled variance (each about its own mean) and its degrees of freedom."""
+    freedom = len(first) + len(second) - 2
+    if freedom < 1:
+        return 0.0, 0
+    squares = sum((value - statistics.fmean(values)) ** 2 for values in (first, second) for value in values)
+    return squares / freedom, freedom
+
+
+def log_shift_test(
+    run_logs: Sequence[float], baseline_logs: Sequence[float], prior_variance: float, prior_freedom: float
+) -> LogShiftTest:
+    """The t test of mean(run_logs) − mean(baseline_logs) on the pooled variance moderated
+    towards ``prior_variance`` with ``prior_freedom`` degrees of freedom (an empirical-Bayes
+    variance as in limma: (d0·s0² + d·s²)/(d0 + d) on d0 + d degrees of freedom). With three
+    values a side a row's own variance is a guess on 4 degrees of freedom, and a row whose
+    values happened to agree would alert on any shift; its group's typical variance steadies it."""
+    from scipy.stats import t as student
+
+    shift = statistics.fmean(run_logs) - statistics.fmean(baseline_logs)
+    own, freedom = pooled_variance(run_logs, baseline_logs)
+    total_freedom = freedom + prior_freedom
+    variance = (prior_freedom * prior_variance + freedom * own) / total_freedom if total_freedom > 0 else 0.0
+    error = math.sqrt(variance * (1 / len(run_logs) + 1 / len(baseline_logs)))
+    if error == 0:
+        p_value = 1.0 if shift == 0 else 0.0
+    else:
+        p_value = float(2 * student.sf(abs(shift) / error, total_freedom))
+    return LogShiftTest(shift, error, total_freedom, p_value)
+
+
+def minimum_detectable_log(standard_error: float, freedom: float, alpha: float, power: float) -> float:
+    """The smallest |log shift| a two-sided t test at level ``alpha`` detects with ``power``:
+    (t_{1−α/2} + t_{power}) · SE on ``freedom`` degrees of freedom."""
+    from scipy.stats import t as student
+
+    if freedom <= 0:
+        return math.inf
+    return float((student.ppf(1 - alpha / 2, freedom) + student.ppf(power, freedom)) * standard_error)
 
 
 def mann_whitney_p(first: Sequence[float], second: Sequence[float]) -> float:

@@ -1,11 +1,15 @@
 """How often the review's timed verdicts are wrong on this machine: false alerts over the store's
 A/A review pairs (consecutive done runs of one preset with the same code, model and machine) and
-recall on copies of them slowed by 5%, 10%, 25% and 50% (analysis/calibration.py).
+recall with slowdowns of 10%, 25% and 50% injected into the later run's real samples one case at
+a time, one experiment · impl family at a time and into the whole run (analysis/calibration.py).
 
-    python benchmarks/review_calibration.py --db URL [--preset quick]
+    python benchmarks/review_calibration.py --db URL [--preset quick] [--newest N]
 
-Targets with at least four quick runs in the store: review_false_alert_rate ≤ 0.01,
-review_reviews_with_false_alert ≤ 0.05, review_recall_at_25pct ≥ 0.9, review_recall_at_50pct ≥ 0.99.
+The last line it prints is the Review page's and the reports' calibration line for the same
+pairs (the page takes the newest 3 on the run's machine: --newest 3 on a one-machine store).
+Targets on four quiet quick runs: review_false_alert_rate ≤ 0.01, review_reviews_with_false_alert ≤ 0.05,
+review_recall_single_case_at_25pct ≥ 0.9, review_recall_single_case_at_10pct ≥ 0.5,
+review_recall_group_at_10pct ≥ 0.9, review_recall_run_at_10pct ≥ 0.9, review_judged_fraction ≥ 0.95.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="the store's URL")
     parser.add_argument("--preset", default="quick", help="the preset whose runs are paired (default: quick)")
+    parser.add_argument("--newest", type=int, default=None, help="only the newest N pairs (default: every pair)")
     arguments = parser.parse_args()
+    if arguments.newest is not None and arguments.newest < 1:
+        print(f"--newest: {arguments.newest} (allowed: 1 or more)", file=sys.stderr)
+        return 2
     store = Store(arguments.db)
     try:
-        result = calibrate(store, arguments.preset)
+        result = calibrate(store, arguments.preset, newest=arguments.newest)
     finally:
         store.close()
     if not result.pairs:

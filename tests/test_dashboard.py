@@ -514,13 +514,17 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     assert int(shown["regressed"]) > 0
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
+    # A tested timed row that did not alert says what it could have seen.
+    labels = [label for label in table["verdict"] if label.startswith("within noise")]
+    assert all(label.startswith("within noise (would have seen ≥ ") for label in labels), labels
     # It opens with the verdict counts, each verdict word a link to its meaning, and the calibration line.
     texts = [element.value for element in app.markdown]
     counts = next(text for text in texts if text.startswith("**Verdicts:**"))
     assert f"{shown['regressed']} [regressed](#verdict-regressed)" in counts, counts
     assert texts.index(counts) < texts.index(next(text for text in texts if text.startswith("**Calibration:**")))
     meanings = next(text for text in texts if '<a id="verdict-regressed"></a>' in text)
-    assert all(f'<a id="verdict-{verdict.replace(" ", "-")}"></a>' in meanings for verdict in set(table["verdict"]))
+    words = {label.split(" (")[0] for label in table["verdict"]}
+    assert all(f'<a id="verdict-{verdict.replace(" ", "-")}"></a>' in meanings for verdict in words)
     assert any("drift figure" in caption.value for caption in app.caption)
     assert app.get("vega_lite_chart"), "the review draws its charts"
     monkeypatch.setenv("DECODELAB_READ_ONLY", "1")

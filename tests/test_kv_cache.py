@@ -320,7 +320,12 @@ class ScriptedRounds:
         self.calls = 0
 
     def interleaved(
-        self, functions: Sequence[Callable[[], object]], rounds: int, between: Callable[[], object] | None = None
+        self,
+        functions: Sequence[Callable[[], object]],
+        rounds: int,
+        between: Callable[[], object] | None = None,
+        *,
+        steady: bool = False,
     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         self.calls += 1
         return next(self.rounds)

@@ -130,3 +130,59 @@ def test_the_harness_refuses_zero_repeats() -> None:
         Harness().min_of(lambda: None, repeats=0)
     with pytest.raises(ValueError):
         Harness().paired(lambda: None, lambda: None, pairs=0)
+
+
+def test_a_steady_timing_loops_short_calls_to_a_long_enough_sample_and_settles_first() -> None:
+    """Calls of 0.01 s: one untimed warm-up each, one timed call each to choose the loop count
+    (MIN_SAMPLE_SECONDS / 0.01 = 5 loops, the same for both sides), warm-up samples until two
+    consecutive ones agree (the second already does on a steady clock), then pairs of 5 calls
+    whose samples are seconds per call."""
+    from runner.measure import timing
+
+    clock = FakeClock()
+    order: list[str] = []
+    baseline, candidate = clock.taking(0.02, "A", order), clock.taking(0.01, "B", order)
+    result = Harness(clock=clock).paired(baseline, candidate, pairs=3, steady=True)
+    loops = round(timing.MIN_SAMPLE_SECONDS / 0.01)
+    assert loops == 5 and result.baseline_seconds == pytest.approx((0.02,) * 3)
+    assert result.candidate_seconds == pytest.approx((0.01,) * 3)
+    settle_rounds = 2
+    assert order.count("A") == order.count("B") == 1 + 1 + loops * settle_rounds + loops * 3
+
+
+def test_settling_stops_at_two_agreeing_samples_or_after_steady_rounds() -> None:
+    from runner.measure import timing
+
+    clock = FakeClock()
+    # Warm-up, the loop-count call, then samples falling 1.0, 0.5, 0.49: the third agrees with the second.
+    function, queue = clock.runner([1.0, 1.0, 1.0, 0.5, 0.49, 0.48, 0.47, 0.46])
+    result = Harness(clock=clock).min_of(function, repeats=3, steady=True)
+    assert result.seconds == pytest.approx((0.48, 0.47, 0.46)) and not queue
+    clock = FakeClock()
+    # Samples that never agree: STEADY_ROUNDS warm-up samples, then the timed one (3.0).
+    wild = [1.0, 1.0] + [1.0 + index % 2 for index in range(timing.STEADY_ROUNDS)] + [3.0]
+    function, queue = clock.runner(wild)
+    assert Harness(clock=clock).min_of(function, repeats=1, steady=True).seconds == (3.0,) and not queue
+
+
+def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restored() -> None:
+    import gc
+    import os
+
+    import torch
+
+    from runner.measure import timing
+
+    seen: list[tuple[bool, int]] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        Harness().min_of(lambda: seen.append((gc.isenabled(), len(os.sched_getaffinity(0)))), repeats=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert gc.isenabled(), "the collector is back on after the sample"
+    assert [enabled for enabled, _ in seen[1:]] == [False, False], "off inside every timed sample"
+    if len(before) > 1 and timing.current_cpu() is not None:
+        assert {cpus for _, cpus in seen} == {1}, "pinned to one CPU while timing"
+    assert (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()) == before

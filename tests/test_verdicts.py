@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -99,38 +100,114 @@ def test_a_copy_slowed_by_25_percent_is_flagged_with_raw_and_adjusted_p() -> Non
     timed = table[table["kind"] == "timed"]
     assert set(timed["verdict"]) == {"regressed"}
     assert (timed["adjusted_p"] >= timed["p_value"]).all() and (timed["adjusted_p"] < review.ALPHA).all()
-    assert all("adjusted over" in why and "noise floor ±1.0%" in why for why in timed["why"])
+    assert all("adjusted within" in why and "would have seen ≥" in why for why in timed["why"])
 
 
-def test_a_case_without_a_floor_of_its_own_says_no_floor_and_shows_the_shift() -> None:
-    """The KV cache's timings have no A/A case here: the speculative one's floor is not borrowed."""
+def test_a_case_without_an_aa_case_of_its_own_is_still_tested_on_its_own_samples() -> None:
+    """The KV cache's timings have no A/A case here: the t test measures their noise from their
+    own samples (and their group's), so they are judged like the others."""
     without_kv = {key: value for key, value in AA.items() if key[0] != "kv_cache"}
     table = review_of(1 / 1.25, aa=without_kv)
     kv = table[table["experiment"] == "kv_cache"]
-    assert set(kv["verdict"]) == {"no floor"} and kv["change"].round(3).eq(-0.2).all()
-    assert all("no A/A case of kv_cache · fast" in why for why in kv["why"])
-    assert set(table[table["experiment"] == "speculative"]["verdict"]) == {"regressed"}
+    assert set(kv["verdict"]) == {"regressed"} and kv["change"].round(3).eq(-0.2).all()
+    assert all("adjusted within kv_cache · fast (2 tests" in why for why in kv["why"])
 
 
-def test_the_timed_p_values_of_a_review_are_corrected_together() -> None:
-    """One case of twenty (the quick preset's speculative grid) separated (p = 0.0006) by 20%:
-    alone it would be regressed; among twenty tests whose others show nothing, its adjusted p
-    (0.0006 · 20) is not below 0.01."""
-    grid = [
-        ("speculative", {"part": "speculative", "draft": draft, "k": k, "impl": impl})
-        for draft in ("bigram", "ngram", "int8", "small", "fast_int8")
-        for k in (2, 4)
-        for impl in ("static", "fast")
+# The quick preset's speculative grid: 5 drafts × 2 schedules × 2 impls at temperature 1, and the
+# fast_int8 draft at temperatures 0.7 and 0 (28 timed cases of 5 pairs each).
+GRID = [
+    ("speculative", {"part": "speculative", "draft": draft, "schedule": schedule, "temperature": 1.0, "impl": impl})
+    for draft in ("bigram", "ngram", "int8", "small", "fast_int8")
+    for schedule in ("fixed", "confidence")
+    for impl in ("static", "fast")
+] + [
+    ("speculative", {"part": "speculative", "draft": "fast_int8", "schedule": schedule, "temperature": t, "impl": impl})
+    for schedule in ("fixed", "confidence")
+    for t in (0.7, 0.0)
+    for impl in ("static", "fast")
+]
+QUICK_PAIRS = 5  # the quick preset's speculative pairs
+# Per-pair log-ratio noise: σ 0.05 spreads five pairs over about 12% (largest minus smallest),
+# the per-case spreads measured on a quiet 2-core EPYC (9-15%, issue 42).
+REALISTIC_SIGMA = 0.05
+
+
+def noisy_ratios(center: float, seed: int, pairs: int = QUICK_PAIRS, sigma: float = REALISTIC_SIGMA) -> list[float]:
+    """``pairs`` ratios around ``center`` with heavy-tailed log noise of standard deviation
+    ``sigma`` (Student t with 3 df, whose variance is 3, over √3): timings have outliers a normal
+    draw would not give."""
+    generator = random.Random(seed)
+    draws = []
+    for _ in range(pairs):
+        scale = math.sqrt(sum(generator.gauss(0, 1) ** 2 for _ in range(3)) / 3)
+        draws.append(center * math.exp(sigma * generator.gauss(0, 1) / max(scale, 1e-9) / math.sqrt(3)))
+    return draws
+
+
+def grid_review(seed: int, slowed: int | None) -> tuple[pd.DataFrame, str | None]:
+    """The 28-case grid in two runs of noisy ratios, case ``slowed`` 25% slower in the run: the
+    review and the slowed case's point."""
+    base_cases = [(e, p, noisy_ratios(1.5, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
+    run_cases = [
+        (e, p, noisy_ratios(1.5 / (1.25 if i == slowed else 1.0), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)
     ]
-    baseline, baseline_samples = case_rows(1, [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(grid)], AA)
-    # The others hold the baseline's values in another order: nothing to see.
-    mixed = [(e, p, list(reversed(steady(1.5, i))) if i else steady(1.2, 99)) for i, (e, p) in enumerate(grid)]
-    run, run_samples = case_rows(2, mixed, AA)
-    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples), drift=0.0)
-    moved = table[table["change"].abs() > 0.1]
-    assert len(moved) == 1
-    assert moved["p_value"].iloc[0] < review.ALPHA <= moved["adjusted_p"].iloc[0]
-    assert moved["verdict"].iloc[0] == "within noise"
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    if slowed is None:
+        return table, None
+    experiment, params = GRID[slowed]
+    return table, review.case_points(run)[(experiment, review.params_key(params))]
+
+
+def test_a_single_case_slowed_25_percent_among_28_steady_ones_is_regressed_at_five_pairs() -> None:
+    """Issue 42: once, one case of 28 moving alone could never be flagged (the U test's smallest p
+    at five pairs, 0.0079, corrected over the review). Over 20 seeded draws of realistic noise
+    the slowed case is regressed in at least 18, and no other row alerts in any of them."""
+    found = 0
+    for seed in range(20):
+        table, slowed_point = grid_review(seed, slowed=seed % len(GRID))
+        timed = table[table["kind"] == "timed"]
+        assert len(timed) == len(GRID) and timed["p_value"].notna().all(), "every timed row is judged"
+        alerts = timed[timed["verdict"].isin(["regressed", "improved"])]
+        assert set(alerts["point"]) <= {slowed_point}, alerts[["point", "change"]]
+        found += int((alerts["verdict"] == "regressed").sum())
+    assert found >= 18, found
+
+
+def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
+    """A/A: 40 reviews of the 28-case grid at five pairs and of 3-pair timings, heavy-tailed noise."""
+    for seed in range(40):
+        table, _ = grid_review(seed, slowed=None)
+        assert not table["verdict"].isin(["regressed", "improved"]).any(), seed
+        assert review.judged_fraction(table) == 1.0
+
+
+def test_the_minimum_detectable_effect_shrinks_as_pairs_are_added() -> None:
+    """The same noise at 3, 5, 9 and 17 pairs: each tested row would have seen less (on a machine
+    known not to drift, so that the drift allowance does not set the bound)."""
+    medians = []
+    for pairs in (3, 5, 9, 17):
+        cases = [(e, p, noisy_ratios(1.5, i, pairs)) for i, (e, p) in enumerate(GRID)]
+        others = [(e, p, noisy_ratios(1.5, 1000 + i, pairs)) for i, (e, p) in enumerate(GRID)]
+        (run, run_samples), (baseline, baseline_samples) = case_rows(2, cases, {}), case_rows(1, others, {})
+        table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples), drift=0.0)
+        medians.append(float(table["detectable"].median()))
+    assert medians == sorted(medians, reverse=True) and len(set(medians)) == 4, medians
+    assert medians[0] > 0.1 > medians[-1], medians
+
+
+def test_a_review_that_could_not_see_25_percent_says_it_is_underpowered() -> None:
+    loud = [(e, p, noisy_ratios(1.5, i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
+    quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
+    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    line = review.power_line(table)
+    assert line is not None and line.startswith("underpowered: 4 of 4 tested timed rows could not have seen a 25%")
+    labels = [review.verdict_label(row) for row in table[table["kind"] == "timed"].to_dict("records")]
+    assert all(label.startswith("within noise (would have seen ≥ ") for label in labels), labels
+    assert review.power_line(review_of(1.0)) is None, "steady pairs see a few percent"
+    line = review.detectable_line(table)
+    assert line is not None and line.startswith("4 tested timed rows would have seen ≥ ")
 
 
 def test_the_between_run_floor_cannot_collapse_on_three_runs() -> None:
@@ -188,10 +265,22 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     assert gated.stdout.startswith(f"# decodelab: run {slowed} against baseline {baseline}"), "the comment on stdout"
     assert "\n| [regressed](#verdict-regressed) |" in gated.stdout, "each verdict word links to its meaning"
     assert "--fail-on:" in gated.stderr and "regressed" in gated.stderr
+    assert "tested timed rows would have seen ≥ " in gated.stderr, "the gate says what the review could see"
     passed = run_decodelab(*common, "--out", "r.md", "--fail-on", "changed", cwd=tmp_path)
     assert passed.returncode == 0 and (tmp_path / "r.md").exists(), passed.stderr  # an identical copy: unchanged
+    # `underpowered` fails the gate exactly when the review says so in its first lines.
+    from analysis import report
+
+    store = Store(url)
+    underpowered = review.power_line(report.build_report(store, slowed, baseline, calibrated=False).table)
+    store.close()
+    powered = run_decodelab(*common, "--out", "p.md", "--fail-on", "underpowered", cwd=tmp_path)
+    assert powered.returncode == (1 if underpowered else 0), powered.stderr
+    assert ("underpowered" in powered.stderr) == bool(underpowered)
+    assert ("underpowered: " in (tmp_path / "p.md").read_text().split("\n- run:")[0]) == bool(underpowered)
     for args, fragment in (
         (["--out", "x.md", "--fail-on", "slower"], "--fail-on: 'slower'"),
+        (["--out", "x.md", "--fail-on", "no floor"], "--fail-on: 'no floor'"),
         (["--out", "-"], "--out: - (stdout) needs --format md"),
     ):
         result = run_decodelab(*common, *args, cwd=tmp_path)
@@ -200,30 +289,75 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     assert not (tmp_path / "x.md").exists()
 
 
+def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() -> None:
+    """The calibration's slowdown moves every pair of the chosen measurement by the same log
+    distance: the run's own pair-to-pair noise stays, other measurements are untouched."""
+    from analysis import comparison
+
+    cases = [(e, p, noisy_ratios(1.5, i)) for i, (e, p) in enumerate(GRID[:3])]
+    cases.append(("training_summary", {"new_tokens": 64}, noisy_ratios(1.0, 9)))
+    frame, rows = case_rows(2, cases, {})
+    samples = pd.DataFrame(rows)
+    min_of_n = samples["measurement_id"] == 2003
+    samples = samples[~(min_of_n & (samples["side"] == "B"))]  # a min-of-N time: side A only
+    chosen = {2000, 2003}
+    slowed = comparison.injected(samples, chosen, 1.25)
+    before = {ident: review.sample_statistic(group)[0] for ident, group in samples.groupby("measurement_id")}
+    after = {ident: review.sample_statistic(group)[0] for ident, group in slowed.groupby("measurement_id")}
+    for ident, values in before.items():
+        moves = [math.log(new / old) for new, old in zip(after[ident], values, strict=True)]
+        expected = math.log(1 / 1.25) if ident == 2000 else math.log(1.25) if ident == 2003 else 0.0
+        assert moves == pytest.approx([expected] * len(values)), ident
+    assert review.sample_statistic(slowed[slowed["measurement_id"] == 2001])[0] == before[2001]
+
+
+def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
+    """The calibration judges an injected case or family by judging its family alone: the
+    tests, priors and adjustments never cross families, so the verdicts are the same."""
+    table, slowed_point = grid_review(3, slowed=5)
+    base_cases = [(e, p, noisy_ratios(1.5, 300 + i)) for i, (e, p) in enumerate(GRID)]
+    run_cases = [(e, p, noisy_ratios(1.5 / (1.25 if i == 5 else 1.0), 350 + i)) for i, (e, p) in enumerate(GRID)]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+    rows = review.side_by_side(run, baseline)
+    impl = GRID[5][1]["impl"]
+    alone = review.compare(
+        run, baseline, pd.DataFrame(run_samples + baseline_samples), paired_rows=rows[rows["impl"] == impl]
+    )
+    full = table[table["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
+    alone = alone.sort_values("point").reset_index(drop=True)
+    assert len(alone) == len(GRID) // 2 and slowed_point in set(alone["point"])
+    pd.testing.assert_frame_equal(alone, full)
+
+
 @pytest.mark.slow
-def test_the_calibration_measures_false_alerts_and_recall_on_five_small_runs(
-    filled_store_url: str, tmp_path: Path
-) -> None:
+def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_store_url: str, tmp_path: Path) -> None:
     url = copy_store(filled_store_url, tmp_path / "calibration.db")
     store = Store(url)
     store.annotations.add_tag(1, "suspect")  # the session's run as it was timed: its copies are the runs
     copies = [slowed_copy(store, 1, slower_by=1.0, hours_later=hours, steady=True) for hours in (1, 2, 3, 4, 5)]
     preset = str(frames.runs(store).set_index("run_id").loc[copies[0], "preset"])
+    from analysis import calibration, report
+
+    page_line = report.build_report(store, copies[-1], copies[-2]).calibration
     store.close()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", preset],
+        [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", preset]
+        + ["--newest", str(calibration.PAGE_PAIRS)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     figures = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line and " " not in line)
-    assert figures["review_pairs"] == "4" and int(figures["review_timed_verdicts"]) > 0
+    assert figures["review_pairs"] == str(calibration.PAGE_PAIRS) and int(figures["review_timed_verdicts"]) > 0
+    assert float(figures["review_judged_fraction"]) > 0.9, "the timed rows with two samples a side or more are tested"
     assert float(figures["review_false_alert_rate"]) == 0 and float(figures["review_reviews_with_false_alert"]) == 0
-    recall = [float(figures[f"review_recall_at_{size}pct"]) for size in (5, 10, 25, 50)]
-    assert recall == sorted(recall) and recall[2] == recall[3] == 1.0, recall
-    assert "over 4 A/A pair(s)" in result.stdout.splitlines()[-1]
+    for scope in ("single_case", "group", "run"):
+        recall = [float(figures[f"review_recall_{scope}_at_{size}pct"]) for size in (10, 25, 50)]
+        assert recall == sorted(recall) and recall[-1] > 0, (scope, recall)
+    assert result.stdout.splitlines()[-1] == page_line, "the report's calibration line is the benchmark's"
+    assert "one case at a time" in page_line and f"over {calibration.PAGE_PAIRS} A/A pair(s)" in page_line
     refused = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", "seed"],
         capture_output=True,

@@ -61,6 +61,9 @@ if opened:
             f"Run {run_id} against run {baseline_id}: {review.summary_line(table)}. Pick a baseline of the same preset."
         )
         st.stop()
+    power = review.power_line(table)
+    if power:
+        st.warning(power)
     counts = review.verdict_counts(table)
     columns = st.columns(5)
     shown_verdicts = ("regressed", "changed", "improved", "unknown drift", "within noise")
@@ -70,7 +73,7 @@ if opened:
     st.markdown("**Verdicts:** " + report.linked_counts(counts))
     st.markdown(f"**Calibration:** {built.calibration}")
     st.caption(f"Drift: {markdown_text(built.machine_drift)}")
-    st.caption(f"A/A noise floor: {report.floors_line(built.floors)}. {report.METHOD}")
+    st.caption(f"A/A spread: {report.floors_line(built.floors)}. {report.METHOD}")
     first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
     if not first.empty:
         st.markdown(
@@ -88,6 +91,8 @@ if opened:
         shown = shown[shown["verdict"].isin(chosen_verdicts)]
     if chosen_experiments:
         shown = shown[shown["experiment"].isin(chosen_experiments)]
+    # A tested row's verdict says what it could have seen: "within noise (would have seen ≥ 8%)".
+    shown = shown.assign(verdict=[review.verdict_label(row) for row in shown.to_dict("records")])
     ui.table(shown, "review", review.COLUMNS)
     st.markdown("#### What each verdict means")
     st.markdown(report.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to

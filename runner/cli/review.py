@@ -21,8 +21,9 @@ OutOption = Annotated[Path, typer.Option("--out", help="The file to write (FILE.
 RunOutOption = Annotated[
     Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md), or - for stdout (with --format md).")
 ]
-# The verdicts a CI job may fail on (`--fail-on`).
-GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "no floor")
+# The verdicts a CI job may fail on (`--fail-on`), and `underpowered`: the review has tested
+# timed rows that could not have seen a 25% change (analysis.review.power_line).
+GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "underpowered")
 FormatOption = Annotated[
     str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
 ]
@@ -119,7 +120,8 @@ def report_run(
         str | None,
         typer.Option(
             "--fail-on",
-            help="Exit 1 when any row has one of these verdicts, e.g. regressed,changed (a CI gate).",
+            help="Exit 1 when any row has one of these verdicts, e.g. regressed,changed (a CI gate); "
+            "underpowered: when some tested timed row could not have seen a 25% change.",
         ),
     ] = None,
     db: DbOption = None,
@@ -148,7 +150,12 @@ def report_run(
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
     built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
+    power, detectable = review.power_line(built.table), review.detectable_line(built.table)
     summary = f"run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}"
+    if detectable:
+        summary = f"{summary}; {detectable}"
+    if power:
+        summary = f"{summary}; {power}"
     if str(out) == "-":
         typer.echo(report.render(built, chosen_format), nl=False)
         typer.echo(summary, err=True)  # stdout holds the comment alone
@@ -156,9 +163,13 @@ def report_run(
         write_file(out, report.render(built, chosen_format))
         typer.echo(f"wrote {out}: {summary}")
     standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
-    if standing:
-        counts = review.verdict_counts(built.table)
-        typer.echo(f"--fail-on: {', '.join(f'{counts[name]} {name}' for name in standing)}", err=True)
+    counts = review.verdict_counts(built.table)
+    reasons = [f"{counts[name]} {name}" for name in standing]
+    if "underpowered" in gate and power:
+        reasons.append(f"underpowered ({len(review.underpowered_rows(built.table))} rows could not see 25%)")
+    if reasons:
+        seen = f" ({detectable})" if detectable else ""
+        typer.echo(f"--fail-on: {', '.join(reasons)}{seen}", err=True)
         raise typer.Exit(1)
 
 

@@ -137,10 +137,13 @@ class Experiment(Protocol):
 AA_PART = "aa"
 
 
-def aa_measurements(harness: Harness, decode: Callable[[], object], pairs: int) -> list[MeasurementRecord]:
+def aa_measurements(
+    harness: Harness, decode: Callable[[], object], pairs: int, *, steady: bool = False
+) -> list[MeasurementRecord]:
     """The noise floor of the paired and of the min-of-N method for ``decode`` on this machine
-    now: the same decode on both sides of every pair."""
-    paired = harness.paired(decode, decode, pairs=pairs)
+    now: the same decode on both sides of every pair (timed as the experiment times its cases:
+    ``steady`` where its decodes keep no state, runner.measure.timing)."""
+    paired = harness.paired(decode, decode, pairs=pairs, steady=steady)
     return [
         *paired.measurements("aa_speedup"),
         MeasurementRecord("aa_min_ratio", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),

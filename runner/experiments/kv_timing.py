@@ -45,7 +45,9 @@ def time_cache(
         from runner.decoding.hf_peer import cache_column
 
         sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
-    rounds = dict(zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"]), strict=True))
+    rounds = dict(
+        zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"], steady=True), strict=True)
+    )
     if with_transformers:
         transformers_records = transformers_measurements(list(rounds["transformers_cache"]), list(rounds["cache"]))
     same_impl = Paired(rounds["no_cache"], rounds["cache"])
@@ -156,7 +158,7 @@ def prefill(case: dict[str, Any], context: ExperimentContext) -> list[Measuremen
     # round's n-token generation can come out no slower than its 1-token one (a CI run divided by
     # that zero). More rounds then, until the median difference is a time.
     for _ in range(1 + PREFILL_EXTRA_ROUNDS):
-        singles, wholes = context.harness.interleaved([run(1), run(n)], case["pairs"])
+        singles, wholes = context.harness.interleaved([run(1), run(n)], case["pairs"], steady=True)
         first += singles
         decode += [(whole - single) / (n - 1) for single, whole in zip(singles, wholes, strict=True)]
         if statistics.median(decode) > 0:
@@ -184,4 +186,5 @@ def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementReco
         context.harness,
         lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
         case["pairs"],
+        steady=True,
     )

@@ -54,7 +54,7 @@ def untrained(case: dict[str, Any], context: ExperimentContext) -> CharGPT:
 def point(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
     model, prompt, n = untrained(case, context), [0], case["n"]
     timing = context.harness.min_of(
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"]
+        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"], steady=True
     )
     return (
         timing.measurement("seconds_per_token", scale=1.0 / n),
@@ -72,7 +72,10 @@ def point(case: dict[str, Any], context: ExperimentContext) -> tuple[Measurement
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     model, prompt, n = untrained(case, context), [0], case["n"]
     return aa_measurements(
-        context.harness, lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), case["pairs"]
+        context.harness,
+        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
+        case["pairs"],
+        steady=True,
     )
 
 

@@ -47,6 +47,7 @@ def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementReco
         context.harness,
         lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
         case["pairs"],
+        steady=True,
     )
 
 
@@ -83,6 +84,7 @@ def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[Measureme
         lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
         lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
         pairs=case["pairs"],
+        steady=True,  # greedy decodes: no state between calls
     )
     reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)
     return (

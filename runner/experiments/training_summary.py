@@ -23,7 +23,7 @@ def summary(case: dict[str, Any], context: ExperimentContext) -> tuple[Measureme
     prompt = context.prompt()
     new_tokens = min(case["new_tokens"], context.model.config.context_length - len(prompt))
     timing = context.harness.min_of(
-        lambda: generate(context.model, prompt, new_tokens, temperature=0.0), repeats=case["repeats"]
+        lambda: generate(context.model, prompt, new_tokens, temperature=0.0), repeats=case["repeats"], steady=True
     )
     return (
         MeasurementRecord("parameter_count", record.parameter_count, "parameters"),

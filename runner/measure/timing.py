@@ -1,6 +1,12 @@
 """One timing harness for every experiment.
 
 - Warm up first, synchronise the device before every clock read.
+- Quiet samples: the timing process is pinned to the CPU it is on while it times (one-thread
+  runs, where the OS allows it), the garbage collector is off inside a sample, and for
+  functions that may run any number of times (``steady=True``: no state kept between calls) a
+  sample repeats the call until it lasts MIN_SAMPLE_SECONDS (the same loop count for every
+  function paired, each sample the per-call mean) after warm-up rounds until two consecutive
+  samples agree within STEADY_TOLERANCE (at most STEADY_ROUNDS).
 - Min-of-N: the least disturbed of N runs of one function.
 - Paired A/B: alternate baseline (A) and candidate (B); one ratio A/B per pair, so drift
   that hits both sides of a pair cancels. Report the median ratio and the min–max band.
@@ -10,9 +16,13 @@ Both return their raw samples as well as the summary, so the store keeps what wa
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import math
+import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +30,65 @@ import torch
 from store.records import MeasurementRecord, SampleRecord
 
 Clock = Callable[[], float]
+
+# A sample of a ``steady`` timing lasts at least this long (loops of the call): longer than the
+# timer's resolution and a scheduler tick by far, short enough for the quick sweep.
+MIN_SAMPLE_SECONDS = 0.05
+MAX_LOOPS = 64
+# Warm-up rounds of a ``steady`` timing stop once two consecutive samples of every function
+# agree within this (|log| of their ratio), or after STEADY_ROUNDS.
+STEADY_TOLERANCE = math.log(1.05)
+STEADY_ROUNDS = 4
+
+
+def current_cpu() -> int | None:
+    """The CPU this process is running on now (Linux: /proc/self/stat field 39), else None."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return int(fields[36])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[None]:
+    """The process on one CPU (the one it is on) while timing, where the OS allows it and torch
+    runs one thread: a migration between cores mid-sample costs its caches. Restored after."""
+    if not hasattr(os, "sched_setaffinity") or torch.get_num_threads() != 1:
+        yield
+        return
+    try:
+        allowed = os.sched_getaffinity(0)
+    except OSError:
+        yield
+        return
+    cpu = current_cpu()
+    if len(allowed) < 2 or cpu is None or cpu not in allowed:
+        yield
+        return
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, allowed)
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """No garbage collection pause inside a sample (it runs between samples)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def synchronize(device: str | torch.device) -> None:
@@ -95,12 +164,45 @@ class Harness:
         self.clock = clock
         self.warmup = warmup
 
-    def time_once(self, function: Callable[[], object]) -> float:
+    def time_once(self, function: Callable[[], object], loops: int = 1) -> float:
+        """Seconds per call of ``function`` over ``loops`` calls, the collector off."""
         synchronize(self.device)
-        start = self.clock()
-        function()
-        synchronize(self.device)
-        return self.clock() - start
+        with collector_off():
+            start = self.clock()
+            for _ in range(loops):
+                function()
+            synchronize(self.device)
+            elapsed = self.clock() - start
+        return elapsed / loops
+
+    def loops_for(self, functions: Sequence[Callable[[], object]]) -> int:
+        """How many calls make one sample of the quickest of ``functions`` last MIN_SAMPLE_SECONDS."""
+        quickest = min(self.time_once(function) for function in functions)
+        if quickest <= 0:
+            return MAX_LOOPS
+        return max(1, min(MAX_LOOPS, math.ceil(MIN_SAMPLE_SECONDS / quickest)))
+
+    def _settle(self, functions: Sequence[Callable[[], object]], loops: int) -> None:
+        """Warm-up samples until two consecutive ones of every function agree (STEADY_TOLERANCE)."""
+        previous = [self.time_once(function, loops) for function in functions]
+        for _ in range(STEADY_ROUNDS - 1):
+            current = [self.time_once(function, loops) for function in functions]
+            agree = all(
+                before > 0 and after > 0 and abs(math.log(after / before)) <= STEADY_TOLERANCE
+                for before, after in zip(previous, current, strict=True)
+            )
+            if agree:
+                return
+            previous = current
+
+    def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool) -> int:
+        """Warm up; for a ``steady`` timing, choose the loop count and settle. Returns the loops."""
+        self._warm(*functions)
+        if not steady:
+            return 1
+        loops = self.loops_for(functions)
+        self._settle(functions, loops)
+        return loops
 
     def _warm(self, *functions: Callable[[], object]) -> None:
         for _ in range(self.warmup):
@@ -108,11 +210,14 @@ class Harness:
                 function()
         synchronize(self.device)
 
-    def min_of(self, function: Callable[[], object], repeats: int = 3) -> MinOfN:
+    def min_of(self, function: Callable[[], object], repeats: int = 3, *, steady: bool = False) -> MinOfN:
+        """``repeats`` samples of ``function`` after warm-up; ``steady``: the function keeps no
+        state between calls, so a sample may loop it and warm-up may repeat it."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
-        self._warm(function)
-        return MinOfN(tuple(self.time_once(function) for _ in range(repeats)))
+        with pinned():
+            loops = self._prepare([function], steady)
+            return MinOfN(tuple(self.time_once(function, loops) for _ in range(repeats)))
 
     def alternating(
         self,
@@ -147,24 +252,29 @@ class Harness:
         functions: Sequence[Callable[[], object]],
         rounds: int,
         between: Callable[[], object] | None = None,
+        *,
+        steady: bool = False,
     ) -> tuple[tuple[float, ...], ...]:
         """Time every function once per round, rotating which goes first (round r starts with
         function r mod len), after one warm-up of each. Returns each function's seconds, one per
         round, so any two of them form pairs that saw the machine in the same state.
 
         ``between``, if given, runs untimed after every round: a measurement that should see the
-        machine as each round saw it (cost breakdowns to set beside the round's ratio)."""
+        machine as each round saw it (cost breakdowns to set beside the round's ratio).
+        ``steady``: the functions keep no state between calls: every sample loops them the same
+        number of times (seconds per call) after warm-up until steady."""
         if rounds < 1:
             raise ValueError("rounds must be at least 1")
-        self._warm(*functions)
-        seconds: list[list[float]] = [[] for _ in functions]
-        for index in range(rounds):
-            # Rotating the order cancels a systematic first-mover effect too.
-            for offset in range(len(functions)):
-                position = (index + offset) % len(functions)
-                seconds[position].append(self.time_once(functions[position]))
-            if between is not None:
-                between()
+        with pinned():
+            loops = self._prepare(functions, steady)
+            seconds: list[list[float]] = [[] for _ in functions]
+            for index in range(rounds):
+                # Rotating the order cancels a systematic first-mover effect too.
+                for offset in range(len(functions)):
+                    position = (index + offset) % len(functions)
+                    seconds[position].append(self.time_once(functions[position], loops))
+                if between is not None:
+                    between()
         return tuple(tuple(times) for times in seconds)
 
     def paired(
@@ -173,9 +283,11 @@ class Harness:
         candidate: Callable[[], object],
         pairs: int = 5,
         between: Callable[[], object] | None = None,
+        *,
+        steady: bool = False,
     ) -> Paired:
         """Baseline and candidate alternating (A B, B A, A B …): ``interleaved`` of two."""
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
-        baseline_seconds, candidate_seconds = self.interleaved((baseline, candidate), pairs, between)
+        baseline_seconds, candidate_seconds = self.interleaved((baseline, candidate), pairs, between, steady=steady)
         return Paired(baseline_seconds, candidate_seconds)
