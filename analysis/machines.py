@@ -96,8 +96,8 @@ def field_text(name: str, value: Any) -> str:
         return tables.MISSING
     if tables.is_bytes(name):
         return tables.binary_bytes(value)
-    if name == "started_at":
-        return f"{pd.Timestamp(value):%Y-%m-%d %H:%M}"
+    if tables.is_date(name):
+        return tables.date(value)
     if name == "model_hash":
         return str(value)[:12]
     return str(value)
@@ -170,10 +170,16 @@ def ratio(value: Any, reference: Any) -> float | None:
     return float(value) / float(reference)
 
 
-def value_text(value: Any, low: Any = None, high: Any = None) -> str:
-    """``1.23 [1.10–1.40]``; "–" for a missing value, as every table writes it (dashboard.tables)."""
+def value_text(value: Any, low: Any = None, high: Any = None, unit: str | None = None) -> str:
+    """``1.23 [1.10–1.40]``; "–" for a missing value, a flag as yes/no, bytes and times in their
+    units, as every table writes them (analysis.tables)."""
     if value is None or pd.isna(value):
         return tables.MISSING
+    if unit in ("bool", "bytes", *tables.SECONDS_PER_UNIT):
+        text = tables.value_text(value, unit)
+        if unit != "bool" and low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
+            text += f" [{tables.value_text(low, unit)}–{tables.value_text(high, unit)}]"
+        return text
     number = float(value)
     # Counts stay whole with separators (739,328, not 7.393e+05); measured values keep four digits.
     text = f"{int(number):,}" if number.is_integer() and abs(number) < 1e15 else f"{number:.4g}"
@@ -196,7 +202,8 @@ def wide_matrix(table: pd.DataFrame, machines: Sequence[str], reference: str) ->
     for row in table.to_dict("records"):
         key = (row["experiment"], row["metric"], row["case"])
         entry = rows.setdefault(key, {"experiment": key[0], "metric": key[1], "case": key[2]})
-        entry[row["machine"]] = value_text(row["value"], row["low"], row["high"])
+        unit = tables.unit_of(row["metric"]) or row["unit"]
+        entry[row["machine"]] = value_text(row["value"], row["low"], row["high"], unit)
         if row["machine"] != reference:
             entry[f"{row['machine']} / {reference}"] = "" if pd.isna(row["ratio"]) else f"×{row['ratio']:.3g}"
     return pd.DataFrame(list(rows.values()), columns=columns).fillna("")
