@@ -8,6 +8,7 @@ import pandas as pd
 
 from analysis.figures import Figure
 from analysis.review import VERDICT_ORDER
+from dashboard import theme
 from runner.labels import progress_label
 
 VERDICT_COLORS = {
@@ -77,7 +78,7 @@ def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str
         .encode(
             x=alt.X(f"{x}:O", title=x),
             y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
-            color=alt.Color(f"{color}:N"),
+            color=theme.color(color, frame, color),
             strokeDash=alt.StrokeDash("which:N", title="run"),
             tooltip=["which:N", f"{color}:N", f"{x}:O", f"{value}:Q"],
         )

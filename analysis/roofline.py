@@ -11,6 +11,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from dashboard import theme
+
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
@@ -141,6 +143,10 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _column(frame: pd.DataFrame, name: str) -> list[Any]:
+    return frame[name].tolist() if name in frame.columns else []
+
+
 def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
     """Ceilings (a second machine's dashed) and the run's points coloured by regime, on log axes."""
     x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (flops per byte)")
@@ -151,7 +157,7 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
         .encode(
             x=x,
             y=y,
-            color=alt.Color("ceiling:N", title="ceiling"),
+            color=theme.color("ceiling", roofs, "ceiling", columns=1),
             strokeDash=alt.StrokeDash("machine:N", title="machine"),
             detail="machine:N",
             tooltip=["machine", "ceiling"],
@@ -164,7 +170,7 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
             x=x,
             y=alt.Y("achieved_flops_per_second:Q", scale=alt.Scale(type="log")),
             shape=alt.Shape("regime:N", title="regime"),
-            fill=alt.Fill("regime:N", title="regime"),
+            fill=alt.Fill("regime:N", title="regime", scale=theme.color_scale("regime", _column(placed, "regime"))),
             tooltip=[
                 "experiment",
                 "case",
