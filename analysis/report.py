@@ -108,8 +108,9 @@ def build_report(
     if not timed.empty and not inputs.between:
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
+        sweep = sweep_label(run.get("preset"), run.get("spec"))  # a custom launch by name, never "nan"
         warnings.append(
-            f"fewer than three earlier done runs of {run['preset'] or 'this spec'} on this machine: how far a timing "
+            f"fewer than three earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a shift within {learned} "
             f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
         )

@@ -103,13 +103,13 @@ VERDICT_ORDER = (
 )
 # What each verdict word means, for the page's and the reports' explanations.
 VERDICT_MEANINGS = {
-    "regressed": "the test's adjusted p is below ALPHA and the shift is beyond the noise floor, the worse way",
-    "improved": "the test's adjusted p is below ALPHA and the shift is beyond the noise floor, the better way",
+    "regressed": f"the test's adjusted p is below {ALPHA:g} and the shift is beyond the noise floor, the worse way",
+    "improved": f"the test's adjusted p is below {ALPHA:g} and the shift is beyond the noise floor, the better way",
     "changed": "a deterministic figure differs: it must reproduce exactly",
     "unknown drift": "fewer than three earlier runs: the shift is within what the machine may drift between runs",
     "no floor": "no A/A case or sample spread measures this metric's noise: not judged either way",
-    "within noise": "the adjusted p is not below ALPHA, or the shift is within the noise floor",
-    "too few samples": "the U test cannot reach ALPHA with so few samples",
+    "within noise": f"the adjusted p is not below {ALPHA:g}, or the shift is within the noise floor",
+    "too few samples": f"the U test cannot reach p < {ALPHA:g} with so few samples",
     "not judged": "no raw samples (a fitted or predicted value)",
     "only in run": "the baseline has no such case",
     "only in baseline": "the run has no such case",

@@ -94,6 +94,12 @@ def comparable_keys(runs: pd.DataFrame) -> pd.Series:
     )
 
 
+def job_label(job: Mapping[str, Any]) -> str:
+    """A job as the sidebar lists it, named as History names its run: ``job 2 · quick, kv_cache
+    only · running`` (a custom launch by what it changed, never "nan")."""
+    return f"job {job['job_id']} · {sweep_label(job.get('preset'), job.get('spec'))} · {job['status']}"
+
+
 def sweep_labels(runs: pd.DataFrame) -> pd.Series:
     """``sweep_label`` of every row of a runs frame."""
     presets, specs = _column(runs, "preset"), _column(runs, "spec")

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analysis.runs import job_label
 from dashboard import charts, data, headlines, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
@@ -290,6 +291,20 @@ def test_only_a_preset_launched_unchanged_is_stored_as_that_preset(sqlite_url: s
     presets = {name: None if pd.isna(preset) else preset for name, preset in presets.items()}
     assert presets == {"whole": "quick", "kv_cache only": None, "other pairs": None}
     assert launched["kv_cache only"].cases < launched["whole"].cases, "its own spec, kv_cache alone"
+    # The sidebar names each job as History names its run, from the stored spec: never "nan".
+    labels = {name: job_label(jobs[outcome.job_id]) for name, outcome in launched.items()}
+    assert labels == {
+        "whole": f"job {launched['whole'].job_id} · quick · queued",
+        "kv_cache only": f"job {launched['kv_cache only'].job_id} · quick, kv_cache only · queued",
+        "other pairs": f"job {launched['other pairs'].job_id} · quick, changed pairs · queued",
+    }
+
+
+def test_the_verdict_meanings_print_the_level_not_the_constants_name() -> None:
+    from analysis.review import ALPHA, VERDICT_MEANINGS
+
+    assert not any("ALPHA" in meaning for meaning in VERDICT_MEANINGS.values())
+    assert f"below {ALPHA:g}" in VERDICT_MEANINGS["regressed"] == VERDICT_MEANINGS["regressed"]
 
 
 @pytest.mark.slow
