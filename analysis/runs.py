@@ -94,7 +94,7 @@ def comparable_keys(runs: pd.DataFrame) -> pd.Series:
     )
 
 
-def job_label(job: Mapping[str, Any]) -> str:
+def job_label(job: Mapping[Any, Any]) -> str:
     """A job as the sidebar lists it, named as History names its run: ``job 2 · quick, kv_cache
     only · running`` (a custom launch by what it changed, never "nan")."""
     return f"job {job['job_id']} · {sweep_label(job.get('preset'), job.get('spec'))} · {job['status']}"
