@@ -233,8 +233,10 @@ def test_the_kv_cache_page_judges_both_models_on_the_same_points(
     assert (points["roofline"] == points["overhead a + b·mults"]).all(), points
     # The table shows flags as yes/no text (analysis.tables), not as booleans.
     misfits = fits[fits["fits"].isin([False, "no"])]
-    warnings = [warning.value for warning in app.warning if "does not fit" in warning.value]
-    assert len(warnings) == len(misfits)
+    warnings = [warning.value for warning in app.warning if "do not fit" in warning.value]
+    # One warning for the page however many groups miss (issue 44, D7), naming the figure.
+    assert len(warnings) == (1 if len(misfits) else 0)
+    assert all("against" in text and "Why it matters" in text and "What to do" in text for text in warnings)
 
 
 def test_pages_show_an_empty_state_naming_the_command(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
