@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import tables
 from analysis.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
-from analysis.runs import sweep_labels
+from analysis.runs import comparable_keys, sweep_labels
 from runner import metrics
 from runner.metrics import NUMERICAL_TOLERANCE, is_deterministic
 from store.records import MachineRecord
@@ -50,13 +50,21 @@ def presets_by_machines(runs: pd.DataFrame) -> list[str]:
 
 def candidate_runs(runs: pd.DataFrame, preset: str) -> pd.DataFrame:
     """The done runs of ``preset`` (a preset's name or a custom run's label) not tagged suspect,
-    newest first: a launch that changed a preset never stands for the preset."""
+    newest first: a launch that changed a preset never stands for the preset. Two spec files of
+    their own both read "custom": only the runs of one spec are compared, the one run on most
+    machines (then the newest)."""
     chosen = runs[
         (runs["status"] == "done")
         & (sweep_labels(runs) == preset)
         & ~runs["tags"].map(lambda tags: SUSPECT in tag_set(tags))
-    ]
-    return chosen.sort_values(["started_at", "run_id"], ascending=False)
+    ].sort_values(["started_at", "run_id"], ascending=False)
+    if chosen.empty:
+        return chosen
+    keys = comparable_keys(chosen)
+    spread = chosen.groupby(keys)["machine"].nunique()
+    newest = {key: position for position, key in reversed(list(enumerate(keys)))}
+    best = max(spread.index, key=lambda key: (int(spread[key]), -newest[key]))
+    return chosen[keys == best]
 
 
 def chosen_runs(

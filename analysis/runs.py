@@ -115,6 +115,28 @@ def tag_set(tags: Any) -> set[str]:
     return {tag for tag in str(tags or "").split(", ") if tag}
 
 
+def default_review_run(runs: pd.DataFrame) -> int | None:
+    """The run a review opens on: the newest done run with a default baseline (a done run of the
+    same spec and preset on its machine before it), so it opens on like against like, never on
+    a run still measuring; else None."""
+    done = runs[runs["status"] == "done"]
+    for run_id in done.sort_values(["started_at", "run_id"], ascending=False)["run_id"]:
+        if default_baseline(runs, int(run_id)) is not None:
+            return int(run_id)
+    return None
+
+
+def same_sweep_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
+    """The other runs of ``run_id``'s spec and preset on any machine, newest first: the baseline
+    a review falls back to where its machine has no earlier one."""
+    keys = comparable_keys(runs)
+    own = keys[runs["run_id"] == run_id]
+    if own.empty:
+        return []
+    same = runs[(keys == own.iloc[0]) & (runs["run_id"] != run_id)]
+    return [int(value) for value in same.sort_values(["started_at", "run_id"], ascending=False)["run_id"]]
+
+
 def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
     """The newest run pinned with the tag ``baseline``, else the previous done run, of the same
     preset on the same machine fingerprint, started before ``run_id``; suspect runs never."""
