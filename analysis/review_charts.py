@@ -25,6 +25,7 @@ VERDICT_COLORS = {
     "unchanged": "#aec7e8",
 }
 VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verdict] for verdict in VERDICT_ORDER])
+REPORT_WIDTH, REPORT_HEIGHT = 480, 300
 # The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
 MOST_ROWS = 40
 
@@ -46,7 +47,13 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         alt.Chart(timed)
         .mark_point(filled=True, size=80)
         .encode(
-            x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
+            # Few log ticks, none overlapping ("0.40.5" ran together).
+            x=alt.X(
+                "ratio:Q",
+                scale=alt.Scale(type="log"),
+                title="run / baseline (median)",
+                axis=alt.Axis(tickCount=5, labelOverlap="greedy", format="~g"),
+            ),
             # The longest rows (a speculative case with its schedule and temperature) run to ~100
             # characters: room for them whole, never cut.
             y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=760)),
@@ -66,7 +73,9 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
-    return alt.layer(one, points).properties(title="timed metrics: run against baseline", height=alt.Step(16))
+    return alt.layer(one, points).properties(
+        title="timed metrics: run against baseline", height=alt.Step(16), width=REPORT_WIDTH
+    )
 
 
 def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str) -> Figure:
@@ -79,8 +88,11 @@ def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str
             x=alt.X(f"{x}:O", title=x),
             y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
             color=theme.color(color, frame, color),
-            strokeDash=alt.StrokeDash("which:N", title="run"),
+            # Run and baseline apart by shape as well as dash: a series of one point draws no dash.
+            strokeDash=alt.StrokeDash("which:N", legend=theme.stroke_legend("run")),
+            shape=alt.Shape("which:N", legend=theme.legend("run")),
             tooltip=["which:N", f"{color}:N", f"{x}:O", f"{value}:Q"],
         )
-        .properties(title=title)
+        # A size of its own: the report's charts are drawn outside a page that would stretch them.
+        .properties(title=title, width=REPORT_WIDTH, height=REPORT_HEIGHT)
     )

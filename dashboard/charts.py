@@ -149,7 +149,8 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             x=x_axis,
             y=alt.Y("seconds:Q", title="seconds per generation", scale=fitted_scale(long["seconds"], log=True)),
             color=theme.color("impl", long),
-            strokeDash=alt.StrokeDash("mode:N", legend=theme.legend("cache")),
+            # Drawn as line strokes in the legend: "cache" and "no cache" as two dots looked alike.
+            strokeDash=alt.StrokeDash("mode:N", legend=theme.stroke_legend("cache")),
             tooltip=["n", "impl", "mode", "seconds"],
         )
     )
@@ -175,7 +176,7 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             x="n:Q",
             y="seconds:Q",
             detail="fit:N",
-            opacity=alt.Opacity("fit:N", legend=theme.legend("fitted: time ∝ n^slope", columns=1, orient="bottom")),
+            opacity=alt.Opacity("fit:N", legend=theme.stroke_legend("fitted: time ∝ n^slope")),
             tooltip=["fit", "n", "seconds"],
         )
     )

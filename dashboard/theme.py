@@ -90,10 +90,18 @@ def colour_of(domain: str, value: Any) -> str:
 def legend(title: str | None = None, *, columns: int | None = None, orient: str = "right") -> alt.Legend:
     """A legend whose labels and title are never truncated and whose swatches are opaque (a
     band drawn at 25 % opacity would otherwise give a washed-out swatch)."""
-    options: dict[str, Any] = {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "orient": orient}
+    # symbolLimit 0: every series in the legend (Vega's default stops a long one at "…N entries").
+    options: dict[str, Any] = {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "orient": orient, "symbolLimit": 0}
     if columns is not None:
         options["columns"] = columns
     return alt.Legend(title=title, **options)
+
+
+def stroke_legend(title: str | None = None) -> alt.Legend:
+    """A legend of line styles (a dash, an opacity) drawn as strokes, so each entry shows its own
+    dash and no two entries are the same dot."""
+    base = legend(title)
+    return alt.Legend(**{**base.to_dict(), "symbolType": "stroke", "symbolStrokeColor": REFERENCE_COLOR})
 
 
 def color_scale(field: str, values: Iterable[Any]) -> alt.Scale:
@@ -154,7 +162,11 @@ def finish(figure: Figure) -> Figure:
     that the chart has a title (a chart without one is a bug of its builder)."""
     if not has_title(figure):
         raise ValueError("every chart has a title: give the builder's chart .properties(title=...)")
-    return figure.configure_legend(labelLimit=0, titleLimit=0, symbolOpacity=1).configure_axis(
+    # fit-x: the chart fills the page's width, and its height is the plot's own. Streamlit's
+    # default ("fit") holds the whole chart to the height, so a tall legend or rotated labels
+    # squeezed the plot to 20 px.
+    figure = figure.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    return figure.configure_legend(labelLimit=0, titleLimit=0, symbolOpacity=1, symbolLimit=0).configure_axis(
         labelLimit=0, titleLimit=0
     )
 

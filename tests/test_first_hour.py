@@ -44,8 +44,10 @@ def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_
     )
     spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
     assert spec["title"] == "weight bytes"
-    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1}
+    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "symbolLimit": 0}
     assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
+    # The plot keeps its own height whatever the legend and labels take (Streamlit's "fit" squeezed it).
+    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}
     with pytest.raises(ValueError, match="title"):
         theme.finish(alt.Chart(frame).mark_bar().encode(x="variant:N", y="weight_bytes:Q"))
 
