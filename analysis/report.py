@@ -325,6 +325,8 @@ table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
 td.verdict { font-weight: bold; }
 .warning { color: #b35900; }
+/* The "why" column (the last) wide enough to read in a few lines, not one word a line. */
+td:last-child { min-width: 36em; }
 """
 
 

@@ -176,7 +176,7 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             x="n:Q",
             y="seconds:Q",
             detail="fit:N",
-            opacity=alt.Opacity("fit:N", legend=theme.stroke_legend("fitted: time ∝ n^slope")),
+            opacity=alt.Opacity("fit:N", legend=theme.stroke_legend("fitted: time ∝ n^slope", columns=1)),
             tooltip=["fit", "n", "seconds"],
         )
     )
@@ -389,7 +389,9 @@ def when(started_at: pd.Series) -> alt.X:
     return alt.X("started_at:T", title="started", axis=axis, scale=alt.Scale(domain=domain))
 
 
-def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None) -> Figure:
+def history(
+    points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None, legend: str = "bottom"
+) -> Figure:
     """A metric per ``color`` group over time with each level's band; change points
     (``change_point``) drawn as red diamonds that link to the Review page (``review`` column)
     when it is given."""
@@ -397,7 +399,7 @@ def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: s
     tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
     x_axis = when(points["started_at"]) if "started_at" in points.columns else alt.X("started_at:T")
     y_scale = fitted_scale(_values(points, "value", "low", "high"))
-    colour = theme.color(color, points)
+    colour = theme.color(color, points, columns=1 if legend == "bottom" else None, orient=legend)
     band = (
         _base(points)
         .mark_area(opacity=0.2)

@@ -87,20 +87,28 @@ def colour_of(domain: str, value: Any) -> str:
     return SPARE_PALETTE[zlib.crc32(text.encode("utf-8")) % len(SPARE_PALETTE)]
 
 
-def legend(title: str | None = None, *, columns: int | None = None, orient: str = "right") -> alt.Legend:
+# Legends go below the plot: at the side, in a page's half-width column, they left the plot
+# under 300 px wide.
+LEGEND_ORIENT = "bottom"
+
+
+def legend(title: str | None = None, *, columns: int | None = None, orient: str = LEGEND_ORIENT) -> alt.Legend:
     """A legend whose labels and title are never truncated and whose swatches are opaque (a
     band drawn at 25 % opacity would otherwise give a washed-out swatch)."""
     # symbolLimit 0: every series in the legend (Vega's default stops a long one at "…N entries").
     options: dict[str, Any] = {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "orient": orient, "symbolLimit": 0}
+    # Below the plot a legend wraps after two entries: in a row it ran past a column's edge.
+    if columns is None and orient == "bottom":
+        columns = 2
     if columns is not None:
         options["columns"] = columns
     return alt.Legend(title=title, **options)
 
 
-def stroke_legend(title: str | None = None) -> alt.Legend:
+def stroke_legend(title: str | None = None, *, columns: int | None = None) -> alt.Legend:
     """A legend of line styles (a dash, an opacity) drawn as strokes, so each entry shows its own
     dash and no two entries are the same dot."""
-    base = legend(title)
+    base = legend(title, columns=columns)
     return alt.Legend(**{**base.to_dict(), "symbolType": "stroke", "symbolStrokeColor": REFERENCE_COLOR})
 
 
@@ -128,7 +136,7 @@ def color(
     title: str | None = None,
     *,
     columns: int | None = None,
-    orient: str = "right",
+    orient: str = LEGEND_ORIENT,
     key: str | None = None,
 ) -> alt.Color:
     """The colour encoding of ``field`` in ``frame``; ``key`` names the family whose fixed

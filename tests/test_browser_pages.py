@@ -2,8 +2,10 @@
 and one with three runs of two presets on two machines (the second machine's run imported from
 tests/fixtures/xeon-amx-quick.json.gz, a real quick run exported on a Xeon). Each page fails on
 an exception or error box, a legend or axis text Vega had to cut short (it ends it with "…"), a
-chart mark whose centre lies outside its plot area, or a discrete axis with fewer visible labels
-than categories. With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
+chart mark whose centre lies outside its plot area, a discrete axis with fewer visible labels
+than categories, a plot area under 300x200 px, overlapping upright tick labels, a title off the
+chart's edge or covered by axis labels, a legend past the chart's edge or stopped short, or two
+legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py). With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
 (ignored by git); with DECODELAB_DOCS_SCREENSHOTS=1 the README's (docs/*.png) are written from the
 three-run store."""
 
@@ -103,12 +105,15 @@ CHART_PROBLEMS = """
       `${MIN_PLOT_WIDTH}x${MIN_PLOT_HEIGHT}`);
   }
   const overlap = (a, b) =>
-    Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
+    Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
+    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
   const axisLabels = [];
   for (const axis of svg.querySelectorAll('g.role-axis')) {
     const labels = [...axis.querySelectorAll('g.role-axis-label text')].filter(
       (label) => label.getAttribute('opacity') !== '0' && label.textContent.trim() !== '');
-    const boxes = labels.map((label) => [label.textContent, box(label)]);
+    // A rotated label's box is its slanted text's bounding rectangle: neighbours' boxes meet, the texts not.
+    const upright = labels.filter((label) => !/rotate\\((-?[1-9])/.test(label.getAttribute('transform') || ''));
+    const boxes = upright.map((label) => [label.textContent, box(label)]);
     axisLabels.push(...boxes);
     for (let i = 0; i < boxes.length; i++) {
       for (let j = i + 1; j < boxes.length; j++) {
@@ -122,9 +127,9 @@ CHART_PROBLEMS = """
     const middle = (titled.top + titled.bottom) / 2;
     if (titled.left < outer.left - slack || titled.right > outer.right + slack ||
         middle < outer.top || middle > outer.bottom) {
-      problems.push(`clipped title: ${title.textContent} at (${titled.left.toFixed(0)}-${titled.right.toFixed(0)}, ` +
-        `${titled.top.toFixed(0)}-${titled.bottom.toFixed(0)}) in (${outer.left.toFixed(0)}-${outer.right.toFixed(0)}, ` +
-        `${outer.top.toFixed(0)}-${outer.bottom.toFixed(0)})`);
+      problems.push(`clipped title: ${title.textContent} at x ${titled.left.toFixed(0)}-${titled.right.toFixed(0)}, ` +
+        `y ${middle.toFixed(0)} in x ${outer.left.toFixed(0)}-${outer.right.toFixed(0)}, ` +
+        `y ${outer.top.toFixed(0)}-${outer.bottom.toFixed(0)}`);
     }
     for (const [text, label] of axisLabels) {
       if (overlap(titled, label)) { problems.push(`title covered by the axis label ${text}`); break; }
@@ -143,7 +148,7 @@ CHART_PROBLEMS = """
       const text = label ? label.textContent : '';
       // Vega's "…2 entries" where a legend stops short of its series.
       if (/^\u2026\\s*\\d+ (entries|more)/.test(text)) { problems.push(`legend cut: ${text}`); continue; }
-      const symbol = entry.querySelector('path');
+      const symbol = entry.querySelector('g.role-legend-symbol path');
       if (!symbol) continue;
       const style = getComputedStyle(symbol);
       const mark = [symbol.getAttribute('d'), style.fill, style.stroke, style.strokeDasharray, style.opacity].join('|');
