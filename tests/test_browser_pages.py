@@ -5,7 +5,8 @@ an exception or error box, a legend or axis text Vega had to cut short (it ends 
 chart mark whose centre lies outside its plot area, a discrete axis with fewer visible labels
 than categories, a plot area under 300x200 px, overlapping upright tick labels, a title off the
 chart's edge or covered by axis labels, a legend past the chart's edge or stopped short, or two
-legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py). With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
+legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py).
+With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
 (ignored by git); with DECODELAB_DOCS_SCREENSHOTS=1 the README's (docs/*.png) are written from the
 three-run store."""
 
