@@ -26,6 +26,8 @@ VERDICT_COLORS = {
 }
 VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verdict] for verdict in VERDICT_ORDER])
 REPORT_WIDTH, REPORT_HEIGHT = 480, 300
+# Where a timed row's label breaks onto its second line.
+ROW_BREAK = " | "
 # The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
 MOST_ROWS = 40
 
@@ -38,7 +40,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     timed = timed[timed["ratio"] > 0]
     # The point's part is left out where it repeats its experiment (speculative's speculative part).
     timed["row"] = [
-        progress_label(experiment, f"{metric} · {point.removeprefix(experiment + ' · ')}")
+        progress_label(experiment, metric) + ROW_BREAK + point.removeprefix(experiment + " · ")
         for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
     ]
     timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
@@ -56,7 +58,14 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             ),
             # The longest rows (a speculative case with its schedule and temperature) run to ~100
             # characters: room for them whole, never cut.
-            y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=760)),
+            # Each label on two lines (experiment · metric, then the point): on one line the longest
+            # took 760 px and left the plot under 300 px wide.
+            y=alt.Y(
+                "row:N",
+                sort=None,
+                title=None,
+                axis=alt.Axis(labelLimit=760, labelExpr=f"split(datum.label, '{ROW_BREAK}')"),
+            ),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
             # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
             tooltip=[
@@ -74,7 +83,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
     return alt.layer(one, points).properties(
-        title="timed metrics: run against baseline", height=alt.Step(16), width=REPORT_WIDTH
+        title="timed metrics: run against baseline", height=alt.Step(30), width=REPORT_WIDTH
     )
 
 
