@@ -41,7 +41,11 @@ lock:
 demo: $(INSTALLED)
 	@echo "== 1/2 the quick sweep: train the small model (or reuse the stored one), then run every experiment"
 	@echo "       (the speculative experiment trains its small draft model the first time); results go to $(DB)"
+	@echo "       how long: the next line's estimate (this machine's earlier runs, else the cost model); other work"
+	@echo "       on the machine stretches it, and on a busy machine training takes one thread"
 	@$(VENV)/bin/decodelab run --preset quick --db '$(DB)'
+	@echo "== the CLI, in another terminal: 'source $(VENV)/bin/activate' puts decodelab on the PATH, then e.g."
+	@echo "       decodelab --help; decodelab workers --db '$(DB)'   (or call $(VENV)/bin/decodelab without activating)"
 	@echo "== 2/2 the dashboard on $(DB); stop it with Ctrl-C"
 	@$(VENV)/bin/decodelab dashboard --db '$(DB)' --port $(PORT)
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import tables
 from analysis.review import HEADLINES, SUSPECT, case_points, current_names, tag_set
-from analysis.runs import sweep_labels
+from analysis.runs import comparable_keys, sweep_labels
 from runner import metrics
 from runner.metrics import NUMERICAL_TOLERANCE, is_deterministic
 from store.records import MachineRecord
@@ -50,13 +50,21 @@ def presets_by_machines(runs: pd.DataFrame) -> list[str]:
 
 def candidate_runs(runs: pd.DataFrame, preset: str) -> pd.DataFrame:
     """The done runs of ``preset`` (a preset's name or a custom run's label) not tagged suspect,
-    newest first: a launch that changed a preset never stands for the preset."""
+    newest first: a launch that changed a preset never stands for the preset. Two spec files of
+    their own both read "custom": only the runs of one spec are compared, the one run on most
+    machines (then the newest)."""
     chosen = runs[
         (runs["status"] == "done")
         & (sweep_labels(runs) == preset)
         & ~runs["tags"].map(lambda tags: SUSPECT in tag_set(tags))
-    ]
-    return chosen.sort_values(["started_at", "run_id"], ascending=False)
+    ].sort_values(["started_at", "run_id"], ascending=False)
+    if chosen.empty:
+        return chosen
+    keys = comparable_keys(chosen)
+    spread = chosen.groupby(keys)["machine"].nunique()
+    newest = {key: position for position, key in reversed(list(enumerate(keys)))}
+    best = max(spread.index, key=lambda key: (int(spread[key]), -newest[key]))
+    return chosen[keys == best]
 
 
 def chosen_runs(
@@ -96,8 +104,8 @@ def field_text(name: str, value: Any) -> str:
         return tables.MISSING
     if tables.is_bytes(name):
         return tables.binary_bytes(value)
-    if name == "started_at":
-        return f"{pd.Timestamp(value):%Y-%m-%d %H:%M}"
+    if tables.is_date(name):
+        return tables.date(value)
     if name == "model_hash":
         return str(value)[:12]
     return str(value)
@@ -170,10 +178,16 @@ def ratio(value: Any, reference: Any) -> float | None:
     return float(value) / float(reference)
 
 
-def value_text(value: Any, low: Any = None, high: Any = None) -> str:
-    """``1.23 [1.10–1.40]``; "–" for a missing value, as every table writes it (dashboard.tables)."""
+def value_text(value: Any, low: Any = None, high: Any = None, unit: str | None = None) -> str:
+    """``1.23 [1.10–1.40]``; "–" for a missing value, a flag as yes/no, bytes and times in their
+    units, as every table writes them (analysis.tables)."""
     if value is None or pd.isna(value):
         return tables.MISSING
+    if unit in ("bool", "bytes", *tables.SECONDS_PER_UNIT):
+        text = tables.value_text(value, unit)
+        if unit != "bool" and low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
+            text += f" [{tables.value_text(low, unit)}–{tables.value_text(high, unit)}]"
+        return text
     number = float(value)
     # Counts stay whole with separators (739,328, not 7.393e+05); measured values keep four digits.
     text = f"{int(number):,}" if number.is_integer() and abs(number) < 1e15 else f"{number:.4g}"
@@ -196,7 +210,8 @@ def wide_matrix(table: pd.DataFrame, machines: Sequence[str], reference: str) ->
     for row in table.to_dict("records"):
         key = (row["experiment"], row["metric"], row["case"])
         entry = rows.setdefault(key, {"experiment": key[0], "metric": key[1], "case": key[2]})
-        entry[row["machine"]] = value_text(row["value"], row["low"], row["high"])
+        unit = tables.unit_of(row["metric"]) or row["unit"]
+        entry[row["machine"]] = value_text(row["value"], row["low"], row["high"], unit)
         if row["machine"] != reference:
             entry[f"{row['machine']} / {reference}"] = "" if pd.isna(row["ratio"]) else f"×{row['ratio']:.3g}"
     return pd.DataFrame(list(rows.values()), columns=columns).fillna("")

@@ -111,9 +111,10 @@ def build_report(
     if not timed.empty and not inputs.between and not inputs.interleaved:
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
+        sweep = markdown_text(sweep_label(run.get("preset"), run.get("spec")))  # by name, never "nan"; escaped
         warnings.append(
-            f"fewer than three earlier done runs of {markdown_text(run['preset'] or 'this spec')} on this machine: "
-            f"how far a timing moves between runs is not known for these cases, so a shift within {learned} "
+            f"fewer than three earlier done runs of {sweep} on this machine: how far a timing "
+            f"moves between runs is not known for these cases, so a shift within {learned} "
             f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
         )
     report = RunReport(
@@ -361,6 +362,8 @@ table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
 td.verdict { font-weight: bold; }
 .warning { color: #b35900; }
+/* The "why" column (the last) wide enough to read in a few lines, not one word a line. */
+td:last-child { min-width: 36em; }
 """
 
 

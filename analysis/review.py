@@ -137,12 +137,12 @@ VERDICT_ORDER = (
 )
 # What each verdict word means, for the page's and the reports' explanations.
 VERDICT_MEANINGS = {
-    "regressed": "the t test's adjusted p is below ALPHA and the shift is beyond the floor, the worse way",
-    "improved": "the t test's adjusted p is below ALPHA and the shift is beyond the floor, the better way",
+    "regressed": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the worse way",
+    "improved": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the better way",
     "changed": "a deterministic figure differs: it must reproduce exactly",
     "unknown drift": "fewer than three earlier runs: the shift is within what the machine may drift between runs",
     "within noise": (
-        "the adjusted p is not below ALPHA, or the shift is within the between-run floor; "
+        f"the adjusted p is not below {ALPHA:g}, or the shift is within the between-run floor; "
         "it says the smallest change it would have seen"
     ),
     "too few samples": "fewer than two samples on a side: no variance to test against",

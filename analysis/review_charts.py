@@ -8,6 +8,7 @@ import pandas as pd
 
 from analysis.figures import Figure
 from analysis.review import VERDICT_ORDER
+from dashboard import theme
 from runner.labels import progress_label
 
 VERDICT_COLORS = {
@@ -24,6 +25,9 @@ VERDICT_COLORS = {
     "unchanged": "#aec7e8",
 }
 VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verdict] for verdict in VERDICT_ORDER])
+REPORT_WIDTH, REPORT_HEIGHT = 480, 300
+# Where a timed row's label breaks onto its second line.
+ROW_BREAK = " | "
 # The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
 MOST_ROWS = 40
 
@@ -36,7 +40,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     timed = timed[timed["ratio"] > 0]
     # The point's part is left out where it repeats its experiment (speculative's speculative part).
     timed["row"] = [
-        progress_label(experiment, f"{metric} · {point.removeprefix(experiment + ' · ')}")
+        progress_label(experiment, metric) + ROW_BREAK + point.removeprefix(experiment + " · ")
         for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
     ]
     timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
@@ -45,10 +49,23 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         alt.Chart(timed)
         .mark_point(filled=True, size=80)
         .encode(
-            x=alt.X("ratio:Q", scale=alt.Scale(type="log"), title="run / baseline (median)"),
+            # Few log ticks, none overlapping ("0.40.5" ran together).
+            x=alt.X(
+                "ratio:Q",
+                scale=alt.Scale(type="log"),
+                title="run / baseline (median)",
+                axis=alt.Axis(tickCount=5, labelOverlap="greedy", format="~g"),
+            ),
             # The longest rows (a speculative case with its schedule and temperature) run to ~100
             # characters: room for them whole, never cut.
-            y=alt.Y("row:N", sort=None, title=None, axis=alt.Axis(labelLimit=760)),
+            # Each label on two lines (experiment · metric, then the point): on one line the longest
+            # took 760 px and left the plot under 300 px wide.
+            y=alt.Y(
+                "row:N",
+                sort=None,
+                title=None,
+                axis=alt.Axis(labelLimit=760, labelExpr=f"split(datum.label, '{ROW_BREAK}')"),
+            ),
             color=alt.Color("verdict:N", scale=VERDICT_SCALE),
             # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
             tooltip=[
@@ -65,7 +82,9 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
-    return alt.layer(one, points).properties(title="timed metrics: run against baseline", height=alt.Step(16))
+    return alt.layer(one, points).properties(
+        title="timed metrics: run against baseline", height=alt.Step(30), width=REPORT_WIDTH
+    )
 
 
 def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str) -> Figure:
@@ -77,9 +96,12 @@ def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str
         .encode(
             x=alt.X(f"{x}:O", title=x),
             y=alt.Y(f"{value}:Q", title=value.replace("_", " ")),
-            color=alt.Color(f"{color}:N"),
-            strokeDash=alt.StrokeDash("which:N", title="run"),
+            color=theme.color(color, frame, color),
+            # Run and baseline apart by shape as well as dash: a series of one point draws no dash.
+            strokeDash=alt.StrokeDash("which:N", legend=theme.stroke_legend("run")),
+            shape=alt.Shape("which:N", legend=theme.legend("run")),
             tooltip=["which:N", f"{color}:N", f"{x}:O", f"{value}:Q"],
         )
-        .properties(title=title)
+        # A size of its own: the report's charts are drawn outside a page that would stretch them.
+        .properties(title=title, width=REPORT_WIDTH, height=REPORT_HEIGHT)
     )

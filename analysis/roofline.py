@@ -11,6 +11,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from dashboard import theme
+
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
@@ -141,6 +143,10 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _column(frame: pd.DataFrame, name: str) -> list[Any]:
+    return frame[name].tolist() if name in frame.columns else []
+
+
 def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
     """Ceilings (a second machine's dashed) and the run's points coloured by regime, on log axes."""
     x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (flops per byte)")
@@ -151,7 +157,7 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
         .encode(
             x=x,
             y=y,
-            color=alt.Color("ceiling:N", title="ceiling"),
+            color=theme.color("ceiling", roofs, "ceiling", columns=1),
             strokeDash=alt.StrokeDash("machine:N", title="machine"),
             detail="machine:N",
             tooltip=["machine", "ceiling"],
@@ -164,7 +170,7 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
             x=x,
             y=alt.Y("achieved_flops_per_second:Q", scale=alt.Scale(type="log")),
             shape=alt.Shape("regime:N", title="regime"),
-            fill=alt.Fill("regime:N", title="regime"),
+            fill=alt.Fill("regime:N", title="regime", scale=theme.color_scale("regime", _column(placed, "regime"))),
             tooltip=[
                 "experiment",
                 "case",
@@ -309,16 +315,26 @@ def fit_summary(placed: pd.DataFrame, calibrated: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def misfit_sentences(summary: pd.DataFrame) -> list[str]:
-    """One sentence per (model, impl, side) that does not fit: by how much, and which way."""
-    sentences = []
-    for row in summary[~summary["fits"]].to_dict("records"):
-        factor = 1 + row["median_error"]
-        direction = (
-            f"{factor:.1f}× too slow" if factor > 1 else f"{1 / factor:.1f}× too fast" if factor > 0 else "wrong"
-        )
-        sentences.append(
-            f"The {row['model']} model does not fit the {row['impl']} {row['side']}: it predicts it {direction} "
-            f"(median |error| {row['median_abs_error']:.0%} over {row['points']} points)."
-        )
-    return sentences
+def _direction(median_error: float) -> str:
+    factor = 1 + median_error
+    return f"{factor:.1f}× too slow" if factor > 1 else f"{1 / factor:.1f}× too fast" if factor > 0 else "wrongly"
+
+
+def misfit_warning(summary: pd.DataFrame, figure: str) -> str | None:
+    """One warning for every model that does not fit (None when all fit): which ``figure`` it
+    concerns and its worst group, why that matters, and what to do; a page shows it once."""
+    misfits = summary[~summary["fits"]]
+    if misfits.empty:
+        return None
+    worst = misfits.sort_values("median_abs_error").iloc[-1]
+    groups = ", ".join(f"{row['model']}: {row['impl']} {row['side']}" for row in misfits.to_dict("records"))
+    return (
+        f'The time models do not fit {len(misfits)} of {len(summary)} groups in "{figure}" ({groups}); '
+        f"worst, the {worst['model']} model predicts the {worst['impl']} {worst['side']} "
+        f"{_direction(float(worst['median_error']))} (median |error| {worst['median_abs_error']:.0%} over "
+        f"{int(worst['points'])} points). Why it matters: the regimes and roof fractions of those points "
+        "(here and on the Roofline page) come from the same model, so read them as rough; the measured times "
+        "and speedups are unaffected. What to do: measure the roof with the machine idle (`decodelab machine "
+        "profile`) and run the sweep again when nothing else loads it — other work stretches the measured "
+        "times in a way the model cannot see."
+    )

@@ -97,6 +97,12 @@ def comparable_keys(runs: pd.DataFrame) -> pd.Series:
     )
 
 
+def job_label(job: Mapping[Any, Any]) -> str:
+    """A job as the sidebar lists it, named as History names its run: ``job 2 · quick, kv_cache
+    only · running`` (a custom launch by what it changed, never "nan")."""
+    return f"job {job['job_id']} · {sweep_label(job.get('preset'), job.get('spec'))} · {job['status']}"
+
+
 def sweep_labels(runs: pd.DataFrame) -> pd.Series:
     """``sweep_label`` of every row of a runs frame."""
     presets, specs = _column(runs, "preset"), _column(runs, "spec")
@@ -140,6 +146,28 @@ def _ab_runs(runs: pd.DataFrame) -> pd.Series:
     if "tags" not in runs.columns:
         return pd.Series([False] * len(runs), index=runs.index)
     return runs["tags"].map(lambda tags: ab_pair(tags) is not None)
+
+
+def default_review_run(runs: pd.DataFrame) -> int | None:
+    """The run a review opens on: the newest done run with a default baseline (a done run of the
+    same spec and preset on its machine before it), so it opens on like against like, never on
+    a run still measuring; else None."""
+    done = runs[runs["status"] == "done"]
+    for run_id in done.sort_values(["started_at", "run_id"], ascending=False)["run_id"]:
+        if default_baseline(runs, int(run_id)) is not None:
+            return int(run_id)
+    return None
+
+
+def same_sweep_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
+    """The other runs of ``run_id``'s spec and preset on any machine, newest first: the baseline
+    a review falls back to where its machine has no earlier one."""
+    keys = comparable_keys(runs)
+    own = keys[runs["run_id"] == run_id]
+    if own.empty:
+        return []
+    same = runs[(keys == own.iloc[0]) & (runs["run_id"] != run_id)]
+    return [int(value) for value in same.sort_values(["started_at", "run_id"], ascending=False)["run_id"]]
 
 
 def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:

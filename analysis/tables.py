@@ -1,6 +1,8 @@
-"""One table formatter for every page: flags as yes/no, a missing value as "–", whole numbers
-with thousands separators, byte counts in binary units, internal columns (case_id, params)
-hidden. Display only: the numbers underneath stay numbers where they can (a column sorts by
+"""One table formatter for every page and report: flags as yes/no, a missing value as "–", whole
+numbers with thousands separators, byte counts in binary units, times in µs/ms/s, dates to the
+second, internal columns (case_id, params) hidden. A metric column is formatted by its unit in
+the metric catalogue (runner.metrics), never by how its name begins (``bytes_ratio_vs_fp32`` is
+a ratio). Display only: the numbers underneath stay numbers where they can (a column sorts by
 value; see ``display``), and the CSV download keeps the raw values."""
 
 from __future__ import annotations
@@ -8,17 +10,27 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pandas as pd
 from pandas.io.formats.style import Styler
+
+from runner.metrics import lookup
 
 MISSING = "–"
 # Columns that identify rows for the code, not for a reader.
 HIDDEN_COLUMNS = frozenset({"case_id", "params", "machine_id", "model_id", "measurement_id", "spec", "run_uid"})
 # Words in a column's name that make a 0/1 column a flag: "strings_identical", "exceeds_tolerance".
 FLAG_WORDS = ("identical", "matches", "exceeds", "quantized", "outlier", "differs", "holds", "distilled", "detects")
+# Columns that are not metrics but hold a flag: a case's ``cache`` parameter, the machines' ``differs``.
+FLAG_COLUMNS = frozenset({"cache", "differs", "use_cache", "outlier", "suspect"})
 BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+# A time's text: below a millisecond in µs, below a second in ms, else in s.
+SECONDS_PER_UNIT = {"seconds": 1.0, "microseconds": 1e-6}
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+# Relative changes (run over baseline − 1), written as the report writes them: +12.3%.
+PERCENT_COLUMNS = frozenset({"change"})
 
 
 def is_identifier(name: str) -> bool:
@@ -26,8 +38,27 @@ def is_identifier(name: str) -> bool:
     return name == "id" or name.endswith("_id") or name in {"seed", "pid"}
 
 
+def unit_of(name: str) -> str | None:
+    """The unit of a column: the catalogue's for a metric; for a column the catalogue does not
+    know, the unit its name ends in (``…_bytes``, ``…_seconds``, ``…_us``); None otherwise."""
+    metric = lookup(name)
+    if metric is not None:
+        return metric.unit
+    if name == "bytes" or name.endswith("_bytes"):
+        return "bytes"
+    if name == "seconds" or name.endswith("_seconds"):
+        return "seconds"
+    if name.endswith("_us"):
+        return "microseconds"
+    return None
+
+
 def is_bytes(name: str) -> bool:
-    return name == "bytes" or name.endswith("_bytes") or name.startswith(("bytes_", "cache_bytes"))
+    return unit_of(name) == "bytes"
+
+
+def is_date(name: str) -> bool:
+    return name.endswith("_at")
 
 
 def is_flag(series: pd.Series) -> bool:
@@ -42,7 +73,8 @@ def is_flag(series: pd.Series) -> bool:
         values = {float(value) for value in present}
     except (TypeError, ValueError):
         return False
-    return values <= {0.0, 1.0} and any(word in name for word in FLAG_WORDS)
+    said = name in FLAG_COLUMNS or unit_of(name) == "bool" or any(word in name for word in FLAG_WORDS)
+    return values <= {0.0, 1.0} and said
 
 
 def yes_no(value: Any) -> str:
@@ -61,6 +93,54 @@ def binary_bytes(value: Any) -> str:
         size /= 1024
         unit += 1
     return f"{int(size):,} B" if unit == 0 else f"{size:,.2f} {BINARY_UNITS[unit]}"
+
+
+def duration(value: Any, unit: str = "seconds") -> str:
+    """A time in ``unit`` (seconds or microseconds) as a person reads it: 0.000123 s → "123 µs",
+    0.0123 → "12.3 ms", 1976.4 → "1,976 s"; four significant figures."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    seconds = float(value) * SECONDS_PER_UNIT.get(unit, 1.0)
+    size = abs(seconds)
+    if size == 0:
+        return "0 s"
+    if size < 1e-3:
+        return f"{seconds * 1e6:.4g} µs"
+    if size < 1:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds:,.0f} s" if size >= 1000 else f"{seconds:.4g} s"
+
+
+def date(value: Any) -> str:
+    """A date to the second (no microseconds, no time zone suffix)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    try:
+        stamp = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return MISSING if pd.isna(stamp) else f"{stamp:{DATE_FORMAT}}"
+
+
+def percent(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return f"{float(value):+.1%}"
+
+
+def value_text(value: Any, unit: str | None) -> str:
+    """One value in ``unit`` (the catalogue's), as every table writes it."""
+    if unit == "bool" and value is not None and not (isinstance(value, float) and math.isnan(value)):
+        try:
+            if float(value) in (0.0, 1.0):
+                return yes_no(value)
+        except (TypeError, ValueError):
+            return str(value)
+    if unit == "bytes":
+        return binary_bytes(value)
+    if unit in SECONDS_PER_UNIT:
+        return duration(value, unit)
+    return number(value)
 
 
 def number(value: Any) -> str:
@@ -95,12 +175,22 @@ def formatters(frame: pd.DataFrame) -> dict[Any, Callable[[Any], str]]:
     for column in frame.columns:
         series = frame[column]
         name = str(column)
+        unit = unit_of(name)
         if is_flag(series):
             chosen[column] = yes_no
-        elif pd.api.types.is_datetime64_any_dtype(series):
-            continue  # the dataframe's own date display
+        elif pd.api.types.is_datetime64_any_dtype(series) or is_date(name):
+            chosen[column] = date
         elif pd.api.types.is_numeric_dtype(series):
-            chosen[column] = plain if is_identifier(name) else binary_bytes if is_bytes(name) else number
+            if is_identifier(name):
+                chosen[column] = plain
+            elif name in PERCENT_COLUMNS:
+                chosen[column] = percent
+            elif unit == "bytes":
+                chosen[column] = binary_bytes
+            elif unit in SECONDS_PER_UNIT:
+                chosen[column] = partial(duration, unit=unit)
+            else:
+                chosen[column] = number
         else:
             chosen[column] = plain
     return chosen
@@ -116,7 +206,8 @@ def display(frame: pd.DataFrame) -> Styler:
     shown = frame[shown_columns(frame)]
     chosen: dict[Any, Any] = formatters(shown)
     underneath = shown.copy()
-    as_text = [column for column in shown.columns if chosen.get(column) is yes_no or shown[column].isna().any()]
+    # Dates too: Streamlit draws a datetime column with its own format (to the microsecond).
+    as_text = [column for column in shown.columns if chosen.get(column) in (yes_no, date) or shown[column].isna().any()]
     for column in as_text:
         underneath[column] = shown[column].map(chosen.get(column, plain)).astype(object)
     return underneath.style.format({column: chosen[column] for column in chosen if column not in as_text})

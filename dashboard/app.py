@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from analysis.runs import job_label
 from dashboard import data, ui
 from dashboard.launch import start_worker, stop_workers
 from dashboard.launch_form import QUEUED, launch_form
@@ -86,7 +87,7 @@ def jobs_panel(url: str) -> None:
         return
     st.caption("Jobs")
     for job in jobs.to_dict("records"):
-        label = f"job {job['job_id']} · {job['preset'] or 'spec'} · {job['status']}"
+        label = job_label(job)
         if not READ_ONLY and job["status"] in ("queued", "running"):
             cancel_button(store, int(job["job_id"]))
         done, total = int(job["cases_done"]), int(job["cases_total"])

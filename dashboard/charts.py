@@ -149,7 +149,8 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             x=x_axis,
             y=alt.Y("seconds:Q", title="seconds per generation", scale=fitted_scale(long["seconds"], log=True)),
             color=theme.color("impl", long),
-            strokeDash=alt.StrokeDash("mode:N", legend=theme.legend("cache")),
+            # Drawn as line strokes in the legend: "cache" and "no cache" as two dots looked alike.
+            strokeDash=alt.StrokeDash("mode:N", legend=theme.stroke_legend("cache")),
             tooltip=["n", "impl", "mode", "seconds"],
         )
     )
@@ -175,7 +176,7 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
             x="n:Q",
             y="seconds:Q",
             detail="fit:N",
-            opacity=alt.Opacity("fit:N", legend=theme.legend("fitted: time ∝ n^slope", columns=1, orient="bottom")),
+            opacity=alt.Opacity("fit:N", legend=theme.stroke_legend("fitted: time ∝ n^slope", columns=1)),
             tooltip=["fit", "n", "seconds"],
         )
     )
@@ -388,7 +389,9 @@ def when(started_at: pd.Series) -> alt.X:
     return alt.X("started_at:T", title="started", axis=axis, scale=alt.Scale(domain=domain))
 
 
-def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None) -> Figure:
+def history(
+    points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None, legend: str = "bottom"
+) -> Figure:
     """A metric per ``color`` group over time with each level's band; change points
     (``change_point``) drawn as red diamonds that link to the Review page (``review`` column)
     when it is given."""
@@ -396,7 +399,7 @@ def history(points: pd.DataFrame, y_title: str, color: str = "machine", title: s
     tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
     x_axis = when(points["started_at"]) if "started_at" in points.columns else alt.X("started_at:T")
     y_scale = fitted_scale(_values(points, "value", "low", "high"))
-    colour = theme.color(color, points)
+    colour = theme.color(color, points, columns=1 if legend == "bottom" else None, orient=legend)
     band = (
         _base(points)
         .mark_area(opacity=0.2)

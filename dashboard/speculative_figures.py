@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from dashboard import theme
 from dashboard.charts import Figure
 
 POSITION_PREFIX = "acceptance_rate_at_position_"
@@ -60,7 +61,7 @@ def position_chart(curves: pd.DataFrame) -> Figure:
         .encode(
             x=alt.X("position:O", title="draft position i"),
             y=alt.Y("acceptance:Q", title="share of passes keeping position i", scale=alt.Scale(domain=[0, 1])),
-            color="draft:N",
+            color=theme.color("draft", curves),
             strokeDash=alt.StrokeDash("series:N", sort=["measured", "i.i.d. α^i", "a priori"]),
             tooltip=["draft", "setting", "position", "series", "acceptance"],
         )

@@ -1,13 +1,19 @@
-"""One chart style for the whole dashboard: a fixed colour per impl, draft and precision (the
-same series reads the same on every page), legends and axis titles that are never cut off, a
-title on every chart, and axes fitted to the data.
+"""One chart style for the whole dashboard and the reports: one colour per thing everywhere (an
+impl, a draft, a precision, a machine, a run reads the same on every page and in every report),
+legends and axis titles that are never cut off, a title on every chart, and axes fitted to the
+data.
 
-Every chart builder colours its series through ``color`` and every page draws through
-``dashboard.ui.chart``, which calls ``finish``.
+The colours are defined once, here (``colour_of``): impls, drafts and precisions have fixed
+colours; any other value (a machine, a run, a History series, a ceiling) takes a colour from its
+own text, never from which other values a chart happens to show, so "laptop" is the same colour
+in every chart. Every chart builder (dashboard/charts.py, analysis/review_charts.py,
+analysis/roofline.py, dashboard/speculative_figures.py) colours its series through ``color``;
+every page draws through ``dashboard.ui.chart``, which calls ``finish``.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,31 +52,82 @@ PRECISION_COLORS = {
     "int4": "#b07aa1",
 }
 KNOWN_COLORS = {"impl": IMPL_COLORS, "draft": DRAFT_COLORS, "precision": PRECISION_COLORS}
+# The domains a colour means one thing in; a chart's field names its domain through ``key``
+# where the column is called otherwise (a ``series`` of impls).
+DOMAINS = ("impl", "draft", "precision", "machine", "run")
+# Colours for every other value (Tableau 20 without its grays): wide, so two names seldom share one.
+SPARE_PALETTE = (
+    *PALETTE,
+    "#a0cbe8",
+    "#ffbe7d",
+    "#8cd17d",
+    "#b6992d",
+    "#f1ce63",
+    "#499894",
+    "#86bcb6",
+    "#ff9d9a",
+    "#d37295",
+    "#fabfd2",
+    "#d4a6c8",
+    "#9d7660",
+    "#d7b5a6",
+)
 
 
-def legend(title: str | None = None, *, columns: int | None = None, orient: str = "right") -> alt.Legend:
+def colour_of(domain: str, value: Any) -> str:
+    """The one colour of ``value`` in ``domain``: an impl's, draft's or precision's fixed colour;
+    run N the palette's N-th; any other value a colour from its own text (crc32), the same in
+    every chart whatever else the chart shows."""
+    text = str(value)
+    fixed = KNOWN_COLORS.get(domain, {})
+    if text in fixed:
+        return fixed[text]
+    if domain == "run" and text.isdigit():
+        return PALETTE[int(text) % len(PALETTE)]
+    return SPARE_PALETTE[zlib.crc32(text.encode("utf-8")) % len(SPARE_PALETTE)]
+
+
+# Legends go below the plot: at the side, in a page's half-width column, they left the plot
+# under 300 px wide.
+LEGEND_ORIENT = "bottom"
+
+
+def legend(title: str | None = None, *, columns: int | None = None, orient: str = LEGEND_ORIENT) -> alt.Legend:
     """A legend whose labels and title are never truncated and whose swatches are opaque (a
     band drawn at 25 % opacity would otherwise give a washed-out swatch)."""
-    options: dict[str, Any] = {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "orient": orient}
+    # symbolLimit 0: every series in the legend (Vega's default stops a long one at "…N entries").
+    options: dict[str, Any] = {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "orient": orient, "symbolLimit": 0}
+    # Below the plot a legend wraps after two entries: in a row it ran past a column's edge.
+    if columns is None and orient == "bottom":
+        columns = 2
     if columns is not None:
         options["columns"] = columns
     return alt.Legend(title=title, **options)
 
 
+def stroke_legend(title: str | None = None, *, columns: int | None = None) -> alt.Legend:
+    """A legend of line styles (a dash, an opacity) drawn as strokes, so each entry shows its own
+    dash and no two entries are the same dot."""
+    base = legend(title, columns=columns)
+    return alt.Legend(**{**base.to_dict(), "symbolType": "stroke", "symbolStrokeColor": REFERENCE_COLOR})
+
+
 def color_scale(field: str, values: Iterable[Any]) -> alt.Scale:
-    """The colour scale for ``field``: an impl, draft or precision keeps its own colour whatever
-    else is shown; any other field takes the palette in the sorted order of its values, so a
-    series keeps its colour between two charts of the same values."""
+    """The colour scale of ``field`` (a domain of DOMAINS, or any other field) over ``values``:
+    each value's ``colour_of``. Only where two values of one chart would share a colour does the
+    later (in sorted order, fixed names first) take the next free one, so a chart never draws two
+    series alike."""
     shown = sorted({str(value) for value in values if value is not None and value == value})
     known = KNOWN_COLORS.get(field, {})
-    spare = [colour for colour in PALETTE if colour not in {known.get(value) for value in shown}]
-    range_: list[str] = []
-    for value in shown:
-        if value in known:
-            range_.append(known[value])
-        else:
-            range_.append(spare.pop(0) if spare else PALETTE[len(range_) % len(PALETTE)])
-    return alt.Scale(domain=shown, range=range_)
+    chosen: dict[str, str] = {}
+    for value in sorted(shown, key=lambda value: (value not in known, value)):
+        colour = colour_of(field, value)
+        if colour in chosen.values():
+            start = SPARE_PALETTE.index(colour) if colour in SPARE_PALETTE else 0
+            free = [SPARE_PALETTE[(start + step) % len(SPARE_PALETTE)] for step in range(len(SPARE_PALETTE))]
+            colour = next((each for each in free if each not in chosen.values()), colour)
+        chosen[value] = colour
+    return alt.Scale(domain=shown, range=[chosen[value] for value in shown])
 
 
 def color(
@@ -79,7 +136,7 @@ def color(
     title: str | None = None,
     *,
     columns: int | None = None,
-    orient: str = "right",
+    orient: str = LEGEND_ORIENT,
     key: str | None = None,
 ) -> alt.Color:
     """The colour encoding of ``field`` in ``frame``; ``key`` names the family whose fixed
@@ -113,7 +170,11 @@ def finish(figure: Figure) -> Figure:
     that the chart has a title (a chart without one is a bug of its builder)."""
     if not has_title(figure):
         raise ValueError("every chart has a title: give the builder's chart .properties(title=...)")
-    return figure.configure_legend(labelLimit=0, titleLimit=0, symbolOpacity=1).configure_axis(
+    # fit-x: the chart fills the page's width, and its height is the plot's own. Streamlit's
+    # default ("fit") holds the whole chart to the height, so a tall legend or rotated labels
+    # squeezed the plot to 20 px.
+    figure = figure.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    return figure.configure_legend(labelLimit=0, titleLimit=0, symbolOpacity=1, symbolLimit=0).configure_axis(
         labelLimit=0, titleLimit=0
     )
 

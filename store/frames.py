@@ -84,7 +84,10 @@ def runs(
     if experiment is not None:
         query = query.where(select(Case.id).where(Case.run_id == Run.id, Case.experiment == experiment).exists())
     frame = _frame(store, query)
-    specs = [json.loads(spec) if isinstance(spec, str) else spec for spec in frame.pop("spec")]
+    # The stored spec stays (decoded): a custom launch is named by what it changed
+    # (analysis.runs.sweep_label) and compared only with runs of the same spec.
+    specs = [json.loads(spec) if isinstance(spec, str) else spec for spec in frame["spec"]]
+    frame["spec"] = pd.Series(specs, index=frame.index, dtype=object)
     frame["model"] = [model_name(spec) for spec in specs]
     frame["text_unit"] = [text_unit(spec) for spec in specs]
     tags = store.annotations.tags()
@@ -237,6 +240,7 @@ def jobs(store: Store, status: str | None = None, limit: int = 200) -> pd.DataFr
             Job.id.label("job_id"),
             Job.status,
             Job.preset,
+            Job.spec,
             Job.machine_name,
             Job.worker,
             Job.run_id,
@@ -258,7 +262,11 @@ def jobs(store: Store, status: str | None = None, limit: int = 200) -> pd.DataFr
         query = query.where(Job.status == status)
     with store.read() as session:
         rows = session.execute(query).mappings().all()
-    return pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))
+    frame = pd.DataFrame([dict(row) for row in rows], columns=list(query.selected_columns.keys()))
+    frame["spec"] = pd.Series(
+        [json.loads(spec) if isinstance(spec, str) else spec for spec in frame["spec"]], index=frame.index, dtype=object
+    )
+    return frame
 
 
 def workers(store: Store, *, seen_within_hours: float = 24.0) -> pd.DataFrame:

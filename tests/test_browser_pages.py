@@ -2,8 +2,11 @@
 and one with three runs of two presets on two machines (the second machine's run imported from
 tests/fixtures/xeon-amx-quick.json.gz, a real quick run exported on a Xeon). Each page fails on
 an exception or error box, a legend or axis text Vega had to cut short (it ends it with "…"), a
-chart mark whose centre lies outside its plot area, or a discrete axis with fewer visible labels
-than categories. With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
+chart mark whose centre lies outside its plot area, a discrete axis with fewer visible labels
+than categories, a plot area under 300x200 px, overlapping upright tick labels, a title off the
+chart's edge or covered by axis labels, a legend past the chart's edge or stopped short, or two
+legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py).
+With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
 (ignored by git); with DECODELAB_DOCS_SCREENSHOTS=1 the README's (docs/*.png) are written from the
 three-run store."""
 
@@ -94,9 +97,69 @@ CHART_PROBLEMS = """
   }
   const title = svg.querySelector('g.role-title text');
   if (!title || !title.textContent.trim()) problems.push('a chart without a title');
+  // Geometry a person reads (issue 44, D1): a plot area big enough to read, tick labels apart, the
+  // title whole and clear of the axes, every legend entry whole and told apart by its mark.
+  const outer = box(svg);
+  const drawn = svg.querySelectorAll('g.role-mark > *').length > 0;  // an empty chart has no plot to read
+  if (drawn && (plot.height < MIN_PLOT_HEIGHT - slack || plot.width < MIN_PLOT_WIDTH - slack)) {
+    problems.push(`plot area ${plot.width.toFixed(0)}x${plot.height.toFixed(0)} px, below ` +
+      `${MIN_PLOT_WIDTH}x${MIN_PLOT_HEIGHT}`);
+  }
+  const overlap = (a, b) =>
+    Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
+    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
+  const axisLabels = [];
+  for (const axis of svg.querySelectorAll('g.role-axis')) {
+    const labels = [...axis.querySelectorAll('g.role-axis-label text')].filter(
+      (label) => label.getAttribute('opacity') !== '0' && label.textContent.trim() !== '');
+    // A rotated label's box is its slanted text's bounding rectangle: neighbours' boxes meet, the texts not.
+    const upright = labels.filter((label) => !/rotate\\((-?[1-9])/.test(label.getAttribute('transform') || ''));
+    const boxes = upright.map((label) => [label.textContent, box(label)]);
+    axisLabels.push(...boxes);
+    for (let i = 0; i < boxes.length; i++) {
+      for (let j = i + 1; j < boxes.length; j++) {
+        if (overlap(boxes[i][1], boxes[j][1])) problems.push(`tick labels overlap: ${boxes[i][0]} / ${boxes[j][0]}`);
+      }
+    }
+  }
+  if (title && title.textContent.trim()) {
+    const titled = box(title);
+    // Whole across; up and down its middle inside (a glyph box reaches a few px above its text).
+    const middle = (titled.top + titled.bottom) / 2;
+    if (titled.left < outer.left - slack || titled.right > outer.right + slack ||
+        middle < outer.top || middle > outer.bottom) {
+      problems.push(`clipped title: ${title.textContent} at x ${titled.left.toFixed(0)}-${titled.right.toFixed(0)}, ` +
+        `y ${middle.toFixed(0)} in x ${outer.left.toFixed(0)}-${outer.right.toFixed(0)}, ` +
+        `y ${outer.top.toFixed(0)}-${outer.bottom.toFixed(0)}`);
+    }
+    for (const [text, label] of axisLabels) {
+      if (overlap(titled, label)) { problems.push(`title covered by the axis label ${text}`); break; }
+    }
+  }
+  for (const legend of svg.querySelectorAll('g.role-legend')) {
+    const legendBox = box(legend);
+    if (legendBox.right > outer.right + slack || legendBox.bottom > outer.bottom + slack ||
+        legendBox.left < outer.left - slack || legendBox.top < outer.top - slack) {
+      problems.push('legend cut by the chart edge');
+    }
+    const entries = [...legend.querySelectorAll('g.role-legend-entry g.role-scope > g')];
+    const seen = new Map();
+    for (const entry of entries) {
+      const label = entry.querySelector('text');
+      const text = label ? label.textContent : '';
+      // Vega's "…2 entries" where a legend stops short of its series.
+      if (/^\u2026\\s*\\d+ (entries|more)/.test(text)) { problems.push(`legend cut: ${text}`); continue; }
+      const symbol = entry.querySelector('g.role-legend-symbol path');
+      if (!symbol) continue;
+      const style = getComputedStyle(symbol);
+      const mark = [symbol.getAttribute('d'), style.fill, style.stroke, style.strokeDasharray, style.opacity].join('|');
+      if (seen.has(mark)) problems.push(`legend marks alike: ${seen.get(mark)} / ${text}`);
+      else seen.set(mark, text);
+    }
+  }
   return problems;
 }
-"""
+""".replace("MIN_PLOT_HEIGHT", "200").replace("MIN_PLOT_WIDTH", "300")
 
 
 def three_runs_store(directory: Path, filled_store_url: str) -> str:
@@ -318,6 +381,11 @@ BROKEN = {
     "exception": "exception: RuntimeError",
     "raw_table": "raw table cell: 'true'",
     "warning": None,  # drawn whole in the browser; caught in the server's output below
+    "small": "plot area",
+    "overlapping_ticks": "tick labels overlap",
+    "clipped_title": "clipped title",
+    "alike_legend": "legend marks alike",
+    "cut_legend_entries": "legend cut",
 }
 
 

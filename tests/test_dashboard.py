@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analysis.runs import job_label
 from dashboard import charts, data, headlines, theme
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
@@ -232,8 +233,10 @@ def test_the_kv_cache_page_judges_both_models_on_the_same_points(
     assert (points["roofline"] == points["overhead a + b·mults"]).all(), points
     # The table shows flags as yes/no text (analysis.tables), not as booleans.
     misfits = fits[fits["fits"].isin([False, "no"])]
-    warnings = [warning.value for warning in app.warning if "does not fit" in warning.value]
-    assert len(warnings) == len(misfits)
+    warnings = [warning.value for warning in app.warning if "do not fit" in warning.value]
+    # One warning for the page however many groups miss (issue 44, D7), naming the figure.
+    assert len(warnings) == (1 if len(misfits) else 0)
+    assert all("against" in text and "Why it matters" in text and "What to do" in text for text in warnings)
 
 
 def test_pages_show_an_empty_state_naming_the_command(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,6 +293,20 @@ def test_only_a_preset_launched_unchanged_is_stored_as_that_preset(sqlite_url: s
     presets = {name: None if pd.isna(preset) else preset for name, preset in presets.items()}
     assert presets == {"whole": "quick", "kv_cache only": None, "other pairs": None}
     assert launched["kv_cache only"].cases < launched["whole"].cases, "its own spec, kv_cache alone"
+    # The sidebar names each job as History names its run, from the stored spec: never "nan".
+    labels = {name: job_label(jobs[outcome.job_id]) for name, outcome in launched.items()}
+    assert labels == {
+        "whole": f"job {launched['whole'].job_id} · quick · queued",
+        "kv_cache only": f"job {launched['kv_cache only'].job_id} · quick, kv_cache only · queued",
+        "other pairs": f"job {launched['other pairs'].job_id} · quick, changed pairs · queued",
+    }
+
+
+def test_the_verdict_meanings_print_the_level_not_the_constants_name() -> None:
+    from analysis.review import ALPHA, VERDICT_MEANINGS
+
+    assert not any("ALPHA" in meaning for meaning in VERDICT_MEANINGS.values())
+    assert f"below {ALPHA:g}" in VERDICT_MEANINGS["regressed"] == VERDICT_MEANINGS["regressed"]
 
 
 @pytest.mark.slow
@@ -579,3 +596,81 @@ def test_a_custom_launch_draws_its_own_history_line_and_makes_no_change_point_in
     flagged = headlines.change_points(values, runs)
     assert not flagged["change_point"].any(), flagged[["run_id", "value", "change_point"]]
     assert flagged.set_index("run_id")["sweep"].to_dict()[4] == "quick, kv_cache only"
+
+
+def sweep_runs() -> pd.DataFrame:
+    """Runs 1–3 of quick on machine a, then a kv_cache-only custom launch (run 4, newest) and
+    one still running (run 5)."""
+    from runner.spec.sweeps import load_preset
+
+    quick = load_preset("quick").raw
+    kv_only = {**quick, "experiments": {"kv_cache": quick["experiments"]["kv_cache"]}}
+    started = pd.date_range("2026-01-01", periods=5, freq="h")
+    return pd.DataFrame(
+        {
+            "run_id": [1, 2, 3, 4, 5],
+            "machine": ["a"] * 5,
+            "machine_fingerprint": ["f"] * 5,
+            "started_at": started,
+            "finished_at": [started[0] + pd.Timedelta(seconds=150), started[1] + pd.Timedelta(seconds=140)]
+            + [started[2] + pd.Timedelta(seconds=160), started[3] + pd.Timedelta(seconds=10), pd.NaT],
+            # Run 1 trained its model for 1,826 s before its 150 s sweep; the others reused it.
+            "wall_seconds": [1976.0, 150.0, 170.0, 12.0, None],
+            "status": ["done", "done", "done", "done", "running"],
+            "tags": "",
+            "preset": ["quick", "quick", "quick", None, "quick"],
+            "spec": [quick, quick, quick, kv_only, quick],
+        }
+    )
+
+
+def test_the_review_opens_on_runs_of_the_same_spec_and_preset() -> None:
+    from analysis.runs import default_baseline, default_review_run, same_sweep_runs
+
+    runs = sweep_runs()
+    # The newest run (5) is still running and the custom run 4 has no earlier run of its spec:
+    # the review opens on run 3 against run 2, both quick.
+    assert default_baseline(runs, 4) is None
+    assert default_review_run(runs) == 3 and default_baseline(runs, 3) == 2
+    # The custom run's fallback is another run of its own spec, never a quick one.
+    assert same_sweep_runs(runs, 4) == [] and same_sweep_runs(runs, 2) == [5, 3, 1]
+
+
+def test_the_machines_report_compares_runs_of_one_spec() -> None:
+    from analysis import machines
+    from runner.spec.sweeps import load_preset
+
+    quick = load_preset("quick").raw
+    other = {**quick, "name": "mine"}  # two spec files of their own: both read "custom"
+    runs = pd.DataFrame(
+        {
+            "run_id": [1, 2, 3],
+            "machine": ["laptop", "server", "laptop"],
+            "started_at": pd.date_range("2026-01-01", periods=3, freq="h"),
+            "status": "done",
+            "tags": "",
+            "preset": None,
+            "spec": [{**quick, "name": "lab"}, {**quick, "name": "lab"}, other],
+        }
+    )
+    assert machines.presets_by_machines(runs) == ["custom"]
+    # The spec on both machines stands for "custom", not the newer one-machine spec (run 3).
+    assert machines.chosen_runs(runs, "custom", ["laptop", "server"]) == {"laptop": 1, "server": 2}
+
+
+def test_the_wall_time_series_sets_training_apart_and_plots_only_finished_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = sweep_runs()
+
+    def done_runs(store: object, status: str | None = None, **_: object) -> pd.DataFrame:
+        return runs if status is None else runs[runs["status"] == status].reset_index(drop=True)
+
+    monkeypatch.setattr(headlines.frames, "runs", done_runs)
+    series = next(series for series in headlines.SERIES if series.name == "quick-sweep wall time")
+    values = series.read(None)  # type: ignore[arg-type]
+    by_run = values.pivot_table(index="run_id", columns="impl", values="value")
+    assert by_run["sweep"].to_dict() == {1: 150.0, 2: 140.0, 3: 160.0}
+    assert by_run["training or loading"].to_dict() == {1: 1826.0, 2: 10.0, 3: 10.0}
+    # A running run's figures (run 5) are never plotted, whatever series reads them.
+    running = pd.DataFrame({"run_id": [3, 5], "impl": "fast", "value": [1.0, 9.0]})
+    reads = headlines.Series("x", "ratio", "", lambda store: running)
+    assert set(headlines.series_history(None, reads)["run_id"]) == {3}  # type: ignore[arg-type]

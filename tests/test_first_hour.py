@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from analysis import tables
+from analysis import machines, tables
 from dashboard import charts, theme
 from runner.execution.execute import done_line
 from runner.labels import progress_label, variant_label
@@ -44,8 +44,10 @@ def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_
     )
     spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
     assert spec["title"] == "weight bytes"
-    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1}
+    assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "symbolLimit": 0}
     assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
+    # The plot keeps its own height whatever the legend and labels take (Streamlit's "fit" squeezed it).
+    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}
     with pytest.raises(ValueError, match="title"):
         theme.finish(alt.Chart(frame).mark_bar().encode(x="variant:N", y="weight_bytes:Q"))
 
@@ -97,7 +99,7 @@ def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> 
             "cache": "yes",
             "mults_cache": "123,456,789",
             "weight_bytes": "2.50 MiB",
-            "seconds": "0.0001235",
+            "seconds": "123.5 µs",
             "impl": "static",
         },
         {
@@ -115,8 +117,56 @@ def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> 
     assert "case_id" not in styled.columns and styled["mults_cache"].dtype == float
     # Streamlit draws its own "None" over a missing cell and checkboxes for booleans, whatever the
     # style says: those cells hold their texts underneath.
-    assert styled["seconds"].tolist() == ["0.0001235", "–"] and styled["impl"].tolist() == ["static", "–"]
+    assert styled["seconds"].tolist() == ["123.5 µs", "–"] and styled["impl"].tolist() == ["static", "–"]
     assert styled["cache"].tolist() == ["yes", "no"] and styled["strings_identical"].tolist() == ["yes", "no"]
+
+
+def test_the_table_format_follows_the_catalogues_unit_not_the_columns_name() -> None:
+    frame = pd.DataFrame(
+        {
+            # A ratio whose name begins with bytes_ (once read as "1 B" and "0 B").
+            "bytes_ratio_vs_fp32": [1.0, 0.2612],
+            "cache_bytes": [4096.0, 10.0],
+            # A catalogue flag whose name holds no flag word, and a case's cache parameter.
+            "greedy_matches_target": [1.0, 0.0],
+            "cache": [1.0, 0.0],
+            "prefill_seconds": [0.0123, 1976.4],
+            "target_pass_us": [850.0, 1500.0],
+            "change": [0.123, -0.35],
+            "started_at": pd.to_datetime(["2026-12-02 10:11:12.123456", "2026-12-02 10:11:13.9"]),
+        }
+    )
+    shown = tables.cell_texts(frame).to_dict("records")
+    assert shown == [
+        {
+            "bytes_ratio_vs_fp32": "1",
+            "cache_bytes": "4.00 KiB",
+            "greedy_matches_target": "yes",
+            "cache": "yes",
+            "prefill_seconds": "12.3 ms",
+            "target_pass_us": "850 µs",
+            "change": "+12.3%",
+            "started_at": "2026-12-02 10:11:12",
+        },
+        {
+            "bytes_ratio_vs_fp32": "0.2612",
+            "cache_bytes": "10 B",
+            "greedy_matches_target": "no",
+            "cache": "no",
+            "prefill_seconds": "1,976 s",
+            "target_pass_us": "1.5 ms",
+            "change": "-35.0%",
+            "started_at": "2026-12-02 10:11:13",
+        },
+    ]
+    # The dates hold their texts underneath (Streamlit would draw microseconds); the ratio stays a number.
+    styled = tables.display(frame).data  # type: ignore[attr-defined]
+    assert styled["started_at"].tolist() == ["2026-12-02 10:11:12", "2026-12-02 10:11:13"]
+    assert styled["bytes_ratio_vs_fp32"].dtype == float
+    # The machines report writes flags, bytes and times the same way.
+    assert machines.value_text(1.0, unit="bool") == "yes" and machines.value_text(2048.0, unit="bytes") == "2.00 KiB"
+    assert machines.value_text(0.5, 0.4, 0.6, unit="seconds") == "500 ms [400 ms–600 ms]"
+    assert machines.field_text("started_at", "2026-12-02 10:11:12.5") == "2026-12-02 10:11:12"
 
 
 def test_labels_say_each_word_once() -> None:
@@ -274,7 +324,8 @@ def test_the_review_names_a_timed_row_without_repeating_its_experiment() -> None
     spec = review_charts.timed_changes(table).to_dict()
     points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
     [drawn] = spec["datasets"][points["data"]["name"]]
-    assert drawn["row"] == "speculative · speedup_median · fast · bigram · k=1"
+    # Two lines on the axis (the break keeps the plot wide): experiment · metric, then the point.
+    assert drawn["row"] == "speculative · speedup_median | fast · bigram · k=1"
 
 
 def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(

@@ -41,3 +41,21 @@ def test_the_overhead_experiment_records_a_fit_per_impl(filled_store_url: str) -
     predicted = calibrated_prediction(timing, fits)
     # Two noisy widths may fit any slope: the prediction exists for every point, its sign is not a test.
     assert len(predicted) == len(timing) and predicted["predicted_seconds_cache"].notna().all()
+
+
+def test_the_overhead_fit_runs_before_the_placements_that_add_it(filled_store_url: str) -> None:
+    """Issue 44, D7: kv_cache comes before overhead in the spec files, but its roofline placements
+    add the overhead fit: the fit runs first, so a first run's placements use this run's fit
+    rather than none (which made every prediction miss by ×10)."""
+    from runner.spec.sweeps import load_spec_file
+    from store.store import Store
+    from tests.conftest import TINY_SPEC
+
+    spec = load_spec_file(TINY_SPEC)
+    assert list(spec.raw["experiments"]).index("kv_cache") < list(spec.raw["experiments"]).index("overhead")
+    order = list(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
+    assert order[:3] == ["training_summary", "overhead", "kv_cache"], order
+    store = Store(filled_store_url)
+    measured = frames.measurements(store, int(frames.runs(store).iloc[0]["run_id"]))
+    first = measured.groupby("experiment")["measurement_id"].min()
+    assert first["overhead"] < first["kv_cache"], first.to_dict()

@@ -101,10 +101,16 @@ def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
         ("overhead a + b·mults", "no-cache step"): False,
         ("roofline", "cached step"): True,
     }
-    assert roofline.misfit_sentences(summary) == [
-        "The overhead a + b·mults model does not fit the fast no-cache step: it predicts it 10.4× too slow "
-        "(median |error| 936% over 1 points)."
-    ]
+    warning = roofline.misfit_warning(summary, "measured against predicted")
+    assert warning is not None
+    # Which figure and group, by how much, why it matters and what to do, in one warning.
+    assert warning.startswith(
+        'The time models do not fit 1 of 3 groups in "measured against predicted" '
+        "(overhead a + b·mults: fast no-cache step); worst, the overhead a + b·mults model predicts the fast "
+        "no-cache step 10.4× too slow (median |error| 936% over 1 points). Why it matters:"
+    )
+    assert "What to do: measure the roof with the machine idle (`decodelab machine profile`)" in warning
+    assert roofline.misfit_warning(summary[summary["fits"]], "measured against predicted") is None
 
 
 @pytest.mark.slow

@@ -35,7 +35,9 @@ if opened:
                     st.info(f"No run recorded it yet: `{ui.FILL_COMMAND}` does.")
                     continue
                 st.caption(series.method)
-                ui.chart(charts.history(history, f"{series.name} ({series.unit})", color="series"))
+                # Legend below: in half the page's width a legend at the side left the plot under 300 px.
+                figure = charts.history(history, f"{series.name} ({series.unit})", color="series", legend="bottom")
+                ui.chart(figure)
                 changes = history[history["change_point"]]
                 if not changes.empty:
                     st.warning(

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import report
+from analysis.runs import default_review_run, same_sweep_runs
 from dashboard import data, review, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
@@ -29,13 +30,18 @@ if opened:
     options = runs["run_id"].tolist()  # newest first
     left, right = st.columns(2)
     wanted = ui.query_int("run")
+    # Opens on like against like: the newest run with an earlier run of its spec and preset.
+    opening = wanted if wanted in options else default_review_run(runs)
     run_id = left.selectbox(
-        "Run", options, index=options.index(wanted) if wanted in options else 0, format_func=labels.__getitem__
+        "Run", options, index=options.index(opening) if opening in options else 0, format_func=labels.__getitem__
     )
     default = review.default_baseline(runs, run_id)
     others = [option for option in options if option != run_id]
     wanted_baseline = ui.query_int("baseline")
-    chosen = wanted_baseline if wanted_baseline in others else default if default in others else others[0]
+    # Without an earlier run on its machine: a run of the same spec and preset elsewhere, before any other.
+    alike = [option for option in same_sweep_runs(runs, run_id) if option in others]
+    fallback = alike[0] if alike else others[0]
+    chosen = wanted_baseline if wanted_baseline in others else default if default in others else fallback
     baseline_id = right.selectbox(
         "Baseline", others, index=others.index(chosen), format_func=labels.__getitem__, key="review_baseline"
     )
@@ -43,8 +49,9 @@ if opened:
     st.query_params["baseline"] = str(baseline_id)
     if default is None:
         st.caption(
-            "No earlier done run of this preset on this machine (not tagged suspect): the baseline shown is "
-            "another run; pick the one to compare with."
+            "No earlier done run of this spec and preset on this machine (not tagged suspect): the baseline "
+            "shown is a run of the same spec and preset on another machine where there is one, else another "
+            "run; pick the one to compare with."
         )
     elif baseline_id == default:
         st.caption(

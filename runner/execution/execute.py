@@ -23,6 +23,7 @@ from runner.execution.lifecycle import check_stop, job_ends_before_its_run, run_
 from runner.experiments import ExperimentContext
 from runner.experiments.base import RunMeasurements
 from runner.labels import part_labels, progress_label
+from runner.measure import load as machine_load
 from runner.measure.machine import code_version, fingerprint
 from runner.measure.timing import Harness
 from runner.model.corpus import load_corpus
@@ -80,6 +81,16 @@ def torch_threads(threads: int, fast_path: bool = False) -> Iterator[None]:
             fast_decode.set_threads(fast_before)
 
 
+def training_threads(log: Log) -> int:
+    """Torch threads for training: one on a busy machine (load average at its core count, as the
+    sweep's spec asks for one), else torch's own count (0). Said in the log when it is one."""
+    load = machine_load.load_average()
+    if DEFAULT_THREADS > 1 and machine_load.busy(load):
+        log(f"the machine is busy (load average {load:.1f} on {machine_load.cores()} cores): training on one thread")
+        return 1
+    return 0
+
+
 def train_side_model(
     store: Store,
     model_config: Any,
@@ -94,7 +105,7 @@ def train_side_model(
     from ``teacher``; its log lines start with ``name``. Experiments may ask from inside
     ``torch.inference_mode``; training needs autograd back (and the teacher on the CPU beside
     the corpus)."""
-    with torch.inference_mode(False), torch.enable_grad(), torch_threads(0):
+    with torch.inference_mode(False), torch.enable_grad(), torch_threads(training_threads(log)):
         cpu_teacher = None if teacher is None else copy.deepcopy(teacher).cpu()
         trained = train_or_reuse(
             store.results,
@@ -162,14 +173,15 @@ def prepare_model(store: Store, spec: SweepSpec, *, show_progress: bool, log: Lo
         target = load_target(store.results, spec, log)
         return PreparedModel(target.model.to(spec.device).eval(), target.record, target.corpus)
     corpus = load_corpus(spec.corpus, min_length=2 * spec.raw["model"]["context_length"])
-    trained = train_or_reuse(
-        store.results,
-        spec.model_config(vocab_size=len(corpus.vocabulary)),
-        spec.train_config(),
-        corpus,
-        show_progress=show_progress,
-        log=lambda message: log(f"the model: {message}"),
-    )
+    with torch_threads(training_threads(log)):
+        trained = train_or_reuse(
+            store.results,
+            spec.model_config(vocab_size=len(corpus.vocabulary)),
+            spec.train_config(),
+            corpus,
+            show_progress=show_progress,
+            log=lambda message: log(f"the model: {message}"),
+        )
     return PreparedModel(trained.model.to(spec.device).eval(), trained.record, corpus)
 
 
@@ -199,8 +211,13 @@ def open_run(
 class CaseProgress:
     """The bar over a run's cases and the job's progress in the store, moved together."""
 
-    def __init__(self, store: Store, claim: Claim | None, run_id: int, done: int, total: int, show: bool) -> None:
+    def __init__(
+        self, store: Store, claim: Claim | None, run_id: int, done: int, total: int, show: bool, log: Log | None = None
+    ) -> None:
         self.store, self.claim, self.done, self.total = store, claim, done, total
+        # Where no bar is drawn on a terminal, a whole progress line every LOG_EVERY_SECONDS instead.
+        self.lines = log if log is not None and not (show and sys.stderr.isatty()) else None
+        self.ticker, self.run_id = machine_load.Ticker(), run_id
         # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
         # a draft for a minute would otherwise swing it from seconds to many minutes).
         self.bar = tqdm(
@@ -216,6 +233,8 @@ class CaseProgress:
         self.done += 1
         self.bar.update(1)
         self._report()
+        if self.lines is not None and self.ticker.due():
+            self.lines(f"run {self.run_id}: {self.done}/{self.total} cases")
 
 
 def run_cases(
@@ -313,7 +332,7 @@ def execute(
         ):
             recorded = store.results.recorded_case_keys(run_id)
             done = sum((experiment.name, case_key(case)) in recorded for experiment, case in plan)
-            progress = CaseProgress(store, claim, run_id, done, total, show_progress)
+            progress = CaseProgress(store, claim, run_id, done, total, show_progress, log)
             recorded_now = run_cases(store, spec, plan, prepared, opened, claim, recorded, progress, log)
     except KeyboardInterrupt:
         done = progress.done if progress is not None else 0

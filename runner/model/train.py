@@ -20,6 +20,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from runner.measure.load import Ticker
 from runner.model.corpus import Corpus
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.torch_files import UnreadableCheckpoint, first_sentence, load_weights_only
@@ -126,14 +127,19 @@ def train(
     *,
     show_progress: bool = True,
     teacher: CharGPT | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[CharGPT, float, float]:
     """Train from a seeded initialisation; returns the model, train loss and validation loss.
 
     With a ``teacher`` the model learns the teacher's next-character distributions (soft
     targets) instead of the text's characters: distillation, which makes a small model agree
     with a big one far more often than training on the text alone (what a speculative draft
-    needs). The reported losses are still against the text.
+    needs). The reported losses are still against the text. ``log`` gets a progress line every
+    LOG_EVERY_SECONDS where no bar is drawn on a terminal (a CI log sees training advance).
     """
+    ticker = Ticker()
+    # The bar redraws one line in place: a log that is not a terminal gets whole lines instead.
+    lines = log if log is not None and not (show_progress and sys.stderr.isatty()) else None
     torch.manual_seed(train_config.seed)
     model = CharGPT(model_config)
     train_tokens, validation_tokens = corpus.split()
@@ -172,6 +178,8 @@ def train(
         running_loss = loss.item() if step == 0 else 0.95 * running_loss + 0.05 * loss.item()
         if step % 10 == 0 or step == train_config.steps - 1:
             progress.set_postfix(loss=f"{running_loss:.3f}")
+        if lines is not None and ticker.due():
+            lines(f"training step {step + 1:,}/{train_config.steps:,}, loss {running_loss:.3f}")
     model.eval()
     return (
         model,
@@ -233,7 +241,7 @@ def train_or_reuse(
         f"for {train_config.steps} steps on {len(corpus.text):,} characters ({corpus.source})"
     )
     model, train_loss, val_loss = train(
-        model_config, train_config, corpus, show_progress=show_progress, teacher=teacher
+        model_config, train_config, corpus, show_progress=show_progress, teacher=teacher, log=log
     )
     record = make_record(model, train_config, corpus, train_loss, val_loss, teacher_hash)
     model_id = store.save_model(record)

@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from runner.cost.estimates import case_seconds, training_seconds, training_seconds_of
 from runner.errors import InputError
+from runner.measure.load import load_note
 from runner.spec.sweeps import SweepSpec
 from store.schema import Case, Machine, Model, Run
 from store.store import Store
@@ -77,7 +78,7 @@ class Estimate:
             )
         else:
             basis = "by the cost model (no earlier run of these experiments on this machine)"
-        return f"about {minutes(self.seconds)}; the cases {basis}{self.training_part()}"
+        return f"about {minutes(self.seconds)}{load_note()}; the cases {basis}{self.training_part()}"
 
     def training_part(self) -> str:
         """What training adds and what its price rests on (empty when the model is stored)."""

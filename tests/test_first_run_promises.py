@@ -1,0 +1,60 @@
+"""A first run that keeps its promises (issue 44, D8): training takes one thread on a busy
+machine, a log that is not a terminal gets a progress line every 30 s, the estimate says the
+load, and `make demo` ends with the commands that put the CLI to use."""
+
+from __future__ import annotations
+
+import pytest
+
+import runner.model.train as train_module
+from runner.execution import execute
+from runner.measure import load
+from runner.model.corpus import load_corpus
+from runner.model.gpt import ModelConfig
+from runner.model.train import TrainConfig, train
+from tests.conftest import ROOT
+
+
+def test_the_ticker_is_due_once_per_interval() -> None:
+    now = [0.0]
+    ticker = load.Ticker(30.0, clock=lambda: now[0])
+    seen = []
+    for second in range(0, 100, 5):
+        now[0] = float(second)
+        seen.append(ticker.due())
+    assert [second for second, due in zip(range(0, 100, 5), seen, strict=True) if due] == [30, 60, 90]
+
+
+def test_a_busy_machine_trains_on_one_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(execute, "DEFAULT_THREADS", 2)
+    said: list[str] = []
+    monkeypatch.setattr(load, "load_average", lambda: 6.0 * load.cores())
+    assert execute.training_threads(said.append) == 1
+    assert said == [
+        f"the machine is busy (load average {6.0 * load.cores():.1f} on {load.cores()} cores): training on one thread"
+    ]
+    monkeypatch.setattr(load, "load_average", lambda: 0.0)
+    assert execute.training_threads(said.append) == 0 and len(said) == 1  # torch's own count, nothing said
+    assert load.busy(float(load.cores())) and not load.busy(load.cores() - 0.5)
+    assert "expect longer" in load.load_note(6.0 * load.cores())
+    assert "other work on the machine stretches it" in load.load_note(0.0)
+
+
+def test_training_writes_a_progress_line_to_a_log_that_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every step is "30 s later" here: the clock is the test's, the lines are the code's.
+    monkeypatch.setattr(train_module, "Ticker", lambda: load.Ticker(0.0))
+    corpus = load_corpus()
+    config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=16, n_layer=1, n_head=2, context_length=32)
+    lines: list[str] = []
+    train(config, TrainConfig(steps=3, batch_size=2, sequence_length=16), corpus, show_progress=False, log=lines.append)
+    assert [line.split(",")[0] for line in lines] == ["training step 1/3", "training step 2/3", "training step 3/3"]
+    assert all(", loss " in line for line in lines)
+
+
+def test_make_demo_says_how_to_use_the_cli_after_the_sweep() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    sweep = recipe.index("decodelab run --preset quick")
+    activate = recipe.index("source $(VENV)/bin/activate")
+    dashboard = recipe.index("decodelab dashboard")
+    assert sweep < activate < dashboard, "said after the sweep, before the dashboard holds the terminal"
+    assert "$(VENV)/bin/decodelab" in recipe[activate:dashboard]
