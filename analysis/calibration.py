@@ -180,7 +180,11 @@ class Injector:
 def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """The tested timed rows of ``table`` with their run measurement and family (experiment, impl)."""
     keys = rows[["experiment", "point", "metric", "impl", "measurement_id_run"]]
-    return tested(table).merge(keys, on=["experiment", "point", "metric"], how="left")
+    found = tested(table)
+    if found.empty or keys.empty:  # an empty frame's columns come as float64: nothing to merge on
+        return found.reindex(columns=[*found.columns, "impl", "measurement_id_run"])
+    on = ["experiment", "point", "metric"]
+    return found.astype({"point": str}).merge(keys.astype({"point": str}), on=on, how="left")
 
 
 def regressed_among(table: pd.DataFrame, rows: pd.DataFrame, measurement_ids: set[int]) -> tuple[int, int]:

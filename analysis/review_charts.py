@@ -6,9 +6,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from analysis import theme
 from analysis.figures import Figure
 from analysis.review import VERDICT_ORDER
-from dashboard import theme
 from runner.labels import progress_label
 
 VERDICT_COLORS = {

@@ -11,7 +11,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from dashboard import theme
+from analysis import theme
 
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted

@@ -66,7 +66,7 @@ def sweep_label(preset: Any, spec: Any) -> str:
         ours, theirs = experiments[name], base["experiments"][name]
         changed += [key for key in {**theirs, **ours} if ours.get(key) != theirs.get(key)]
     for section, value in ran.items():
-        if section in ("experiments", "name", "description"):
+        if section in ("experiments", "name", "description", "max_hours"):  # a launch cap, not what ran
             continue
         theirs = base.get(section)
         if isinstance(value, Mapping) and isinstance(theirs, Mapping):

@@ -1,5 +1,5 @@
 """Altair chart builders: pure functions of DataFrames, testable without a server. Colours,
-legends and scales come from dashboard.theme, so a series reads the same on every page; every
+legends and scales come from analysis.theme, so a series reads the same on every page; every
 builder titles its chart."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from dashboard import theme
-from dashboard.theme import REFERENCE_COLOR, Figure, fitted_scale
+from analysis import theme
+from analysis.theme import REFERENCE_COLOR, Figure, fitted_scale
 from runner.metrics import lookup
 
 BINARY_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from dashboard import theme
+from analysis import theme
 from dashboard.charts import Figure
 
 POSITION_PREFIX = "acceptance_rate_at_position_"

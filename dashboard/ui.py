@@ -1,5 +1,5 @@
 """Small pieces every page uses: the store, the run picker, tables with CSV downloads, and
-charts drawn in the app's one style (dashboard.theme) and tables in its one format
+charts drawn in the app's one style (analysis.theme) and tables in its one format
 (analysis.tables)."""
 
 from __future__ import annotations

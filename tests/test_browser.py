@@ -108,7 +108,7 @@ def test_a_sweep_launches_from_the_sidebar_and_its_worker_stops_with_the_dashboa
         expect(sidebar.get_by_text(re.compile(r"\d+ cases, about"))).to_be_visible(timeout=60_000)
         wait_until_idle(page)
         sidebar.get_by_role("button", name="Launch").click()
-        launched = sidebar.get_by_text("Job 1 queued").or_(sidebar.get_by_text("job 1 · spec")).first
+        launched = sidebar.get_by_text("Job 1 queued").or_(sidebar.get_by_text("job 1 · custom")).first
         expect(launched).to_be_visible(timeout=60_000)
 
         store = Store(url)

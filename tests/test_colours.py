@@ -1,6 +1,6 @@
 """One colour per thing, everywhere (issue 44, D2): every chart of every page and of the reports,
 read back as the Vega-Lite spec it was drawn from, maps each impl, draft, precision, machine and
-run (and every other coloured value) to one colour, the one dashboard.theme defines."""
+run (and every other coloured value) to one colour, the one analysis.theme defines."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import report, roofline_report
-from dashboard import theme
+from analysis import report, roofline_report, theme
 from store import frames
 from store.store import Store
 from tests.test_dashboard import DASHBOARD, PAGES

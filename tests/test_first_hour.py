@@ -1,4 +1,4 @@
-"""What a newcomer meets first, outside the browser: one chart style (dashboard.theme), one table
+"""What a newcomer meets first, outside the browser: one chart style (analysis.theme), one table
 format (analysis.tables), labels that say each word once, the run's closing line, and the
 command line's --version, flags in --help and a busy dashboard port."""
 

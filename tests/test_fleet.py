@@ -310,6 +310,8 @@ def test_a_worker_frozen_inside_a_case_write_loses_its_job_within_the_bound(post
     frozen_at = time.monotonic()
     assert not no_transaction_open(postgres_url, frozen.process.pid), "frozen inside its transaction"
     try:
+        # The rescuer comes once the job has gone stale (an --until-empty worker that finds nothing leaves).
+        wait_until(lambda: silent_for(store, job, 3), what="the frozen worker's job to go stale")
         rescuer = worker(postgres_url, tmp_path, "--until-empty")
         rescuer.wait_for(f"job {job}: its worker stopped heartbeating; requeued")
         taken_after = time.monotonic() - frozen_at

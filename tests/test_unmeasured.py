@@ -23,7 +23,7 @@ class TooBusyHarness:
     every round of the prefill timing gives the two the same time."""
 
     def interleaved(
-        self, functions: Sequence[Callable[[], object]], rounds: int, between: Callable[[], object] | None = None
+        self, functions: Sequence[Callable[[], object]], rounds: int, *args: Any, **kwargs: Any
     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         for function in functions:
             function()
