@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from analysis import tables
+from analysis import tables, theme
 from analysis.runs import sweep_label
-from dashboard import data, theme
+from dashboard import data
 from runner.model.data_folder import DEFAULT_DATA_DIR
 from store.compatibility import renamed_in
 from store.errors import StoreError

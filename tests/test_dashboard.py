@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analysis import theme
 from analysis.runs import job_label
-from dashboard import charts, data, headlines, theme
+from dashboard import charts, data, headlines
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
 from runner.spec.sweeps import parse_toml, preset_text

@@ -11,8 +11,8 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from analysis import machines, tables
-from dashboard import charts, theme
+from analysis import machines, tables, theme
+from dashboard import charts
 from runner.execution.execute import done_line
 from runner.labels import progress_label, variant_label
 from tests.conftest import ROOT, run_decodelab
