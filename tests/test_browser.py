@@ -122,7 +122,7 @@ def test_a_sweep_launches_from_the_sidebar_and_its_worker_stops_with_the_dashboa
         assert job["status"] == "done", job["error"]
         assert job["cases_done"] == job["cases_total"] > 0
         assert len(frames.runs(store)) == 2
-        expect(sidebar.get_by_text(f"job {job['job_id']} · spec · done")).to_be_visible(timeout=30_000)
+        expect(sidebar.get_by_text(f"job {job['job_id']} · custom · done")).to_be_visible(timeout=30_000)
         screenshot(page, "after-launch.png")
 
     # Ctrl-C on the dashboard stops the worker it started (in a session of its own, the
