@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -133,21 +134,35 @@ def test_the_harness_refuses_zero_repeats() -> None:
 
 
 def test_a_steady_timing_loops_short_calls_to_a_long_enough_sample_and_settles_first() -> None:
-    """Calls of 0.01 s: one untimed warm-up each, one timed call each to choose the loop count
-    (MIN_SAMPLE_SECONDS / 0.01 = 5 loops, the same for both sides), warm-up samples until two
-    consecutive ones agree (the second already does on a steady clock), then pairs of 5 calls
-    whose samples are seconds per call."""
+    """Calls of 0.02 s and 0.01 s: one untimed warm-up each, one timed call each to choose its
+    own loop count (MIN_SAMPLE_SECONDS / 0.02 = 3 loops, / 0.01 = 5 loops), warm-up samples until
+    two consecutive ones agree (the second already does on a steady clock), then pairs whose
+    samples are seconds per call."""
     from runner.measure import timing
 
     clock = FakeClock()
     order: list[str] = []
     baseline, candidate = clock.taking(0.02, "A", order), clock.taking(0.01, "B", order)
     result = Harness(clock=clock).paired(baseline, candidate, pairs=3, steady=True)
-    loops = round(timing.MIN_SAMPLE_SECONDS / 0.01)
-    assert loops == 5 and result.baseline_seconds == pytest.approx((0.02,) * 3)
+    loops_baseline = math.ceil(timing.MIN_SAMPLE_SECONDS / 0.02 - 1e-9)
+    loops_candidate = math.ceil(timing.MIN_SAMPLE_SECONDS / 0.01 - 1e-9)
+    assert (loops_baseline, loops_candidate) == (3, 5)
+    assert result.baseline_seconds == pytest.approx((0.02,) * 3)
     assert result.candidate_seconds == pytest.approx((0.01,) * 3)
     settle_rounds = 2
-    assert order.count("A") == order.count("B") == 1 + 1 + loops * settle_rounds + loops * 3
+    assert order.count("A") == 1 + 1 + loops_baseline * (settle_rounds + 3)
+    assert order.count("B") == 1 + 1 + loops_candidate * (settle_rounds + 3)
+
+
+def test_a_slow_side_is_not_looped_as_often_as_its_quick_partner() -> None:
+    """A 0.5 s call beside a 0.01 s one: one call already lasts longer than MIN_SAMPLE_SECONDS,
+    so each of its samples is one call (looping it five times, as its partner needs, made a
+    kv_cache case a minute long)."""
+    clock = FakeClock()
+    order: list[str] = []
+    slow, quick = clock.taking(0.5, "slow", order), clock.taking(0.01, "quick", order)
+    Harness(clock=clock).interleaved([slow, quick], rounds=3, steady=True)
+    assert order.count("slow") == 1 + 1 + 2 + 3
 
 
 def test_settling_stops_at_two_agreeing_samples_or_after_steady_rounds() -> None:

@@ -4,9 +4,10 @@
 - Quiet samples: the timing process is pinned to the CPU it is on while it times (one-thread
   runs, where the OS allows it), the garbage collector is off inside a sample, and for
   functions that may run any number of times (``steady=True``: no state kept between calls) a
-  sample repeats the call until it lasts MIN_SAMPLE_SECONDS (the same loop count for every
-  function paired, each sample the per-call mean) after warm-up rounds until two consecutive
-  samples agree within STEADY_TOLERANCE (at most STEADY_ROUNDS).
+  sample repeats the call until it lasts MIN_SAMPLE_SECONDS (each function its own loop count,
+  so a slow side is not looped as often as the quickest one needs; each sample the per-call
+  mean) after warm-up rounds until two consecutive samples agree within STEADY_TOLERANCE (at most
+  STEADY_ROUNDS).
 - Min-of-N: the least disturbed of N runs of one function.
 - Paired A/B: alternate baseline (A) and candidate (B); one ratio A/B per pair, so drift
   that hits both sides of a pair cancels. Report the median ratio and the min–max band.
@@ -175,18 +176,18 @@ class Harness:
             elapsed = self.clock() - start
         return elapsed / loops
 
-    def loops_for(self, functions: Sequence[Callable[[], object]]) -> int:
-        """How many calls make one sample of the quickest of ``functions`` last MIN_SAMPLE_SECONDS."""
-        quickest = min(self.time_once(function) for function in functions)
-        if quickest <= 0:
+    def loops_for(self, function: Callable[[], object]) -> int:
+        """How many calls of ``function`` make one sample last MIN_SAMPLE_SECONDS."""
+        seconds = self.time_once(function)
+        if seconds <= 0:
             return MAX_LOOPS
-        return max(1, min(MAX_LOOPS, math.ceil(MIN_SAMPLE_SECONDS / quickest)))
+        return max(1, min(MAX_LOOPS, math.ceil(MIN_SAMPLE_SECONDS / seconds)))
 
-    def _settle(self, functions: Sequence[Callable[[], object]], loops: int) -> None:
+    def _settle(self, functions: Sequence[Callable[[], object]], loops: Sequence[int]) -> None:
         """Warm-up samples until two consecutive ones of every function agree (STEADY_TOLERANCE)."""
-        previous = [self.time_once(function, loops) for function in functions]
+        previous = [self.time_once(function, count) for function, count in zip(functions, loops, strict=True)]
         for _ in range(STEADY_ROUNDS - 1):
-            current = [self.time_once(function, loops) for function in functions]
+            current = [self.time_once(function, count) for function, count in zip(functions, loops, strict=True)]
             agree = all(
                 before > 0 and after > 0 and abs(math.log(after / before)) <= STEADY_TOLERANCE
                 for before, after in zip(previous, current, strict=True)
@@ -195,12 +196,15 @@ class Harness:
                 return
             previous = current
 
-    def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool) -> int:
-        """Warm up; for a ``steady`` timing, choose the loop count and settle. Returns the loops."""
+    def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool) -> list[int]:
+        """Warm up; for a ``steady`` timing, choose each function's loop count and settle.
+        Returns the loop counts. A loop count per function, not the quickest one's for all: a
+        0.5 s generation looped as often as its 10 ms partner needs made one kv_cache case a
+        minute long, for no less noise (its single call already swamps the timer)."""
         self._warm(*functions)
         if not steady:
-            return 1
-        loops = self.loops_for(functions)
+            return [1] * len(functions)
+        loops = [self.loops_for(function) for function in functions]
         self._settle(functions, loops)
         return loops
 
@@ -216,7 +220,7 @@ class Harness:
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
         with pinned():
-            loops = self._prepare([function], steady)
+            (loops,) = self._prepare([function], steady)
             return MinOfN(tuple(self.time_once(function, loops) for _ in range(repeats)))
 
     def alternating(
@@ -261,8 +265,8 @@ class Harness:
 
         ``between``, if given, runs untimed after every round: a measurement that should see the
         machine as each round saw it (cost breakdowns to set beside the round's ratio).
-        ``steady``: the functions keep no state between calls: every sample loops them the same
-        number of times (seconds per call) after warm-up until steady."""
+        ``steady``: the functions keep no state between calls: every sample loops each of them
+        until it lasts MIN_SAMPLE_SECONDS (seconds per call) after warm-up until steady."""
         if rounds < 1:
             raise ValueError("rounds must be at least 1")
         with pinned():
@@ -272,7 +276,7 @@ class Harness:
                 # Rotating the order cancels a systematic first-mover effect too.
                 for offset in range(len(functions)):
                     position = (index + offset) % len(functions)
-                    seconds[position].append(self.time_once(functions[position], loops))
+                    seconds[position].append(self.time_once(functions[position], loops[position]))
                 if between is not None:
                     between()
         return tuple(tuple(times) for times in seconds)
