@@ -48,10 +48,6 @@ class LogShiftTest:
     p_value: float  # two-sided
 
 
-def sample_variance(values: Sequence[float]) -> float:
-    return statistics.variance(values) if len(values) >= 2 else 0.0
-
-
 def pooled_variance(first: Sequence[float], second: Sequence[float]) -> tuple[float, int]:
     """The two samples' pooled variance (each about its own mean) and its degrees of freedom."""
     freedom = len(first) + len(second) - 2
@@ -91,13 +87,6 @@ def minimum_detectable_log(standard_error: float, freedom: float, alpha: float, 
     if freedom <= 0:
         return math.inf
     return float((student.ppf(1 - alpha / 2, freedom) + student.ppf(power, freedom)) * standard_error)
-
-
-def mann_whitney_p(first: Sequence[float], second: Sequence[float]) -> float:
-    """The two-sided Mann–Whitney U test's p-value (scipy: exact for small samples without ties)."""
-    from scipy.stats import mannwhitneyu
-
-    return float(mannwhitneyu(list(first), list(second), alternative="two-sided").pvalue)
 
 
 def smallest_p_value(first: int, second: int) -> float:

@@ -12,7 +12,6 @@ from store.user_text import csv_safe
 if TYPE_CHECKING:
     import pandas as pd
 
-EXPORT_COLUMNS = ("run_id", "machine", "experiment", "params", "metric", "value", "unit")
 EXPORT_FORMATS = ("csv", "json", "parquet")
 
 

@@ -249,12 +249,6 @@ def mean_cached_step_mults(tokens: int, d: int, layers: int, vocab_size: int) ->
     return generation_mults(tokens, d, layers, cache=True, vocab_size=vocab_size) / tokens
 
 
-def weight_mults_per_token(d: int, layers: int, vocab_size: int) -> int:
-    """One multiplication per weight a token passes through (the blocks' linear layers and the
-    lm head), attention aside: the arithmetic a decode step cannot avoid."""
-    return layers * projection_mults(1, d) + vocab_size * d
-
-
 def cache_elements(layers: int, kv_heads: int, tokens: int, head_dim: int) -> int:
     """K and V of every layer and kv head: 2 × layers × kv_heads × tokens × head_dim. The dtype
     is only the last factor of the bytes."""

@@ -41,8 +41,6 @@ REQUIRED_SETTINGS: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-# Buffers older checkpoints carry that are not weights (the causal mask, a bias constant).
-IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
 
 @dataclass(frozen=True)
