@@ -85,7 +85,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
-    figure = alt.layer(one, points).properties(
+    figure: Figure = alt.layer(one, points).properties(
         title="timed metrics: run against baseline", height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
     )
     if len(timed) * ROW_PIXELS < READABLE_HEIGHT:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.browser_helpers import ROOT, SCREENSHOTS, chromium, serve_dashboard, wait_until_charts_settled
 
-WINDOW = {"width": 1440, "height": 1000}
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
+
+WINDOW: ViewportSize = {"width": 1440, "height": 1000}
 PAGES = (
     "review",
     "history",

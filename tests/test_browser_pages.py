@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -40,6 +40,9 @@ from tests.browser_helpers import (
     wait_until_charts_settled,
 )
 from tests.conftest import FIXTURES, copy_store, run_decodelab
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -100,7 +103,11 @@ CHART_PROBLEMS = (
   if (!title || !title.textContent.trim()) problems.push('a chart without a title');
   // Geometry a person reads (issue 44, D1): a plot area big enough to read, tick labels apart, the
   // title whole and clear of the axes, every legend entry whole and told apart by its mark.
-  const outer = box(svg);
+  // What a reader can see of the chart: its own box within the window (a report's chart wider
+  // than the window runs off its right edge).
+  const drawnBox = box(svg);
+  const outer = {left: drawnBox.left, top: drawnBox.top, bottom: drawnBox.bottom,
+                 right: Math.min(drawnBox.right, document.documentElement.clientWidth)};
   const drawn = svg.querySelectorAll('g.role-mark > *').length > 0;  // an empty chart has no plot to read
   // A chart small on purpose says why in its subtitle (analysis.theme.small_on_purpose): a reason
   // after the words, not the words alone.
@@ -428,6 +435,8 @@ def test_each_kind_of_broken_chart_is_caught_and_a_whole_one_passes(browser: Any
 # (vl-convert's drawing, not the page's Vega), and anything the Markdown report would draw once
 # rendered (an inline SVG, an image, a canvas).
 REPORT_CHARTS = "figure > svg, body > svg, img, canvas"
+# The window a report is read in (the issue's newcomer's): a chart wider than it runs off its edge.
+REPORT_WINDOW: ViewportSize = {"width": 1440, "height": 1000}
 
 
 def report_problems(page: Any, path: Path) -> tuple[int, list[str]]:
@@ -456,6 +465,7 @@ def test_each_kind_of_broken_chart_is_caught_in_a_report_too(browser: Any, tmp_p
     from tests.fixtures.broken_charts import CHART_KINDS, chart_of
 
     page = browser.new_page()
+    page.set_viewport_size(REPORT_WINDOW)
     found: dict[str, list[str]] = {}
     for kind in CHART_KINDS:
         path = tmp_path / f"{kind}.html"
@@ -490,7 +500,7 @@ def test_the_run_report_draws_whole_charts_in_both_formats(three_runs_url: str, 
         assert result.returncode == 0, result.stderr
         written[report_format] = out
     page = browser.new_page()
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size(REPORT_WINDOW)
     count, problems = report_problems(page, written["html"])
     assert count == written["html"].read_text().count("<figure>") >= 3, count  # timed, KV cache, speculative
     assert problems == [], "; ".join(problems)

@@ -540,8 +540,9 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     first_box = next(index for index, node in enumerate(nodes) if isinstance(node, Info | WarningBox))
     assert first_box < next(index for index, node in enumerate(nodes) if isinstance(node, Metric))
     judged = report.build_report(Store(url), slowed, baseline, calibrated=False).table
-    assert nodes[first_box].value == review.seen_line(judged)
-    assert isinstance(nodes[first_box], WarningBox) == review.cannot_see(judged)
+    opening = nodes[first_box]
+    assert isinstance(opening, Info | WarningBox) and opening.value == review.seen_line(judged)
+    assert isinstance(opening, WarningBox) == review.cannot_see(judged)
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
     # A tested timed row that did not alert says what it could have seen.

@@ -79,7 +79,7 @@ def test_the_run_says_first_what_this_sweep_took_here_before_and_that_load_stret
     assert first.returncode == 0, first.stderr
     said = first.stderr.splitlines()[0]
     assert said.startswith("the sweep: ") and " cases, about " in said and "stretches it" in said, said
-    assert "earlier run" not in said, "nothing ran before: no spread to give"
+    assert "earlier runs of this sweep here" not in said, "nothing ran before: no spread to give"
     # Three earlier done runs of this spec here with known own times (run 1 and two copies of it),
     # and one of another spec that must not count.
     store = Store(url)
