@@ -88,7 +88,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     figure: Figure = alt.layer(one, points).properties(
         title="timed metrics: run against baseline", height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
     )
-    if len(timed) * ROW_PIXELS < READABLE_HEIGHT:
+    if 0 < len(timed) * ROW_PIXELS < READABLE_HEIGHT:  # an empty chart has no plot to excuse
         rows = f"{len(timed)} timed row{'s' if len(timed) != 1 else ''}"
         figure = theme.small_on_purpose(figure, f"one {ROW_PIXELS} px row per timed metric, {rows} here")
     return figure
