@@ -41,8 +41,9 @@ lock:
 demo: $(INSTALLED)
 	@echo "== 1/2 the quick sweep: train the small model (or reuse the stored one), then run every experiment"
 	@echo "       (the speculative experiment trains its small draft model the first time); results go to $(DB)"
-	@echo "       how long: the next line's estimate (this machine's earlier runs, else the cost model); other work"
-	@echo "       on the machine stretches it, and on a busy machine training takes one thread"
+	@echo "       how long: the next line's estimate (this machine's earlier runs, else the cost model), with the range"
+	@echo "       this sweep took here before; other work on the machine stretches it, and on a busy machine training"
+	@echo "       takes one thread"
 	@$(VENV)/bin/decodelab run --preset quick --db '$(DB)'
 	@echo "== the CLI, in another terminal: 'source $(VENV)/bin/activate' puts decodelab on the PATH, then e.g."
 	@echo "       decodelab --help; decodelab workers --db '$(DB)'   (or call $(VENV)/bin/decodelab without activating)"

@@ -284,6 +284,9 @@ def to_markdown(report: RunReport) -> str:
     lines = [
         f"# decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}",
         "",
+        # What the review could see comes first: "0 regressed" below means nothing beyond it.
+        f"**{review.seen_line(report.table)}**",
+        "",
         *([f"**{power}**", ""] if (power := review.power_line(report.table)) else []),
         f"- run: {describe(report.run, markdown_text)}",
         f"- baseline: {describe(report.baseline, markdown_text)}",
@@ -293,6 +296,8 @@ def to_markdown(report: RunReport) -> str:
         *([f"- drift: {markdown_text(report.machine_drift)}"] if report.machine_drift else []),
         *(f"- warning: {warning}" for warning in report.warnings),
         *([f"- note: {markdown_text(report.run['note'])}"] if report.run.get("note") else []),
+        # A pull request's Markdown cannot hold the SVG charts: said, rather than drawn badly.
+        *([f"- charts: {len(report.charts)} in the HTML report (`--format html`)"] if report.charts else []),
         "",
         METHOD,
         "",
@@ -393,6 +398,7 @@ def to_html(report: RunReport) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
 <h1>{escape(title)}</h1>
+<p{" class='warning'" if review.cannot_see(report.table) else ""}><b>{escape(review.seen_line(report.table))}</b></p>
 {f"<p class='warning'><b>{escape(power)}</b></p>" if (power := review.power_line(report.table)) else ""}
 <ul>
 <li>run: {escape(describe(report.run))}</li>

@@ -73,6 +73,7 @@ __all__ = [
     "Headline",
     "TimedTest",
     "between_run_floors",
+    "cannot_see",
     "case_points",
     "compare",
     "current_names",
@@ -87,7 +88,9 @@ __all__ = [
     "params_key",
     "power_line",
     "sample_statistic",
+    "seen_line",
     "shares_no_case",
+    "smallest_detectable",
     "smallest_p_value",
     "summary_line",
     "tag_set",
@@ -602,6 +605,41 @@ def detectable_line(table: pd.DataFrame) -> str | None:
         f"{len(detectable)} tested timed rows would have seen ≥ {detectable.median():.0%} "
         f"(median; the weakest ≥ {detectable.max():.0%})"
     )
+
+
+def smallest_detectable(table: pd.DataFrame) -> float | None:
+    """The smallest change any tested timed row would have seen (its ``detectable``): below it the
+    review could flag no timed change at all. None without tested timed rows."""
+    if table.empty or "detectable" not in table.columns:
+        return None
+    detectable = table["detectable"].dropna().astype(float)
+    return float(detectable.min()) if not detectable.empty else None
+
+
+def cannot_see(table: pd.DataFrame) -> bool:
+    """Whether even the review's most sensitive tested timed row could not see UNDERPOWERED_CHANGE."""
+    smallest = smallest_detectable(table)
+    return smallest is not None and smallest > UNDERPOWERED_CHANGE
+
+
+def seen_line(table: pd.DataFrame) -> str:
+    """What the review could see, said before its counts: the smallest timed change it could have
+    flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
+    machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
+    (``detectable_line``). A count of "0 regressed" means nothing beyond what this line allows."""
+    smallest = smallest_detectable(table)
+    if smallest is None:
+        return (
+            "What this review could see: no timed row was tested (too few samples or no timed metric on both "
+            "sides), so no timed change could have been flagged; deterministic metrics are compared for equality"
+        )
+    rows = detectable_line(table)
+    if smallest > UNDERPOWERED_CHANGE:
+        return (
+            f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
+            f"could have flagged is {smallest:.0%} ({rows})"
+        )
+    return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows})"
 
 
 def judged_fraction(table: pd.DataFrame) -> float | None:

@@ -28,6 +28,9 @@ VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verd
 REPORT_WIDTH, REPORT_HEIGHT = 480, 300
 # Where a timed row's label breaks onto its second line.
 ROW_BREAK = " | "
+# Each timed row's height in the run-against-baseline chart (px), and the plot height below which
+# the chart says it is small on purpose (a page's charts are at least 200 px tall otherwise).
+ROW_PIXELS, READABLE_HEIGHT = 30, 200
 # The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
 MOST_ROWS = 40
 
@@ -82,9 +85,13 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
-    return alt.layer(one, points).properties(
-        title="timed metrics: run against baseline", height=alt.Step(30), width=REPORT_WIDTH
+    figure: Figure = alt.layer(one, points).properties(
+        title="timed metrics: run against baseline", height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
     )
+    if 0 < len(timed) * ROW_PIXELS < READABLE_HEIGHT:  # an empty chart has no plot to excuse
+        rows = f"{len(timed)} timed row{'s' if len(timed) != 1 else ''}"
+        figure = theme.small_on_purpose(figure, f"one {ROW_PIXELS} px row per timed metric, {rows} here")
+    return figure
 
 
 def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str) -> Figure:

@@ -179,6 +179,23 @@ def finish(figure: Figure) -> Figure:
     )
 
 
+# A chart whose plot is smaller than a page's minimum (300x200 px) on purpose says why in its
+# subtitle, starting with this: a person reads the reason, and the browser test checks it is there.
+SMALL_ON_PURPOSE = "small on purpose: "
+
+
+def small_on_purpose(figure: Figure, reason: str) -> Figure:
+    """``figure`` with ``reason`` as its subtitle (``small on purpose: one 30 px row per timed
+    metric``): the stated reason a plot under 300x200 px is meant to be that small."""
+    if not reason.strip():
+        raise ValueError("reason: say why the chart is small (allowed: a non-empty sentence)")
+    if not has_title(figure):
+        raise ValueError("every chart has a title: give the builder's chart .properties(title=...)")
+    title = figure.title
+    params = title if isinstance(title, alt.TitleParams) else alt.TitleParams(text=title)
+    return figure.properties(title=alt.TitleParams(**{**params.to_dict(), "subtitle": SMALL_ON_PURPOSE + reason}))
+
+
 def has_title(figure: Figure) -> bool:
     title = getattr(figure, "title", alt.Undefined)
     if isinstance(title, alt.TitleParams):

@@ -135,7 +135,7 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     model is stored already (scaled by that machine's earlier trainings where it has any)."""
     from runner.measure.machine import machine_name
     from runner.model.train import recipe_hash
-    from runner.spec.estimate import earlier_trainings, estimate, scale_factors
+    from runner.spec.estimate import earlier_sweeps, earlier_trainings, estimate, scale_factors
 
     name = machine or machine_name()
     return estimate(
@@ -143,6 +143,7 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
         scale_factors(store, name),
         model_stored=_model_stored(store, spec, recipe_hash),
         trainings=earlier_trainings(store, name),
+        earlier=earlier_sweeps(store, name, spec),
     )
 
 

@@ -6,14 +6,16 @@ chart mark whose centre lies outside its plot area, a discrete axis with fewer v
 than categories, a plot area under 300x200 px, overlapping upright tick labels, a title off the
 chart's edge or covered by axis labels, a legend past the chart's edge or stopped short, or two
 legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py).
-With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to screenshots/
-(ignored by git); with DECODELAB_DOCS_SCREENSHOTS=1 the README's (docs/*.png) are written from the
-three-run store."""
+The same checks read `decodelab report run`'s HTML report (its inline SVG charts) and its
+Markdown, rendered. With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to
+screenshots/ (ignored by git); the README's (docs/*.png) come from a real store through
+tests/docs_screenshots.py."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import re
 import shutil
@@ -22,12 +24,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from analysis import theme
 from tests.browser_helpers import (
-    ROOT,
     SCREENSHOTS,
     SERVERS,
     chromium,
@@ -38,6 +40,9 @@ from tests.browser_helpers import (
     wait_until_charts_settled,
 )
 from tests.conftest import FIXTURES, copy_store, run_decodelab
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -56,14 +61,13 @@ PAGES = [
     "scale",
     "seeds",
 ]
-# The README's screenshots: page → file under docs/.
-DOCS_SCREENSHOTS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 
 # Table cells a reader should never see: Streamlit's own rendering of a boolean or a missing value.
 RAW_CELLS = frozenset({"true", "false", "None", "nan", "NaN", "<NA>", "NaT"})
 # What a chart shows wrong, read from the SVG Vega drew: cut texts, marks off the plot area,
 # discrete axes that label fewer categories than they have (the aria-label says how many).
-CHART_PROBLEMS = """
+CHART_PROBLEMS = (
+    """
 (svg) => {
   const problems = [];
   const box = (element) => element.getBoundingClientRect();
@@ -99,11 +103,20 @@ CHART_PROBLEMS = """
   if (!title || !title.textContent.trim()) problems.push('a chart without a title');
   // Geometry a person reads (issue 44, D1): a plot area big enough to read, tick labels apart, the
   // title whole and clear of the axes, every legend entry whole and told apart by its mark.
-  const outer = box(svg);
+  // What a reader can see of the chart: its own box within the window (a report's chart wider
+  // than the window runs off its right edge).
+  const drawnBox = box(svg);
+  const outer = {left: drawnBox.left, top: drawnBox.top, bottom: drawnBox.bottom,
+                 right: Math.min(drawnBox.right, document.documentElement.clientWidth)};
   const drawn = svg.querySelectorAll('g.role-mark > *').length > 0;  // an empty chart has no plot to read
-  if (drawn && (plot.height < MIN_PLOT_HEIGHT - slack || plot.width < MIN_PLOT_WIDTH - slack)) {
+  // A chart small on purpose says why in its subtitle (analysis.theme.small_on_purpose): a reason
+  // after the words, not the words alone.
+  const subtitle = svg.querySelector('g.role-title-subtitle text');
+  const stated = subtitle ? subtitle.textContent.trim() : '';
+  const explained = stated.startsWith(SMALL_ON_PURPOSE) && stated.slice(SMALL_ON_PURPOSE.length).trim().length > 0;
+  if (drawn && !explained && (plot.height < MIN_PLOT_HEIGHT - slack || plot.width < MIN_PLOT_WIDTH - slack)) {
     problems.push(`plot area ${plot.width.toFixed(0)}x${plot.height.toFixed(0)} px, below ` +
-      `${MIN_PLOT_WIDTH}x${MIN_PLOT_HEIGHT}`);
+      `${MIN_PLOT_WIDTH}x${MIN_PLOT_HEIGHT}` + (stated ? ` (its subtitle gives no reason: ${stated})` : ''));
   }
   const overlap = (a, b) =>
     Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
@@ -159,7 +172,10 @@ CHART_PROBLEMS = """
   }
   return problems;
 }
-""".replace("MIN_PLOT_HEIGHT", "200").replace("MIN_PLOT_WIDTH", "300")
+""".replace("MIN_PLOT_HEIGHT", "200")
+    .replace("MIN_PLOT_WIDTH", "300")
+    .replace("SMALL_ON_PURPOSE", json.dumps(theme.SMALL_ON_PURPOSE.strip()))
+)
 
 
 def three_runs_store(directory: Path, filled_store_url: str) -> str:
@@ -180,6 +196,12 @@ def three_runs_store(directory: Path, filled_store_url: str) -> str:
     return url
 
 
+@pytest.fixture(scope="module")
+def three_runs_url(tmp_path_factory: pytest.TempPathFactory, filled_store_url: str) -> str:
+    """The three-run store (three_runs_store), built once for its pages and its reports."""
+    return three_runs_store(tmp_path_factory.mktemp("three-runs"), filled_store_url)
+
+
 @pytest.fixture(scope="module", params=["one-run", "three-runs"])
 def dashboard_on(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, filled_store_url: str
@@ -190,7 +212,7 @@ def dashboard_on(
     if request.param == "one-run":
         url = copy_store(filled_store_url, directory / "one-run.db")
     else:
-        url = three_runs_store(directory, filled_store_url)
+        url = request.getfixturevalue("three_runs_url")
     with serve_dashboard(url, directory) as address:
         server = SERVERS[address]
         yield request.param, address
@@ -322,13 +344,10 @@ def test_the_page_draws_whole_charts_without_errors(dashboard_on: tuple[str, str
     problems = page_problems(page)
     # A whole-page picture draws every chart again at the page's full height (about 2 s a page on
     # 2 cores): taken when asked for, after the checks, which read every chart in the document.
-    docs = store == "three-runs" and path in DOCS_SCREENSHOTS and os.environ.get("DECODELAB_DOCS_SCREENSHOTS") == "1"
-    if docs or os.environ.get("DECODELAB_SCREENSHOTS") == "1":
+    if os.environ.get("DECODELAB_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(exist_ok=True)
         whole_page(page)
         page.screenshot(path=str(SCREENSHOTS / f"pages-{store}-{path}.png"), full_page=True)
-        if docs:
-            page.screenshot(path=str(ROOT / "docs" / DOCS_SCREENSHOTS[path]), full_page=True)
         page.set_viewport_size({"width": 1400, "height": 1000})  # the next page is read at the usual size
     assert problems == [], f"{store} {path}: " + "; ".join(problems)
 
@@ -371,7 +390,7 @@ def broken_charts_page(directory: Path) -> Iterator[tuple[str, subprocess.Popen[
         server.wait(timeout=20)
 
 
-BROKEN = {
+BROKEN: dict[str, str | None] = {
     "whole": None,
     "cut_legend": "cut text: a series named",
     "cut_axis_title": "cut text: seconds per token",
@@ -382,6 +401,8 @@ BROKEN = {
     "raw_table": "raw table cell: 'true'",
     "warning": None,  # drawn whole in the browser; caught in the server's output below
     "small": "plot area",
+    "small_explained": None,  # small, with the reason in its subtitle
+    "small_empty_reason": "plot area",  # "small on purpose:" and no reason
     "overlapping_ticks": "tick labels overlap",
     "clipped_title": "clipped title",
     "alike_legend": "legend marks alike",
@@ -408,3 +429,89 @@ def test_each_kind_of_broken_chart_is_caught_and_a_whole_one_passes(browser: Any
             assert found[kind] == [], (kind, found[kind])
         else:
             assert any(expected in problem for problem in found[kind]), (kind, found[kind])
+
+
+# Every chart a report file draws, as a reader's browser shows it: the HTML report's inline SVGs
+# (vl-convert's drawing, not the page's Vega), and anything the Markdown report would draw once
+# rendered (an inline SVG, an image, a canvas).
+REPORT_CHARTS = "figure > svg, body > svg, img, canvas"
+# The window a report is read in (the issue's newcomer's): a chart wider than it runs off its edge.
+REPORT_WINDOW: ViewportSize = {"width": 1440, "height": 1000}
+
+
+def report_problems(page: Any, path: Path) -> tuple[int, list[str]]:
+    """(charts found, what is wrong with them) in the report file at ``path`` opened in Chromium:
+    each SVG read by the page checks, a chart vl-convert could not draw, an image or canvas (no
+    report draws one: where one appears it must be read too)."""
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    charts = page.locator(REPORT_CHARTS).all()
+    problems: list[str] = []
+    for index, chart in enumerate(charts):
+        tag = chart.evaluate("(element) => element.tagName.toLowerCase()")
+        if tag != "svg":
+            problems.append(f"chart {index}: a {tag} the checks cannot read")
+            continue
+        problems += [f"chart {index}: {problem}" for problem in chart.evaluate(CHART_PROBLEMS)]
+    problems += [f"not drawn: {text}" for text in page.locator("figure > p.warning").all_inner_texts()]
+    return len(charts), problems
+
+
+def test_each_kind_of_broken_chart_is_caught_in_a_report_too(browser: Any, tmp_path: Path) -> None:
+    """The same checks on the broken charts drawn as the offline report draws its own (inline SVG
+    from vl-convert at the report's size): each caught, the whole one and the one small on purpose
+    with its reason passing."""
+    from analysis.report import STYLE, to_svg
+    from tests.fixtures.broken_charts import CHART_KINDS, chart_of
+
+    page = browser.new_page()
+    page.set_viewport_size(REPORT_WINDOW)
+    found: dict[str, list[str]] = {}
+    for kind in CHART_KINDS:
+        path = tmp_path / f"{kind}.html"
+        path.write_text(
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{STYLE}</style></head>"
+            f"<body><figure>{to_svg(chart_of(kind, sized=True))}</figure></body></html>"
+        )
+        count, found[kind] = report_problems(page, path)
+        assert count == 1, (kind, count)
+    page.close()
+    for kind in CHART_KINDS:
+        expected = BROKEN[kind]
+        if expected is None:
+            assert found[kind] == [], (kind, found[kind])
+        else:
+            assert any(expected in problem for problem in found[kind]), (kind, found[kind])
+
+
+def test_the_run_report_draws_whole_charts_in_both_formats(three_runs_url: str, browser: Any, tmp_path: Path) -> None:
+    """`decodelab report run` on the three-run store (run 2, a copy of run 1 an hour later, against
+    run 1): the HTML report's every chart read in Chromium by the page checks; the Markdown report,
+    rendered as a pull request shows it, draws no chart to read and says where they are."""
+    from markdown_it import MarkdownIt
+
+    written = {}
+    for report_format in ("html", "md"):
+        out = tmp_path / f"report.{report_format}"
+        result = run_decodelab(
+            "report", "run", "--run", "2", "--baseline", "1", "--db", three_runs_url,
+            "--format", report_format, "--out", str(out), cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        written[report_format] = out
+    page = browser.new_page()
+    page.set_viewport_size(REPORT_WINDOW)
+    count, problems = report_problems(page, written["html"])
+    assert count == written["html"].read_text().count("<figure>") >= 3, count  # timed, KV cache, speculative
+    assert problems == [], "; ".join(problems)
+    markdown = written["md"].read_text()
+    rendered = tmp_path / "report-md.html"
+    rendered.write_text(
+        "<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>"
+        + MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+        + "</body></html>"
+    )
+    count, problems = report_problems(page, rendered)
+    page.close()
+    assert (count, problems) == (0, []), problems
+    assert "the HTML report (`--format html`)" in markdown

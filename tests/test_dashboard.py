@@ -530,6 +530,19 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     assert app.query_params["run"] == str(slowed) and app.query_params["baseline"] == str(baseline)
     shown = {metric.label: metric.value for metric in app.metric}
     assert int(shown["regressed"]) > 0
+    # Issue 44 D5: the page opens with what it could see, before any count or warning.
+    from streamlit.testing.v1.element_tree import Info, Metric
+    from streamlit.testing.v1.element_tree import Warning as WarningBox
+
+    from analysis import report, review
+
+    nodes = list(app.main)
+    first_box = next(index for index, node in enumerate(nodes) if isinstance(node, Info | WarningBox))
+    assert first_box < next(index for index, node in enumerate(nodes) if isinstance(node, Metric))
+    judged = report.build_report(Store(url), slowed, baseline, calibrated=False).table
+    opening = nodes[first_box]
+    assert isinstance(opening, Info | WarningBox) and opening.value == review.seen_line(judged)
+    assert isinstance(opening, WarningBox) == review.cannot_see(judged)
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
     # A tested timed row that did not alert says what it could have seen.

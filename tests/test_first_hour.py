@@ -382,3 +382,16 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
         connection.execute(sa.text("UPDATE model SET created_at = '2000-01-01 00:00:00.000000'"))
     assert earlier_trainings(copy, machine_name()) == []
     copy.close()
+
+
+def test_the_review_timed_chart_says_why_it_is_small_with_few_rows() -> None:
+    """One 30 px row per timed metric: under seven rows the plot is below 200 px, and the chart
+    says so in its subtitle (the browser checks read it); seven or more need no reason."""
+    from analysis import review_charts, theme
+
+    row = {"kind": "timed", "experiment": "kv_cache", "metric": "measured_speedup", "verdict": "within noise"}
+    few = pd.DataFrame([{**row, "change": 0.01 * index, "point": f"n={index}"} for index in range(2)])
+    title = review_charts.timed_changes(few).to_dict()["title"]
+    assert title["subtitle"] == theme.SMALL_ON_PURPOSE + "one 30 px row per timed metric, 2 timed rows here"
+    many = pd.DataFrame([{**row, "change": 0.01 * index, "point": f"n={index}"} for index in range(7)])
+    assert review_charts.timed_changes(many).to_dict()["title"] == "timed metrics: run against baseline"

@@ -4,6 +4,9 @@ load, and `make demo` ends with the commands that put the CLI to use."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
 
 import runner.model.train as train_module
@@ -12,7 +15,7 @@ from runner.measure import load
 from runner.model.corpus import load_corpus
 from runner.model.gpt import ModelConfig
 from runner.model.train import TrainConfig, train
-from tests.conftest import ROOT
+from tests.conftest import QUICK_SPEC, ROOT, run_decodelab
 
 
 def test_the_ticker_is_due_once_per_interval() -> None:
@@ -58,3 +61,44 @@ def test_make_demo_says_how_to_use_the_cli_after_the_sweep() -> None:
     dashboard = recipe.index("decodelab dashboard")
     assert sweep < activate < dashboard, "said after the sweep, before the dashboard holds the terminal"
     assert "$(VENV)/bin/decodelab" in recipe[activate:dashboard]
+
+
+@pytest.mark.slow
+def test_the_run_says_first_what_this_sweep_took_here_before_and_that_load_stretches_it(tmp_path: Path) -> None:
+    """`decodelab run`'s first line: the estimate, and once this machine has done runs of the very
+    same spec, their own times' range beside it (D8), through the real CLI on a SQLite file."""
+    from sqlalchemy.orm import Session
+
+    from store.schema import Run
+    from store.store import Store
+
+    spec = tmp_path / "quick.toml"
+    spec.write_text(QUICK_SPEC)
+    url = f"sqlite:///{tmp_path / 'spread.db'}"
+    first = run_decodelab("run", "--spec", str(spec), "--db", url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    said = first.stderr.splitlines()[0]
+    assert said.startswith("the sweep: ") and " cases, about " in said and "stretches it" in said, said
+    assert "earlier runs of this sweep here" not in said, "nothing ran before: no spread to give"
+    # Three earlier done runs of this spec here with known own times (run 1 and two copies of it),
+    # and one of another spec that must not count.
+    store = Store(url)
+    with Session(store.engine) as session, session.begin():
+        run = session.get(Run, 1)
+        assert run is not None and run.status == "done"
+        columns = ("machine_id", "model_id", "model_hash", "preset", "spec", "code_version", "status")
+        copies = [Run(**{name: getattr(run, name) for name in columns}) for _ in range(3)]
+        copies[2].spec = {**run.spec, "seed": 8}
+        session.add_all(copies)
+        started = run.started_at - timedelta(days=1)
+        for hours, (each, seconds) in enumerate(zip([run, *copies], (130.0, 115.0, 150.0, 20.0), strict=True)):
+            each.started_at = started + timedelta(hours=hours)
+            each.finished_at = each.started_at + timedelta(seconds=seconds)
+            each.wall_seconds = seconds
+    store.close()
+    second = run_decodelab("run", "--spec", str(spec), "--db", url, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    said = second.stderr.splitlines()[0]
+    assert said.startswith("the sweep: ") and " cases, about " in said, said
+    assert " (1 min 55 s–2 min 30 s over 3 earlier runs of this sweep here" in said, said
+    assert "stretches it" in said and "plus this training" not in said, said  # the model is stored now

@@ -5,6 +5,7 @@ the report as Markdown and as HTML that names no network resource."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import random
@@ -254,8 +255,14 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
         assert f'<a id="{report.anchor(verdict)}"></a>**{verdict}**' in markdown, verdict
     assert "t test on log values" in markdown and "Benjamini–Hochberg" in markdown
     assert ("**underpowered: " in markdown.split("\n- run:")[0]) == (review.power_line(table) is not None)
+    # Issue 44 D5: the first line under the title says what the review could see, before the counts.
+    seen = review.seen_line(table)
+    assert markdown.splitlines()[2] == f"**{seen}**", markdown[:600]
+    assert markdown.index(seen) < markdown.index("- verdicts: ")
     assert "\n- drift: " in markdown and "drift figure" in built.machine_drift
     page = report.to_html(built)
+    assert re.search(r"</h1>\n<p( class='warning')?><b>" + re.escape(html.escape(seen)) + "</b></p>", page), page[:900]
+    assert page.index(html.escape(seen)) < page.index("<li>verdicts: ")
     assert f'href="#{report.anchor("regressed")}"' in page and f'id="{report.anchor("regressed")}"' in page
     assert page.count("<svg") == len(built.charts) >= 2
     # Self-contained: no URL but the SVG and XLink namespaces, no script, no stylesheet link.

@@ -210,6 +210,31 @@ def test_a_review_that_could_not_see_25_percent_says_it_is_underpowered() -> Non
     assert line is not None and line.startswith("4 tested timed rows would have seen ≥ ")
 
 
+def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> None:
+    """Issue 44 D5: the smallest timed change is the most sensitive tested row's detectable change;
+    above 25% the line says the review cannot see changes below it on this machine."""
+    loud = [(e, p, noisy_ratios(1.5, i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
+    quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
+    blind = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    smallest = float(blind["detectable"].min())
+    assert smallest > review.UNDERPOWERED_CHANGE and review.cannot_see(blind)
+    line = review.seen_line(blind)
+    assert line.startswith(f"This review cannot see changes below {smallest:.0%} on this machine: "), line
+    rows = review.detectable_line(blind)
+    assert rows is not None and rows in line  # what its rows would have seen, as the gate says it
+
+    steady = review_of(1.0)
+    smallest = float(steady["detectable"].min())
+    assert smallest <= review.UNDERPOWERED_CHANGE and not review.cannot_see(steady)
+    line = review.seen_line(steady)
+    assert line.startswith(f"The smallest timed change this review could have flagged: {smallest:.0%} ("), line
+    assert "cannot see" not in line
+
+    untested = steady.assign(detectable=float("nan"))
+    assert not review.cannot_see(untested) and "no timed row was tested" in review.seen_line(untested)
+
+
 def test_the_between_run_floor_cannot_collapse_on_three_runs() -> None:
     """Earlier values 1.00, 1.01, 1.30: MAD alone says ±4.4% though the runs spread 26%."""
     params = {"part": "speculative", "draft": "bigram", "k": 4, "impl": "static"}

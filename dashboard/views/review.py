@@ -60,14 +60,23 @@ if opened:
         )
     headline_only = not st.toggle("Every metric, not only the headline ones", key="review_all_metrics")
     built = data.load_report(url, int(run_id), int(baseline_id), headline_only)
-    for warning in built.warnings:
-        st.warning(warning)
     table = built.table
     if review.shares_no_case(table):
+        for warning in built.warnings:
+            st.warning(warning)
         st.info(
             f"Run {run_id} against run {baseline_id}: {review.summary_line(table)}. Pick a baseline of the same preset."
         )
         st.stop()
+    # The page opens with what it could see, before any count: "0 regressed" from a review that
+    # cannot see a 50% change is no clean bill of health.
+    seen = review.seen_line(table)
+    if review.cannot_see(table):
+        st.warning(seen)
+    else:
+        st.info(seen)
+    for warning in built.warnings:
+        st.warning(warning)
     power = review.power_line(table)
     if power:
         st.warning(power)

@@ -18,6 +18,7 @@ overhead, a real one's arithmetic) or no training at all: the cost model alone.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -66,9 +67,13 @@ class Estimate:
     training_basis: str  # what the training's price rests on ("" when nothing is trained)
     calibrated: tuple[str, ...]  # experiments priced from this machine's earlier runs
     uncalibrated: tuple[str, ...]  # experiments priced by the cost model alone
+    # What this very sweep took on this machine before: its earlier done runs' own times (the
+    # sweep, started_at to finished_at, as History draws it), newest first; empty for none.
+    earlier_sweeps: tuple[float, ...] = ()
 
     def describe(self) -> str:
-        """One line: the estimate and what each part rests on."""
+        """One line: the estimate, its spread over this machine's earlier runs of the same sweep,
+        that load stretches it, and what each part rests on."""
         if self.calibrated and not self.uncalibrated:
             basis = "from this machine's earlier runs"
         elif self.calibrated:
@@ -78,7 +83,22 @@ class Estimate:
             )
         else:
             basis = "by the cost model (no earlier run of these experiments on this machine)"
-        return f"about {minutes(self.seconds)}{load_note()}; the cases {basis}{self.training_part()}"
+        spread, load = self.spread(), load_note()
+        if spread and load.startswith(" ("):  # one bracket: "(… over 4 earlier runs here; load average 0.4 …)"
+            spread, load = spread[:-1] + "; " + load[2:-1] + ")", ""
+        return f"about {minutes(self.seconds)}{spread}{load}; the cases {basis}{self.training_part()}"
+
+    def spread(self) -> str:
+        """`` (1 min 55 s–2 min 30 s over 4 earlier runs of this sweep here)``: the measured times,
+        each with this run's training added where it trains; empty without an earlier run."""
+        if not self.earlier_sweeps:
+            return ""
+        plus = ", plus this training" if self.training_seconds else ""
+        low, high = (min(self.earlier_sweeps) + self.training_seconds, max(self.earlier_sweeps) + self.training_seconds)
+        if len(self.earlier_sweeps) == 1:
+            return f" ({minutes(low)} on its one earlier run here{plus})"
+        took = minutes(low) if minutes(low) == minutes(high) else f"{minutes(low)}–{minutes(high)}"
+        return f" ({took} over {len(self.earlier_sweeps)} earlier runs of this sweep here{plus})"
 
     def training_part(self) -> str:
         """What training adds and what its price rests on (empty when the model is stored)."""
@@ -88,9 +108,39 @@ class Estimate:
 
 
 def minutes(seconds: float) -> str:
+    """``74 s``, ``2 min 10 s``, ``1 h 05 min``: whole seconds under an hour."""
     if seconds < 1:
         return "under a second"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s" if whole % 60 else f"{whole // 60} min"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def earlier_sweeps(store: Store, machine_name: str, spec: SweepSpec) -> tuple[float, ...]:
+    """The own times (started_at to finished_at) of ``machine_name``'s newest done runs of this
+    very spec (analysis.runs.comparable_key: the same spec, whatever launched it), at most
+    ``CALIBRATION_RUNS``, newest first."""
+    from analysis.runs import comparable_key
+
+    wanted = comparable_key(None, json.loads(json.dumps(spec.raw, default=str)))
+    query = (
+        select(Run.spec, Run.started_at, Run.finished_at)
+        .join(Machine, Machine.id == Run.machine_id)
+        .where(Machine.name == machine_name, Run.status == "done", Run.finished_at.is_not(None))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(TRAINING_LOOKBACK_RUNS)
+    )
+    with store.read() as session:
+        rows = session.execute(query).all()
+    found = [
+        (finished_at - started_at).total_seconds()
+        for stored, started_at, finished_at in rows
+        if isinstance(stored, dict) and comparable_key(None, stored) == wanted
+    ]
+    return tuple(seconds for seconds in found if seconds >= 0)[:CALIBRATION_RUNS]
 
 
 def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
@@ -188,16 +238,23 @@ def price_training(spec: SweepSpec, trainings: list[Training]) -> tuple[float, s
 
 
 def estimate(
-    spec: SweepSpec, factors: dict[str, float], model_stored: bool, trainings: list[Training] | None = None
+    spec: SweepSpec,
+    factors: dict[str, float],
+    model_stored: bool,
+    trainings: list[Training] | None = None,
+    earlier: tuple[float, ...] = (),
 ) -> Estimate:
     """``spec``'s time: the cost model per case, scaled by ``factors`` where an experiment has one,
     and its training priced from ``trainings``, this machine's earlier ones (price_training) (a local Hugging
-    Face checkpoint: its own estimate, runner.spec.hf; it trains nothing)."""
+    Face checkpoint: its own estimate, runner.spec.hf; it trains nothing); ``earlier``: what this
+    very sweep took on the machine before (earlier_sweeps), said beside it as its spread."""
     if spec.is_hf:
         from runner.spec import hf as hf_spec
 
         names = tuple(dict.fromkeys(experiment.name for experiment, _ in spec.plan()))
-        return Estimate(hf_spec.estimate(spec).seconds, 0.0, "", calibrated=(), uncalibrated=names)
+        return Estimate(
+            hf_spec.estimate(spec).seconds, 0.0, "", calibrated=(), uncalibrated=names, earlier_sweeps=earlier
+        )
     model = spec.raw["model"]
     training_time, training_basis = (0.0, "") if model_stored else price_training(spec, trainings or [])
     total = training_time
@@ -212,6 +269,7 @@ def estimate(
         training_basis=training_basis,
         calibrated=tuple(name for name, calibrated in used.items() if calibrated),
         uncalibrated=tuple(name for name, calibrated in used.items() if not calibrated),
+        earlier_sweeps=earlier,
     )
 
 
@@ -233,5 +291,9 @@ def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
             wanted = recipe_hash(config, spec.train_config(), corpus.content_hash)
             stored = store.results.find_model(recipe_hash=wanted) is not None
     return estimate(
-        spec, scale_factors(store, machine_name), model_stored=stored, trainings=earlier_trainings(store, machine_name)
+        spec,
+        scale_factors(store, machine_name),
+        model_stored=stored,
+        trainings=earlier_trainings(store, machine_name),
+        earlier=earlier_sweeps(store, machine_name, spec),
     )
