@@ -120,3 +120,14 @@ def test_speculative_arithmetic() -> None:
     assert break_even is not None
     assert speculative_cost.expected_chars_per_pass(break_even, 4) == pytest.approx(3.5, rel=1e-6)
     assert speculative_cost.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay
+
+
+def test_the_decodes_working_sets_are_its_passes() -> None:
+    sizes = roofline_model.decode_working_sets({"quick": QUICK}, positions=(0, 128))
+    assert sizes == {
+        f"quick_{precision}_at_{position}": pass_cost(QUICK, "fast", precision, 1, position).working_set_bytes
+        for precision in ("fp32", "bf16", "int8")
+        for position in (0, 128)
+    }
+    # float32 weights (2.42 MB for this vocabulary) and the cache of 129 positions (0.40 MB).
+    assert sizes["quick_fp32_at_128"] == 2_421_508 + 2 * 3 * 129 * 128 * 4

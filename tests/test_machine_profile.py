@@ -4,6 +4,7 @@ and placing every timed case on that roof with the cost module's exact counts.""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,47 @@ def test_quick_profile_is_positive_and_ordered(quick_profile: dict[str, Any]) ->
     assert bands[0]["one_thread"]["median"] > bands[-1]["one_thread"]["median"]
     assert all(row["bytes_per_second"] > 0 for row in quick_profile["sweep"])
     assert quick_profile["profile_seconds"] > 0  # its time is the benchmark's to judge, not a test's
+
+
+def test_probe_buffers_are_line_aligned_and_the_decodes_working_sets_are_measured(
+    quick_profile: dict[str, Any],
+) -> None:
+    # Sizes that are no multiple of 64 bytes too: the address is aligned whatever the length.
+    for floats in (1, 7, 128, 1000, 4096 + 3):
+        owner, address = machine_profile.aligned_floats(floats)
+        assert address % machine_profile.ALIGNMENT_BYTES == 0, floats
+        assert ctypes.addressof(owner) <= address < ctypes.addressof(owner) + machine_profile.ALIGNMENT_BYTES
+        assert ctypes.string_at(address, 4 * floats) == b"\x01" * (4 * floats)  # every page written
+    assert machine_profile.alignment_of(3 * 64) == 64 and machine_profile.alignment_of(48) == 16
+    # Every buffer the profile read was at least line aligned, and it read at the decode's own
+    # working sets rather than interpolating between swept sizes.
+    assert quick_profile["read_alignment_bytes"] >= 64
+    swept = {row["working_set_bytes"] for row in quick_profile["sweep"]}
+    decode_sizes = quick_profile["decode_working_sets"]
+    assert decode_sizes == roofline_model.decode_working_sets()
+    assert set(decode_sizes.values()) <= swept
+    # The quick model's float32 step after 128 cached tokens: its parameters and its K/V cache.
+    shape = roofline_model.QUICK_SHAPE
+    assert decode_sizes["quick_fp32_at_128"] == roofline_model.parameter_bytes(
+        shape, "fast", "fp32"
+    ) + roofline_model.cache_bytes(shape, 129)
+    for row in quick_profile["sweep"]:
+        if row["working_set_bytes"] in decode_sizes.values():
+            assert (
+                roofline_model.bandwidth_at(row["working_set_bytes"], quick_profile["sweep"]) == row["bytes_per_second"]
+            )
+
+
+def test_no_stored_roof_fraction_exceeds_the_roof(filled_store_url: str) -> None:
+    """A hard roof: no timed decode of a real run is placed above it (5% for the bands of timing).
+    Nothing is clamped where it is stored, so a fraction above 1.05 means the roof is wrong."""
+    from store.store import Store
+
+    fractions = []
+    for experiment in ("kv_cache", "overhead", "quantization"):
+        rows = frames.measurements(Store(filled_store_url), 1, experiment)
+        fractions += rows[rows["metric"].str.startswith("roof_fraction")]["value"].tolist()
+    assert fractions and all(0 < fraction <= 1.05 for fraction in fractions), max(fractions)
 
 
 def test_cache_sizes_come_from_the_os(tmp_path: Path) -> None:

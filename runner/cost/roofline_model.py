@@ -137,6 +137,33 @@ def generation_cost(
     return [pass_cost(shape, impl, precision, prompt_tokens + step, 0, lanes) for step in range(new_tokens)]
 
 
+# The quick preset's model on the default corpus (the decode the benchmarks and the roofline's
+# figures are about) and its small draft (the speculative experiment's ``small``: one block).
+QUICK_SHAPE = Shape(vocab=103, d_model=128, layers=3, heads=4)
+QUICK_SMALL_DRAFT_SHAPE = Shape(vocab=103, d_model=64, layers=1, heads=4)
+# Cached positions at which a decode's working set is measured: a generation's start, middle and
+# end, and a long one's (the K/V cache grows the working set by 6·d bytes·layers per position).
+DECODE_POSITIONS = (0, 128, 256, 512)
+
+
+def decode_working_sets(
+    shapes: dict[str, Shape] | None = None, positions: tuple[int, ...] = DECODE_POSITIONS
+) -> dict[str, int]:
+    """The working sets a fast-path decode step of each model and precision has after ``positions``
+    cached tokens (parameters + K/V cache, what ``pass_cost`` reports), by name
+    (``quick_fp32_at_128``): the sizes a machine profile measures its bandwidth at, so the roof of
+    a decode on the L2 → L3 cliff is read there, not interpolated across it."""
+    shapes = shapes if shapes is not None else {"quick": QUICK_SHAPE, "small_draft": QUICK_SMALL_DRAFT_SHAPE}
+    sizes: dict[str, int] = {}
+    for name, shape in shapes.items():
+        for precision in PRECISIONS:
+            for position in positions:
+                sizes[f"{name}_{precision}_at_{position}"] = pass_cost(
+                    shape, "fast", precision, 1, position
+                ).working_set_bytes
+    return sizes
+
+
 def level_of(working_set_bytes: int, caches: dict[str, int]) -> str:
     """The nearest level whose capacity holds the working set."""
     for level in ("L1", "L2", "L3"):
@@ -146,9 +173,12 @@ def level_of(working_set_bytes: int, caches: dict[str, int]) -> str:
 
 
 def bandwidth_at(working_set_bytes: int, sweep: list[dict[str, float]]) -> float:
-    """One thread's read bandwidth at this working set: the profile's sweep interpolated on
-    log-log axes (its end values beyond its range)."""
+    """One thread's read bandwidth at this working set: the profile's figure where it measured
+    this size, else its sweep interpolated on log-log axes (its end values beyond its range)."""
     points = sorted((row["working_set_bytes"], row["bytes_per_second"]) for row in sweep)
+    for size, rate in points:
+        if size == working_set_bytes:
+            return rate  # a measured size (the decode's own working sets): its figure, not interpolated
     if working_set_bytes <= points[0][0]:
         return points[0][1]
     for (size_low, rate_low), (size_high, rate_high) in zip(points, points[1:], strict=False):
