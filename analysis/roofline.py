@@ -17,6 +17,11 @@ REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roo
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
+WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored index
+    "no overhead fit yet",
+    "an eager pass of several positions, which the overhead fit does not price",
+    "the overhead fit misses its own points by more than 25%",
+)
 INTENSITIES = [10 ** (exponent / 4) for exponent in range(-8, 17)]  # flops per byte, 0.01 to 10,000
 
 
@@ -116,8 +121,10 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
             fraction = case.get(f"roof_fraction{suffix}")
             if fraction is None or pd.isna(fraction):
                 continue
-            predicted = case[f"roofline_predicted_seconds_per_token{suffix}"]
-            error = case[f"roofline_prediction_error{suffix}"]
+            # A withheld prediction (runner.cost.roofline_model.WITHHELD_REASONS) has no figure: NaN.
+            predicted = case.get(f"roofline_predicted_seconds_per_token{suffix}", math.nan)
+            error = case.get(f"roofline_prediction_error{suffix}", math.nan)
+            withheld = case.get(f"roofline_prediction_withheld{suffix}")
             bytes_per_token, flops_per_token = case[f"bytes_per_token{suffix}"], case[f"flops_per_token{suffix}"]
             rows.append(
                 {
@@ -136,8 +143,12 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
                     "regime": REGIMES[int(case[f"regime{suffix}"])],
                     "roof_fraction": fraction,
                     "predicted_us_per_token": predicted * 1e6,
-                    "measured_us_per_token": predicted / (1 + error) * 1e6,
+                    # The bytes counted over the rate achieved: the measured time, withheld or not.
+                    "measured_us_per_token": bytes_per_token / case[f"achieved_bytes_per_second{suffix}"] * 1e6,
                     "prediction_error": error,
+                    "withheld": WITHHELD_REASONS[int(withheld)]
+                    if withheld is not None and not pd.isna(withheld)
+                    else "",
                 }
             )
     return pd.DataFrame(rows)
@@ -258,9 +269,19 @@ def error_sentence(placed: pd.DataFrame) -> str | None:
     """How far the roofline's predictions are, per impl, as the median |error|."""
     if placed.empty:
         return None
-    errors = placed.assign(magnitude=placed["prediction_error"].abs()).groupby("impl")["magnitude"].median()
+    predicted = placed.dropna(subset=["prediction_error"])
+    errors = predicted.assign(magnitude=predicted["prediction_error"].abs()).groupby("impl")["magnitude"].median()
     listed = ", ".join(f"{impl} {percent(value)}" for impl, value in errors.items())
-    return f"Median |prediction error| per impl over every placed figure: {listed}."
+    withheld = placed[placed["prediction_error"].isna()]
+    held = "; ".join(
+        f"{impl}: {len(group)} withheld ({', '.join(sorted(set(group['withheld'])))})"
+        for impl, group in withheld.groupby("impl")
+    )
+    if not listed:
+        return f"No placed figure has a prediction ({held})." if held else None
+    return f"Median |prediction error| per impl over every placed figure: {listed}" + (
+        f"; no prediction where the model cannot make one, {held}." if held else "."
+    )
 
 
 def conclusions(
@@ -303,7 +324,7 @@ def overhead_model_errors(calibrated: pd.DataFrame) -> pd.DataFrame:
 def fit_summary(placed: pd.DataFrame, calibrated: pd.DataFrame) -> pd.DataFrame:
     """Median |error| per impl, side and model (the roofline and, where fitted, the overhead
     calibration) over the same points, with whether it fits (≤ FIT_LIMIT)."""
-    roof = placed[["impl", "side", "prediction_error"]].assign(model="roofline")
+    roof = placed.dropna(subset=["prediction_error"])[["impl", "side", "prediction_error"]].assign(model="roofline")
     both = pd.concat([roof, overhead_model_errors(calibrated)], ignore_index=True)
     both["absolute_error"] = both["prediction_error"].abs()
     summary = both.groupby(["model", "impl", "side"], as_index=False).agg(

@@ -358,6 +358,13 @@ CATALOGUE: tuple[Metric, ...] = (
             ("regime", "regime", "predicted", "0 memory-, 1 compute-, 2 overhead-bound"),
             ("roofline_predicted_seconds_per_token", "seconds", "predicted", "from the roof and counts, before timing"),
             ("roofline_prediction_error", "ratio", "predicted", "predicted over measured, minus one"),
+            (
+                "roofline_prediction_withheld",
+                "reason",
+                "predicted",
+                "no prediction stored: 0 an eager step with no overhead fit yet, 1 an eager pass of several positions, "
+                "2 the overhead fit misses its own points by more than 25%",
+            ),
         )
     ),
     Metric("roofline_predicted_verify_cost_ratio", "ratio", "predicted"),

@@ -5,8 +5,11 @@ the roof alone, with its error.
 
 The roof is the run's machine profile (ExperimentContext.roof; a run profiles its machine first
 when the store has none). The per-pass overhead is the ``overhead`` experiment's intercept for
-the impl: this run's fit once it is recorded, else the machine's latest stored one, else none.
-Without a roof nothing is recorded.
+the impl (and, for the eager impls the fit prices, its slope): this run's fit once it is
+recorded, else the machine's latest stored one, else none. Where the cost model withholds a
+prediction (runner.cost.roofline_model.WITHHELD_REASONS: an eager step with no fit, an eager pass
+of several positions) no predicted time or error is stored, only ``roofline_prediction_withheld``,
+the reason's index. Without a roof nothing is recorded.
 """
 
 from __future__ import annotations
@@ -26,11 +29,25 @@ PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int
 
 def overhead_seconds(context: ExperimentContext, impl: str) -> float:
     """The impl's fitted per-pass overhead: this run's overhead fit, else the stored one, else 0."""
+    return overhead_fit(context, impl)[0]
+
+
+def overhead_fit(context: ExperimentContext, impl: str) -> tuple[float, float | None, float]:
+    """The impl's fitted per-pass overhead, price per multiplication (None: not fitted) and the
+    fit's largest |error| on its own points: this run's overhead fit, else the machine's stored
+    one; (0, None, 0) where neither was fitted."""
+    fitted: dict[str, float] = {}
     for row in context.earlier("overhead"):
-        fitted = row.params.get("part") == "fit" and row.params.get("impl") == impl
-        if fitted and row.metric == "overhead_seconds_per_token":
-            return max(0.0, row.value)
-    return max(0.0, context.overheads.get(impl, 0.0))
+        if row.params.get("part") == "fit" and row.params.get("impl") == impl:
+            fitted.setdefault(row.metric, row.value)
+    if "overhead_seconds_per_token" not in fitted:
+        fitted = {"overhead_seconds_per_token": context.overheads.get(impl, 0.0), **context.overhead_fits.get(impl, {})}
+    slope = fitted.get("seconds_per_mult")
+    return (
+        max(0.0, fitted["overhead_seconds_per_token"]),
+        None if slope is None else max(0.0, slope),
+        fitted.get("max_fit_error", 0.0),
+    )
 
 
 def fast_threads(impl: str) -> int:
@@ -47,6 +64,17 @@ def placement_records(
     """The figures of a placement spread over ``tokens`` generated tokens, beside the measured time."""
     measured = measured_seconds_per_token * tokens
     predicted = placement.predicted_seconds / tokens
+    if placement.withheld is None:
+        prediction = [
+            MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
+            MeasurementRecord(
+                f"roofline_prediction_error{suffix}",
+                (predicted - measured_seconds_per_token) / measured_seconds_per_token,
+                "ratio",
+            ),
+        ]
+    else:  # no figure rather than one the model cannot make (runner.cost.roofline_model.WITHHELD_REASONS)
+        prediction = [MeasurementRecord(f"roofline_prediction_withheld{suffix}", placement.withheld, "reason")]
     return [
         MeasurementRecord(f"bytes_per_token{suffix}", placement.bytes_moved / tokens, "bytes"),
         MeasurementRecord(f"flops_per_token{suffix}", placement.flops / tokens, "flops"),
@@ -56,12 +84,7 @@ def placement_records(
         MeasurementRecord(f"achieved_flops_per_second{suffix}", placement.flops / measured, "flops/second"),
         MeasurementRecord(f"roof_fraction{suffix}", placement.roofline_seconds / measured, "ratio"),
         MeasurementRecord(f"regime{suffix}", roofline_model.REGIMES.index(placement.regime), "regime"),
-        MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
-        MeasurementRecord(
-            f"roofline_prediction_error{suffix}",
-            (predicted - measured_seconds_per_token) / measured_seconds_per_token,
-            "ratio",
-        ),
+        *prediction,
     ]
 
 
@@ -79,11 +102,11 @@ def timed_generation(
     does not count, e.g. fake quantization) places nothing."""
     if context.roof is None or precision is None:
         return []
-    overhead, threads = overhead_seconds(context, impl), fast_threads(impl)
+    (overhead, seconds_per_mult, fit_error), threads = overhead_fit(context, impl), fast_threads(impl)
     records: list[MeasurementRecord] = []
     for suffix, (cached, seconds_per_token) in measured.items():
         passes = roofline_model.generation_cost(shape, impl, precision, prompt_tokens, new_tokens, cached)
-        placement = roofline_model.place(passes, context.roof, overhead, threads)
+        placement = roofline_model.place(passes, context.roof, overhead, threads, impl, seconds_per_mult, fit_error)
         records += placement_records(placement, new_tokens, seconds_per_token, suffix)
     return records
 
