@@ -242,19 +242,29 @@ def quantization_sentence(quantized: pd.DataFrame, cases: pd.DataFrame) -> str |
     return "; ".join(parts) + level + "."
 
 
-def speculative_sentence(cases: pd.DataFrame) -> str | None:
-    """The verification's cost in steps and the acceptance drafts need, per impl, from the cases
-    the roofline placed."""
+LOOP_COSTS = ("roofline_step_seconds", "roofline_verify_seconds", "roofline_draft_call_seconds")
+
+
+def speculative_sentence(cases: pd.DataFrame, machine: str = "this machine") -> str | None:
+    """Per impl, which cost decides speculative decoding on this machine (the verification, the
+    draft calls or the loop's own overhead, in plain steps a pass) and the acceptance drafts need
+    to win, from the case the roofline predicts fastest; the roofline's verdict beside the
+    measured one. Runs placed before the loop's costs were priced get the verification alone."""
     if cases.empty or "roofline_predicted_verify_cost_ratio" not in cases.columns:
         return None
     placed = cases.dropna(subset=["roofline_predicted_verify_cost_ratio"])
+    priced = all(name in placed.columns for name in (*LOOP_COSTS, "roofline_loop_overhead_fit_seconds"))
     sentences = []
     for impl, group in placed.groupby("impl"):
+        verdict_rows = group.dropna(subset=["speedup_median"])
+        measured_wins = (verdict_rows["speedup_median"] > 1).any()
+        predicted = group.dropna(subset=["roofline_predicted_speedup"])
+        if priced and not predicted.empty:
+            sentences.append(_deciding_cost(str(impl), predicted, bool(measured_wins), machine))
+            continue
         widest = group.sort_values("k").iloc[-1]
         k = int(widest["k"])
-        verdict_rows = group.dropna(subset=["speedup_median"])
         predicted_wins = (group["roofline_predicted_speedup"] > 1).any()
-        measured_wins = (verdict_rows["speedup_median"] > 1).any()
         sentences.append(
             f"On the {impl} impl a {k + 1}-position verification costs {widest['verify_cost_ratio']:.2f} steps "
             f"(the roofline says {widest['roofline_predicted_verify_cost_ratio']:.2f}), so at k={k} drafts need an "
@@ -262,7 +272,45 @@ def speculative_sentence(cases: pd.DataFrame) -> str | None:
             f"decoding {'wins' if predicted_wins else 'loses'} with some draft here, measured it "
             f"{'wins' if measured_wins else 'loses'}."
         )
+    if "roofline_speculative_withheld" in cases.columns:
+        eager = cases[cases["roofline_speculative_withheld"] == 0]
+        for impl in sorted(set(eager.get("impl", pd.Series(dtype=object)).dropna())):
+            sentences.append(
+                f"On the {impl} impl the roofline predicts no speculative speedup: an eager verification of several "
+                "positions is priced neither by the roof nor by the overhead fit."
+            )
     return " ".join(sentences) or None
+
+
+def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, machine: str) -> str:
+    """The sentence for one impl whose cases the roofline priced with the loop's own costs."""
+    best = predicted.sort_values("roofline_predicted_speedup").iloc[-1]
+    # The verification was priced at the loop's mean draft length, rounded (speculative_timing).
+    length = best.get("mean_draft_length")
+    k = int(best["k"]) if length is None or pd.isna(length) else min(int(best["k"]), max(1, round(float(length))))
+    step = best["roofline_step_seconds"]
+    calls = best.get("predicted_mean_draft_calls")
+    calls = float(best["k"]) if calls is None or pd.isna(calls) else float(calls)
+    costs = {
+        "the verification": best["roofline_verify_seconds"] / step,
+        "the draft calls": calls * best["roofline_draft_call_seconds"] / step,
+        "the loop's own overhead": best["roofline_loop_overhead_fit_seconds"] / step,
+    }
+    decider = max(costs, key=lambda name: costs[name])
+    listed = ", ".join(f"{name.removeprefix('the ')} {value:.2f}" for name, value in costs.items())
+    break_even = best["roofline_break_even_acceptance"]
+    need = (
+        "no acceptance wins at this cost"
+        if break_even >= 1.0
+        else f"drafts need an acceptance above {break_even:.2f} to win (k={k}, each proposal kept alike)"
+    )
+    predicted_wins = bool((predicted["roofline_predicted_speedup"] > 1).any())
+    return (
+        f"On {machine}'s {impl} impl a speculative pass with its best draft ({best['draft']}, k={k}) "
+        f"costs {sum(costs.values()):.2f} plain steps ({listed}): {decider} decides, and {need}; the roofline "
+        f"says speculative decoding {'wins' if predicted_wins else 'loses'} here "
+        f"(best {best['roofline_predicted_speedup']:.2f}×), measured it {'wins' if measured_wins else 'loses'}."
+    )
 
 
 def error_sentence(placed: pd.DataFrame) -> str | None:
@@ -293,7 +341,7 @@ def conclusions(
         quantization_sentence(placed[placed["experiment"] == "quantization"], quantization_cases)
         if not placed.empty
         else None,
-        speculative_sentence(speculative_cases),
+        speculative_sentence(speculative_cases, machine),
         error_sentence(placed),
     ]
     return [sentence for sentence in sentences if sentence]

@@ -30,6 +30,7 @@ import pandas as pd
 from analysis.roofline import wide
 from runner.cost import roofline_model
 from runner.cost.roofline_model import Shape, pass_cost
+from runner.cost.speculative import loop_break_even_acceptance
 from runner.measure.roofline_placement import LoopParts, named_draft_pass
 from store import frames
 from store.store import Store
@@ -127,11 +128,13 @@ def main() -> None:
                 "own_overhead": parts.loop_overhead(measured),
                 "chars": figure(case, "predicted_chars_per_pass", "expected_chars_per_pass"),
                 "calls": figure(case, "predicted_mean_draft_calls") or calls,
+                "k": k,  # the verification priced: the loop's mean draft length, rounded
             }
         )
     errors: dict[str, list[float]] = {}
     verdicts: dict[str, list[bool]] = {}
     clear: dict[str, list[bool]] = {}  # the verdicts of cases measured more than CLEAR_VERDICT from 1.0
+    best: dict[str, tuple[float, dict[str, Any] | None]] = {}  # the case each impl is predicted fastest in
     print(f"run {arguments.run} on {machine}: roofline speedup with the loop's costs, leave-one-out loop overhead")
     for index, row in enumerate(priced):
         case, impl = row["case"], row["impl"]
@@ -154,6 +157,8 @@ def main() -> None:
         verdicts.setdefault(impl, []).append(right)
         if abs(measured_speedup - 1.0) > CLEAR_VERDICT:
             clear.setdefault(impl, []).append(right)
+        if predicted > best.get(impl, (0.0, None))[0]:
+            best[impl] = (predicted, {**row, "fitted": fitted})
         print(
             f"{label}  measured {measured_speedup:.2f}x  roofline {predicted:.2f}x ({error:+.0%}, verdict "
             f"{'right' if right else 'wrong'})  loop overhead {fitted * 1e6:.0f} us/pass, "
@@ -164,6 +169,31 @@ def main() -> None:
         print(f"{impl}_verdicts_right={sum(verdicts[impl])}/{len(verdicts[impl])}")
         decided = clear.get(impl, [])
         print(f"{impl}_clear_verdicts_right={sum(decided)}/{len(decided)}")
+        print(deciding_cost(impl, machine, *best[impl]))
+
+
+def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any] | None) -> str:
+    """Which cost decides speculative decoding on this machine's impl, in plain steps a pass of the
+    case predicted fastest, and the acceptance its drafts need (k calls a pass, each proposal kept
+    alike): what the Roofline page says of a run (analysis.roofline.speculative_sentence)."""
+    assert row is not None
+    parts, case = row["parts"], row["case"]
+    k = int(row["k"])
+    costs = {
+        "verification": parts.verify_seconds / parts.step_seconds,
+        "draft": row["calls"] * parts.draft_call_seconds / parts.step_seconds,
+        "loop_overhead": row["fitted"] / parts.step_seconds,
+    }
+    decider = max(costs, key=lambda name: costs[name])
+    break_even = loop_break_even_acceptance(
+        k, parts.step_seconds, parts.draft_call_seconds, parts.verify_seconds, row["fitted"]
+    )
+    steps = ", ".join(f"{name} {value:.2f}" for name, value in costs.items())
+    return (
+        f"{machine} {impl}: best predicted {case['draft']} k={k} at {predicted:.2f}x, a pass {sum(costs.values()):.2f} "
+        f"plain steps ({steps})\n{impl}_deciding_cost={decider}\n"
+        f"{impl}_break_even_acceptance={1.0 if break_even is None else break_even:.3g}"
+    )
 
 
 if __name__ == "__main__":

@@ -161,6 +161,9 @@ def test_the_loops_costs_put_the_epyc_speculative_cases_right(imported_quick_run
     assert cases == 14 and right == cases
     assert result.stdout.count("withheld (eager target)") == 14
     assert "static_median_abs_roofline_speedup_error" not in figures
+    # What decides on the EPYC: its verification (a compute-bound pass of several positions).
+    assert figures["fast_deciding_cost"] == "verification"
+    assert 0.5 < float(figures["fast_break_even_acceptance"]) < 1.0
 
 
 def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_runs: str) -> None:
@@ -179,3 +182,6 @@ def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_r
     assert cases >= 5 and right == cases
     right, cases = map(int, figures["fast_verdicts_right"].split("/"))
     assert cases == 10 and right >= 7
+    # What decides on the Xeon: the draft calls (its verification costs only 1.3 steps there).
+    assert figures["fast_deciding_cost"] == "draft"
+    assert 0.5 < float(figures["fast_break_even_acceptance"]) < 1.0
