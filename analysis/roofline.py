@@ -371,16 +371,20 @@ def overhead_model_errors(calibrated: pd.DataFrame) -> pd.DataFrame:
 
 def fit_summary(placed: pd.DataFrame, calibrated: pd.DataFrame) -> pd.DataFrame:
     """Median |error| per impl, side and model (the roofline and, where fitted, the overhead
-    calibration) over the same points, with whether it fits (≤ FIT_LIMIT)."""
-    roof = placed.dropna(subset=["prediction_error"])[["impl", "side", "prediction_error"]].assign(model="roofline")
+    calibration) over the same points, with whether it fits (≤ FIT_LIMIT). ``withheld``: the
+    points a model made no prediction for (runner.cost.roofline_model.WITHHELD_REASONS), left out
+    of its medians; a group with none predicted has no median and no verdict (``fits`` None)."""
+    roof = placed[["impl", "side", "prediction_error"]].assign(model="roofline")
     both = pd.concat([roof, overhead_model_errors(calibrated)], ignore_index=True)
     both["absolute_error"] = both["prediction_error"].abs()
+    both["withheld"] = both["prediction_error"].isna().astype(int)
     summary = both.groupby(["model", "impl", "side"], as_index=False).agg(
         median_abs_error=("absolute_error", "median"),
         median_error=("prediction_error", "median"),
         points=("impl", "size"),
+        withheld=("withheld", "sum"),
     )
-    summary["fits"] = summary["median_abs_error"] <= FIT_LIMIT
+    summary["fits"] = [None if pd.isna(error) else bool(error <= FIT_LIMIT) for error in summary["median_abs_error"]]
     return summary
 
 
@@ -392,7 +396,7 @@ def _direction(median_error: float) -> str:
 def misfit_warning(summary: pd.DataFrame, figure: str) -> str | None:
     """One warning for every model that does not fit (None when all fit): which ``figure`` it
     concerns and its worst group, why that matters, and what to do; a page shows it once."""
-    misfits = summary[~summary["fits"]]
+    misfits = summary[summary["fits"].eq(False)]  # None: all withheld, no verdict
     if misfits.empty:
         return None
     worst = misfits.sort_values("median_abs_error").iloc[-1]
