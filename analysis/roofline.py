@@ -17,6 +17,11 @@ REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roo
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.measure.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
+WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored index
+    "no overhead fit yet",
+    "an eager pass of several positions, which the overhead fit does not price",
+    "the overhead fit misses its own points by more than 25%",
+)
 INTENSITIES = [10 ** (exponent / 4) for exponent in range(-8, 17)]  # flops per byte, 0.01 to 10,000
 
 
@@ -116,8 +121,10 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
             fraction = case.get(f"roof_fraction{suffix}")
             if fraction is None or pd.isna(fraction):
                 continue
-            predicted = case[f"roofline_predicted_seconds_per_token{suffix}"]
-            error = case[f"roofline_prediction_error{suffix}"]
+            # A withheld prediction (runner.cost.roofline_model.WITHHELD_REASONS) has no figure: NaN.
+            predicted = case.get(f"roofline_predicted_seconds_per_token{suffix}", math.nan)
+            error = case.get(f"roofline_prediction_error{suffix}", math.nan)
+            withheld = case.get(f"roofline_prediction_withheld{suffix}")
             bytes_per_token, flops_per_token = case[f"bytes_per_token{suffix}"], case[f"flops_per_token{suffix}"]
             rows.append(
                 {
@@ -136,8 +143,12 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
                     "regime": REGIMES[int(case[f"regime{suffix}"])],
                     "roof_fraction": fraction,
                     "predicted_us_per_token": predicted * 1e6,
-                    "measured_us_per_token": predicted / (1 + error) * 1e6,
+                    # The bytes counted over the rate achieved: the measured time, withheld or not.
+                    "measured_us_per_token": bytes_per_token / case[f"achieved_bytes_per_second{suffix}"] * 1e6,
                     "prediction_error": error,
+                    "withheld": WITHHELD_REASONS[int(withheld)]
+                    if withheld is not None and not pd.isna(withheld)
+                    else "",
                 }
             )
     return pd.DataFrame(rows)
@@ -231,19 +242,29 @@ def quantization_sentence(quantized: pd.DataFrame, cases: pd.DataFrame) -> str |
     return "; ".join(parts) + level + "."
 
 
-def speculative_sentence(cases: pd.DataFrame) -> str | None:
-    """The verification's cost in steps and the acceptance drafts need, per impl, from the cases
-    the roofline placed."""
+LOOP_COSTS = ("roofline_step_seconds", "roofline_verify_seconds", "roofline_draft_call_seconds")
+
+
+def speculative_sentence(cases: pd.DataFrame, machine: str = "this machine") -> str | None:
+    """Per impl, which cost decides speculative decoding on this machine (the verification, the
+    draft calls or the loop's own overhead, in plain steps a pass) and the acceptance drafts need
+    to win, from the case the roofline predicts fastest; the roofline's verdict beside the
+    measured one. Runs placed before the loop's costs were priced get the verification alone."""
     if cases.empty or "roofline_predicted_verify_cost_ratio" not in cases.columns:
         return None
     placed = cases.dropna(subset=["roofline_predicted_verify_cost_ratio"])
+    priced = all(name in placed.columns for name in (*LOOP_COSTS, "roofline_loop_overhead_fit_seconds"))
     sentences = []
     for impl, group in placed.groupby("impl"):
+        verdict_rows = group.dropna(subset=["speedup_median"])
+        measured_wins = (verdict_rows["speedup_median"] > 1).any()
+        predicted = group.dropna(subset=["roofline_predicted_speedup"])
+        if priced and not predicted.empty:
+            sentences.append(_deciding_cost(str(impl), predicted, bool(measured_wins), machine))
+            continue
         widest = group.sort_values("k").iloc[-1]
         k = int(widest["k"])
-        verdict_rows = group.dropna(subset=["speedup_median"])
         predicted_wins = (group["roofline_predicted_speedup"] > 1).any()
-        measured_wins = (verdict_rows["speedup_median"] > 1).any()
         sentences.append(
             f"On the {impl} impl a {k + 1}-position verification costs {widest['verify_cost_ratio']:.2f} steps "
             f"(the roofline says {widest['roofline_predicted_verify_cost_ratio']:.2f}), so at k={k} drafts need an "
@@ -251,16 +272,64 @@ def speculative_sentence(cases: pd.DataFrame) -> str | None:
             f"decoding {'wins' if predicted_wins else 'loses'} with some draft here, measured it "
             f"{'wins' if measured_wins else 'loses'}."
         )
+    if "roofline_speculative_withheld" in cases.columns:
+        eager = cases[cases["roofline_speculative_withheld"] == 0]
+        for impl in sorted(set(eager.get("impl", pd.Series(dtype=object)).dropna())):
+            sentences.append(
+                f"On the {impl} impl the roofline predicts no speculative speedup: an eager verification of several "
+                "positions is priced neither by the roof nor by the overhead fit."
+            )
     return " ".join(sentences) or None
+
+
+def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, machine: str) -> str:
+    """The sentence for one impl whose cases the roofline priced with the loop's own costs."""
+    best = predicted.sort_values("roofline_predicted_speedup").iloc[-1]
+    # The verification was priced at the loop's mean draft length, rounded (speculative_timing).
+    length = best.get("mean_draft_length")
+    k = int(best["k"]) if length is None or pd.isna(length) else min(int(best["k"]), max(1, round(float(length))))
+    step = best["roofline_step_seconds"]
+    calls = best.get("predicted_mean_draft_calls")
+    calls = float(best["k"]) if calls is None or pd.isna(calls) else float(calls)
+    costs = {
+        "the verification": best["roofline_verify_seconds"] / step,
+        "the draft calls": calls * best["roofline_draft_call_seconds"] / step,
+        "the loop's own overhead": best["roofline_loop_overhead_fit_seconds"] / step,
+    }
+    decider = max(costs, key=lambda name: costs[name])
+    listed = ", ".join(f"{name.removeprefix('the ')} {value:.2f}" for name, value in costs.items())
+    break_even = best["roofline_break_even_acceptance"]
+    need = (
+        "no acceptance wins at this cost"
+        if break_even >= 1.0
+        else f"drafts need an acceptance above {break_even:.2f} to win (k={k}, each proposal kept alike)"
+    )
+    predicted_wins = bool((predicted["roofline_predicted_speedup"] > 1).any())
+    return (
+        f"On {machine}'s {impl} impl a speculative pass with its best draft ({best['draft']}, k={k}) "
+        f"costs {sum(costs.values()):.2f} plain steps ({listed}): {decider} decides, and {need}; the roofline "
+        f"says speculative decoding {'wins' if predicted_wins else 'loses'} here "
+        f"(best {best['roofline_predicted_speedup']:.2f}×), measured it {'wins' if measured_wins else 'loses'}."
+    )
 
 
 def error_sentence(placed: pd.DataFrame) -> str | None:
     """How far the roofline's predictions are, per impl, as the median |error|."""
     if placed.empty:
         return None
-    errors = placed.assign(magnitude=placed["prediction_error"].abs()).groupby("impl")["magnitude"].median()
+    predicted = placed.dropna(subset=["prediction_error"])
+    errors = predicted.assign(magnitude=predicted["prediction_error"].abs()).groupby("impl")["magnitude"].median()
     listed = ", ".join(f"{impl} {percent(value)}" for impl, value in errors.items())
-    return f"Median |prediction error| per impl over every placed figure: {listed}."
+    withheld = placed[placed["prediction_error"].isna()]
+    held = "; ".join(
+        f"{impl}: {len(group)} withheld ({', '.join(sorted(set(group['withheld'])))})"
+        for impl, group in withheld.groupby("impl")
+    )
+    if not listed:
+        return f"No placed figure has a prediction ({held})." if held else None
+    return f"Median |prediction error| per impl over every placed figure: {listed}" + (
+        f"; no prediction where the model cannot make one, {held}." if held else "."
+    )
 
 
 def conclusions(
@@ -272,7 +341,7 @@ def conclusions(
         quantization_sentence(placed[placed["experiment"] == "quantization"], quantization_cases)
         if not placed.empty
         else None,
-        speculative_sentence(speculative_cases),
+        speculative_sentence(speculative_cases, machine),
         error_sentence(placed),
     ]
     return [sentence for sentence in sentences if sentence]
@@ -302,16 +371,20 @@ def overhead_model_errors(calibrated: pd.DataFrame) -> pd.DataFrame:
 
 def fit_summary(placed: pd.DataFrame, calibrated: pd.DataFrame) -> pd.DataFrame:
     """Median |error| per impl, side and model (the roofline and, where fitted, the overhead
-    calibration) over the same points, with whether it fits (≤ FIT_LIMIT)."""
+    calibration) over the same points, with whether it fits (≤ FIT_LIMIT). ``withheld``: the
+    points a model made no prediction for (runner.cost.roofline_model.WITHHELD_REASONS), left out
+    of its medians; a group with none predicted has no median and no verdict (``fits`` None)."""
     roof = placed[["impl", "side", "prediction_error"]].assign(model="roofline")
     both = pd.concat([roof, overhead_model_errors(calibrated)], ignore_index=True)
     both["absolute_error"] = both["prediction_error"].abs()
+    both["withheld"] = both["prediction_error"].isna().astype(int)
     summary = both.groupby(["model", "impl", "side"], as_index=False).agg(
         median_abs_error=("absolute_error", "median"),
         median_error=("prediction_error", "median"),
         points=("impl", "size"),
+        withheld=("withheld", "sum"),
     )
-    summary["fits"] = summary["median_abs_error"] <= FIT_LIMIT
+    summary["fits"] = [None if pd.isna(error) else bool(error <= FIT_LIMIT) for error in summary["median_abs_error"]]
     return summary
 
 
@@ -323,7 +396,7 @@ def _direction(median_error: float) -> str:
 def misfit_warning(summary: pd.DataFrame, figure: str) -> str | None:
     """One warning for every model that does not fit (None when all fit): which ``figure`` it
     concerns and its worst group, why that matters, and what to do; a page shows it once."""
-    misfits = summary[~summary["fits"]]
+    misfits = summary[summary["fits"].eq(False)]  # None: all withheld, no verdict
     if misfits.empty:
         return None
     worst = misfits.sort_values("median_abs_error").iloc[-1]

@@ -80,8 +80,8 @@ def table_rows(points: pd.DataFrame) -> list[list[str]]:
                 str(row["level"]),
                 f"{row['roof_fraction']:.0%}",
                 f"{row['measured_us_per_token']:.1f}",
-                f"{row['predicted_us_per_token']:.1f}",
-                f"{row['prediction_error']:+.0%}",
+                "withheld" if pd.isna(row["predicted_us_per_token"]) else f"{row['predicted_us_per_token']:.1f}",
+                str(row["withheld"]) if pd.isna(row["prediction_error"]) else f"{row['prediction_error']:+.0%}",
                 f"{row['intensity']:.2f}",
             ]
         )

@@ -1,10 +1,17 @@
 """What the roofline predicts for decode_vs_transformers.py's fast-path figures on a machine, from
 a stored roof and the counts alone, beside the figures that benchmark printed there.
 
+    python benchmarks/roofline_predict.py --profile PROFILE.json --bench LINES.txt [--bench ...]
     python benchmarks/roofline_predict.py --db URL --machine NAME [--bench LINES.txt | --measure]
 
-``--bench`` is a file of the benchmark's ``name=value`` lines (e.g. another machine's); the
-predictions need only the roof, so a machine that cannot run here is judged by its profile.
+``--profile`` is a machine profile as a JSON file (the stored figures: ``decodelab machine
+profile``'s, as in tests/fixtures/*-profile.json), so nothing is measured and no store is needed:
+a developer on one CPU checks the model against the other's files. ``--bench`` is a file of the
+benchmark's ``name=value`` lines (e.g. another machine's), given as often as there are files; a
+``--measure`` output's sentence ``measured acceptance A: measured Sx`` is read too (older
+outputs printed the speculative figures only that way), and ``--measured-acceptance`` /
+``--measured-speedup`` give them where no file holds them. The predictions need only the roof,
+so a machine that cannot run here is judged by its profile.
 ``--measure`` times the figures here instead, in seconds rather than the benchmark's minutes
 (its fast fp32 and int8 steps paired, its verification in plain steps, and speculative decoding
 with the fast_int8 draft at k = 4 against plain fast decoding, judged at the acceptance it
@@ -20,7 +27,10 @@ range of acceptances (the overhead per pass is left out: no fit is known for ano
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 from runner.cost import roofline_model
 from runner.cost import speculative as speculative_cost
@@ -30,28 +40,72 @@ QUICK = roofline_model.Shape(vocab=103, d_model=128, layers=3, heads=4)  # the q
 TOKENS, VERIFY_K = 256, 4
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--machine", required=True)
-    parser.add_argument("--bench", type=Path, default=None)
-    parser.add_argument("--measure", action="store_true", help="time the figures here (see above)")
-    parser.add_argument("--pairs", type=int, default=7)
-    arguments = parser.parse_args()
-    roofs = Store(arguments.db).profiles.by_machine_name()
-    if arguments.machine not in roofs:
-        raise SystemExit(f"error: --machine: no profile of {arguments.machine!r} (profiled: {', '.join(roofs)})")
-    roof = roofs[arguments.machine]
+# An older --measure output's speculative sentence (its figures had no name=value lines).
+MEASURED_SENTENCE = re.compile(r"measured acceptance ([0-9.]+): measured ([0-9.]+)x")
+
+
+def read_bench(paths: list[Path]) -> dict[str, float]:
+    """Every ``name=value`` line of the files (a later file's value wins), and the speculative
+    figures of an older --measure output's sentence."""
     measured: dict[str, float] = {}
-    if arguments.measure:
-        measured = measure_here(arguments.db, arguments.pairs)
-    elif arguments.bench is not None:
-        for line in arguments.bench.read_text().splitlines():
+    for path in paths:
+        for line in path.read_text().splitlines():
             name, _, value = line.partition("=")
             try:
-                measured[name] = float(value)
+                measured[name.strip()] = float(value)
             except ValueError:
-                continue
+                found = MEASURED_SENTENCE.search(line)
+                if found:
+                    measured[f"fast_int8_draft_k{VERIFY_K}_acceptance"] = float(found.group(1))
+                    measured[f"fast_int8_draft_k{VERIFY_K}_speedup"] = float(found.group(2))
+    return measured
+
+
+def read_profile(path: Path) -> dict[str, Any]:
+    try:
+        figures = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: --profile: cannot read {str(path)!r} as a machine profile's JSON ({error})") from None
+    missing = [key for key in ("peak_operations_per_second", "bandwidth", "sweep", "caches") if key not in figures]
+    if missing:
+        raise SystemExit(f"error: --profile: {str(path)!r} is not a machine profile (no {', '.join(missing)})")
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=Path, default=None, help="a machine profile's JSON file (no store)")
+    parser.add_argument("--db", default=None)
+    parser.add_argument("--machine", default=None)
+    parser.add_argument("--bench", type=Path, action="append", default=[])
+    parser.add_argument("--measure", action="store_true", help="time the figures here (see above)")
+    parser.add_argument("--measured-acceptance", type=float, default=None)
+    parser.add_argument("--measured-speedup", type=float, default=None)
+    parser.add_argument("--pairs", type=int, default=7)
+    arguments = parser.parse_args()
+    if arguments.profile is not None:
+        if arguments.measure:
+            raise SystemExit("error: --measure: needs --db (the quick model is read from a store), not --profile")
+        roof = read_profile(arguments.profile)
+    elif arguments.db is None or arguments.machine is None:
+        raise SystemExit("error: give --profile FILE, or --db URL and --machine NAME")
+    else:
+        roofs = Store(arguments.db).profiles.by_machine_name()
+        if arguments.machine not in roofs:
+            raise SystemExit(f"error: --machine: no profile of {arguments.machine!r} (profiled: {', '.join(roofs)})")
+        roof = roofs[arguments.machine]
+    measured = read_bench(arguments.bench)
+    if arguments.measure:
+        measured |= measure_here(arguments.db, arguments.pairs)
+    if arguments.measured_acceptance is not None:
+        measured[f"fast_int8_draft_k{VERIFY_K}_acceptance"] = arguments.measured_acceptance
+    if arguments.measured_speedup is not None:
+        measured[f"fast_int8_draft_k{VERIFY_K}_speedup"] = arguments.measured_speedup
+    predict(roof, measured)
+
+
+def predict(roof: dict[str, Any], measured: dict[str, float]) -> None:
+    """Print the roofline's figures on ``roof`` beside the ``measured`` ones (by benchmark name)."""
     steps: dict[str, roofline_model.Placement] = {}
     for name, precision in (("fast", "fp32"), ("fast_int8", "int8")):
         passes = roofline_model.generation_cost(QUICK, "fast", precision, 1, TOKENS, cached=True)
@@ -94,6 +148,8 @@ def main() -> None:
             f"fast_int8 draft, k={VERIFY_K}, measured acceptance {acceptance_seen:.3f}: measured {speedup_seen:.2f}x, "
             f"roofline {speedup:.2f}x (error {(speedup - speedup_seen) / speedup_seen:+.0%}): verdict {verdict}"
         )
+        print(f"fast_int8_draft_k{VERIFY_K}_roofline_speedup={speedup:.4g}")
+        print(f"fast_int8_draft_k{VERIFY_K}_roofline_verdict={verdict}")
 
 
 def measure_here(url: str, pairs: int) -> dict[str, float]:
@@ -138,13 +194,16 @@ def measure_here(url: str, pairs: int) -> dict[str, float]:
     decoded = speculative()
     speedup = harness.paired(plain, speculative, pairs=pairs)
     print(f"measured here at load average {load_at_start:.2f} (start) to {os.getloadavg()[0]:.2f} (end)")
-    return {
+    figures = {
         "fast_us_per_token": min(steps.baseline_seconds) / TOKENS * 1e6,
         "fast_int8_us_per_token": min(steps.candidate_seconds) / TOKENS * 1e6,
         f"fast_verify_k{VERIFY_K}_steps": 1 / verify.median,
         f"fast_int8_draft_k{VERIFY_K}_acceptance": decoded.acceptance_rate,
         f"fast_int8_draft_k{VERIFY_K}_speedup": speedup.median,
     }
+    for name, value in figures.items():
+        print(f"{name}={value:.4g}")
+    return figures
 
 
 if __name__ == "__main__":

@@ -358,6 +358,13 @@ CATALOGUE: tuple[Metric, ...] = (
             ("regime", "regime", "predicted", "0 memory-, 1 compute-, 2 overhead-bound"),
             ("roofline_predicted_seconds_per_token", "seconds", "predicted", "from the roof and counts, before timing"),
             ("roofline_prediction_error", "ratio", "predicted", "predicted over measured, minus one"),
+            (
+                "roofline_prediction_withheld",
+                "reason",
+                "predicted",
+                "no prediction stored: 0 an eager step with no overhead fit yet, 1 an eager pass of several positions, "
+                "2 the overhead fit misses its own points by more than 25%",
+            ),
         )
     ),
     Metric("roofline_predicted_verify_cost_ratio", "ratio", "predicted"),
@@ -366,6 +373,32 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("roofline_speedup_error", "ratio", "predicted"),
     Metric("roofline_verify_regime", "regime", "predicted"),
     Metric("roofline_break_even_acceptance", "ratio", "predicted"),
+    Metric("roofline_step_seconds", "seconds", "predicted", help="a plain step on the roof, overhead added"),
+    Metric("roofline_verify_seconds", "seconds", "predicted", help="a k + 1-position verification on the roof"),
+    Metric(
+        "roofline_draft_call_seconds", "seconds", "fitted", help="a draft call: its pass on the roof and its fixed part"
+    ),
+    Metric(
+        "roofline_draft_fixed_seconds", "seconds", "fitted", help="a draft call's time beyond its pass's roof price"
+    ),
+    Metric(
+        "roofline_loop_overhead_seconds",
+        "seconds",
+        "fitted",
+        help="the loop's time per pass beyond its roof-priced verification and draft calls",
+    ),
+    Metric(
+        "roofline_loop_overhead_fit_seconds",
+        "seconds",
+        "fitted",
+        help="the median of the run's earlier cases' loop overhead: what the speedup prediction adds per pass",
+    ),
+    Metric(
+        "roofline_speculative_withheld",
+        "reason",
+        "predicted",
+        help="no roofline speedup: 0 an eager target, 1 no earlier case of the impl to fit the loop overhead on",
+    ),
     # ---- a local Hugging Face checkpoint's peers (runner.decoding.hf_peer)
     Metric("seconds_transformers_cache", "seconds", "timed", "lower"),
     *_paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),

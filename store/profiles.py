@@ -69,9 +69,10 @@ class Profiles:
         return {name: dict(figures) for name, figures in rows}
 
     @survives_outages
-    def overheads(self, machine_id: int) -> dict[str, float]:
+    def overheads(self, machine_id: int, metric: str = "overhead_seconds_per_token") -> dict[str, float]:
         """The newest fitted per-pass overhead (seconds) per impl that this machine's runs recorded
-        (the ``overhead`` experiment's intercept), by impl."""
+        (the ``overhead`` experiment's intercept), by impl; or another of the fit's figures
+        (``seconds_per_mult``: its slope)."""
         with self._sessions.read() as session:
             rows = session.execute(
                 select(Case.params, Measurement.value)
@@ -80,8 +81,17 @@ class Profiles:
                 .where(
                     Run.machine_id == machine_id,
                     Measurement.experiment == "overhead",
-                    Measurement.metric == "overhead_seconds_per_token",
+                    Measurement.metric == metric,
                 )
                 .order_by(Run.id)
             ).all()
         return {str(params.get("impl")): float(value) for params, value in rows}
+
+    def overhead_fits(self, machine_id: int) -> dict[str, dict[str, float]]:
+        """The newest overhead fit's slope and largest error on its own points per impl (what
+        prices an eager impl's steps on the roofline, runner.measure.roofline_placement)."""
+        figures: dict[str, dict[str, float]] = {}
+        for metric in ("seconds_per_mult", "max_fit_error"):
+            for impl, value in self.overheads(machine_id, metric).items():
+                figures.setdefault(impl, {})[metric] = value
+        return figures

@@ -120,3 +120,46 @@ def test_speculative_arithmetic() -> None:
     assert break_even is not None
     assert speculative_cost.expected_chars_per_pass(break_even, 4) == pytest.approx(3.5, rel=1e-6)
     assert speculative_cost.break_even_acceptance(4, 1.0, 2.0, 1.0) is None  # 9 steps a round never pay
+
+
+def test_eager_steps_are_priced_by_their_overhead_fit_or_withheld() -> None:
+    """An eager impl is overhead-bound at these widths: its one-position steps cost the fit's
+    a + b · mults, not a + the roof's times (a few percent of them); with no fit, a fit that misses
+    its own points by more than 25%, or a pass of several positions, there is no prediction."""
+    steps = [pass_cost(QUICK, "static", "fp32", 1, start) for start in range(8)]
+    mults = sum(cost.total_flops for cost in steps) / 2
+    fitted = place(steps, roof(), 300e-6, impl="static", seconds_per_mult=5e-10, fit_error=0.1)
+    assert fitted.regime == "overhead-bound" and fitted.withheld is None
+    assert fitted.predicted_seconds == pytest.approx(8 * 300e-6 + 5e-10 * mults)
+    # The same passes on the roof alone: the overhead plus memory and compute, far less.
+    roof_only = place(steps, roof(), 300e-6)
+    assert roof_only.predicted_seconds < fitted.predicted_seconds
+    assert roof_only.predicted_seconds == pytest.approx(
+        8 * 300e-6 + roof_only.memory_seconds + roof_only.compute_seconds
+    )
+    for withheld, reason in (
+        (place(steps, roof(), 0.0, impl="static", seconds_per_mult=None), roofline_model.NO_OVERHEAD_FIT),
+        (place(steps, roof(), 300e-6, impl="naive", seconds_per_mult=5e-10, fit_error=0.44), roofline_model.FIT_MISSES),
+        (
+            place([pass_cost(QUICK, "static", "fp32", 5, 8)], roof(), 300e-6, impl="static", seconds_per_mult=5e-10),
+            roofline_model.EAGER_MULTI_POSITION,
+        ),
+    ):
+        assert withheld.withheld == reason and withheld.predicted_seconds != withheld.predicted_seconds  # NaN
+        assert withheld.roofline_seconds > 0  # the roof and the regime are still placed
+    # The fast impl is the roof's: a verification of five positions is predicted, fit or none.
+    fast = place([pass_cost(QUICK, "fast", "fp32", 5, 8)], roof(), 5e-6, impl="fast")
+    assert fast.withheld is None and fast.predicted_seconds == pytest.approx(
+        5e-6 + fast.memory_seconds + fast.compute_seconds
+    )
+
+
+def test_the_decodes_working_sets_are_its_passes() -> None:
+    sizes = roofline_model.decode_working_sets({"quick": QUICK}, positions=(0, 128))
+    assert sizes == {
+        f"quick_{precision}_at_{position}": pass_cost(QUICK, "fast", precision, 1, position).working_set_bytes
+        for precision in ("fp32", "bf16", "int8")
+        for position in (0, 128)
+    }
+    # float32 weights (2.42 MB for this vocabulary) and the cache of 129 positions (0.40 MB).
+    assert sizes["quick_fp32_at_128"] == 2_421_508 + 2 * 3 * 129 * 128 * 4

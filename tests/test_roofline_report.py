@@ -137,3 +137,38 @@ def test_the_roofline_report_from_a_real_run(filled_store_url: str, tmp_path: Pa
     machines = machines_report.build_machines_report(store, "tiny", [built.machine])
     assert list(machines.roofs) == [built.machine]
     assert "## Roofs" in machines_report.render(machines, "md")
+
+
+def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() -> None:
+    """With the loop's own costs priced, per impl: the pass of the draft the roofline predicts
+    fastest in plain steps, its largest part named, the break-even acceptance; an eager target
+    is said to be withheld."""
+    speculative = pd.DataFrame(
+        {
+            "impl": ["fast", "fast", "static"],
+            "draft": ["fast_int8", "bigram", "bigram"],
+            "k": [4, 4, 4],
+            "verify_cost_ratio": [2.5, 2.5, None],
+            "roofline_predicted_verify_cost_ratio": [2.2, 2.2, None],
+            "roofline_step_seconds": [40e-6, 40e-6, None],
+            "roofline_verify_seconds": [88e-6, 88e-6, None],
+            "roofline_draft_call_seconds": [20e-6, 10e-6, None],
+            "predicted_mean_draft_calls": [4.0, 4.0, None],
+            "mean_draft_length": [3.8, 4.0, None],
+            "roofline_loop_overhead_fit_seconds": [40e-6, 40e-6, None],
+            "roofline_break_even_acceptance": [0.93, 0.97, None],
+            "roofline_predicted_speedup": [0.8, 0.6, None],
+            "speedup_median": [0.75, 0.58, 1.3],
+            "roofline_speculative_withheld": [None, None, 0],
+        }
+    )
+    sentence = roofline.speculative_sentence(speculative, "epyc")
+    assert sentence is not None
+    # fast_int8: verification 2.2 steps, drafts 4 × 0.5 = 2.0, loop 1.0: 5.2 steps a pass.
+    assert sentence.startswith(
+        "On epyc's fast impl a speculative pass with its best draft (fast_int8, k=4) costs 5.20 plain steps "
+        "(verification 2.20, draft calls 2.00, loop's own overhead 1.00): the verification decides, and drafts "
+        "need an acceptance above 0.93 to win (k=4, each proposal kept alike); the roofline says speculative "
+        "decoding loses here (best 0.80×), measured it loses."
+    )
+    assert "On the static impl the roofline predicts no speculative speedup: an eager verification" in sentence

@@ -109,6 +109,7 @@ def run_ab(
                     "spec": spec.raw,
                     "roof": roof,
                     "overheads": store.profiles.overheads(machine_id),
+                    "overhead_fits": store.profiles.overhead_fits(machine_id),
                 }
             )
             session.run()

@@ -11,7 +11,7 @@ one JSON reply per line on the process's original stdout; anything else the code
 stderr, so a stray print never breaks a reply.
 
 - ``{"op": "build"}``: import the revision's code and build its fast path (the C++ library).
-- ``{"op": "prepare", "db": URL, "spec": {...}, "roof": {...} | null, "overheads": {...}}``:
+- ``{"op": "prepare", "db": URL, "spec": {...}, "roof": {...} | null, "overheads": {...}, "overhead_fits": {...}}``:
   train or reuse the spec's model through the revision's own training code and store, and plan
   the cases; the reply names the model and lists the cases as ``[experiment, params]``.
 - ``{"op": "case", "index": I, "first": true|false}``: measure case I of the plan once; ``first``
@@ -83,6 +83,7 @@ class Side:
             ),
             roof=request.get("roof"),
             overheads=request.get("overheads") or {},
+            overhead_fits=request.get("overhead_fits") or {},
         )
         self.plan = spec.plan()
         return {

@@ -23,6 +23,15 @@ their precision), what ``roof_fraction`` divides by the measured time; the predi
 impl's fitted per-pass overhead (the ``overhead`` experiment's intercept) plus both times added
 (Placement.predicted_seconds says why), and a pass is overhead-bound when that overhead exceeds
 its roofline time.
+
+An overhead-bound pass of an impl other than ``fast`` (eager PyTorch: a few percent of the roof
+at these widths) is priced by the overhead fit itself, a + b · multiplications (``b`` the price
+eager pays per multiplication, tens of times the roof's), since the roof's times would put it at
+5–10% of its measured time. The fit is made on one-position steps, so an eager pass of several
+positions (a no-cache step, a verification), an eager step with no fit yet, or one whose fit
+misses its own points by more than FIT_LIMIT (eager timings on a 2-core VM: the EPYC's quick run
+fitted naive and static within 68% and 44%) gets no prediction: the placement says which
+(``WITHHELD_REASONS``) instead of storing a −90% error.
 """
 
 from __future__ import annotations
@@ -35,6 +44,16 @@ PRECISIONS = ("fp32", "bf16", "int8")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # stored as their index (unit "regime")
 FLOAT_BYTES = 4
+# Why a placement stores no prediction (stored as the index, unit "reason").
+WITHHELD_REASONS = (
+    "no overhead fit yet: an eager step is overhead-bound and the roof alone prices it at a few percent of its time",
+    "an eager pass of several positions: the overhead fit prices one-position steps only",
+    "the overhead fit misses its own points by more than FIT_LIMIT: a prediction from it could not be closer",
+)
+NO_OVERHEAD_FIT, EAGER_MULTI_POSITION, FIT_MISSES = range(len(WITHHELD_REASONS))
+FIT_LIMIT = 0.25  # the largest |error| of the overhead fit on its own points that it may predict with
+# Impls the roof's times predict (their per-pass overhead added); every other is priced by its fit.
+ROOF_PRICED_IMPLS = ("fast",)
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ class Cost:
     bytes_moved: int
     flops: dict[str, int] = field(default_factory=dict)
     working_set_bytes: int = 0
+    positions: int = 1  # new positions the pass feeds (the most of any pass added in)
 
     @property
     def total_flops(self) -> int:
@@ -64,7 +84,12 @@ class Cost:
 
     def __add__(self, other: Cost) -> Cost:
         flops = {key: self.flops.get(key, 0) + other.flops.get(key, 0) for key in {*self.flops, *other.flops}}
-        return Cost(self.bytes_moved + other.bytes_moved, flops, max(self.working_set_bytes, other.working_set_bytes))
+        return Cost(
+            self.bytes_moved + other.bytes_moved,
+            flops,
+            max(self.working_set_bytes, other.working_set_bytes),
+            max(self.positions, other.positions),
+        )
 
 
 def padded(rows: int, lanes: int) -> int:
@@ -122,7 +147,7 @@ def pass_cost(shape: Shape, impl: str, precision: str, positions: int, start: in
     if impl == "naive":
         cache_written += cache_bytes(shape, start) + cache_bytes(shape, end)  # torch.cat: read all, write all
     moved = parameters + embeddings + cache_read + cache_written
-    return Cost(moved, flops, parameters + cache_bytes(shape, end))
+    return Cost(moved, flops, parameters + cache_bytes(shape, end), positions)
 
 
 def generation_cost(
@@ -137,6 +162,33 @@ def generation_cost(
     return [pass_cost(shape, impl, precision, prompt_tokens + step, 0, lanes) for step in range(new_tokens)]
 
 
+# The quick preset's model on the default corpus (the decode the benchmarks and the roofline's
+# figures are about) and its small draft (the speculative experiment's ``small``: one block).
+QUICK_SHAPE = Shape(vocab=103, d_model=128, layers=3, heads=4)
+QUICK_SMALL_DRAFT_SHAPE = Shape(vocab=103, d_model=64, layers=1, heads=4)
+# Cached positions at which a decode's working set is measured: a generation's start, middle and
+# end, and a long one's (the K/V cache grows the working set by 6·d bytes·layers per position).
+DECODE_POSITIONS = (0, 128, 256, 512)
+
+
+def decode_working_sets(
+    shapes: dict[str, Shape] | None = None, positions: tuple[int, ...] = DECODE_POSITIONS
+) -> dict[str, int]:
+    """The working sets a fast-path decode step of each model and precision has after ``positions``
+    cached tokens (parameters + K/V cache, what ``pass_cost`` reports), by name
+    (``quick_fp32_at_128``): the sizes a machine profile measures its bandwidth at, so the roof of
+    a decode on the L2 → L3 cliff is read there, not interpolated across it."""
+    shapes = shapes if shapes is not None else {"quick": QUICK_SHAPE, "small_draft": QUICK_SMALL_DRAFT_SHAPE}
+    sizes: dict[str, int] = {}
+    for name, shape in shapes.items():
+        for precision in PRECISIONS:
+            for position in positions:
+                sizes[f"{name}_{precision}_at_{position}"] = pass_cost(
+                    shape, "fast", precision, 1, position
+                ).working_set_bytes
+    return sizes
+
+
 def level_of(working_set_bytes: int, caches: dict[str, int]) -> str:
     """The nearest level whose capacity holds the working set."""
     for level in ("L1", "L2", "L3"):
@@ -146,9 +198,12 @@ def level_of(working_set_bytes: int, caches: dict[str, int]) -> str:
 
 
 def bandwidth_at(working_set_bytes: int, sweep: list[dict[str, float]]) -> float:
-    """One thread's read bandwidth at this working set: the profile's sweep interpolated on
-    log-log axes (its end values beyond its range)."""
+    """One thread's read bandwidth at this working set: the profile's figure where it measured
+    this size, else its sweep interpolated on log-log axes (its end values beyond its range)."""
     points = sorted((row["working_set_bytes"], row["bytes_per_second"]) for row in sweep)
+    for size, rate in points:
+        if size == working_set_bytes:
+            return rate  # a measured size (the decode's own working sets): its figure, not interpolated
     if working_set_bytes <= points[0][0]:
         return points[0][1]
     for (size_low, rate_low), (size_high, rate_high) in zip(points, points[1:], strict=False):
@@ -170,14 +225,22 @@ class Placement:
     compute_seconds: float  # Σ flops ÷ peak over the passes
     roofline_seconds: float  # Σ over the passes of the slower of the two
     overhead_seconds: float
+    # Σ over overhead-bound passes priced by the fit of (a + b · mults) − (a + memory + compute):
+    # what the fit's price per multiplication adds where it, not the roof, sets the time.
+    fit_excess_seconds: float = 0.0
+    withheld: int | None = None  # an index of WITHHELD_REASONS: no prediction, and why
 
     @property
     def predicted_seconds(self) -> float:
         """The overhead plus memory and compute time added, not overlapped: the fast path's
         kernels load a weight vector and then issue its multiply-adds, and at these sizes the two
         barely overlap (on the second machine's benchmark figures the sum predicts the fast fp32
-        step, the int8 step and a 5-position verification within 0–12%, the maximum within 7–30%)."""
-        return self.overhead_seconds + self.memory_seconds + self.compute_seconds
+        step, the int8 step and a 5-position verification within 0–12%, the maximum within 7–30%).
+        An eager impl's overhead-bound steps are the fit's a + b · mults instead (the module doc).
+        NaN where the prediction is withheld."""
+        if self.withheld is not None:
+            return math.nan
+        return self.overhead_seconds + self.memory_seconds + self.compute_seconds + self.fit_excess_seconds
 
     @property
     def regime(self) -> str:
@@ -193,12 +256,28 @@ def regime(memory_seconds: float, compute_seconds: float, overhead_seconds: floa
 
 
 def place(
-    passes: list[Cost], roof: dict[str, Any], overhead_seconds_per_pass: float = 0.0, threads: int = 1
+    passes: list[Cost],
+    roof: dict[str, Any],
+    overhead_seconds_per_pass: float = 0.0,
+    threads: int = 1,
+    impl: str = "fast",
+    seconds_per_mult: float | None = None,
+    fit_error: float = 0.0,
 ) -> Placement:
-    """Passes on a profile's roof; each pass is bounded by its own slower side, the times summed."""
+    """Passes on a profile's roof; each pass is bounded by its own slower side, the times summed.
+    ``impl`` other than ROOF_PRICED_IMPLS: overhead-bound one-position passes priced by the
+    overhead fit (``overhead_seconds_per_pass`` and ``seconds_per_mult``; None: no fit), withheld
+    where there is no fit, where ``fit_error`` (its largest |error| on its own points) exceeds
+    FIT_LIMIT, or for a pass of several positions (the module doc)."""
     # The roof is the best repeat of each micro-kernel (runner.measure.machine_profile says why).
     peaks = {precision: rates["high"] for precision, rates in roof["peak_operations_per_second"].items()}
-    memory = compute = roofline = 0.0
+    memory = compute = roofline = excess = 0.0
+    withheld: int | None = None
+    fit_priced = impl not in ROOF_PRICED_IMPLS
+    if fit_priced and seconds_per_mult is None:
+        withheld = NO_OVERHEAD_FIT
+    elif fit_priced and fit_error > FIT_LIMIT:
+        withheld = FIT_MISSES
     for cost in passes:
         bandwidth = bandwidth_at(cost.working_set_bytes, roof["sweep"])
         if threads > 1:
@@ -209,6 +288,13 @@ def place(
         memory += pass_memory
         compute += pass_compute
         roofline += max(pass_memory, pass_compute)
+        if not fit_priced or withheld is not None:
+            continue
+        if cost.positions > 1:
+            withheld = EAGER_MULTI_POSITION
+        elif seconds_per_mult is not None and overhead_seconds_per_pass > max(pass_memory, pass_compute):
+            by_fit = overhead_seconds_per_pass + seconds_per_mult * cost.total_flops / 2
+            excess += by_fit - (overhead_seconds_per_pass + pass_memory + pass_compute)
     working_set = max(cost.working_set_bytes for cost in passes)
     return Placement(
         bytes_moved=sum(cost.bytes_moved for cost in passes),
@@ -219,4 +305,6 @@ def place(
         compute_seconds=compute,
         roofline_seconds=roofline,
         overhead_seconds=overhead_seconds_per_pass * len(passes),
+        fit_excess_seconds=excess,
+        withheld=withheld,
     )

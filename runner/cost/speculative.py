@@ -7,7 +7,10 @@ units of a plain decode step (standard library only).
 - ``component_model_speedup``: E over (v + L·c), the verification's measured cost v; also the
   a-priori prediction's formula, with its simulated characters per pass and draft length;
 - ``speculative_speedup`` and ``break_even_acceptance``: the roofline's version in seconds
-  (runner.measure.roofline_placement prices the step, a draft call and a verification on the machine's roof).
+  (runner.measure.roofline_placement prices the step, a draft call and a verification on the machine's roof);
+- ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
+  the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
+  (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases.
 
 runner.experiments.speculative_costs measures the costs these formulas take; runner.experiments.speculative_timing
 records what they give beside the measured speedup.
@@ -62,3 +65,43 @@ def break_even_acceptance(
         else:
             high = middle
     return high
+
+
+def loop_speedup(
+    chars_per_pass: float,
+    draft_calls_per_pass: float,
+    step_seconds: float,
+    verify_seconds: float,
+    draft_call_seconds: float,
+    loop_overhead_seconds: float,
+) -> float:
+    """Plain decoding's time per token over the loop's: a pass costs a verification, its draft
+    calls and the loop's own overhead, and yields ``chars_per_pass`` tokens."""
+    return (
+        chars_per_pass
+        * step_seconds
+        / (verify_seconds + draft_calls_per_pass * draft_call_seconds + loop_overhead_seconds)
+    )
+
+
+def loop_overhead_seconds(
+    measured_step_seconds: float,
+    measured_chars_per_pass: float,
+    measured_speedup: float,
+    verify_seconds: float,
+    draft_calls_per_pass: float,
+    draft_call_seconds: float,
+) -> float:
+    """What one pass of a measured loop took beyond its priced verification and draft calls: the
+    pass's time (its plain step × characters per pass ÷ the measured speedup) minus those parts.
+    Negative where the parts are priced above what the loop spent."""
+    pass_seconds = measured_step_seconds * measured_chars_per_pass / measured_speedup
+    return pass_seconds - verify_seconds - draft_calls_per_pass * draft_call_seconds
+
+
+def loop_break_even_acceptance(
+    k: int, step_seconds: float, draft_call_seconds: float, verify_seconds: float, loop_overhead_seconds: float
+) -> float | None:
+    """The acceptance (each of k proposals kept with it independently) at which the loop stops
+    losing, k draft calls a pass; None if even full acceptance loses."""
+    return break_even_acceptance(k, step_seconds, draft_call_seconds, verify_seconds + loop_overhead_seconds)

@@ -277,6 +277,7 @@ def run_cases(
         ),
         roof=opened.roof,
         overheads=store.profiles.overheads(opened.machine_id),
+        overhead_fits=store.profiles.overhead_fits(opened.machine_id),
     )
     labels = case_progress_labels(plan)
     for experiment, case in plan:

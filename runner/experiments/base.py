@@ -90,6 +90,9 @@ class ExperimentContext:
     # overhead per impl: what runner.measure.roofline_placement places each timed case with (none: nothing placed).
     roof: dict[str, Any] | None = None
     overheads: dict[str, float] = field(default_factory=dict)
+    # The same fits' figures per impl by metric (``seconds_per_mult``, ``max_fit_error``: what
+    # prices an eager impl's steps, and whether it may; store.profiles.overhead_fits).
+    overhead_fits: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def prompt(self, chars: int = 1) -> list[int]:
         """The corpus' first ``chars`` characters (tokens, for an hf model's tokenizer): the

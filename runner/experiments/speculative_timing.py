@@ -286,7 +286,7 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
     if temperature == 0.0:
         plain = generate(target, prompt, n, temperature=0.0, seed=seed, impl=impl).tokens
         greedy = [MeasurementRecord("greedy_matches_target", counts.tokens == plain, "bool")]
-    return [
+    records = [
         *a_priori,
         *greedy,
         MeasurementRecord(
@@ -339,9 +339,10 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
         MeasurementRecord("component_model_speedup", component_model, "ratio"),
         MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
         *assisted,
-        # The roofline prices a verification of the length the cost sessions drafted.
-        *roofline.speculative(context, {**case, "k": k}, draft, a_priori, statistics.median(verify_costs), measured),
     ]
+    # The roofline prices a verification of the length the cost sessions drafted.
+    figures = {record.metric: record.value for record in records}
+    return [*records, *roofline.speculative(context, {**case, "k": k}, draft, figures)]
 
 
 def hf_assisted(

@@ -13,8 +13,17 @@ The figures are one JSON-able dict (stored with the machine, store/profiles.py):
   ``low`` and ``high`` over repeats (a multiply-add counts two);
 - ``bandwidth``: per level (``L1``, ``L2``, ``L3``, ``DRAM``) the working set read and the
   bytes per second on one thread and on all threads (median, low, high);
-- ``sweep``: one thread's best bytes per second at each swept working-set size, what the cost
-  model interpolates at a decode's own working set.
+- ``sweep``: one thread's best bytes per second at each swept working-set size and at each of
+  the decode's own working sets (``decode_working_sets``: the quick model's fast-path step in each
+  precision after 0, 128, 256 and 512 cached tokens, and its small draft's; the fp32 step's ~3.2 MB
+  sits on the L2 → L3 cliff, where interpolating between swept sizes could put the roof anywhere
+  between them): what the cost model reads at a pass's working set;
+- ``decode_working_sets``: those sizes by name (runner.cost.roofline_model.decode_working_sets);
+- ``read_alignment_bytes``: the largest power of two (up to 4096) dividing every read buffer's
+  address: at least 64, so no 64-byte vector load splits a cache line, as none of the decode
+  kernel's do (its weights are ``aligned_alloc(64)``). A buffer from ``array.array`` sat 16 or 48
+  bytes past a line and read 10–50% slower than the hardware (docs/roofline.md, "How the roof was
+  checked").
 
 The roof is the best of the repeats (``high``), not their median: other work on the machine can
 only slow a micro-kernel down, so the fastest repeat is the nearest to what the hardware does.
@@ -22,7 +31,6 @@ only slow a micro-kernel down, so the fastest repeat is the nearest to what the 
 
 from __future__ import annotations
 
-import array
 import ctypes
 import functools
 import os
@@ -32,12 +40,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner.cost.roofline_model import decode_working_sets
 from runner.decoding.native_build import build
 
 PRECISIONS = ("fp32", "bf16", "int8")
 LEVELS = ("L1", "L2", "L3", "DRAM")
 PRECISION_CODES = {"fp32": 0, "bf16": 1, "int8": 2}  # runner/decoding/csrc/roof_probe.cpp Precision
 KIB, MIB = 1024, 1024 * 1024
+ALIGNMENT_BYTES = 64  # a cache line and an AVX-512 vector
 # Fallbacks where /sys says nothing (a container without it): a common desktop core's caches.
 DEFAULT_CACHES = {"L1": 32 * KIB, "L2": 1 * MIB, "L3": 32 * MIB}
 
@@ -101,6 +111,25 @@ def sweep_sizes(caches: dict[str, int], largest: int, quick: bool) -> list[int]:
     return sorted(set(sizes))
 
 
+def aligned_floats(count: int, alignment: int = ALIGNMENT_BYTES) -> tuple[ctypes.Array[ctypes.c_char], int]:
+    """A buffer of ``count`` floats whose address is a multiple of ``alignment``: the owner (keep it
+    alive while the address is read) and the address. Every byte is written (0x01: tiny normal
+    floats), so the pages are this buffer's own and not the kernel's one shared page of zeros,
+    which would read at cache speed whatever the size."""
+    owner = ctypes.create_string_buffer(count * 4 + alignment)
+    address = -(-ctypes.addressof(owner) // alignment) * alignment
+    ctypes.memset(address, 1, count * 4)
+    return owner, address
+
+
+def alignment_of(address: int, most: int = 4096) -> int:
+    """The largest power of two up to ``most`` that divides ``address``."""
+    alignment = 1
+    while alignment < most and address % (2 * alignment) == 0:
+        alignment *= 2
+    return alignment
+
+
 def band(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "low": min(values), "high": max(values)}
 
@@ -116,6 +145,7 @@ class Probe:
         self.call_seconds = call_seconds
         self.lib = library()
         self.granule = int(self.lib.rp_read_granule())
+        self.read_alignment = 4096  # the least alignment of any buffer read so far
 
     def rates(self, work: float, call: Callable[[], object]) -> list[float]:
         """Work per second of each repeat of ``call``."""
@@ -130,18 +160,23 @@ class Probe:
 
     def read(self, size_bytes: int, threads: int) -> dict[str, float]:
         floats = max(self.granule, size_bytes // 4 // self.granule * self.granule)
-        buffer = array.array("f", [1.0]) * (floats * threads)
-        address = buffer.buffer_info()[0]
+        # Each thread's part starts on a line too: floats is a multiple of the granule (8 vectors).
+        owner, address = aligned_floats(floats * threads)
+        self.read_alignment = min(self.read_alignment, alignment_of(address))
         # About 2e10 bytes per second: enough passes that a call lasts call_seconds.
         passes = max(1, int(2e10 * self.call_seconds / (floats * 4)))
         if threads == 1:
             call: Callable[[], object] = lambda: self.lib.rp_read(address, floats, passes)  # noqa: E731
         else:
             call = lambda: self.lib.rp_read_threads(address, floats, passes, threads)  # noqa: E731
-        return band(self.rates(4.0 * floats * passes * threads, call))
+        rates = band(self.rates(4.0 * floats * passes * threads, call))
+        del owner  # the calls above read it; freed only now
+        return rates
 
 
-def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
+def profile(
+    quick: bool = False, threads: int | None = None, working_sets: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Measure this machine's roof (a few seconds quick, well under a minute in full)."""
     started = time.perf_counter()
     all_threads = threads or os.cpu_count() or 1
@@ -149,10 +184,10 @@ def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
     # one that no other process interrupted.
     probe = Probe(repeats=7 if quick else 25, call_seconds=0.0005)
     caches = cache_sizes()
-    working_sets = level_working_sets(caches, quick)
+    level_sizes = level_working_sets(caches, quick)
     peaks = {precision: probe.peak(precision) for precision in PRECISIONS}
     bandwidth: dict[str, dict[str, Any]] = {}
-    for level, size in working_sets.items():
+    for level, size in level_sizes.items():
         shared = level in ("L3", "DRAM")  # all threads share one working set there, else one each
         per_thread = size // all_threads if shared else size
         bandwidth[level] = {
@@ -160,10 +195,9 @@ def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
             "one_thread": probe.read(size, 1),
             "all_threads": probe.read(per_thread, all_threads),
         }
-    sweep = [
-        {"working_set_bytes": size, "bytes_per_second": probe.read(size, 1)["high"]}
-        for size in sweep_sizes(caches, working_sets["DRAM"], quick)
-    ]
+    decode_sizes = dict(working_sets if working_sets is not None else decode_working_sets())
+    sizes = sorted(set(sweep_sizes(caches, level_sizes["DRAM"], quick)) | set(decode_sizes.values()))
+    sweep = [{"working_set_bytes": size, "bytes_per_second": probe.read(size, 1)["high"]} for size in sizes]
     return {
         "instruction_set": probe.lib.rp_isa().decode(),
         "threads": all_threads,
@@ -172,6 +206,8 @@ def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
         "peak_operations_per_second": peaks,
         "bandwidth": bandwidth,
         "sweep": sweep,
+        "decode_working_sets": decode_sizes,
+        "read_alignment_bytes": probe.read_alignment,
         "profile_seconds": time.perf_counter() - started,
     }
 
@@ -179,6 +215,8 @@ def profile(quick: bool = False, threads: int | None = None) -> dict[str, Any]:
 def name_value_lines(figures: dict[str, Any]) -> list[str]:
     """The profile as ``name=value`` lines (what scripts read): the roof, each the best repeat."""
     lines = [f"instruction_set={figures['instruction_set']}", f"threads={figures['threads']}"]
+    if "read_alignment_bytes" in figures:
+        lines.append(f"read_alignment_bytes={figures['read_alignment_bytes']}")
     lines += [f"{level.lower()}_cache_bytes={size}" for level, size in figures["caches"].items()]
     for precision, rates in figures["peak_operations_per_second"].items():
         lines.append(f"peak_{precision}_operations_per_second={rates['high']:.4g}")
@@ -206,4 +244,9 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(
             f"{label:<40} one thread {rate(row['one_thread'], 1e9)}   {threads} threads {rate(row['all_threads'], 1e9)}"
         )
+    swept = {row["working_set_bytes"]: row["bytes_per_second"] for row in figures["sweep"]}
+    for name, size in figures.get("decode_working_sets", {}).items():
+        if name.endswith("_at_128"):  # a generation's middle; the other positions are in the sweep
+            label = f"{name.removesuffix('_at_128')} decode read GB/s at {size / KIB:,.0f} KiB"
+            lines.append(f"{label:<40} one thread {swept[size] / 1e9:8.1f} (best repeat)")
     return "\n".join(lines)

@@ -5,13 +5,18 @@ the roof alone, with its error.
 
 The roof is the run's machine profile (ExperimentContext.roof; a run profiles its machine first
 when the store has none). The per-pass overhead is the ``overhead`` experiment's intercept for
-the impl: this run's fit once it is recorded, else the machine's latest stored one, else none.
-Without a roof nothing is recorded.
+the impl (and, for the eager impls the fit prices, its slope): this run's fit once it is
+recorded, else the machine's latest stored one, else none. Where the cost model withholds a
+prediction (runner.cost.roofline_model.WITHHELD_REASONS: an eager step with no fit, an eager pass
+of several positions) no predicted time or error is stored, only ``roofline_prediction_withheld``,
+the reason's index. Without a roof nothing is recorded.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runner.cost import roofline_model
@@ -26,11 +31,25 @@ PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int
 
 def overhead_seconds(context: ExperimentContext, impl: str) -> float:
     """The impl's fitted per-pass overhead: this run's overhead fit, else the stored one, else 0."""
+    return overhead_fit(context, impl)[0]
+
+
+def overhead_fit(context: ExperimentContext, impl: str) -> tuple[float, float | None, float]:
+    """The impl's fitted per-pass overhead, price per multiplication (None: not fitted) and the
+    fit's largest |error| on its own points: this run's overhead fit, else the machine's stored
+    one; (0, None, 0) where neither was fitted."""
+    fitted: dict[str, float] = {}
     for row in context.earlier("overhead"):
-        fitted = row.params.get("part") == "fit" and row.params.get("impl") == impl
-        if fitted and row.metric == "overhead_seconds_per_token":
-            return max(0.0, row.value)
-    return max(0.0, context.overheads.get(impl, 0.0))
+        if row.params.get("part") == "fit" and row.params.get("impl") == impl:
+            fitted.setdefault(row.metric, row.value)
+    if "overhead_seconds_per_token" not in fitted:
+        fitted = {"overhead_seconds_per_token": context.overheads.get(impl, 0.0), **context.overhead_fits.get(impl, {})}
+    slope = fitted.get("seconds_per_mult")
+    return (
+        max(0.0, fitted["overhead_seconds_per_token"]),
+        None if slope is None else max(0.0, slope),
+        fitted.get("max_fit_error", 0.0),
+    )
 
 
 def fast_threads(impl: str) -> int:
@@ -47,6 +66,17 @@ def placement_records(
     """The figures of a placement spread over ``tokens`` generated tokens, beside the measured time."""
     measured = measured_seconds_per_token * tokens
     predicted = placement.predicted_seconds / tokens
+    if placement.withheld is None:
+        prediction = [
+            MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
+            MeasurementRecord(
+                f"roofline_prediction_error{suffix}",
+                (predicted - measured_seconds_per_token) / measured_seconds_per_token,
+                "ratio",
+            ),
+        ]
+    else:  # no figure rather than one the model cannot make (runner.cost.roofline_model.WITHHELD_REASONS)
+        prediction = [MeasurementRecord(f"roofline_prediction_withheld{suffix}", placement.withheld, "reason")]
     return [
         MeasurementRecord(f"bytes_per_token{suffix}", placement.bytes_moved / tokens, "bytes"),
         MeasurementRecord(f"flops_per_token{suffix}", placement.flops / tokens, "flops"),
@@ -56,12 +86,7 @@ def placement_records(
         MeasurementRecord(f"achieved_flops_per_second{suffix}", placement.flops / measured, "flops/second"),
         MeasurementRecord(f"roof_fraction{suffix}", placement.roofline_seconds / measured, "ratio"),
         MeasurementRecord(f"regime{suffix}", roofline_model.REGIMES.index(placement.regime), "regime"),
-        MeasurementRecord(f"roofline_predicted_seconds_per_token{suffix}", predicted, "seconds"),
-        MeasurementRecord(
-            f"roofline_prediction_error{suffix}",
-            (predicted - measured_seconds_per_token) / measured_seconds_per_token,
-            "ratio",
-        ),
+        *prediction,
     ]
 
 
@@ -79,13 +104,32 @@ def timed_generation(
     does not count, e.g. fake quantization) places nothing."""
     if context.roof is None or precision is None:
         return []
-    overhead, threads = overhead_seconds(context, impl), fast_threads(impl)
+    (overhead, seconds_per_mult, fit_error), threads = overhead_fit(context, impl), fast_threads(impl)
     records: list[MeasurementRecord] = []
     for suffix, (cached, seconds_per_token) in measured.items():
         passes = roofline_model.generation_cost(shape, impl, precision, prompt_tokens, new_tokens, cached)
-        placement = roofline_model.place(passes, context.roof, overhead, threads)
+        placement = roofline_model.place(passes, context.roof, overhead, threads, impl, seconds_per_mult, fit_error)
         records += placement_records(placement, new_tokens, seconds_per_token, suffix)
     return records
+
+
+def named_draft_pass(
+    name: str, target_shape: Shape, small_draft_d_model: int, start: int
+) -> tuple[list[roofline_model.Cost], str | None] | None:
+    """``draft_pass`` from a case's params alone (a stored run read back, no draft at hand): the
+    speculative experiment's drafts by name (runner.experiments.speculative_drafts); None for a
+    draft whose shape the name does not give (a Hugging Face checkpoint's)."""
+    if name in ("bigram", "ngram"):
+        row = target_shape.vocab * roofline_model.FLOAT_BYTES
+        return [roofline_model.Cost(row, {}, row)], None
+    if name in ("fast_int8", "int8"):
+        impl, precision = ("fast", "int8") if name == "fast_int8" else ("static", "fp32")
+        return [roofline_model.pass_cost(target_shape, impl, precision, 1, start)], impl
+    if name == "small":
+        heads = 4 if small_draft_d_model % 4 == 0 else 1
+        shape = Shape(target_shape.vocab, small_draft_d_model, 1, heads)
+        return [roofline_model.pass_cost(shape, "fast", "fp32", 1, start)], "fast"
+    return None
 
 
 def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[roofline_model.Cost], str | None]:
@@ -101,43 +145,129 @@ def draft_pass(draft: Any, target_shape: Shape, start: int) -> tuple[list[roofli
     return [roofline_model.pass_cost(Shape.of(model.config), impl, precision, 1, start)], impl
 
 
+# Why a speculative case stores no roofline speedup (``roofline_speculative_withheld``, its index).
+SPECULATIVE_WITHHELD_REASONS = (
+    "an eager target: a verification of several positions is priced neither by the roof nor by the overhead fit",
+    "no earlier case of this impl in the run: the loop's per-pass overhead is fitted on those",
+)
+EAGER_TARGET, NO_LOOP_FIT = range(len(SPECULATIVE_WITHHELD_REASONS))
+
+
 def speculative(
-    context: ExperimentContext,
-    case: dict[str, Any],
-    draft: Any,
-    a_priori: list[MeasurementRecord],
-    measured_verify_cost_ratio: float,
-    measured_speedup: float,
+    context: ExperimentContext, case: dict[str, Any], draft: Any, measured: Mapping[str, float]
 ) -> list[MeasurementRecord]:
     """The roofline's verification cost (k + 1 positions against one, half way through the
-    generation, where the a-priori step calibrates) and speedup with the calibrated acceptance
-    (``alpha_a_priori``), beside the measured ones; and the acceptance at which drafts break even."""
+    generation, where the a-priori step calibrates) and speedup, beside the measured ones; and
+    the acceptance at which drafts break even. ``measured``: the case's own figures by metric.
+
+    A pass costs the roof's verification, its draft calls (each the roof's price of the draft's
+    pass plus a fixed part: the case's single timed draft call beyond that price, ≥ 0) and the
+    loop's own per-pass overhead (sampling, the accept rule, cache rewinds, Python): the median
+    over this run's earlier cases of the impl of what their loops took beyond their priced parts
+    (each case records its own, ``roofline_loop_overhead_seconds``). Characters and draft calls
+    per pass are the a-priori prediction's. An eager target's verification is not priced
+    (runner.cost.roofline_model's module doc): withheld, as is the first case of an impl."""
     if context.roof is None:
         return []
     impl, k = case["impl"], case["k"]
+    if impl not in roofline_model.ROOF_PRICED_IMPLS:
+        return [MeasurementRecord("roofline_speculative_withheld", EAGER_TARGET, "reason")]
     start = len(context.prompt()) + case["new_tokens"] // 2
-    acceptance = next(record.value for record in a_priori if record.metric == "alpha_a_priori")
     shape, roof, threads = Shape.of(context.model.config), context.roof, fast_threads(impl)
     overhead = overhead_seconds(context, impl)
     step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
     verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
     draft_passes, draft_impl = draft_pass(draft, shape, start)
     draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
-    drafted = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
-    times = (step.predicted_seconds, drafted.predicted_seconds, verify.predicted_seconds)
-    ratio = verify.predicted_seconds / step.predicted_seconds
-    speedup = speculative_cost.speculative_speedup(acceptance, k, *times)
-    break_even = speculative_cost.break_even_acceptance(k, *times)
-    return [
+    draft_token = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
+    parts = LoopParts.price(
+        step.predicted_seconds,
+        verify.predicted_seconds,
+        draft_token.predicted_seconds,
+        measured["draft_call_us"] * 1e-6,
+    )
+    own_overhead = parts.loop_overhead(measured)
+    ratio = parts.verify_seconds / parts.step_seconds
+    records = [
         MeasurementRecord("roofline_predicted_verify_cost_ratio", ratio, "ratio"),
         MeasurementRecord(
             "roofline_verify_cost_ratio_error",
-            (ratio - measured_verify_cost_ratio) / measured_verify_cost_ratio,
+            (ratio - measured["verify_cost_ratio"]) / measured["verify_cost_ratio"],
             "ratio",
         ),
+        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify.regime), "regime"),
+        MeasurementRecord("roofline_step_seconds", parts.step_seconds, "seconds"),
+        MeasurementRecord("roofline_verify_seconds", parts.verify_seconds, "seconds"),
+        MeasurementRecord("roofline_draft_call_seconds", parts.draft_call_seconds, "seconds"),
+        MeasurementRecord("roofline_draft_fixed_seconds", parts.draft_fixed_seconds, "seconds"),
+        MeasurementRecord("roofline_loop_overhead_seconds", own_overhead, "seconds"),
+    ]
+    earlier = [
+        row.value
+        for row in context.earlier("speculative")
+        if row.metric == "roofline_loop_overhead_seconds"
+        and row.params.get("impl") == impl
+        and row.params.get("part") == "speculative"
+    ]
+    if not earlier:
+        return [*records, MeasurementRecord("roofline_speculative_withheld", NO_LOOP_FIT, "reason")]
+    fitted = statistics.median(earlier)
+    speedup = parts.speedup(measured["predicted_chars_per_pass"], measured["predicted_mean_draft_calls"], fitted)
+    break_even = speculative_cost.loop_break_even_acceptance(
+        k, parts.step_seconds, parts.draft_call_seconds, parts.verify_seconds, fitted
+    )
+    measured_speedup = measured["speedup_median"]
+    return [
+        *records,
+        MeasurementRecord("roofline_loop_overhead_fit_seconds", fitted, "seconds"),
         MeasurementRecord("roofline_predicted_speedup", speedup, "ratio"),
         MeasurementRecord("roofline_speedup_error", (speedup - measured_speedup) / measured_speedup, "ratio"),
-        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify.regime), "regime"),
         # 1.0 where even full acceptance loses: no draft of this cost can win.
         MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "ratio"),
     ]
+
+
+@dataclass(frozen=True)
+class LoopParts:
+    """A speculative pass's priced parts (seconds): the plain step and the verification on the
+    roof, a draft call as its pass's price on the roof plus a fixed part."""
+
+    step_seconds: float
+    verify_seconds: float
+    draft_token_seconds: float
+    draft_fixed_seconds: float
+
+    @classmethod
+    def price(
+        cls, step_seconds: float, verify_seconds: float, draft_token_seconds: float, draft_call_seconds: float
+    ) -> LoopParts:
+        """The fixed part of a draft call: what one timed call took beyond its pass's price."""
+        return cls(
+            step_seconds, verify_seconds, draft_token_seconds, max(0.0, draft_call_seconds - draft_token_seconds)
+        )
+
+    @property
+    def draft_call_seconds(self) -> float:
+        return self.draft_token_seconds + self.draft_fixed_seconds
+
+    def loop_overhead(self, measured: Mapping[str, float]) -> float:
+        """What the measured loop spent per pass beyond these parts (its own step, characters
+        per pass, draft calls and speedup)."""
+        return speculative_cost.loop_overhead_seconds(
+            measured["target_step_seconds"],
+            measured["chars_per_target_pass_timed"],
+            measured["speedup_median"],
+            self.verify_seconds,
+            measured["mean_draft_calls"],
+            self.draft_call_seconds,
+        )
+
+    def speedup(self, chars_per_pass: float, draft_calls_per_pass: float, loop_overhead_seconds: float) -> float:
+        return speculative_cost.loop_speedup(
+            chars_per_pass,
+            draft_calls_per_pass,
+            self.step_seconds,
+            self.verify_seconds,
+            self.draft_call_seconds,
+            loop_overhead_seconds,
+        )

@@ -1,0 +1,200 @@
+"""The roofline's speculative speedup with the loop's own costs, recomputed from a stored run's
+timed parts (no measuring): per case the measured speedup, the roofline's prediction and its
+error, the verdict (wins / loses) of each, and the median |error| per impl; the verdicts are also
+counted over the cases measured more than 10% from a tie (``clear_verdicts_right``).
+
+    python benchmarks/speculative_roofline_check.py --db URL --run N [--profile FILE.json]
+
+Another machine's run is read after ``decodelab import --db URL RUN.json``; ``--profile`` gives
+the roof where the run's machine has no stored profile (a run made before the roofline). The
+model (runner.measure.roofline_placement.speculative and LoopParts): a pass costs the roof's
+verification, its draft calls (the roof's price of the draft's pass plus a fixed part, the
+case's single timed call beyond it) and the loop's per-pass overhead, fitted as the median over
+the impl's *other* cases of what their loops took beyond their priced parts (a run fits on its
+earlier cases only; read back, every other case is at hand). Characters and draft calls per
+pass are the a-priori prediction's where the run recorded it, else the i.i.d. E at the
+calibrated acceptance and k calls. Eager targets are withheld, as a run withholds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.roofline import wide
+from runner.cost import roofline_model
+from runner.cost.roofline_model import Shape, pass_cost
+from runner.cost.speculative import loop_break_even_acceptance
+from runner.measure.roofline_placement import LoopParts, named_draft_pass
+from store import frames
+from store.store import Store
+
+# A measured speedup within this of 1.0 is a tie inside the loop's timing noise (its pairs' bands
+# on a 2-core VM span 5-10%): its verdict is counted apart.
+CLEAR_VERDICT = 0.10
+
+
+def vocab_of(parameter_count: int, d_model: int, layers: int, context_length: int) -> int:
+    """The vocabulary a CharGPT of this shape has from its parameter count: a tied embedding
+    (vocab·d), learned positions (context·d), per block 12·d² weights and 13·d biases and
+    LayerNorm figures, and a final LayerNorm (2·d)."""
+    rest = parameter_count - context_length * d_model - layers * (12 * d_model**2 + 13 * d_model) - 2 * d_model
+    if rest <= 0 or rest % d_model:
+        raise SystemExit(f"error: parameter count {parameter_count} is not a CharGPT of d={d_model}, {layers} blocks")
+    return rest // d_model
+
+
+def figure(case: pd.Series, *names: str) -> float | None:
+    for name in names:
+        value = case.get(name)
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            return float(value)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--run", type=int, required=True)
+    parser.add_argument("--profile", type=Path, default=None, help="the roof, where the run's machine has none")
+    arguments = parser.parse_args()
+    store = Store(arguments.db)
+    machine, roof = store.profiles.for_run(arguments.run)
+    if arguments.profile is not None:
+        roof = json.loads(arguments.profile.read_text())
+    if roof is None:
+        raise SystemExit(f"error: --profile: run {arguments.run}'s machine {machine} has no stored roof; give one")
+    spec = frames.runs(store).set_index("run_id").loc[arguments.run, "spec"]
+    model = spec["model"]
+    training = frames.measurements(store, arguments.run, "training_summary")
+    count = int(training[training["metric"] == "parameter_count"]["value"].iloc[0])
+    shape = Shape(
+        vocab_of(count, model["d_model"], model["n_layer"], model["context_length"]),
+        model["d_model"],
+        model["n_layer"],
+        model["n_head"],
+    )
+    overhead_rows = frames.measurements(store, arguments.run, "overhead")
+    intercepts = {
+        row["params"].get("impl"): max(0.0, row["value"])
+        for _, row in overhead_rows.iterrows()
+        if row["params"].get("part") == "fit" and row["metric"] == "overhead_seconds_per_token"
+    }
+    cases = wide(frames.measurements(store, arguments.run, "speculative"))
+    cases = cases[cases["part"] == "speculative"]
+    priced: list[dict[str, Any]] = []
+    for _, case in cases.iterrows():
+        impl = case["impl"] if isinstance(case.get("impl"), str) else "static"
+        if impl not in roofline_model.ROOF_PRICED_IMPLS:
+            priced.append({"case": case, "impl": impl, "withheld": "eager target"})
+            continue
+        n = int(case["new_tokens"])
+        start = 1 + n // 2
+        length = figure(case, "mean_draft_length") or float(case["k"])
+        k = min(int(case["k"]), max(1, round(length)))
+        drafted = named_draft_pass(str(case["draft"]), shape, int(case.get("small_draft_d_model") or 64), start)
+        if drafted is None:
+            priced.append({"case": case, "impl": impl, "withheld": "draft of unknown shape"})
+            continue
+        draft_passes, draft_impl = drafted
+        overhead = intercepts.get(impl, 0.0)
+        step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead)
+        verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead)
+        draft_token = roofline_model.place(draft_passes, roof, intercepts.get(draft_impl or "", 0.0))
+        parts = LoopParts.price(
+            step.predicted_seconds,
+            verify.predicted_seconds,
+            draft_token.predicted_seconds,
+            case["draft_call_us"] * 1e-6,
+        )
+        calls = figure(case, "mean_draft_calls") or float(k)
+        measured = {
+            "target_step_seconds": case["target_step_seconds"],
+            "chars_per_target_pass_timed": figure(case, "chars_per_target_pass_timed", "chars_per_target_pass"),
+            "speedup_median": case["speedup_median"],
+            "mean_draft_calls": calls,
+        }
+        priced.append(
+            {
+                "case": case,
+                "impl": impl,
+                "parts": parts,
+                "own_overhead": parts.loop_overhead(measured),
+                "chars": figure(case, "predicted_chars_per_pass", "expected_chars_per_pass"),
+                "calls": figure(case, "predicted_mean_draft_calls") or calls,
+                "k": k,  # the verification priced: the loop's mean draft length, rounded
+            }
+        )
+    errors: dict[str, list[float]] = {}
+    verdicts: dict[str, list[bool]] = {}
+    clear: dict[str, list[bool]] = {}  # the verdicts of cases measured more than CLEAR_VERDICT from 1.0
+    best: dict[str, tuple[float, dict[str, Any] | None]] = {}  # the case each impl is predicted fastest in
+    print(f"run {arguments.run} on {machine}: roofline speedup with the loop's costs, leave-one-out loop overhead")
+    for index, row in enumerate(priced):
+        case, impl = row["case"], row["impl"]
+        label = f"{impl:<6} {case['draft']:<9} {case.get('schedule', 'fixed'):<10} T={case['temperature']}"
+        if "withheld" in row:
+            print(f"{label}  measured {case['speedup_median']:.2f}x  withheld ({row['withheld']})")
+            continue
+        others = [
+            other["own_overhead"]
+            for j, other in enumerate(priced)
+            if j != index and other["impl"] == impl and "parts" in other
+        ]
+        fitted = statistics.median(others)
+        parts = row["parts"]
+        predicted = parts.speedup(row["chars"], row["calls"], fitted)
+        measured_speedup = float(case["speedup_median"])
+        error = (predicted - measured_speedup) / measured_speedup
+        right = (predicted >= 1.0) == (measured_speedup >= 1.0)
+        errors.setdefault(impl, []).append(abs(error))
+        verdicts.setdefault(impl, []).append(right)
+        if abs(measured_speedup - 1.0) > CLEAR_VERDICT:
+            clear.setdefault(impl, []).append(right)
+        if predicted > best.get(impl, (0.0, None))[0]:
+            best[impl] = (predicted, {**row, "fitted": fitted})
+        print(
+            f"{label}  measured {measured_speedup:.2f}x  roofline {predicted:.2f}x ({error:+.0%}, verdict "
+            f"{'right' if right else 'wrong'})  loop overhead {fitted * 1e6:.0f} us/pass, "
+            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed)"
+        )
+    for impl, values in errors.items():
+        print(f"{impl}_median_abs_roofline_speedup_error={statistics.median(values):.4g}")
+        print(f"{impl}_verdicts_right={sum(verdicts[impl])}/{len(verdicts[impl])}")
+        decided = clear.get(impl, [])
+        print(f"{impl}_clear_verdicts_right={sum(decided)}/{len(decided)}")
+        print(deciding_cost(impl, machine, *best[impl]))
+
+
+def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any] | None) -> str:
+    """Which cost decides speculative decoding on this machine's impl, in plain steps a pass of the
+    case predicted fastest, and the acceptance its drafts need (k calls a pass, each proposal kept
+    alike): what the Roofline page says of a run (analysis.roofline.speculative_sentence)."""
+    assert row is not None
+    parts, case = row["parts"], row["case"]
+    k = int(row["k"])
+    costs = {
+        "verification": parts.verify_seconds / parts.step_seconds,
+        "draft": row["calls"] * parts.draft_call_seconds / parts.step_seconds,
+        "loop_overhead": row["fitted"] / parts.step_seconds,
+    }
+    decider = max(costs, key=lambda name: costs[name])
+    break_even = loop_break_even_acceptance(
+        k, parts.step_seconds, parts.draft_call_seconds, parts.verify_seconds, row["fitted"]
+    )
+    steps = ", ".join(f"{name} {value:.2f}" for name, value in costs.items())
+    return (
+        f"{machine} {impl}: best predicted {case['draft']} k={k} at {predicted:.2f}x, a pass {sum(costs.values()):.2f} "
+        f"plain steps ({steps})\n{impl}_deciding_cost={decider}\n"
+        f"{impl}_break_even_acceptance={1.0 if break_even is None else break_even:.3g}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The roofline checked against the other machine's files, offline (nothing measured): the
+fast-path figures and speculative verdict from a machine profile's JSON and a benchmark's lines
+(benchmarks/roofline_predict.py --profile), and the speculative speedup with the loop's own costs
+recomputed from each machine's imported quick run (benchmarks/speculative_roofline_check.py).
+
+The files are the two machines' (shared/runs, copied into tests/fixtures): the AMD EPYC's
+profile, benchmark lines and `roofline_predict.py --measure` output, and its quiet quick run;
+the Intel Xeon's benchmark lines, the profile of the Xeon VM of issue 26 (tests/fixtures/
+xeon-amx-profile.json: the shared runs hold no Xeon profile) and its quick run (made before the
+roofline: no profile of its own)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup
+from runner.measure.roofline_placement import LoopParts
+from tests.conftest import FIXTURES, ROOT, _cli_environment, run_decodelab
+
+PREDICT = ROOT / "benchmarks" / "roofline_predict.py"
+CHECK = ROOT / "benchmarks" / "speculative_roofline_check.py"
+
+
+def run_script(script: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script), *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_cli_environment({}),
+    )
+
+
+def name_values(printed: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in printed.splitlines() if "=" in line and " " not in line)
+
+
+def test_the_epyc_figures_and_verdict_come_back_from_its_files_alone() -> None:
+    """The offline run reproduces what `roofline_predict.py --measure` printed on the EPYC itself
+    (from a store holding the same profile): every predicted figure and the wrong verdict."""
+    result = run_script(
+        PREDICT,
+        "--profile",
+        str(FIXTURES / "epyc-profile.json"),
+        "--bench",
+        str(FIXTURES / "epyc-bench.txt"),
+        "--bench",
+        str(FIXTURES / "epyc-roofline-predict.txt"),
+    )
+    assert result.returncode == 0, result.stderr
+    offline = name_values(result.stdout)
+    on_the_machine = name_values((FIXTURES / "epyc-roofline-predict.txt").read_text())
+    for name in (
+        "fast_predicted_us_per_token",
+        "fast_int8_predicted_us_per_token",
+        "fast_verify_k4_predicted_steps",
+        "fast_int8_draft_break_even_acceptance",
+    ):
+        assert offline[name] == on_the_machine[name], name
+    # The benchmark's own lines judged: the fast step within +4%, the verdict as printed there.
+    assert "fast: memory-bound in L3" in result.stdout and "prediction error +10%" in result.stdout
+    # The measured speedup is read back rounded as printed (0.75), so the error may move by a point.
+    assert "measured acceptance 0.914: measured 0.75x, roofline 1.14x (error +5" in result.stdout
+    assert offline["fast_int8_draft_k4_roofline_verdict"] == "wrong"
+
+
+def test_the_xeon_figures_and_verdict_come_back_from_its_files_alone() -> None:
+    """The Xeon's benchmark lines judged on the Xeon VM's profile (tests/fixtures: the shared runs
+    hold none for the Xeon; the README's table used another profile of that VM, 1-2% apart): the
+    fast step within 5%, int8 within 15%, the verification within 10%, and the verdict right at
+    the acceptance and speedup measured there (0.918, 1.32x: no file holds them, so given)."""
+    result = run_script(
+        PREDICT,
+        "--profile",
+        str(FIXTURES / "xeon-amx-profile.json"),
+        "--bench",
+        str(FIXTURES / "xeon-amx-bench.txt"),
+        "--measured-acceptance",
+        "0.918",
+        "--measured-speedup",
+        "1.32",
+    )
+    assert result.returncode == 0, result.stderr
+    figures = name_values(result.stdout)
+    bench = name_values((FIXTURES / "xeon-amx-bench.txt").read_text())
+    for name, within in (("fast_us_per_token", 0.05), ("fast_int8_us_per_token", 0.15)):
+        predicted = float(figures[name.replace("_us_", "_predicted_us_")])
+        assert abs(predicted / float(bench[name]) - 1) <= within, name
+    assert abs(float(figures["fast_verify_k4_predicted_steps"]) / float(bench["fast_verify_k4_steps"]) - 1) <= 0.10
+    assert 0.5 < float(figures["fast_int8_draft_break_even_acceptance"]) < 0.6
+    assert figures["fast_int8_draft_k4_roofline_verdict"] == "right"
+    assert "fast: memory-bound" in result.stdout and "measured 79.5" in result.stdout
+
+
+def test_a_file_that_is_no_profile_is_refused_in_one_line(tmp_path: Path) -> None:
+    wrong = tmp_path / "bench.json"
+    wrong.write_text('{"instruction_set": "avx2"}')
+    result = run_script(PREDICT, "--profile", str(wrong), "--bench", str(FIXTURES / "epyc-bench.txt"))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"error: --profile: {str(wrong)!r} is not a machine profile (no peak_operations_per_second, bandwidth, "
+        "sweep, caches)"
+    ]
+    neither = run_script(PREDICT, "--bench", str(FIXTURES / "epyc-bench.txt"))
+    assert (
+        neither.returncode != 0
+        and neither.stderr.strip() == "error: give --profile FILE, or --db URL and --machine NAME"
+    )
+
+
+def test_the_loop_model_reproduces_a_loop_whose_own_overhead_it_is_given() -> None:
+    """The algebra the prediction rests on: a loop's overhead taken from its own measured pass
+    gives back its measured speedup (step priced as measured); more overhead lowers the speedup
+    and raises the acceptance drafts need."""
+    parts = LoopParts.price(
+        step_seconds=40e-6, verify_seconds=90e-6, draft_token_seconds=12e-6, draft_call_seconds=20e-6
+    )
+    assert parts.draft_fixed_seconds == pytest.approx(8e-6) and parts.draft_call_seconds == pytest.approx(20e-6)
+    overhead = loop_overhead_seconds(40e-6, 4.0, 0.8, parts.verify_seconds, 3.5, parts.draft_call_seconds)
+    assert overhead == pytest.approx(40e-6 * 4.0 / 0.8 - 90e-6 - 3.5 * 20e-6)
+    assert parts.speedup(4.0, 3.5, overhead) == pytest.approx(0.8)
+    assert loop_speedup(4.0, 3.5, 40e-6, 90e-6, 20e-6, overhead + 10e-6) < 0.8
+    cheap = loop_break_even_acceptance(4, 40e-6, 20e-6, 90e-6, 0.0)
+    dear = loop_break_even_acceptance(4, 40e-6, 20e-6, 90e-6, 30e-6)
+    assert cheap is not None and dear is not None and cheap < dear
+    assert loop_break_even_acceptance(4, 40e-6, 20e-6, 90e-6, 200e-6) is None  # 5 tokens cannot pay for it
+    # A draft call priced above what one was timed at keeps no negative fixed part.
+    assert LoopParts.price(40e-6, 90e-6, 25e-6, 20e-6).draft_fixed_seconds == 0.0
+
+
+@pytest.fixture(scope="module")
+def imported_quick_runs(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Both machines' quick runs in one SQLite store, through `decodelab import` (EPYC run 1, Xeon run 2)."""
+    directory = tmp_path_factory.mktemp("quick-runs")
+    url = f"sqlite:///{directory / 'runs.db'}"
+    for name in ("epyc-quick", "xeon-amx-quick"):
+        unpacked = directory / f"{name}.json"
+        with gzip.open(FIXTURES / f"{name}.json.gz", "rb") as packed, unpacked.open("wb") as out:
+            shutil.copyfileobj(packed, out)
+        result = run_decodelab("import", str(unpacked), "--db", url, cwd=directory)
+        assert result.returncode == 0, result.stderr
+    return url
+
+
+def test_the_loops_costs_put_the_epyc_speculative_cases_right(imported_quick_runs: str) -> None:
+    """On the EPYC's quiet quick run the roofline without the loop's costs was 95% off (median)
+    and called every fast case a win that lost; with them the fast impl's median |error| is within
+    25% and every verdict right. The eager static target is withheld, not predicted."""
+    result = run_script(CHECK, "--db", imported_quick_runs, "--run", "1")
+    assert result.returncode == 0, result.stderr
+    figures = name_values(result.stdout)
+    assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
+    right, cases = map(int, figures["fast_verdicts_right"].split("/"))
+    assert cases == 14 and right == cases
+    assert result.stdout.count("withheld (eager target)") == 14
+    assert "static_median_abs_roofline_speedup_error" not in figures
+    # What decides on the EPYC: its verification (a compute-bound pass of several positions).
+    assert figures["fast_deciding_cost"] == "verification"
+    assert 0.5 < float(figures["fast_break_even_acceptance"]) < 1.0
+
+
+def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_runs: str) -> None:
+    refused = run_script(CHECK, "--db", imported_quick_runs, "--run", "2")
+    assert refused.returncode != 0
+    assert refused.stderr.strip() == "error: --profile: run 2's machine xeon-amx has no stored roof; give one"
+    result = run_script(
+        CHECK, "--db", imported_quick_runs, "--run", "2", "--profile", str(FIXTURES / "xeon-amx-profile.json")
+    )
+    assert result.returncode == 0, result.stderr
+    figures = name_values(result.stdout)
+    assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
+    # Every case measured more than 10% from a tie is called right; the ties (bigram 1.03x and
+    # 1.05x, fast_int8 0.94x) are predicted within 16% but on the other side of 1.0.
+    right, cases = map(int, figures["fast_clear_verdicts_right"].split("/"))
+    assert cases >= 5 and right == cases
+    right, cases = map(int, figures["fast_verdicts_right"].split("/"))
+    assert cases == 10 and right >= 7
+    # What decides on the Xeon: the draft calls (its verification costs only 1.3 steps there).
+    assert figures["fast_deciding_cost"] == "draft"
+    assert 0.5 < float(figures["fast_break_even_acceptance"]) < 1.0
