@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from dashboard import pages as dashboard_pages
 from tests.browser_helpers import (
     ROOT,
     SCREENSHOTS,
@@ -42,20 +43,8 @@ from tests.conftest import FIXTURES, copy_store, run_decodelab
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SECOND_MACHINE_RUN = FIXTURES / "xeon-amx-quick.json.gz"
-# Every page by its URL path.
-PAGES = [
-    "review",
-    "history",
-    "compare",
-    "kv_cache",
-    "roofline",
-    "memory",
-    "quantization",
-    "speculative",
-    "context_cost",
-    "scale",
-    "seeds",
-]
+# Every page by its URL path (dashboard/pages.py).
+PAGES = [page.name for page in dashboard_pages.PAGES]
 # The README's screenshots: page → file under docs/.
 DOCS_SCREENSHOTS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 
