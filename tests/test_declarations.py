@@ -15,7 +15,7 @@ import pytest
 
 from dashboard.launch import form_fields
 from dashboard.metrics import opening_metric
-from runner import declarations
+from runner import declarations, metrics_doc
 from runner.cost.estimates import FLAT_CASE_SECONDS, _step_seconds, case_seconds, estimate_seconds, training_seconds
 from runner.declarations import Declaration, StepSeconds
 from runner.errors import InputError
@@ -125,6 +125,8 @@ def test_a_toy_declared_here_is_planned_priced_validated_offered_and_catalogued(
     assert (TOY, DECLARATION.metrics[0]) in headlines()
     assert order.index(TOY) > order.index("context_cost") and order.index(TOY) < order.index("bench")
     assert opening_metric(TOY, ["toy_echo_ratio", "toy_echo_seconds"]) == "toy_echo_seconds"
+    # The docs' generated table lists its metrics (python -m runner.metrics_doc).
+    assert "| `toy_echo_ratio` | ratio | exact |" in metrics_doc.markdown_table()
 
 
 def test_the_toy_is_forgotten_after_its_block_and_cannot_be_declared_twice(toy: Declaration) -> None:
@@ -142,6 +144,7 @@ def test_nothing_of_the_toy_stays_once_undeclared() -> None:
     assert TOY not in registry() and declarations.find(TOY) is None
     assert lookup("toy_echo_ratio") is None and TOY not in {experiment for experiment, _ in headlines()}
     assert form_fields([TOY]) == set() and (TOY, "impls") not in cpu_only()
+    assert "toy_echo_ratio" not in metrics_doc.markdown_table()
     assert case_seconds(TOY, {"part": "echo", "n": 4, "pairs": 2}, {"d_model": 32, "n_layer": 1}) == FLAT_CASE_SECONDS
     with pytest.raises(InputError, match=r"^experiments\.toy_echo: unknown experiment"):
         validate(tiny_with_toy(lengths=[4]))
