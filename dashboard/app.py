@@ -18,6 +18,7 @@ from analysis.runs import job_label
 from dashboard import data, ui
 from dashboard.launch import start_worker, stop_workers
 from dashboard.launch_form import QUEUED, launch_form
+from dashboard.pages import PAGES, SECTIONS
 from runner.access import AccessError, load_auth, verdict
 from store import frames
 from store.errors import StoreError
@@ -25,7 +26,7 @@ from store.store import Store
 from store.user_text import markdown_text
 
 # Not "pages/": Streamlit would also serve that folder as an old-style multipage app beside st.navigation.
-PAGES = Path(__file__).parent / "views"
+VIEWS = Path(__file__).parent / "views"
 READ_ONLY = ui.read_only()
 # Workers shown in the sidebar: those seen within this many hours.
 WORKERS_SEEN_WITHIN_HOURS = 1.0
@@ -187,29 +188,15 @@ def open_first_page() -> None:
 
 
 require_login()
-REVIEW = st.Page(PAGES / "review.py", title="Review", url_path="review")
-HISTORY = st.Page(PAGES / "history.py", title="History", url_path="history")
+# Every page of dashboard/pages.py, by name; the root URL (FIRST) opens Review or History.
+NAVIGATION = {page.name: st.Page(VIEWS / f"{page.name}.py", title=page.title, url_path=page.name) for page in PAGES}
+REVIEW, HISTORY = NAVIGATION["review"], NAVIGATION["history"]
 FIRST = st.Page(open_first_page, title="decodelab", url_path="", default=True, visibility="hidden")
-navigation = st.navigation(
-    {
-        "Runs": [
-            FIRST,
-            REVIEW,
-            HISTORY,
-            st.Page(PAGES / "compare.py", title="Compare machines", url_path="compare"),
-        ],
-        "Experiments": [
-            st.Page(PAGES / "kv_cache.py", title="KV cache", url_path="kv_cache"),
-            st.Page(PAGES / "roofline.py", title="Roofline", url_path="roofline"),
-            st.Page(PAGES / "memory.py", title="Memory vs weights", url_path="memory"),
-            st.Page(PAGES / "quantization.py", title="Quantization", url_path="quantization"),
-            st.Page(PAGES / "speculative.py", title="Speculative decoding", url_path="speculative"),
-            st.Page(PAGES / "context_cost.py", title="Context cost", url_path="context_cost"),
-            st.Page(PAGES / "scale.py", title="Scale calculator", url_path="scale"),
-            st.Page(PAGES / "seeds.py", title="The write-ups, reproduced", url_path="seeds"),
-        ],
-    }
-)
+sections: dict[str, list[st.Page]] = {section: [] for section in SECTIONS}
+sections["Runs"].append(FIRST)
+for page in PAGES:
+    sections[page.section].append(NAVIGATION[page.name])
+navigation = st.navigation(sections)
 if navigation is FIRST:
     open_first_page()
 sidebar()

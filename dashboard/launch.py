@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import declarations
 from runner.errors import InputError
 from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, dashboard_models, mark_dashboard_job
 from runner.spec.fields import check_machine
@@ -72,11 +73,23 @@ class LaunchRequest:
     spec_text: str
     machine: str
     confirmed: bool
-    # Key parameters that override the preset (None or empty: keep the preset's).
+    # Key parameters that override the preset (None or empty: keep the preset's), each for the
+    # experiments whose declaration names it (runner.declarations.LAUNCH_FIELDS).
     lengths: list[int] | None = None  # kv_cache lengths
     ks: list[int] | None = None  # speculative draft lengths
     pairs: int | None = None  # paired timings per point, for every experiment that times pairs
     corpus: str = "default"  # for a preset: "default" or a file of the data folder (a spec names its own)
+
+
+def form_fields(experiments: list[str]) -> set[str]:
+    """The launch form's overrides (lengths, ks, pairs) that apply to some of ``experiments``:
+    those their declarations' ``launch_fields`` name."""
+    return {
+        name
+        for experiment in experiments
+        if (declaration := declarations.find(experiment)) is not None
+        for name in declaration.launch_fields
+    }
 
 
 @dataclass(frozen=True)
@@ -107,11 +120,10 @@ def build_spec(request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Any
                 f"(allowed: {', '.join(raw['experiments'])})"
             )
         raw["experiments"] = {name: dict(raw["experiments"][name]) for name in request.experiments}
-        overrides = {"kv_cache": {"lengths": request.lengths}, "speculative": {"ks": request.ks}}
-        for name, fields in overrides.items():
-            for field, value in fields.items():
-                if value and name in raw["experiments"]:
-                    raw["experiments"][name][field] = list(value)
+        for name, params in raw["experiments"].items():
+            for field, value in (("lengths", request.lengths), ("ks", request.ks)):
+                if value and field in form_fields([name]):
+                    params[field] = list(value)
         if request.pairs is not None:
             for params in raw["experiments"].values():
                 if "pairs" in params:

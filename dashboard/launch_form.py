@@ -16,6 +16,7 @@ from dashboard.launch import (
     build_spec,
     check_launch_rate,
     estimate_launch,
+    form_fields,
     launch,
 )
 from runner.errors import InputError
@@ -23,10 +24,6 @@ from runner.model.data_folder import data_files
 from runner.spec import catalog
 from store.store import Store
 
-# The experiments each override applies to: a field shows only once one of them is chosen.
-LENGTHS_FOR = ("kv_cache",)
-KS_FOR = ("speculative",)
-PAIRS_FOR = ("kv_cache", "quantization", "speculative")
 # Session keys: what was launched last per preset (the experiments start from it), the job just queued.
 REMEMBERED = "launch_remembered_experiments"
 QUEUED = "launch_queued_job"
@@ -53,13 +50,15 @@ def request_fields(store: Store) -> LaunchRequest:
             key=f"launch_experiments_{preset}",
             placeholder="Choose the experiments to run",
         )
-        if any(name in LENGTHS_FOR for name in experiments):
+        # An override shows only once a chosen experiment's declaration names it (form_fields).
+        shown = form_fields(experiments)
+        if "lengths" in shown:
             lengths = st.multiselect(
                 "KV-cache lengths n (empty: the preset's)", [32, 64, 128, 256, 512, 1024], key="launch_lengths"
             )
-        if any(name in KS_FOR for name in experiments):
+        if "ks" in shown:
             ks = st.multiselect("Draft lengths k (empty: the preset's)", list(range(1, 17)), key="launch_ks")
-        if any(name in PAIRS_FOR for name in experiments):
+        if "pairs" in shown:
             pairs = int(
                 st.number_input(
                     "Timing pairs per point (0: the preset's)",

@@ -1,6 +1,8 @@
 """The metric catalogue: every metric an experiment records, once, with its unit, its kind, which
-way is better, where it is a headline, its band and its old names. Pages, reports, the review's
-verdicts and the machines audit look metrics up here; adding a metric is adding one entry.
+way is better, its band and its old names (the entry: runner.metric_entry.Metric). Pages, reports,
+the review's verdicts and the machines audit look metrics up here; adding a metric is adding one
+entry, here or in its experiment's declaration (runner.declarations), which also names the
+experiment's headlines and its place in the order.
 
 Kinds (what a second run may do to the figure):
 - ``exact``: integers, byte counts, equality flags, seeded counts and ratios of them: equal on
@@ -14,121 +16,84 @@ Kinds (what a second run may do to the figure):
 - ``predicted``: computed from timings by a model (speedup formulas, choices): noisy, not judged;
 - ``fitted``: a fit over timed points (slopes, intercepts): noisy, not judged.
 
-Standard library only: the CLI, the runner and the dashboard all import it.
+Torch-free (the standard library and the declarations): the CLI, the runner, the store's read
+path and the dashboard all import it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
-KINDS = ("exact", "numerical", "sampled", "timed", "predicted", "fitted")
-# Kinds that reproduce on one machine for one model, seed and code (the rest carry noise).
-DETERMINISTIC_KINDS = frozenset({"exact", "numerical", "sampled"})
+from runner import declarations
+from runner.declarations import Declaration
+from runner.metric_entry import BAND_SUFFIXES as BAND_SUFFIXES
+from runner.metric_entry import DETERMINISTIC_KINDS as DETERMINISTIC_KINDS
+from runner.metric_entry import KINDS as KINDS
+from runner.metric_entry import Metric as Metric
+from runner.metric_entry import exact, paired, timed
+
 # How far a numerical or sampled figure may move across instruction sets: the fast path's
 # kernels differ from eager PyTorch by about 1e-4 in the logits (tests/test_fast_kernels.py
 # holds them to 1e-4 absolute); relative 1e-3 leaves room for the losses summed from them.
 NUMERICAL_TOLERANCE = {"absolute": 1e-4, "relative": 1e-3}
-# The one suffix pair of a band: METRIC_low and METRIC_high (timing.Paired writes them).
-BAND_SUFFIXES = ("_low", "_high")
-# Where an experiment's headlines come in a review, the machines matrix and the docs.
-EXPERIMENT_ORDER = ("training_summary", "kv_cache", "overhead", "quantization", "speculative", "context_cost", "bench")
+# Where an experiment's headlines come in a review, the machines matrix and the pages' lists:
+# its declaration's ``order`` (runner.declarations).
+EXPERIMENT_ORDER = tuple(declaration.name for declaration in declarations.ordered())
 
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric. ``name`` may hold one ``{placeholder}`` (e.g. ``accepted_length_{length}``)
-    for a family of names; ``headline`` names the experiments whose review shows it first;
-    ``band`` the (low, high) metrics recorded around it; ``old_names`` what older runs called it."""
-
-    name: str
-    unit: str
-    kind: str
-    better: str | None = None
-    headline: tuple[str, ...] = ()
-    band: tuple[str, str] | None = None
-    old_names: tuple[str, ...] = ()
-    help: str = ""
-
-    @property
-    def deterministic(self) -> bool:
-        return self.kind in DETERMINISTIC_KINDS
-
-
-def _paired(
-    name: str, help: str, *, headline: tuple[str, ...] = (), band: tuple[str, str] | None = None
-) -> list[Metric]:
-    """A paired speedup (timing.Paired): the median ratio, higher is better, and its band."""
-    low, high = band or (name + BAND_SUFFIXES[0], name + BAND_SUFFIXES[1])
-    return [
-        Metric(name, "ratio", "timed", "higher", headline, (low, high), help=help),
-        Metric(low, "ratio", "timed", help=f"the smallest pair's ratio of {name}"),
-        Metric(high, "ratio", "timed", help=f"the largest pair's ratio of {name}"),
-    ]
-
-
-def _exact(unit: str, *names: str, headline: tuple[str, ...] = ()) -> list[Metric]:
-    return [Metric(name, unit, "exact", headline=headline) for name in names]
-
-
-def _timed(unit: str, *names: str, better: str = "lower") -> list[Metric]:
-    return [Metric(name, unit, "timed", better) for name in names]
-
-
-TS, KV, OH, QU, SP, CC, BE = EXPERIMENT_ORDER
-
-# In headline order within each experiment (the review and the matrix list them so).
-CATALOGUE: tuple[Metric, ...] = (
-    Metric("seconds_per_token", "seconds", "timed", "lower", (TS, OH), help="min-of-N seconds per generated token"),
-    Metric("val_loss", "nats", "numerical", headline=(TS,), help="held-out cross-entropy"),
-    Metric("parameter_count", "parameters", "exact", headline=(TS,)),
-    *_paired("measured_speedup", "no cache over cache, paired, through one impl", headline=(KV,)),
-    *_paired("speedup_vs_eager_no_cache", "the eager no-cache path over the impl's cache, paired", headline=(KV,)),
-    Metric("strings_identical", "bool", "exact", headline=(KV,)),
-    Metric("greedy_identical", "bool", "exact", headline=(KV,)),
-    Metric("max_logit_diff", "logit", "numerical", headline=(KV,), help="largest |logit difference| compared"),
-    Metric("counter_matches_closed_form", "bool", "exact", headline=(KV,)),
-    Metric("arithmetic_ratio", "ratio", "exact", headline=(KV,), help="multiplications without over with the cache"),
-    Metric("arithmetic_ratio_causal", "ratio", "exact", headline=(KV,)),
-    Metric("kv_computations_no_cache", "computations", "exact", headline=(KV,)),
-    Metric("cache_bytes", "bytes", "exact", headline=(KV,)),
-    *_paired("speedup_vs_fp32", "float32 over the quantized model, paired", headline=(QU,)),
-    Metric("loss_increase", "nats", "numerical", headline=(QU,), help="held-out loss minus float32's"),
-    Metric("weight_bytes", "bytes", "exact", headline=(QU,)),
-    Metric("divergence_position_greedy", "tokens", "exact", headline=(QU,)),
-    Metric("divergence_position_sampled", "tokens", "exact", headline=(QU,)),
-    *_paired(
+# The entries kept here; an experiment's own may also come from its declaration
+# (Declaration.metrics), after these: catalogue() is both. Which ones a review shows first is each
+# declaration's ``headlines``.
+ENTRIES: tuple[Metric, ...] = (
+    Metric("seconds_per_token", "seconds", "timed", "lower", help="min-of-N seconds per generated token"),
+    Metric("val_loss", "nats", "numerical", help="held-out cross-entropy"),
+    Metric("parameter_count", "parameters", "exact"),
+    *paired("measured_speedup", "no cache over cache, paired, through one impl"),
+    *paired("speedup_vs_eager_no_cache", "the eager no-cache path over the impl's cache, paired"),
+    Metric("strings_identical", "bool", "exact"),
+    Metric("greedy_identical", "bool", "exact"),
+    Metric("max_logit_diff", "logit", "numerical", help="largest |logit difference| compared"),
+    Metric("counter_matches_closed_form", "bool", "exact"),
+    Metric("arithmetic_ratio", "ratio", "exact", help="multiplications without over with the cache"),
+    Metric("arithmetic_ratio_causal", "ratio", "exact"),
+    Metric("kv_computations_no_cache", "computations", "exact"),
+    Metric("cache_bytes", "bytes", "exact"),
+    *paired("speedup_vs_fp32", "float32 over the quantized model, paired"),
+    Metric("loss_increase", "nats", "numerical", help="held-out loss minus float32's"),
+    Metric("weight_bytes", "bytes", "exact"),
+    Metric("divergence_position_greedy", "tokens", "exact"),
+    Metric("divergence_position_sampled", "tokens", "exact"),
+    *paired(
         "speedup_median",
         "plain decoding over speculative, paired (the A/A case: the plain decode against itself)",
-        headline=(SP,),
         band=("speedup_min", "speedup_max"),
     ),
-    Metric("acceptance_rate", "ratio", "exact", headline=(SP,), help="accepted over proposed, seeded"),
-    Metric("chars_per_target_pass", "chars", "exact", headline=(SP,)),
-    Metric("target_passes", "passes", "exact", headline=(SP,)),
-    Metric("mean_accepted_length", "tokens", "exact", headline=(SP,), help="accepted draft tokens per pass + 1"),
+    Metric("acceptance_rate", "ratio", "exact", help="accepted over proposed, seeded"),
+    Metric("chars_per_target_pass", "chars", "exact"),
+    Metric("target_passes", "passes", "exact"),
+    Metric("mean_accepted_length", "tokens", "exact", help="accepted draft tokens per pass + 1"),
     Metric(
         "distribution_check_passes",
         "bool",
         "sampled",
-        headline=(SP,),
         help="chi-square over every emitted position, p ≥ 0.001",
     ),
-    Metric("check_detects_accept_all", "bool", "sampled", headline=(SP,), help="the accept-all bug caught"),
-    Metric("quad_ratio", "ratio", "exact", headline=(CC,)),
-    Metric("linear_ratio", "ratio", "exact", headline=(CC,)),
-    Metric("crossover_n", "tokens", "exact", headline=(CC,)),
-    Metric("fast_us_per_token", "microseconds", "timed", "lower", (BE,)),
-    Metric("speedup_vs_transformers", "ratio", "timed", "higher", (BE,)),
+    Metric("check_detects_accept_all", "bool", "sampled", help="the accept-all bug caught"),
+    Metric("quad_ratio", "ratio", "exact"),
+    Metric("linear_ratio", "ratio", "exact"),
+    Metric("crossover_n", "tokens", "exact"),
+    Metric("fast_us_per_token", "microseconds", "timed", "lower"),
+    Metric("speedup_vs_transformers", "ratio", "timed", "higher"),
     # ---- the A/A cases: calibrate the verdicts, never compared themselves
-    *_paired("aa_speedup", "one decode paired against itself: the paired method's noise floor"),
+    *paired("aa_speedup", "one decode paired against itself: the paired method's noise floor"),
     Metric("aa_min_ratio", "ratio", "timed", help="one decode's minimum over its own: the min-of-N noise floor"),
     # ---- training_summary
     Metric("train_loss", "nats", "numerical"),
     Metric("unigram_entropy", "nats", "numerical"),
     # ---- kv_cache
-    *_exact("bool", "tokens_identical_no_cache_vs_cache", "exceeds_tolerance", "within_tolerance"),
-    *_exact(
+    *exact("bool", "tokens_identical_no_cache_vs_cache", "exceeds_tolerance", "within_tolerance"),
+    *exact(
         "multiplications",
         "closed_form_mults_cache",
         "closed_form_mults_no_cache",
@@ -147,9 +112,9 @@ CATALOGUE: tuple[Metric, ...] = (
         "mults_no_cache_with_lm_head",
         "mults_per_token",
     ),
-    *_exact("computations", "kv_computations_cache", "kv_computations_cache_per_layer"),
-    *_exact("computations", "kv_computations_no_cache_per_layer"),
-    *_exact("ratio", "arithmetic_ratio_with_lm_head", "arithmetic_ratio_writeup_model", "bytes_ratio_vs_fp32"),
+    *exact("computations", "kv_computations_cache", "kv_computations_cache_per_layer"),
+    *exact("computations", "kv_computations_no_cache_per_layer"),
+    *exact("ratio", "arithmetic_ratio_with_lm_head", "arithmetic_ratio_writeup_model", "bytes_ratio_vs_fp32"),
     Metric("cache_bytes{suffix}", "bytes", "exact", help="the cache of fewer K/V heads (_kv_heads_N)"),
     Metric("cache_bytes_allocated", "bytes", "exact"),
     Metric("cache_elements", "elements", "exact"),
@@ -160,7 +125,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("top2_margin", "logit", "numerical"),
     Metric("top2_margin_step", "tokens", "exact"),
     Metric("reference_max_output_diff", "value", "numerical"),
-    *_timed(
+    *timed(
         "seconds",
         "seconds_cache",
         "seconds_no_cache",
@@ -191,7 +156,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("weight_bytes_fp32", "bytes", "exact"),
     Metric("seconds_per_token_fp32", "seconds", "timed", "lower"),
     # ---- speculative
-    *_exact("tokens", "accepted", "proposed", "mean_draft_length"),
+    *exact("tokens", "accepted", "proposed", "mean_draft_length"),
     Metric("mean_draft_calls", "calls", "exact", help="draft calls per pass: proposals, plus a confidence stop's"),
     Metric(
         "chars_per_target_pass_timed",
@@ -276,7 +241,7 @@ CATALOGUE: tuple[Metric, ...] = (
         "sampled",
         help="recorded only where the variant was due: the check caught it",
     ),
-    *_timed(
+    *timed(
         "seconds",
         "baseline_seconds",
         "speculative_seconds",
@@ -285,7 +250,7 @@ CATALOGUE: tuple[Metric, ...] = (
         "draft_seconds_per_char",
         "a_priori_step_seconds",
     ),
-    *_timed("microseconds", "draft_call_us", "target_pass_us"),
+    *timed("microseconds", "draft_call_us", "target_pass_us"),
     Metric("draft_cost_ratio", "ratio", "timed"),
     Metric("draft_cost_ratio_writeup", "ratio", "timed"),
     Metric("verify_cost_ratio", "ratio", "timed"),
@@ -334,8 +299,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("a_priori_within_10pct", "ratio", "predicted", help="share of an impl's cases within 10%"),
     Metric("a_priori_cases", "count", "exact"),
     # ---- context_cost
-    *_exact("pairs", "append_pairs", "causal_pairs", "generate_pairs", "wasted_pairs"),
-    *_exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
+    *exact("pairs", "append_pairs", "causal_pairs", "generate_pairs", "wasted_pairs"),
+    *exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
     Metric("max_context_for_bytes", "tokens", "exact"),
     Metric("score_bytes", "bytes", "exact"),
     # ---- roofline placement of every timed decode (runner.measure.roofline_placement; kv_cache adds a _no_cache copy)
@@ -401,33 +366,51 @@ CATALOGUE: tuple[Metric, ...] = (
     ),
     # ---- a local Hugging Face checkpoint's peers (runner.decoding.hf_peer)
     Metric("seconds_transformers_cache", "seconds", "timed", "lower"),
-    *_paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),
+    *paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),
     Metric("transformers_tokens_identical", "bool", "exact"),
     Metric("hf_assisted_seconds", "seconds", "timed", "lower"),
-    *_paired("speedup_vs_hf_assisted", "Hugging Face assisted generation over this loop, paired"),
+    *paired("speedup_vs_hf_assisted", "Hugging Face assisted generation over this loop, paired"),
     Metric("hf_assisted_greedy_identical", "bool", "exact"),
     # ---- bench (each benchmark script's name=value lines; runner.cli.bench)
     Metric("benchmark_seconds", "seconds", "timed", "lower"),
 )
 
 
-def _index() -> tuple[dict[str, Metric], list[tuple[re.Pattern[str], Metric]]]:
-    exact: dict[str, Metric] = {}
+def catalogue() -> tuple[Metric, ...]:
+    """Every entry: this file's, then each declared experiment's own, in their order."""
+    return _index(declarations.ordered()).entries
+
+
+@dataclass(frozen=True)
+class _Index:
+    entries: tuple[Metric, ...]
+    by_name: dict[str, Metric]
+    families: list[tuple[re.Pattern[str], Metric]]
+    renamed: dict[str, str]
+
+
+@functools.lru_cache(maxsize=4)
+def _index(declared: tuple[Declaration, ...]) -> _Index:
+    """The catalogue's lookups, built once per set of declarations (a test may declare one more)."""
+    entries = ENTRIES + tuple(metric for declaration in declared for metric in declaration.metrics)
+    by_name: dict[str, Metric] = {}
     families: list[tuple[re.Pattern[str], Metric]] = []
-    for metric in CATALOGUE:
+    for metric in entries:
         if metric.kind not in KINDS:
             raise ValueError(f"metric {metric.name}: kind {metric.kind!r} is not one of {', '.join(KINDS)}")
         if "{" in metric.name:
             pattern = re.sub(r"\\\{[a-z_]+\\\}", "[a-z0-9_]+", re.escape(metric.name))
             families.append((re.compile(pattern + "$"), metric))
+        elif metric.name in by_name:
+            raise ValueError(f"metric {metric.name}: in the catalogue twice (each name has one entry)")
         else:
-            exact.setdefault(metric.name, metric)  # a repeated entry keeps the first (its headline one)
-    return exact, families
+            by_name[metric.name] = metric
+    renamed = {old: metric.name for metric in entries for old in metric.old_names}
+    return _Index(entries, by_name, families, renamed)
 
 
-BY_NAME, FAMILIES = _index()
 # Old name → current name: older runs keep the names they were recorded under.
-RENAMED_METRICS = {old: metric.name for metric in CATALOGUE for old in metric.old_names}
+RENAMED_METRICS = _index(declarations.ordered()).renamed
 
 
 @dataclass(frozen=True)
@@ -451,11 +434,12 @@ RETIRED_METRICS = {
 
 def lookup(name: str) -> Metric | None:
     """The catalogue's entry for a metric name (current or old), None for an unknown one."""
-    name = RENAMED_METRICS.get(name, name)
-    found = BY_NAME.get(name)
+    index = _index(declarations.ordered())
+    name = index.renamed.get(name, name)
+    found = index.by_name.get(name)
     if found is not None:
         return found
-    return next((metric for pattern, metric in FAMILIES if pattern.match(name)), None)
+    return next((metric for pattern, metric in index.families if pattern.match(name)), None)
 
 
 # The kind of a metric the catalogue does not know (a benchmark's own line, a newer run's), by unit.
@@ -481,10 +465,17 @@ def is_deterministic(name: str, unit: str) -> bool:
 
 
 def headlines() -> tuple[tuple[str, Metric], ...]:
-    """(experiment, metric) of every headline, in EXPERIMENT_ORDER and catalogue order."""
-    return tuple(
-        (experiment, metric) for experiment in EXPERIMENT_ORDER for metric in CATALOGUE if experiment in metric.headline
-    )
+    """(experiment, metric) of every headline: the experiments in their declarations' order, each
+    one's in its declaration's ``headlines`` order. A headline the catalogue lacks is an error, not
+    a row quietly missing from every review."""
+    found: list[tuple[str, Metric]] = []
+    for declaration in declarations.ordered():
+        for name in declaration.headlines:
+            metric = lookup(name)
+            if metric is None:
+                raise ValueError(f"experiment {declaration.name}: headline {name!r} is not in the metric catalogue")
+            found.append((declaration.name, metric))
+    return tuple(found)
 
 
 def band_of(name: str) -> tuple[str, str]:

@@ -1,6 +1,7 @@
-"""The metric table of docs/experiments.md, generated from the catalogue (runner.metrics), so the
-docs list exactly the metrics, units and kinds the code records. Rewrite it after changing the
-catalogue (a test fails while the two differ):
+"""The metric table of docs/experiments.md, generated from the catalogue (runner.metrics, with
+each experiment's declared metrics), so the docs list exactly the metrics, units and kinds the code
+records. Rewrite it after changing the catalogue or adding an experiment (a test fails while the two
+differ):
 
     python -m runner.metrics_doc [docs/experiments.md]
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.metrics import CATALOGUE, RETIRED_METRICS, Metric
+from runner.metrics import RETIRED_METRICS, Metric, catalogue
 
 BEGIN = "<!-- metric table: generated from runner/metrics.py by `python -m runner.metrics_doc`; do not edit -->"
 END = "<!-- end of the generated metric table -->"
@@ -29,13 +30,9 @@ def _row(metric: Metric) -> str:
 
 
 def markdown_table() -> str:
-    """Every catalogue entry, in catalogue order (experiment by experiment, headlines first)."""
-    seen: set[str] = set()
-    rows = []
-    for metric in CATALOGUE:
-        if metric.name not in seen:  # a repeated entry is the same metric under a second headline
-            seen.add(metric.name)
-            rows.append(_row(metric))
+    """Every catalogue entry, in catalogue order (runner/metrics.py's, headlines first, then each
+    declared experiment's own)."""
+    rows = [_row(metric) for metric in catalogue()]
     header = "| metric | unit | kind | better | band | old names | what it is |\n|---|---|---|---|---|---|---|"
     retired = [f"- `{name}` (now `{old.replacement}`): {_cell(old.why)}" for name, old in RETIRED_METRICS.items()]
     lead = "Retired names older runs recorded (the store keeps them as recorded):"
@@ -54,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     path = Path(arguments[0]) if arguments else DOCS
     path.write_text(with_table(path.read_text()))
-    print(f"wrote the metric table of {path} ({len({metric.name for metric in CATALOGUE})} metrics)")
+    print(f"wrote the metric table of {path} ({len(catalogue())} metrics)")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from dashboard import pages as dashboard_pages
 from tests.browser_helpers import SERVERS, chromium, open_page, require_browser, serve_dashboard, wait_until_idle
 from tests.conftest import QUICK_SPEC, copy_store, run_decodelab
 from tests.test_browser_pages import navigate
@@ -33,19 +34,7 @@ PRESET = f"qu{CONTROLS}ick ![p](http://evil.invalid/p.png)"
 NOTE = f"note{CONTROLS} ![n](http://evil.invalid/n.png)\r=cmd|' /C calc'!A0"
 # The pages the sidebar links to, followed as a reader does (a page loaded by its address starts
 # the whole app again: docs/testing.md); the root URL opens the Review page of the newest run.
-PAGES = [
-    "history",
-    "compare",
-    "kv_cache",
-    "roofline",
-    "memory",
-    "quantization",
-    "speculative",
-    "context_cost",
-    "scale",
-    "seeds",
-    "review",
-]
+PAGES = [page.name for page in dashboard_pages.PAGES if page.name != "review"] + ["review"]
 REVIEWED = "review?run=3&baseline=2"
 # Row 11: a run id longer than int() reads (4,300 digits) was an uncaught ValueError.
 LONG_PIN = "compare?pin=vm:" + "9" * 5000

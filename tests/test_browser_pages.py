@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from analysis import theme
+from dashboard import pages as dashboard_pages
 from tests.browser_helpers import (
     SCREENSHOTS,
     SERVERS,
@@ -47,20 +48,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SECOND_MACHINE_RUN = FIXTURES / "xeon-amx-quick.json.gz"
-# Every page by its URL path.
-PAGES = [
-    "review",
-    "history",
-    "compare",
-    "kv_cache",
-    "roofline",
-    "memory",
-    "quantization",
-    "speculative",
-    "context_cost",
-    "scale",
-    "seeds",
-]
+# Every page by its URL path (dashboard/pages.py).
+PAGES = [page.name for page in dashboard_pages.PAGES]
 
 # Table cells a reader should never see: Streamlit's own rendering of a boolean or a missing value.
 RAW_CELLS = frozenset({"true", "false", "None", "nan", "NaN", "<NA>", "NaT"})

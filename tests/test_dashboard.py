@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from analysis import theme
 from analysis.runs import job_label
 from dashboard import charts, data, headlines
+from dashboard import pages as dashboard_pages
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
 from runner.spec.sweeps import parse_toml, preset_text
@@ -24,18 +25,8 @@ from store.store import Store
 from tests.conftest import QUICK_SPEC, TINY_SPEC, kill_job_workers, rows_by
 
 DASHBOARD = Path(__file__).parent.parent / "dashboard"
-PAGES = [
-    "history",
-    "compare",
-    "kv_cache",
-    "roofline",
-    "memory",
-    "quantization",
-    "speculative",
-    "context_cost",
-    "scale",
-    "seeds",
-]
+# Every page but Review (tested on its own), in the navigation's order (dashboard/pages.py).
+PAGES = [page.name for page in dashboard_pages.PAGES if page.name != "review"]
 # Pages whose content is a table, not a chart.
 TABLE_PAGES = {"seeds"}
 # Pages that show a store's runs (the scale calculator needs none): an empty store names the command.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runner import declarations
 from runner.cost import counts
 from runner.cost.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS
 from runner.errors import InputError
@@ -25,6 +26,8 @@ TRAINING_BYTES_PER_PARAMETER = 4 * FLOAT_BYTES
 # A character corpus's vocabulary is not known before it is read; this bounds ordinary text.
 VOCABULARY_ESTIMATE = 256
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
+# A case whose experiment's declaration does not price it (runner.declarations: case_seconds).
+FLAT_CASE_SECONDS = 0.5
 
 
 def _step_seconds(d_model: int, n_layer: int, t: int = 1, cache: bool = True) -> float:
@@ -43,18 +46,13 @@ def training_seconds_of(model: dict[str, Any], train: dict[str, Any]) -> float:
 
 
 def case_seconds(experiment: str, case: dict[str, Any], model: dict[str, Any]) -> float:
-    """One case's wall time."""
-    d, layers = model["d_model"], model["n_layer"]
-    if experiment == "kv_cache" and case.get("part") in ("timing", "width"):
-        n, width = case["n"], case["d_model"]
-        uncached = sum(_step_seconds(width, layers, t, cache=False) for t in range(1, n + 1))
-        return (case["pairs"] + 1) * (uncached + n * _step_seconds(width, layers, n))
-    if experiment == "quantization":
-        tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
-        return 3 * tokens * _step_seconds(d, layers)
-    if experiment == "speculative" and case.get("part") in ("speculative", "aa"):
-        return 3 * (case["pairs"] + 1) * case["new_tokens"] * _step_seconds(d, layers) * (1 + case["k"])
-    return 0.5
+    """One case's wall time: its experiment's declaration prices it in decode steps
+    (``_step_seconds``), else the flat price."""
+    declaration = declarations.find(experiment)
+    priced = None
+    if declaration is not None and declaration.case_seconds is not None:
+        priced = declaration.case_seconds(case, model, _step_seconds)
+    return FLAT_CASE_SECONDS if priced is None else priced
 
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:

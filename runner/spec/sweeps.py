@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from runner import declarations
 from runner.cost.estimates import check_limits
 from runner.cost.estimates import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
@@ -34,9 +35,6 @@ from runner.spec.catalog import PRESET_DIRECTORY, preset_names
 from runner.spec.fields import Field, check_section, field_path
 
 PRESETS = preset_names()
-# Experiments that run before the rest whatever the spec's order (SweepSpec.experiments): the
-# overhead fit that every later roofline placement adds.
-RUN_FIRST = ("training_summary", "overhead")
 
 TOP_FIELDS = {
     "name": Field("str", "custom"),
@@ -109,14 +107,14 @@ class SweepSpec:
         return TrainConfig(**self.raw["train"])
 
     def experiments(self) -> list[tuple[Experiment, dict[str, Any]]]:
-        """The spec's experiments in the order they run: the spec's, except that ``overhead``
-        runs right after the training summary, before the experiments whose roofline placements
-        add its fitted per-pass overhead (a kv_cache case placed before it would take the
-        machine's stored overhead, or none on a first run, and miss the measured time by ×10)."""
+        """The spec's experiments in the order they run: the spec's, except that those declared
+        ``run_first`` (the training summary, then the overhead fit that later roofline
+        placements add) come first, in their declarations' order."""
         known = registry()
+        run_first = [declaration.name for declaration in declarations.ordered() if declaration.run_first]
         sections = list(self.raw["experiments"].items())
         ordered = sorted(
-            sections, key=lambda section: RUN_FIRST.index(section[0]) if section[0] in RUN_FIRST else len(RUN_FIRST)
+            sections, key=lambda section: run_first.index(section[0]) if section[0] in run_first else len(run_first)
         )
         return [(known[name], params) for name, params in ordered]
 
@@ -193,19 +191,18 @@ def validate(raw: Any) -> SweepSpec:
     return spec
 
 
-# What runs on the CPU only: the compiled fast path (its impl, its kernels, the draft proposing
-# through it) and PyTorch's dynamic int8 kernel.
-CPU_ONLY = {
-    ("kv_cache", "impls"): ("fast",),
-    ("overhead", "impls"): ("fast",),
-    ("speculative", "impls"): ("fast",),
-    ("speculative", "drafts"): ("fast_int8",),
-    ("quantization", "kernels"): ("dynamic_int8", "fast_int8", "fast_bf16"),
-}
+def cpu_only() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(experiment, field) → the values that run on the CPU only (the compiled fast path, PyTorch's
+    dynamic int8 kernel), from each experiment's declaration."""
+    return {
+        (declaration.name, field): values
+        for declaration in declarations.ordered()
+        for field, values in declaration.cpu_only.items()
+    }
 
 
 def _check_cuda_fields(experiments: dict[str, Any]) -> None:
-    for (experiment, field), values in CPU_ONLY.items():
+    for (experiment, field), values in cpu_only().items():
         chosen = experiments.get(experiment, {}).get(field, [])
         for value in values:
             if value in chosen:
@@ -224,7 +221,7 @@ def for_device(raw: dict[str, Any], device: str) -> dict[str, Any]:
         "experiments": {name: dict(params) for name, params in raw.get("experiments", {}).items()},
     }
     if device == "cuda":
-        for (experiment, field), values in CPU_ONLY.items():
+        for (experiment, field), values in cpu_only().items():
             params = moved["experiments"].get(experiment)
             if params and field in params:
                 params[field] = [item for item in params[field] if item not in values]

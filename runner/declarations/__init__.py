@@ -1,0 +1,108 @@
+"""Each experiment's declaration: the one place that says what the rest of the tool reads about
+an experiment. One module per experiment in this package, each with a module-level
+``DECLARATION``; they are found by listing the package, so adding an experiment adds a file here
+and edits no shared list. Who reads what:
+
+- the registry (runner.experiments.registry): ``module``, whose ``EXPERIMENT`` plans and measures;
+- the planner (runner.spec.sweeps.SweepSpec.experiments): ``run_first``;
+- the validator (runner.spec.sweeps.validate): the registry, and ``cpu_only`` on cuda;
+- the estimate (runner.cost.estimates.case_seconds): ``case_seconds``;
+- the metric catalogue (runner.metrics): ``order``, ``headlines`` and ``metrics``;
+- the pages (dashboard.metrics.opening_metric): ``opening``;
+- the launch form (dashboard.launch.form_fields): ``launch_fields``.
+
+Standard library and the catalogue's entry type only: the catalogue, the store's read path and
+the dashboard read declarations without importing torch (the experiment's module does)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.metric_entry import Metric
+
+# One decode step's seconds on the estimate's rough machine: (d_model, n_layer, t=1, cache=True).
+StepSeconds = Callable[..., float]
+# A case's estimated wall time from its params, the spec's model section and the step time; None:
+# the flat price of a case the cost model does not model (runner.cost.estimates.FLAT_CASE_SECONDS).
+CaseSeconds = Callable[[dict[str, Any], dict[str, Any], StepSeconds], "float | None"]
+# The launch form's overrides (dashboard.launch.LaunchRequest): each shows once a chosen
+# experiment declares it, and replaces the preset's field of that name.
+LAUNCH_FIELDS = ("lengths", "ks", "pairs")
+
+
+@dataclass(frozen=True, eq=False)
+class Declaration:
+    """What the tool knows of one experiment before importing it.
+
+    ``name``: its spec section's name; ``order``: where it comes in reviews, the machines matrix
+    and the pages' lists (lower first); ``module``: the module whose ``EXPERIMENT`` plans and
+    measures it (None: another command records it, as ``decodelab bench`` does);
+    ``run_first``: it runs before the others whatever the spec's order; ``headlines``: the
+    metrics a review shows first, in order; ``opening``: the metric a page opens on, the first
+    of these present; ``metrics``: catalogue entries of its own; ``cpu_only``: field → the
+    values that run on the CPU only; ``launch_fields``: which of LAUNCH_FIELDS apply to it;
+    ``case_seconds``: one case's estimated wall time (None: every case at the flat price)."""
+
+    name: str
+    order: int
+    module: str | None = None
+    run_first: bool = False
+    headlines: tuple[str, ...] = ()
+    opening: tuple[str, ...] = ()
+    metrics: tuple[Metric, ...] = ()
+    cpu_only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    launch_fields: tuple[str, ...] = ()
+    case_seconds: CaseSeconds | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.launch_fields if name not in LAUNCH_FIELDS]
+        if unknown:
+            raise ValueError(
+                f"experiment {self.name}: launch field {unknown[0]!r} is not one of {', '.join(LAUNCH_FIELDS)}"
+            )
+
+
+_declared: dict[str, Declaration] = {}
+_ordered: tuple[Declaration, ...] = ()
+
+
+def _discover() -> None:
+    global _ordered
+    for module in pkgutil.iter_modules(__path__):
+        declaration: Declaration = importlib.import_module(f"{__name__}.{module.name}").DECLARATION
+        _declared[declaration.name] = declaration
+    _ordered = tuple(sorted(_declared.values(), key=lambda declaration: (declaration.order, declaration.name)))
+
+
+def ordered() -> tuple[Declaration, ...]:
+    """Every declared experiment, in ``order``."""
+    if not _declared:
+        _discover()
+    return _ordered
+
+
+def find(name: str) -> Declaration | None:
+    """The declaration of the experiment ``name``, None for an undeclared one."""
+    return next((declaration for declaration in ordered() if declaration.name == name), None)
+
+
+@contextmanager
+def declared(declaration: Declaration) -> Iterator[Declaration]:
+    """``declaration`` known to every reader for the ``with`` block, forgotten after it: how a
+    test declares an experiment of its own without a file in this package."""
+    global _ordered
+    before = ordered()
+    if declaration.name in _declared:
+        raise ValueError(f"experiment {declaration.name}: declared already")
+    _declared[declaration.name] = declaration
+    _ordered = tuple(sorted(_declared.values(), key=lambda each: (each.order, each.name)))
+    try:
+        yield declaration
+    finally:
+        del _declared[declaration.name]
+        _ordered = before

@@ -1,0 +1,13 @@
+"""bench: the benchmark scripts' figures, recorded by ``decodelab bench`` (runner.cli.bench), not
+planned by a spec: no module."""
+
+from __future__ import annotations
+
+from runner.declarations import Declaration
+
+DECLARATION = Declaration(
+    name="bench",
+    order=70,
+    headlines=("fast_us_per_token", "speedup_vs_transformers"),
+    opening=("fast_us_per_token", "seconds_per_token", "benchmark_seconds"),
+)

@@ -1,0 +1,199 @@
+"""One declaration per experiment (runner/declarations/): a toy experiment declared in this file
+alone is planned, priced, validated, offered by the launch form and found in the metric
+catalogue, and forgotten once its ``with`` block ends; every shipped declaration agrees with its
+experiment and the catalogue; reading the declarations imports no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dashboard.launch import form_fields
+from dashboard.metrics import opening_metric
+from runner import declarations, metrics_doc
+from runner.cost.estimates import FLAT_CASE_SECONDS, _step_seconds, case_seconds, estimate_seconds, training_seconds
+from runner.declarations import Declaration, StepSeconds
+from runner.errors import InputError
+from runner.experiments import registry
+from runner.metric_entry import Metric
+from runner.metrics import catalogue, headlines, lookup
+from runner.spec.fields import Field
+from runner.spec.sweeps import cpu_only, for_device, validate
+from store.records import MeasurementRecord
+from tests.conftest import FIXTURES, ROOT
+
+TOY = "toy_echo"
+
+
+class ToyEcho:
+    """An experiment of one part: one case per length, each recording a ratio and a time."""
+
+    name = TOY
+    title = "Toy echo"
+    fields = {
+        "lengths": Field("int_list", [4], 1, 64),
+        "pairs": Field("int", 3, 1, 100),
+        "impls": Field("str_list", ["static"], choices=("static", "fast")),
+    }
+
+    def plan(self, params: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"part": "echo", "n": n, "pairs": params["pairs"], "impl": impl}
+            for impl in params["impls"]
+            for n in params["lengths"]
+        ]
+
+    def run_case(self, case: dict[str, Any], context: Any) -> tuple[MeasurementRecord, ...]:
+        return (MeasurementRecord("toy_echo_ratio", 1.0, "ratio"),)
+
+
+# The registry imports ``module`` and takes its EXPERIMENT: this very file.
+EXPERIMENT = ToyEcho()
+
+
+def toy_case_seconds(case: dict[str, Any], model: dict[str, Any], step: StepSeconds) -> float:
+    return (case["pairs"] + 1) * case["n"] * step(model["d_model"], model["n_layer"])
+
+
+DECLARATION = Declaration(
+    name=TOY,
+    order=65,  # after context_cost (60), before bench (70)
+    module=__name__,
+    headlines=("toy_echo_ratio",),
+    opening=("toy_echo_seconds", "toy_echo_ratio"),
+    metrics=(
+        Metric("toy_echo_ratio", "ratio", "exact", help="always one"),
+        Metric("toy_echo_seconds", "seconds", "timed", "lower"),
+    ),
+    cpu_only={"impls": ("fast",)},
+    launch_fields=("lengths", "pairs"),
+    case_seconds=toy_case_seconds,
+)
+
+
+@pytest.fixture
+def toy() -> Iterator[Declaration]:
+    with declarations.declared(DECLARATION) as declared:
+        yield declared
+
+
+def tiny_with_toy(**toy_fields: Any) -> dict[str, Any]:
+    raw = tomllib.loads((FIXTURES / "tiny.toml").read_text())
+    raw["experiments"] = {"context_cost": raw["experiments"]["context_cost"], TOY: toy_fields}
+    return raw
+
+
+def test_a_toy_declared_here_is_planned_priced_validated_offered_and_catalogued(toy: Declaration) -> None:
+    assert registry()[TOY] is EXPERIMENT
+    spec = validate(tiny_with_toy(lengths=[4, 8], pairs=2))
+    planned = [case for experiment, case in spec.plan() if experiment.name == TOY]
+    assert planned == [
+        {"part": "echo", "n": 4, "pairs": 2, "impl": "static"},
+        {"part": "echo", "n": 8, "pairs": 2, "impl": "static"},
+    ]
+    # The estimate prices the toy's cases by its declaration, not at the flat price.
+    model = spec.raw["model"]
+    step = _step_seconds(model["d_model"], model["n_layer"])
+    assert [case_seconds(TOY, case, model) for case in planned] == [3 * 4 * step, 3 * 8 * step]
+    assert case_seconds(TOY, planned[0], model) != FLAT_CASE_SECONDS
+    others = [(experiment.name, case) for experiment, case in spec.plan() if experiment.name != TOY]
+    other = sum(case_seconds(name, case, model) for name, case in others)
+    assert estimate_seconds(spec) == pytest.approx(training_seconds(spec) + other + 3 * 12 * step)
+    # The validator holds the toy's fields to their ranges, and its CPU-only values off cuda.
+    with pytest.raises(InputError, match=r"^experiments\.toy_echo\.pairs: .*1\.\.100"):
+        validate(tiny_with_toy(pairs=0))
+    with pytest.raises(InputError, match=r"^experiments\.toy_echo\.colour: unknown key"):
+        validate(tiny_with_toy(colour="red"))
+    assert cpu_only()[(TOY, "impls")] == ("fast",)
+    on_cuda = {**tiny_with_toy(impls=["static", "fast"]), "device": "cuda"}
+    cuda_refused = r"^experiments\.toy_echo\.impls: 'fast' runs on the CPU only \(allowed with device cuda: static\)"
+    with pytest.raises(InputError, match=cuda_refused):
+        validate(on_cuda)
+    assert for_device(on_cuda, "cuda")["experiments"][TOY]["impls"] == ["static"]
+    # The launch form shows the overrides the toy declares, and only those.
+    assert form_fields([TOY]) == {"lengths", "pairs"}
+    assert form_fields([TOY, "speculative"]) == {"lengths", "ks", "pairs"}
+    # The catalogue: its metrics, its headline in its order, the metric its page opens on.
+    assert lookup("toy_echo_ratio") == DECLARATION.metrics[0]
+    assert DECLARATION.metrics[1] in catalogue()
+    order = [experiment for experiment, _ in headlines()]
+    assert (TOY, DECLARATION.metrics[0]) in headlines()
+    assert order.index(TOY) > order.index("context_cost") and order.index(TOY) < order.index("bench")
+    assert opening_metric(TOY, ["toy_echo_ratio", "toy_echo_seconds"]) == "toy_echo_seconds"
+    # The docs' generated table lists its metrics (python -m runner.metrics_doc).
+    assert "| `toy_echo_ratio` | ratio | exact |" in metrics_doc.markdown_table()
+
+
+def test_the_toy_is_forgotten_after_its_block_and_cannot_be_declared_twice(toy: Declaration) -> None:
+    with pytest.raises(ValueError, match="toy_echo: declared already"), declarations.declared(DECLARATION):
+        pass
+    assert declarations.find(TOY) is DECLARATION  # the refused second declaration left the first
+    with declarations.declared(Declaration(name="toy_other", order=66)):
+        assert declarations.find("toy_other") is not None
+    assert declarations.find("toy_other") is None
+
+
+def test_nothing_of_the_toy_stays_once_undeclared() -> None:
+    with declarations.declared(DECLARATION):
+        assert TOY in registry()
+    assert TOY not in registry() and declarations.find(TOY) is None
+    assert lookup("toy_echo_ratio") is None and TOY not in {experiment for experiment, _ in headlines()}
+    assert form_fields([TOY]) == set() and (TOY, "impls") not in cpu_only()
+    assert "toy_echo_ratio" not in metrics_doc.markdown_table()
+    assert case_seconds(TOY, {"part": "echo", "n": 4, "pairs": 2}, {"d_model": 32, "n_layer": 1}) == FLAT_CASE_SECONDS
+    with pytest.raises(InputError, match=r"^experiments\.toy_echo: unknown experiment"):
+        validate(tiny_with_toy(lengths=[4]))
+
+
+def test_a_launch_field_the_form_lacks_or_a_metric_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="launch field 'widths' is not one of lengths, ks, pairs"):
+        Declaration(name="toy_bad", order=1, launch_fields=("widths",))
+    twice = Declaration(name="toy_twice", order=1, metrics=(Metric("val_loss", "nats", "timed"),))
+    with declarations.declared(twice), pytest.raises(ValueError, match="metric val_loss: in the catalogue twice"):
+        lookup("val_loss")
+    assert lookup("val_loss") is not None and lookup("val_loss").kind == "numerical"  # type: ignore[union-attr]
+
+
+def test_every_shipped_declaration_agrees_with_its_experiment_and_the_catalogue() -> None:
+    shipped = declarations.ordered()
+    assert [declaration.name for declaration in shipped] == [
+        "training_summary",
+        "kv_cache",
+        "overhead",
+        "quantization",
+        "speculative",
+        "context_cost",
+        "bench",
+    ]
+    known = registry()
+    assert list(known) == [declaration.name for declaration in shipped if declaration.module is not None]
+    assert len({metric.name for metric in catalogue()}) == len(catalogue())
+    for declaration in shipped:
+        for metric in (*declaration.headlines, *declaration.opening):
+            assert lookup(metric) is not None, (declaration.name, metric)
+        if declaration.module is None:
+            continue
+        experiment = known[declaration.name]
+        # Its CPU-only values and launch fields name fields the experiment has, values it offers.
+        for field, values in declaration.cpu_only.items():
+            choices = experiment.fields[field].choices
+            assert choices is not None and set(values) <= set(choices), (declaration.name, field)
+        assert set(declaration.launch_fields) <= set(experiment.fields), declaration.name
+
+
+def test_reading_the_declarations_and_the_catalogue_imports_no_torch_dashboard_or_analysis() -> None:
+    probe = (
+        "import sys\n"
+        "from runner import declarations, metrics\n"
+        "assert declarations.ordered() and metrics.headlines()\n"
+        "loaded = sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'dashboard', 'analysis'))\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
