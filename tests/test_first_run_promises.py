@@ -63,6 +63,29 @@ def test_make_demo_says_how_to_use_the_cli_after_the_sweep() -> None:
     assert "$(VENV)/bin/decodelab" in recipe[activate:dashboard]
 
 
+def test_make_demo_opens_with_the_sweeps_estimate(tmp_path: Path) -> None:
+    """The demo's first command prints `decodelab run`'s own first line (the estimate, with the
+    range of earlier runs once there are some, and that load stretches it), before anything runs."""
+    import subprocess
+    import sys
+
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    first_command = recipe.split("\n")[1].strip()
+    assert first_command == "@$(VENV)/bin/python -m runner.spec.estimate --preset quick --db '$(DB)'"
+    command = [sys.executable, "-m", "runner.spec.estimate", "--preset", "quick", "--db"]
+    said = subprocess.run(
+        [*command, f"sqlite:///{tmp_path / 'new.db'}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert len(said) == 1 and said[0].startswith("the sweep: ") and "stretches it" in said[0], said
+    refused = subprocess.run(
+        [*command[:-3], "--preset", "nope", "--db", f"sqlite:///{tmp_path / 'other.db'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and refused.stdout.strip().startswith("error: --preset:")
+
+
 @pytest.mark.slow
 def test_the_run_says_first_what_this_sweep_took_here_before_and_that_load_stretches_it(tmp_path: Path) -> None:
     """`decodelab run`'s first line: the estimate, and once this machine has done runs of the very

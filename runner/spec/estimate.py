@@ -297,3 +297,32 @@ def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
         trainings=earlier_trainings(store, machine_name),
         earlier=earlier_sweeps(store, machine_name, spec),
     )
+
+
+def main(arguments: list[str] | None = None) -> int:
+    """``python -m runner.spec.estimate --preset quick --db URL``: the line ``decodelab run`` says
+    first, without running anything (``make demo`` opens with it)."""
+    import argparse
+
+    from runner.measure.machine import machine_name
+    from runner.spec.sweeps import load_preset
+
+    parser = argparse.ArgumentParser(description="How long a preset's sweep will take here, said before it runs.")
+    parser.add_argument("--preset", required=True, help="quick, seed or full")
+    parser.add_argument("--db", required=True, help="the store's URL")
+    options = parser.parse_args(arguments)
+    try:
+        spec = load_preset(options.preset)
+    except InputError as error:
+        print(f"error: {error}")
+        return 2
+    store = Store(options.db)
+    try:
+        print(f"the sweep: {spec.cases_total()} cases, {estimate_here(store, spec, machine_name()).describe()}")
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
