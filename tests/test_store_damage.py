@@ -137,6 +137,10 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     def cases(run_id: int) -> dict[tuple[str, str], tuple[list[str], int]]:
         """Per case: its metrics and how many raw samples stand behind them."""
         rows = frames.measurements(store, run_id)
+        # The roofline's predictions are withheld or made from the run's own timed fits (a fit
+        # that misses its points, the first case of an impl): which of them a case holds may
+        # differ between two runs of one spec, so the case's whole is compared without them.
+        rows = rows[~rows["metric"].str.startswith("roofline_")]
         counts = frames.samples(store, rows["measurement_id"].tolist()).groupby("measurement_id").size()
         return {
             (str(experiment), str(sorted(group["params"].iloc[0].items()))): (

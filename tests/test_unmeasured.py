@@ -84,7 +84,10 @@ def test_a_case_that_cannot_be_timed_is_kept_unmeasured_and_retried_later(
     missing = table[table["verdict"] == "not measured"]
     assert not missing.empty and set(missing["experiment"]) == {"kv_cache"}
     assert all(why.startswith("not measured (kv_cache prefill:") for why in missing["why"])
-    assert not (table["verdict"] == "only in baseline").any(), "every row the run lacks is the unmeasured case's"
+    # The roofline's predictions rest on the run's own timed fits (withheld where a fit misses
+    # its points), so which of them a run holds may differ between two runs: left out here.
+    lacking = table[(table["verdict"] == "only in baseline") & ~table["metric"].str.startswith("roofline_")]
+    assert lacking.empty, "every row the run lacks is the unmeasured case's"
     store.close()
 
     monkeypatch.undo()  # the machine is quiet again: the retry measures the case into run 2
@@ -98,7 +101,8 @@ def test_a_case_that_cannot_be_timed_is_kept_unmeasured_and_retried_later(
     assert len(store.results.recorded_case_keys(2)) == LEAN_CASES
     assert frames.runs(store).set_index("run_id").loc[2, "status"] == "done"
     table = judge(read_inputs(store, 2, 1), headline_only=False)
-    assert not table["verdict"].isin(["not measured", "only in baseline"]).any()
+    assert not (table["verdict"] == "not measured").any()
+    assert not ((table["verdict"] == "only in baseline") & ~table["metric"].str.startswith("roofline_")).any()
     store.close()
 
 
