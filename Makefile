@@ -39,7 +39,7 @@ lock:
 # Told as a story: what runs, what is stored where, the address to open. Ctrl-C stops the sweep,
 # or the dashboard together with the worker it started for sweeps launched from its sidebar.
 demo: $(INSTALLED)
-	@$(VENV)/bin/python -m runner.spec.estimate --preset quick --db '$(DB)'
+	@$(VENV)/bin/python -m runner.spec.calibrated_estimate --preset quick --db '$(DB)'
 	@echo "== 1/2 the quick sweep: train the small model (or reuse the stored one), then run every experiment"
 	@echo "       (the speculative experiment trains its small draft model the first time); results go to $(DB)"
 	@echo "       how long: the first line's estimate (this machine's earlier runs, else the cost model), with the range"

@@ -4,7 +4,7 @@
   version, model and machine fingerprint, neither tagged suspect) compare code with itself, so
   every ``regressed`` or ``improved`` among their tested timed verdicts is a false alert.
 - Recall: the same pairs with a regression injected into the later run's real samples
-  (analysis.comparison.injected: the measured side of each pair slower by 10%, 25% or 50%, each
+  (analysis.review_inputs.injected: the measured side of each pair slower by 10%, 25% or 50%, each
   pair keeping its own noise, the second run's), the way regressions happen: one case at a time
   (every tested timed case in turn, or a seeded sample of SINGLE_CASES of them), one experiment ·
   impl family at a time, and the whole run.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import comparison, review
+from analysis import review, review_inputs
 from analysis import runs as runs_module
 from store import frames
 from store.store import Store
@@ -151,7 +151,7 @@ def timed_rows(table: pd.DataFrame) -> int:
 class Injector:
     """Regressions injected into one review pair's real samples, judged family by family."""
 
-    def __init__(self, inputs: comparison.ReviewInputs) -> None:
+    def __init__(self, inputs: review_inputs.ReviewInputs) -> None:
         self.inputs = inputs
         self.rows = inputs.side_by_side(True)
         samples = inputs.samples
@@ -162,7 +162,7 @@ class Injector:
             self.measured = (paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A"))
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
-        """``comparison.injected`` with the measured sides found once per pair."""
+        """``review_inputs.injected`` with the measured sides found once per pair."""
         samples = self.inputs.samples.copy()
         chosen = self.measured & samples["measurement_id"].isin(measurement_ids)
         samples.loc[chosen, "seconds"] = samples.loc[chosen, "seconds"] * slower_by
@@ -174,7 +174,7 @@ class Injector:
             # Only the family's samples: grouping every sample of both runs was most of a family's cost.
             family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
             samples = samples[samples["measurement_id"].isin(family)]
-        return comparison.judge(self.inputs, samples=samples, rows=rows)
+        return review_inputs.judge(self.inputs, samples=samples, rows=rows)
 
 
 def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
@@ -203,8 +203,8 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
         pairs = pairs[-newest:]
     result = Calibration(preset)
     for baseline_id, run_id in pairs:
-        inputs = comparison.read_inputs(store, run_id, baseline_id, runs)
-        table = comparison.judge(inputs)
+        inputs = review_inputs.read_inputs(store, run_id, baseline_id, runs)
+        table = review_inputs.judge(inputs)
         judged = tested(table)
         result.pairs += 1
         result.timed_rows += timed_rows(table)

@@ -15,14 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import calibration, comparison, review, review_charts
+from analysis import calibration, review, review_charts, review_inputs
 from analysis.figures import Figure
 from analysis.formats import REPORT_FORMATS as REPORT_FORMATS
 from analysis.runs import sweep_label
 from store.compatibility import renamed_in
 from store.drift import DriftRecord
 from store.store import Store
-from store.user_text import markdown_cell, markdown_plain, markdown_text, one_line, xml_safe
+from store.user_text import flatten_lines, markdown_cell, markdown_plain, markdown_text, xml_safe
 
 
 @dataclass
@@ -93,10 +93,10 @@ def build_report(
 ) -> RunReport:
     """The review of ``run_id`` against ``baseline_id``; ``calibrated``: with the measured error
     rates of the verdicts for the run's machine and preset (analysis.calibration)."""
-    inputs = comparison.read_inputs(store, run_id, baseline_id)
+    inputs = review_inputs.read_inputs(store, run_id, baseline_id)
     run, baseline = inputs.run, inputs.baseline
     run_measurements, baseline_measurements = inputs.run_measurements, inputs.baseline_measurements
-    table = comparison.judge(inputs, headline_only=headline_only)
+    table = review_inputs.judge(inputs, headline_only=headline_only)
     # The warnings and the calibration line are Markdown, the run's own text in them escaped
     # (markdown_text); the HTML report takes the escapes out again before escaping for HTML.
     warnings = warnings_for(run, baseline)
@@ -357,7 +357,7 @@ def to_svg(chart: Figure) -> str:
     try:
         return str(vl_convert.vegalite_to_svg(xml_safe(chart.to_dict())))
     except Exception as error:  # any failure to draw is shown in the chart's place, never fatal to the report
-        reason = one_line(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        reason = flatten_lines(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
         return f'<p class="warning">this chart could not be drawn: {html.escape(reason[:200])}</p>'
 
 

@@ -75,7 +75,6 @@ __all__ = [
     "between_run_floors",
     "cannot_see",
     "case_points",
-    "compare",
     "current_names",
     "default_baseline",
     "detectable_line",
@@ -98,6 +97,7 @@ __all__ = [
     "underpowered_rows",
     "verdict_counts",
     "verdict_label",
+    "verdict_table",
 ]
 
 # The false discovery rate controlled within each experiment · impl family of timed tests.
@@ -340,7 +340,7 @@ def timed_verdict(
     prior_variance: float | None = None,
 ) -> tuple[str, float | None, float | None]:
     """(verdict, p-value, shift run/baseline − 1) for one timed metric judged on its own (no
-    adjustment for the other tests, no drift rule unless ``floor`` is given: ``compare`` adds
+    adjustment for the other tests, no drift rule unless ``floor`` is given: ``verdict_table`` adds
     both). ``prior_variance``: the variance of log values its group shows (default: its own)."""
     run_logs, baseline_logs = log_values(run_values), log_values(baseline_values)
     if not run_logs or not baseline_logs:
@@ -424,7 +424,7 @@ def _keyed(measurements: pd.DataFrame, headline_only: bool, points: dict[tuple[s
 
 def side_by_side(run: pd.DataFrame, baseline: pd.DataFrame, headline_only: bool = True) -> pd.DataFrame:
     """Each (headline) metric of each case, the run's and the baseline's value on one row, keyed
-    by (experiment, point, metric, impl): what ``compare`` judges. It depends on the two runs'
+    by (experiment, point, metric, impl): what ``verdict_table`` judges. It depends on the two runs'
     measurements only, not on their samples, so a caller judging one pair against several
     sample sets (the calibration's slowed copies) makes it once."""
     points = case_points(run, baseline)
@@ -436,7 +436,7 @@ def side_by_side(run: pd.DataFrame, baseline: pd.DataFrame, headline_only: bool 
     )
 
 
-def compare(
+def verdict_table(
     run: pd.DataFrame,
     baseline: pd.DataFrame,
     samples: pd.DataFrame,

@@ -110,7 +110,7 @@ def make_repository(folder: Path) -> None:
 
 def session(repository: Path, db: str, candidate: str, arguments: argparse.Namespace) -> tuple[pd.DataFrame, float]:
     """One `decodelab ab` session of base against ``candidate``: its review table and wall time."""
-    from analysis import comparison
+    from analysis import review_inputs
     from analysis import runs as runs_module
     from store import frames
     from store.store import Store
@@ -131,7 +131,7 @@ def session(repository: Path, db: str, candidate: str, arguments: argparse.Names
         candidate_run = int(runs["run_id"].max())
         baseline_run = runs_module.default_baseline(runs, candidate_run)  # its session's baseline
         assert baseline_run is not None and runs_module.interleaved_pair(runs, candidate_run, baseline_run)
-        table = comparison.judge(comparison.read_inputs(store, candidate_run, baseline_run, runs))
+        table = review_inputs.judge(review_inputs.read_inputs(store, candidate_run, baseline_run, runs))
     finally:
         store.close()
     return table[table["kind"] == "timed"], wall

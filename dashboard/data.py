@@ -140,8 +140,8 @@ def filter_runs(
     """The runs on any of ``machines``, with any of ``statuses`` and ``presets`` (what a run ran:
     a preset's name, or a custom run's label, analysis.runs.sweep_label) and every one of
     ``tags``; an empty list keeps everything."""
+    from analysis.review import tag_set
     from analysis.runs import sweep_labels
-    from dashboard.review import tag_set
 
     shown = runs
     if machines:
@@ -253,10 +253,10 @@ def forget_runs() -> None:
 
 @st.cache_data(ttl=RUNS_TTL_SECONDS, show_spinner=False)
 def load_headline(url: str, name: str) -> pd.DataFrame:
-    from dashboard import headlines
+    from dashboard import history_series
 
-    series = next(series for series in headlines.SERIES if series.name == name)
-    return headlines.series_history(store_for(url), series)
+    series = next(series for series in history_series.SERIES if series.name == name)
+    return history_series.series_history(store_for(url), series)
 
 
 @st.cache_data(ttl=RESULTS_TTL_SECONDS, show_spinner=False)

@@ -21,8 +21,8 @@ from runner.spec.fields import check_machine
 from store.files import PRIVATE_MODE
 from store.store import Store
 
-if TYPE_CHECKING:  # runner.spec.estimate imports torch (through the spec validator): not at page load
-    from runner.spec.estimate import Estimate
+if TYPE_CHECKING:  # runner.spec.calibrated_estimate imports torch (through the spec validator): not at page load
+    from runner.spec.calibrated_estimate import Estimate
 
 # Launches estimated to take longer than this ask for confirmation first.
 CONFIRM_ABOVE_SECONDS = 600.0
@@ -143,11 +143,11 @@ def build_spec(request: LaunchRequest, data_dir: Path = DEFAULT_DATA_DIR) -> Any
 
 def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
     """How long ``spec`` will take on ``machine`` (default: this one): the cost model scaled by
-    that machine's earlier runs in this store (runner.spec.estimate), training included unless the
+    that machine's earlier runs in this store (runner.spec.calibrated_estimate), training included unless the
     model is stored already (scaled by that machine's earlier trainings where it has any)."""
     from runner.measure.machine import machine_name
     from runner.model.train import recipe_hash
-    from runner.spec.estimate import earlier_sweeps, earlier_trainings, estimate, scale_factors
+    from runner.spec.calibrated_estimate import earlier_sweeps, earlier_trainings, estimate, scale_factors
 
     name = machine or machine_name()
     return estimate(
@@ -161,7 +161,7 @@ def estimate_launch(store: Store, spec: Any, machine: str | None) -> Estimate:
 
 def check_caps(store: Store, spec: Any, estimated: Estimate, caps: LaunchCaps) -> None:
     """Refuse, in one line naming the cap and who sets it, a launch over the dashboard's caps."""
-    from runner.cost.estimates import peak_memory_bytes, readable_bytes, readable_hours
+    from runner.cost.cost_model import peak_memory_bytes, readable_bytes, readable_hours
     from runner.spec import hf
 
     pending = store.jobs.pending()

@@ -21,7 +21,7 @@ from dashboard.launch import (
 )
 from runner.errors import InputError
 from runner.model.data_folder import data_files
-from runner.spec import catalog
+from runner.spec import preset_files
 from store.store import Store
 
 # Session keys: what was launched last per preset (the experiments start from it), the job just queued.
@@ -34,14 +34,14 @@ LAUNCH_TIMES = "launch_times"
 def request_fields(store: Store) -> LaunchRequest:
     """The form's fields, each shown only when it applies; returns what they describe."""
     source = st.radio("From", ["preset", "spec"], horizontal=True, key="launch_source")
-    preset, experiments, spec_text = catalog.preset_names()[0], [], ""
+    preset, experiments, spec_text = preset_files.preset_names()[0], [], ""
     lengths: list[int] = []
     ks: list[int] = []
     pairs = 0
     corpus = "default"
     if source == "preset":
-        preset = st.selectbox("Preset", catalog.preset_names(), key="launch_preset")
-        available = list(catalog.preset_experiments(preset))
+        preset = st.selectbox("Preset", preset_files.preset_names(), key="launch_preset")
+        available = list(preset_files.preset_experiments(preset))
         remembered = st.session_state.get(REMEMBERED, {}).get(preset, [])
         experiments = st.multiselect(
             "Experiments",

@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from analysis.machines import band_of
+from analysis.review import SUSPECT, tag_set
 from dashboard import charts, data, ui
 from dashboard.metrics import is_deterministic, opening_metric
-from dashboard.review import SUSPECT, tag_set
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
 from store.user_text import markdown_text

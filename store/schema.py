@@ -228,7 +228,7 @@ class Job(Base):
     # Times its worker went silent and another requeued it; past MAX_STALE_RECLAIMS it is failed.
     stale_reclaims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
-    # What the launcher said it would take (runner.spec.estimate), to set beside the run's wall time.
+    # What the launcher said it would take (runner.spec.calibrated_estimate), to set beside the run's wall time.
     estimated_seconds: Mapped[float | None] = mapped_column(Float)
     # Idempotent retries: the enqueue's request id, and the request id of the current claim.
     # A retry after a lost reply finds the job its first try added or claimed by these.

@@ -29,7 +29,7 @@ from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRe
 from store.results import write_measurements
 from store.schema import Case, Machine, MachineProfile, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
-from store.user_text import one_line
+from store.user_text import flatten_lines
 
 MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
 RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
@@ -118,7 +118,7 @@ def read_export(path: Path) -> list[dict[str, Any]]:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
         # ValueError: malformed JSON, or an integer longer than Python reads (4,300 digits).
-        reason = one_line(str(error))[:200]
+        reason = flatten_lines(str(error))[:200]
         raise StoreError(f"import: cannot read {str(path)!r} as a decodelab JSON export ({reason})") from None
     except RecursionError:
         raise StoreError(f"import: {str(path)!r} nests its JSON too deeply to be a decodelab JSON export") from None

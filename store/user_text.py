@@ -29,7 +29,7 @@ _NOTE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u20
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
-def one_line(text: object) -> str:
+def flatten_lines(text: object) -> str:
     """``text`` on one line: line breaks become spaces, other control characters go."""
     return _CONTROL.sub("", re.sub(r"[\r\n\u2028\u2029\x0b\x0c\x85]+", " ", str(text)))
 
@@ -38,7 +38,7 @@ def clean_label(text: str) -> str:
     """A label as stored (a name, a status, a parameter's value): one line, no control character.
     Applied once where text enters the store (an import, the machine's name), so that every
     chart, report and terminal after it gets text it can show."""
-    return one_line(text)
+    return flatten_lines(text)
 
 
 def clean_note(text: str) -> str:
@@ -65,19 +65,19 @@ def xml_safe(value: Any) -> Any:
 
 def for_terminal(text: object) -> str:
     """Safe to print: one line, no escape code can reach the terminal."""
-    return one_line(text)
+    return flatten_lines(text)
 
 
 def markdown_text(text: object) -> str:
     """User text inside Markdown (a report, a Streamlit caption): one line, every markup
     character escaped."""
-    return _MARKDOWN.sub(r"\\\1", one_line(text))
+    return _MARKDOWN.sub(r"\\\1", flatten_lines(text))
 
 
 def markdown_cell(value: object) -> str:
     """A Markdown table cell: one line, its ``|`` and the characters of links, images and HTML
     escaped, so that no cell adds a row, a column or an element."""
-    return re.sub(r"([\\|\[\]<>`])", r"\\\1", one_line(value))
+    return re.sub(r"([\\|\[\]<>`])", r"\\\1", flatten_lines(value))
 
 
 def markdown_plain(text: str) -> str:
@@ -92,7 +92,7 @@ def csv_cell(value: Any) -> Any:
     aside (numbers stay numbers)."""
     if not isinstance(value, str):
         return value
-    value = one_line(value)
+    value = flatten_lines(value)
     if value.lstrip(" ").startswith(_FORMULA_START):
         return "'" + value
     return value

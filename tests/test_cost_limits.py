@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.cost.estimates import check_limits, parameter_count, peak_memory_bytes
+from runner.cost.cost_model import check_limits, parameter_count, peak_memory_bytes
 from runner.errors import InputError
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.spec.sweeps import validate

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import theme
 from analysis.runs import job_label
-from dashboard import charts, data, headlines
+from dashboard import charts, data, history_series
 from dashboard import pages as dashboard_pages
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
@@ -173,7 +173,7 @@ def test_tvd_chart_and_history_change_points() -> None:
             "tags": "",
         }
     )
-    flagged = headlines.change_points(history[["run_id", "value"]], history.drop(columns=["value"]))
+    flagged = history_series.change_points(history[["run_id", "value"]], history.drop(columns=["value"]))
     # Every change point, not only the last: the jump to 5.0, the return, the new level at 1.6.
     assert flagged.index[flagged["change_point"]].tolist() == [5, 6, 8]
     assert flagged.loc[8, "review"] == "review?run=8&baseline=7" and flagged.loc[3, "review"] == "review?run=3"
@@ -598,7 +598,7 @@ def test_a_custom_launch_draws_its_own_history_line_and_makes_no_change_point_in
         }
     )
     values = pd.DataFrame({"run_id": range(8), "value": [230.0, 231, 229, 230, 0.2, 230, 231, 229]})
-    flagged = headlines.change_points(values, runs)
+    flagged = history_series.change_points(values, runs)
     assert not flagged["change_point"].any(), flagged[["run_id", "value", "change_point"]]
     assert flagged.set_index("run_id")["sweep"].to_dict()[4] == "quick, kv_cache only"
 
@@ -669,13 +669,13 @@ def test_the_wall_time_series_sets_training_apart_and_plots_only_finished_runs(m
     def done_runs(store: object, status: str | None = None, **_: object) -> pd.DataFrame:
         return runs if status is None else runs[runs["status"] == status].reset_index(drop=True)
 
-    monkeypatch.setattr(headlines.frames, "runs", done_runs)
-    series = next(series for series in headlines.SERIES if series.name == "quick-sweep wall time")
+    monkeypatch.setattr(history_series.frames, "runs", done_runs)
+    series = next(series for series in history_series.SERIES if series.name == "quick-sweep wall time")
     values = series.read(None)  # type: ignore[arg-type]
     by_run = values.pivot_table(index="run_id", columns="impl", values="value")
     assert by_run["sweep"].to_dict() == {1: 150.0, 2: 140.0, 3: 160.0}
     assert by_run["training or loading"].to_dict() == {1: 1826.0, 2: 10.0, 3: 10.0}
     # A running run's figures (run 5) are never plotted, whatever series reads them.
     running = pd.DataFrame({"run_id": [3, 5], "impl": "fast", "value": [1.0, 9.0]})
-    reads = headlines.Series("x", "ratio", "", lambda store: running)
-    assert set(headlines.series_history(None, reads)["run_id"]) == {3}  # type: ignore[arg-type]
+    reads = history_series.Series("x", "ratio", "", lambda store: running)
+    assert set(history_series.series_history(None, reads)["run_id"]) == {3}  # type: ignore[arg-type]

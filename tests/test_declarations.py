@@ -16,7 +16,7 @@ import pytest
 from dashboard.launch import form_fields
 from dashboard.metrics import opening_metric
 from runner import declarations, metrics_doc
-from runner.cost.estimates import FLAT_CASE_SECONDS, _step_seconds, case_seconds, estimate_seconds, training_seconds
+from runner.cost.cost_model import FLAT_CASE_SECONDS, _step_seconds, case_seconds, estimate_seconds, training_seconds
 from runner.declarations import Declaration, StepSeconds
 from runner.errors import InputError
 from runner.experiments import registry

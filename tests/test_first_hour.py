@@ -239,7 +239,7 @@ def test_a_calibrated_estimate_of_a_sweep_this_machine_ran_is_the_time_its_cases
     import sqlalchemy as sa
 
     from runner.measure.machine import machine_name
-    from runner.spec.estimate import estimate, scale_factors
+    from runner.spec.calibrated_estimate import estimate, scale_factors
     from runner.spec.sweeps import load_spec_file
     from store.store import Store
     from tests.conftest import TINY_SPEC
@@ -338,9 +338,9 @@ def test_training_is_priced_from_this_machines_earlier_training_scaled_by_size(
     trained, or a run whose model was stored before it began (reused), the cost model alone."""
     import sqlalchemy as sa
 
-    from runner.cost.estimates import training_seconds
+    from runner.cost.cost_model import training_seconds
     from runner.measure.machine import machine_name
-    from runner.spec.estimate import earlier_trainings, estimate
+    from runner.spec.calibrated_estimate import earlier_trainings, estimate
     from runner.spec.sweeps import load_preset, load_spec_file, validate
     from store.store import Store
     from tests.conftest import TINY_SPEC, copy_store

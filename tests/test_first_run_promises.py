@@ -71,8 +71,8 @@ def test_make_demo_opens_with_the_sweeps_estimate(tmp_path: Path) -> None:
 
     recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     first_command = recipe.split("\n")[1].strip()
-    assert first_command == "@$(VENV)/bin/python -m runner.spec.estimate --preset quick --db '$(DB)'"
-    command = [sys.executable, "-m", "runner.spec.estimate", "--preset", "quick", "--db"]
+    assert first_command == "@$(VENV)/bin/python -m runner.spec.calibrated_estimate --preset quick --db '$(DB)'"
+    command = [sys.executable, "-m", "runner.spec.calibrated_estimate", "--preset", "quick", "--db"]
     said = subprocess.run(
         [*command, f"sqlite:///{tmp_path / 'new.db'}"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.splitlines()

@@ -235,7 +235,7 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     import store.engine
     from runner.cli import fleet as cli_fleet
     from runner.cli import main as cli
-    from runner.cli import review as cli_review
+    from runner.cli import review_commands as cli_review_commands
 
     stderr = io.StringIO()
     with (
@@ -246,7 +246,7 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     ):
         patch.chdir(directory)  # report context-cost --out . writes here
         patch.delenv("DECODELAB_DB", raising=False)
-        for module in (cli, cli_fleet, cli_review):
+        for module in (cli, cli_fleet, cli_review_commands):
             patch.setattr(module, "open_store", refuse_to_open)
         patch.setattr(store.engine, "create_store_engine", refuse_to_open)
         patch.setattr(os, "execve", refuse_to_open)

@@ -81,7 +81,7 @@ def two_runs(
         )
         frames_by_run.append(frame)
         samples += paired_samples(int(frame["measurement_id"].iloc[0]), ratios)
-    return review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), drift=drift)
+    return review.verdict_table(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), drift=drift)
 
 
 def verdict_of(table: pd.DataFrame, metric: str) -> dict[Any, Any]:
@@ -155,9 +155,9 @@ def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
 
     slower, slower_samples = timed(2, noisy(2.0, 7, seed=9))
     faster, faster_samples = timed(1, noisy(1.0, 7, seed=10))
-    table = review.compare(slower, faster, pd.DataFrame(slower_samples + faster_samples))
+    table = review.verdict_table(slower, faster, pd.DataFrame(slower_samples + faster_samples))
     assert verdict_of(table, "seconds_per_token")["verdict"] == "regressed"
-    table = review.compare(faster, slower, pd.DataFrame(slower_samples + faster_samples))
+    table = review.verdict_table(faster, slower, pd.DataFrame(slower_samples + faster_samples))
     assert verdict_of(table, "seconds_per_token")["verdict"] == "improved"
 
 
@@ -326,7 +326,7 @@ def test_a_shift_inside_the_between_run_floor_is_within_noise() -> None:
         )
         frames_by_run.append(frame)
         samples += paired_samples(int(frame["measurement_id"].iloc[0]), ratios)
-    table = review.compare(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), between_runs=floors)
+    table = review.verdict_table(frames_by_run[0], frames_by_run[1], pd.DataFrame(samples), between_runs=floors)
     row = verdict_of(table, "speedup_median")
     assert row["verdict"] == "within noise" and row["p_value"] < review.ALPHA
     assert row["noise_floor"] == floors[next(iter(floors))]

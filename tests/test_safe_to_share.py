@@ -156,7 +156,7 @@ def test_history_opens_on_a_store_of_one_experiment(
     single_experiment_stores: dict[str, str], experiment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: a store with no speculative result (kv_cache runs only) raised KeyError ['impl'] in
-    headlines.series_history."""
+    history_series.series_history."""
     monkeypatch.setenv("DECODELAB_DB", single_experiment_stores[experiment])
     monkeypatch.setenv("DECODELAB_READ_ONLY", "1")
     app = AppTest.from_file(str(ROOT / "dashboard" / "views" / "history.py"), default_timeout=120)

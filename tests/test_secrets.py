@@ -124,14 +124,14 @@ def test_bench_run_worker_and_a_timeout_never_show_the_password(postgres_url: st
 
 
 def test_every_url_password_in_a_message_is_masked() -> None:
-    from runner.execution.lifecycle import one_line
+    from runner.execution.lifecycle import stored_error
     from store.masking import mask_secrets
 
     error = RuntimeError(
         "Command '['python', '--db', 'postgresql+psycopg://me:hunter2@db:5432/x']' timed out; "
         "dsn host=db password=hunter2 user=me\nsecond line"
     )
-    stored = one_line(error)  # what a failed run stores
+    stored = stored_error(error)  # what a failed run stores
     assert "hunter2" not in stored and "postgresql+psycopg://me:***@db:5432/x" in stored and "password=***" in stored
     assert mask_secrets("sqlite:////tmp/x.db and http://host:8501/review") == (
         "sqlite:////tmp/x.db and http://host:8501/review"

@@ -99,19 +99,19 @@ def test_the_launch_catalog_lists_every_preset_and_experiment_the_runner_knows()
     """The dashboard's launch form reads the catalog (no torch import); it must not drift from
     the runner's registry, as it once did when the form lacked `overhead`."""
     from runner.experiments import registry
-    from runner.spec import catalog
+    from runner.spec import preset_files
 
-    assert catalog.preset_names() == PRESETS
-    assert set(catalog.experiment_names()) == set(registry())
+    assert preset_files.preset_names() == PRESETS
+    assert set(preset_files.experiment_names()) == set(registry())
     for name in PRESETS:
-        assert catalog.preset_experiments(name) == tuple(load_preset(name).raw["experiments"])
+        assert preset_files.preset_experiments(name) == tuple(load_preset(name).raw["experiments"])
 
 
 def test_a_launch_plans_its_cases_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Validation, the limits, the launch estimate, the job's case count and the run's own plan
     all read one plan: each experiment's plan() runs once per launch, not once per reader."""
     from runner.experiments import registry
-    from runner.spec.estimate import estimate_here
+    from runner.spec.calibrated_estimate import estimate_here
     from store.store import Store
 
     calls: dict[str, int] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.comparison import judge, read_inputs
+from analysis.review_inputs import judge, read_inputs
 from runner.cli.main import main
 from runner.experiments import ExperimentContext, kv_cache, kv_timing
 from store import frames

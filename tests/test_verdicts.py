@@ -82,7 +82,7 @@ def review_of(run_factor: float, aa: dict[tuple[str, str], float] = AA, **option
     """Every case of CASES in a baseline at ratio 1.5 and in a run at 1.5 · ``run_factor``."""
     baseline, baseline_samples = case_rows(1, [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(CASES)], aa)
     run, run_samples = case_rows(2, [(e, p, steady(1.5 * run_factor, i + 50)) for i, (e, p) in enumerate(CASES)], aa)
-    return review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples), **options)
+    return review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples), **options)
 
 
 def test_two_runs_of_the_same_code_drifting_by_a_few_percent_give_no_regression() -> None:
@@ -152,7 +152,7 @@ def grid_review(seed: int, slowed: int | None) -> tuple[pd.DataFrame, str | None
         (e, p, noisy_ratios(1.5 / (1.25 if i == slowed else 1.0), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)
     ]
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
-    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
     if slowed is None:
         return table, None
     experiment, params = GRID[slowed]
@@ -190,7 +190,7 @@ def test_the_minimum_detectable_effect_shrinks_as_pairs_are_added() -> None:
         cases = [(e, p, noisy_ratios(1.5, i, pairs)) for i, (e, p) in enumerate(GRID)]
         others = [(e, p, noisy_ratios(1.5, 1000 + i, pairs)) for i, (e, p) in enumerate(GRID)]
         (run, run_samples), (baseline, baseline_samples) = case_rows(2, cases, {}), case_rows(1, others, {})
-        table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples), drift=0.0)
+        table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples), drift=0.0)
         medians.append(float(table["detectable"].median()))
     assert medians == sorted(medians, reverse=True) and len(set(medians)) == 4, medians
     assert medians[0] > 0.1 > medians[-1], medians
@@ -200,7 +200,7 @@ def test_a_review_that_could_not_see_25_percent_says_it_is_underpowered() -> Non
     loud = [(e, p, noisy_ratios(1.5, i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
-    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
     line = review.power_line(table)
     assert line is not None and line.startswith("underpowered: 4 of 4 tested timed rows could not have seen a 25%")
     labels = [review.verdict_label(row) for row in table[table["kind"] == "timed"].to_dict("records")]
@@ -216,7 +216,7 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     loud = [(e, p, noisy_ratios(1.5, i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
-    blind = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    blind = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
     smallest = float(blind["detectable"].min())
     assert smallest > review.UNDERPOWERED_CHANGE and review.cannot_see(blind)
     line = review.seen_line(blind)
@@ -317,7 +317,7 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
 def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() -> None:
     """The calibration's slowdown moves every pair of the chosen measurement by the same log
     distance: the run's own pair-to-pair noise stays, other measurements are untouched."""
-    from analysis import comparison
+    from analysis import review_inputs
 
     cases = [(e, p, noisy_ratios(1.5, i)) for i, (e, p) in enumerate(GRID[:3])]
     cases.append(("training_summary", {"new_tokens": 64}, noisy_ratios(1.0, 9)))
@@ -326,7 +326,7 @@ def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() ->
     min_of_n = samples["measurement_id"] == 2003
     samples = samples[~(min_of_n & (samples["side"] == "B"))]  # a min-of-N time: side A only
     chosen = {2000, 2003}
-    slowed = comparison.injected(samples, chosen, 1.25)
+    slowed = review_inputs.injected(samples, chosen, 1.25)
     before = {ident: review.sample_statistic(group)[0] for ident, group in samples.groupby("measurement_id")}
     after = {ident: review.sample_statistic(group)[0] for ident, group in slowed.groupby("measurement_id")}
     for ident, values in before.items():
@@ -345,7 +345,7 @@ def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() ->
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
     rows = review.side_by_side(run, baseline)
     impl = GRID[5][1]["impl"]
-    alone = review.compare(
+    alone = review.verdict_table(
         run, baseline, pd.DataFrame(run_samples + baseline_samples), paired_rows=rows[rows["impl"] == impl]
     )
     full = table[table["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
@@ -395,7 +395,7 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
 
 def test_import_analysis_pulls_in_neither_streamlit_nor_the_dashboard() -> None:
     code = (
-        "import sys, analysis, analysis.review, analysis.statistics, analysis.comparison, analysis.calibration\n"
+        "import sys, analysis, analysis.review, analysis.statistics, analysis.review_inputs, analysis.calibration\n"
         "print(sorted(name for name in sys.modules if name.split('.')[0] in ('streamlit', 'dashboard')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -497,7 +497,7 @@ def test_a_review_of_two_runs_that_share_no_case_says_so_in_one_line() -> None:
     speculative = [(experiment, params, steady(1.5, index)) for index, (experiment, params) in enumerate(CASES[:3])]
     run, run_samples = case_rows(2, kv, {})
     baseline, baseline_samples = case_rows(1, speculative, {})
-    table = review.compare(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
     assert review.shares_no_case(table)
     assert review.summary_line(table) == (
         "the two runs share no case (2 figures only in the run, 3 only in the baseline): nothing to compare"

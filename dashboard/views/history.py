@@ -5,7 +5,7 @@ import streamlit as st
 
 from analysis.review import tag_set
 from analysis.runs import sweep_labels
-from dashboard import charts, data, headlines, ui
+from dashboard import charts, data, history_series, ui
 from dashboard.metrics import opening_metric
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
@@ -27,7 +27,7 @@ if opened:
             "nor counted."
         )
         columns = st.columns(2)
-        for index, series in enumerate(headlines.SERIES):
+        for index, series in enumerate(history_series.SERIES):
             with columns[index % 2]:
                 st.markdown(f"#### {series.name}")
                 history = data.load_headline(url, series.name)
@@ -115,7 +115,7 @@ if opened:
             values["point"] = case_labels(values["params"].tolist())
             points = list(dict.fromkeys(values["point"]))
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
-            flagged = headlines.change_points(values[values["point"] == point], runs)
+            flagged = history_series.change_points(values[values["point"] == point], runs)
             ui.chart(charts.history(flagged, metric))
             if flagged.empty or not flagged["change_point"].any():
                 st.write("No change point: every machine's series stays at one level.")

@@ -5,9 +5,9 @@ hold the choice, so a link shows the same comparison."""
 import pandas as pd
 import streamlit as st
 
-from analysis import report
+from analysis import report, review
 from analysis.runs import default_review_run, same_sweep_runs
-from dashboard import data, review, ui
+from dashboard import data, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
 from store.user_text import markdown_text

@@ -4,7 +4,7 @@ what on the machine (the same rows as `decodelab report seeds`)."""
 import pandas as pd
 import streamlit as st
 
-from analysis.seeds import SOURCES, seed_rows, summary
+from analysis.writeups import SOURCES, summary, writeup_rows
 from dashboard import data, ui
 
 st.title("The write-ups, reproduced")
@@ -12,7 +12,7 @@ st.markdown(
     "**The write-ups** are the five articles this project set out to check by measuring: on the KV cache "
     "(measured, counted and explained), on speculative decoding and quantization, and on what context length "
     "costs. The `writeup` column names the part a figure comes from. Every figure they state is kept, with "
-    "where a run records its counterpart, in `analysis/data/seed_figures.toml`; `decodelab run --preset seed` "
+    "where a run records its counterpart, in `analysis/data/writeup_figures.toml`; `decodelab run --preset seed` "
     "reruns their own tables and `decodelab report seeds` writes this page's table."
 )
 st.caption(
@@ -26,7 +26,7 @@ st.caption(
 opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "kv_cache", "KV cache") if opened else None
 if opened and run_id is not None:
-    records = seed_rows(data.store_for(opened[0]).results, run_id)
+    records = writeup_rows(data.store_for(opened[0]).results, run_id)
     st.write(summary(records))
     rows = pd.DataFrame(records)
     if rows["run_value"].isna().any():

@@ -6,7 +6,7 @@ Nothing is stored until both sides have measured every case: a refusal or a side
 then written, each tagged ``rev:<commit>``, and both tagged ``ab:<baseline run>-<candidate
 run>``, the pair analysis.runs reads: the candidate's review defaults to its baseline, both stay
 out of other runs' baselines and the machine's drift figure, and the review between them needs
-no drift allowance (analysis.comparison)."""
+no drift allowance (analysis.review_inputs)."""
 
 from __future__ import annotations
 

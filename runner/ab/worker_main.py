@@ -30,7 +30,7 @@ import sys
 from typing import Any, TextIO
 
 
-def one_line(error: BaseException) -> str:
+def error_summary(error: BaseException) -> str:
     """The error in one line: its first line, and a compiler's first ``error:`` line after it (a
     failed build's message holds the command, then the compiler's whole output)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
@@ -127,7 +127,7 @@ def serve(requests: TextIO, replies: TextIO) -> int:
             handler = handlers[request["op"]]
             reply = {"ok": True, **handler(request)}
         except Exception as error:  # the parent names the side and stops the session
-            reply = {"ok": False, "error": one_line(error)}
+            reply = {"ok": False, "error": error_summary(error)}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
     side.scope.close()

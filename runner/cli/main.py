@@ -14,7 +14,7 @@ import typer.main
 
 from runner.cli import ab as cli_ab
 from runner.cli import fleet as cli_fleet
-from runner.cli import review as cli_review
+from runner.cli import review_commands as cli_review_commands
 from runner.cli import roofline as cli_roofline
 from runner.cli.options import DbOption, open_store
 from runner.errors import InputError
@@ -318,7 +318,7 @@ def report_context_cost(
 
 
 @report_app.command("seeds")
-def report_seeds(
+def report_writeups(
     run_id: Annotated[
         int, typer.Option("--run", help="The run to set beside the write-ups (a seed run fills every row).")
     ],
@@ -326,15 +326,15 @@ def report_seeds(
     db: DbOption = None,
 ) -> None:
     """Every figure of the five write-ups beside this run's, with its method and a verdict."""
-    from analysis.seeds import seed_rows, summary, write_seed_report
+    from analysis.writeups import summary, write_writeup_report, writeup_rows
 
     if not out.is_dir():
         raise InputError(f"--out: {str(out)!r} is not a directory")
     store = open_store(db, "report seeds", read_only=True)
     if not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
-    rows = seed_rows(store.results, run_id)
-    for path in write_seed_report(rows, run_id, out):
+    rows = writeup_rows(store.results, run_id)
+    for path in write_writeup_report(rows, run_id, out):
         typer.echo(f"wrote {path}")
     typer.echo(summary(rows))
 
@@ -374,10 +374,10 @@ app.command()(cli_ab.ab)
 app.command()(cli_fleet.worker)
 app.command()(cli_fleet.workers)
 app.command()(cli_fleet.dashboard)
-app.command()(cli_review.tag)
-app.command()(cli_review.note)
-report_app.command("run")(cli_review.report_run)
-report_app.command("machines")(cli_review.report_machines)
+app.command()(cli_review_commands.tag)
+app.command()(cli_review_commands.note)
+report_app.command("run")(cli_review_commands.report_run)
+report_app.command("machines")(cli_review_commands.report_machines)
 report_app.command("roofline")(cli_roofline.report_roofline)
 machine_app.command("profile")(cli_roofline.machine_profile)
 db_app.command("upgrade")(cli_fleet.db_upgrade)
@@ -389,7 +389,7 @@ EXIT_USAGE, EXIT_CLAIM_LOST, EXIT_STORE_DOWN, EXIT_INTERRUPTED = 2, 1, 75, 130
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an internal error, reported in one line with its log file
 
 
-def one_line(message: str) -> str:
+def terminal_line(message: str) -> str:
     """The message as one line, any password in it masked (an error may quote a store URL), and
     no control character left (an error may quote a machine name or preset a store holds)."""
     return for_terminal(mask_secrets("; ".join(line.strip() for line in message.splitlines() if line.strip())))
@@ -404,7 +404,7 @@ def usage_message(error: typer.TyperException) -> str:
     if type(error).__name__ == "NoArgsIsHelpError" and context is not None and command is not None:
         names = command.list_commands(context) if hasattr(command, "list_commands") else []
         return f"{context.command_path}: a command is missing (allowed: {', '.join(names)})"
-    return one_line(error.format_message())
+    return terminal_line(error.format_message())
 
 
 @functools.cache
@@ -424,7 +424,9 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except ClaimLost as error:
-        typer.echo(f"error: {one_line(str(error))}: another worker owns it now; nothing more was written", err=True)
+        typer.echo(
+            f"error: {terminal_line(str(error))}: another worker owns it now; nothing more was written", err=True
+        )
         sys.exit(EXIT_CLAIM_LOST)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
@@ -450,14 +452,14 @@ def exit_for(error: Exception) -> tuple[int, str]:
         return EXIT_USAGE, f"error: {usage_message(error)}"
     if isinstance(error, StoreDown):
         return EXIT_STORE_DOWN, (
-            f"error: {one_line(str(error))}; stopping (the run is marked interrupted once the store is back)"
+            f"error: {terminal_line(str(error))}; stopping (the run is marked interrupted once the store is back)"
         )
     if isinstance(error, InputError | StoreError):
-        return EXIT_USAGE, f"error: {one_line(str(error))}"
+        return EXIT_USAGE, f"error: {terminal_line(str(error))}"
     if isinstance(error, OSError):
         # A file the command was pointed at that cannot be read or written: its name and why.
         where = f" {str(error.filename)!r}" if error.filename else ""
-        return EXIT_USAGE, f"error: cannot use{where}: {one_line(error.strerror or str(error))}"
+        return EXIT_USAGE, f"error: cannot use{where}: {terminal_line(error.strerror or str(error))}"
     # A damaged store (truncated, corrupted, read-only, full disk) surfaces as a database error
     # wherever it is first touched: one line, no SQL, no URL, non-zero exit.
     from sqlalchemy.exc import DBAPIError

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.options import DbOption, open_store
-from runner.cli.review import FormatOption, OutOption, RunOption, check_run, checked_format, write_file
+from runner.cli.review_commands import FormatOption, OutOption, RunOption, check_run, checked_format, write_file
 from runner.errors import InputError
 
 

@@ -1,5 +1,5 @@
 """The rough speed of 2 CPU cores that every cost estimate before a launch assumes (the sweep's
-limits in runner.cost.estimates, a Hugging Face checkpoint's price in runner.spec.hf): one rough
+limits in runner.cost.cost_model, a Hugging Face checkpoint's price in runner.spec.hf): one rough
 model, not a measurement, kept apart so that neither imports the other for it."""
 
 from __future__ import annotations

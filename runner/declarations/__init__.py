@@ -6,7 +6,7 @@ and edits no shared list. Who reads what:
 - the registry (runner.experiments.registry): ``module``, whose ``EXPERIMENT`` plans and measures;
 - the planner (runner.spec.sweeps.SweepSpec.experiments): ``run_first``;
 - the validator (runner.spec.sweeps.validate): the registry, and ``cpu_only`` on cuda;
-- the estimate (runner.cost.estimates.case_seconds): ``case_seconds``;
+- the estimate (runner.cost.cost_model.case_seconds): ``case_seconds``;
 - the metric catalogue (runner.metrics): ``order``, ``headlines`` and ``metrics``;
 - the pages (dashboard.metrics.opening_metric): ``opening``;
 - the launch form (dashboard.launch.form_fields): ``launch_fields``.
@@ -28,7 +28,7 @@ from runner.metric_entry import Metric
 # One decode step's seconds on the estimate's rough machine: (d_model, n_layer, t=1, cache=True).
 StepSeconds = Callable[..., float]
 # A case's estimated wall time from its params, the spec's model section and the step time; None:
-# the flat price of a case the cost model does not model (runner.cost.estimates.FLAT_CASE_SECONDS).
+# the flat price of a case the cost model does not model (runner.cost.cost_model.FLAT_CASE_SECONDS).
 CaseSeconds = Callable[[dict[str, Any], dict[str, Any], StepSeconds], "float | None"]
 # The launch form's overrides (dashboard.launch.LaunchRequest): each shows once a chosen
 # experiment declares it, and replaces the preset's field of that name.

@@ -62,7 +62,7 @@ def check_stop() -> None:
         raise StopRequested
 
 
-def one_line(error: BaseException) -> str:
+def stored_error(error: BaseException) -> str:
     """The first line of the error's message, after its type unless it is a refusal of the
     spec's own (an InputError already names its field and range), any password masked: it is
     stored with the run and the job, where History and exports show it."""
@@ -90,7 +90,7 @@ def job_ends_before_its_run(store: Store, claim: Claim | None, *, requeue_on_int
         raise
     except Exception as error:
         if claim is not None:
-            store.jobs.finish(claim, "failed", error=one_line(error))
+            store.jobs.finish(claim, "failed", error=stored_error(error))
         raise
 
 
@@ -125,7 +125,7 @@ def run_lifecycle(
     except StoreDown:
         raise
     except Exception as error:
-        _finish_failed(store, run_id, claim, one_line(error), wall())
+        _finish_failed(store, run_id, claim, stored_error(error), wall())
         raise
     if claim is None:
         store.results.finish_run(run_id, "done", wall_seconds=wall())
@@ -133,7 +133,7 @@ def run_lifecycle(
         store.jobs.finish(claim, "done", wall_seconds=wall())
     # A done run is one more look at how far this machine drifts between runs: keep the figure
     # with the machine, where the Review page and the reports show it.
-    from analysis.comparison import record_machine_drift
+    from analysis.review_inputs import record_machine_drift
 
     record_machine_drift(store, run_id)
 

@@ -34,7 +34,7 @@ from runner.execution.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.execution.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals
 from runner.measure.machine import machine_name
 from runner.model.data_folder import check_dashboard_job, check_dashboard_models, split_dashboard_job
-from runner.spec.estimate import estimate_here
+from runner.spec.calibrated_estimate import estimate_here
 from runner.spec.sweeps import SweepSpec, validate
 from store.errors import ClaimLost, StoreDown
 from store.masking import mask_secrets

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from runner import declarations
-from runner.cost.estimates import check_limits
-from runner.cost.estimates import estimate_seconds as estimate_seconds  # the launch form asks here
+from runner.cost.cost_model import check_limits
+from runner.cost.cost_model import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
 from runner.model.gpt import ModelConfig
 from runner.model.train import TrainConfig
 from runner.spec import hf as hf_spec
-from runner.spec.catalog import PRESET_DIRECTORY, preset_names
 from runner.spec.fields import Field, check_section, field_path
+from runner.spec.preset_files import PRESET_DIRECTORY, preset_names
 
 PRESETS = preset_names()
 

@@ -1,5 +1,5 @@
 """The write-ups' figures beside one run's: one row per figure the five write-ups state
-(analysis/data/seed_figures.toml), with this run's counterpart, its method and a verdict.
+(analysis/data/writeup_figures.toml), with this run's counterpart, its method and a verdict.
 
 How a row is judged, by the figure's kind:
 - exact: counts, closed-form ratios, bytes, the context-cost and explainer numbers. They must
@@ -36,7 +36,7 @@ from runner.cost import counts, scale
 from store.files import write_whole
 from store.records import RecordedMeasurement
 
-FIGURES_PATH = Path(__file__).parent / "data" / "seed_figures.toml"
+FIGURES_PATH = Path(__file__).parent / "data" / "writeup_figures.toml"
 
 # Figures decodelab computes from its own modules (the write-ups' arithmetic about real models).
 COMPUTED_FIGURES: dict[str, Callable[[], float]] = {
@@ -156,7 +156,7 @@ def judge(figure: dict[str, Any], value: float | None, run: RunFigures) -> str:
     return "model-dependent" if figure["kind"] == "model" else "machine-dependent"
 
 
-def seed_rows(source: MeasurementSource, run_id: int) -> list[Row]:
+def writeup_rows(source: MeasurementSource, run_id: int) -> list[Row]:
     run = RunFigures(source, run_id)
     rows = []
     for figure in load_figures():
@@ -228,7 +228,7 @@ def markdown(rows: Sequence[Row], run_id: int) -> str:
     return "\n".join([*lines, "", summary(rows)]) + "\n"
 
 
-def write_seed_report(rows: Sequence[Row], run_id: int, out: Path) -> list[Path]:
+def write_writeup_report(rows: Sequence[Row], run_id: int, out: Path) -> list[Path]:
     """seed_report.json (one object per row) and seed_report.md in ``out``."""
     json_path, markdown_path = out / "seed_report.json", out / "seed_report.md"
     json_text, markdown_text = json.dumps([asdict(row) for row in rows], indent=1), markdown(rows, run_id)

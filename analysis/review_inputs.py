@@ -15,7 +15,7 @@ from store import frames
 from store.records import case_key
 from store.store import Store
 
-# The drift allowance of an A/B pair: none (review.compare's unknown-drift rule never applies).
+# The drift allowance of an A/B pair: none (review.verdict_table's unknown-drift rule never applies).
 NO_DRIFT = 0.0
 NO_DRIFT_WORDS = "no drift allowance: an A/B pair measured interleaved in one session"
 
@@ -144,7 +144,7 @@ def judge(
     """The verdict table of the review (``samples`` in place of the stored ones, if given; only
     ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
     as in the full review, whose tests and adjustments stay within a family)."""
-    table = review.compare(
+    table = review.verdict_table(
         inputs.run_measurements,
         inputs.baseline_measurements,
         inputs.samples if samples is None else samples,

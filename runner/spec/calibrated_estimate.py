@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from runner.cost.estimates import case_seconds, training_seconds, training_seconds_of
+from runner.cost.cost_model import case_seconds, training_seconds, training_seconds_of
 from runner.errors import InputError
 from runner.measure.load import load_note
 from runner.spec.sweeps import SweepSpec
@@ -300,7 +300,7 @@ def estimate_here(store: Store, spec: SweepSpec, machine_name: str) -> Estimate:
 
 
 def main(arguments: list[str] | None = None) -> int:
-    """``python -m runner.spec.estimate --preset quick --db URL``: the line ``decodelab run`` says
+    """``python -m runner.spec.calibrated_estimate --preset quick --db URL``: the line ``decodelab run`` says
     first, without running anything (``make demo`` opens with it)."""
     import argparse
 

@@ -8,16 +8,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from analysis.seeds import (
+from analysis.writeups import (
     COMPUTED,
     COMPUTED_FIGURES,
     IDENTITY,
     MEASURED,
     SOURCES,
     load_figures,
-    seed_rows,
     source_of,
     summary,
+    writeup_rows,
 )
 from runner.cost import counts
 from runner.experiments import context_cost, kv_cache, registry
@@ -57,7 +57,7 @@ def counted_parts_of_the_seed_preset() -> dict[str, list[RecordedMeasurement]]:
 
 def test_every_counted_figure_of_a_seed_run_agrees_with_the_write_ups() -> None:
     recorded = counted_parts_of_the_seed_preset()
-    rows = seed_rows(Recorded(recorded), 1)
+    rows = writeup_rows(Recorded(recorded), 1)
     assert len(rows) == len(load_figures()) > 80
     exact = [row for row in rows if row.kind == "exact"]
     verdicts = {row.verdict for row in exact}
@@ -80,7 +80,7 @@ def test_an_altered_figure_is_caught() -> None:
         else row
         for row in recorded["kv_cache"]
     ]
-    verdicts = {row.claim: row.verdict for row in seed_rows(Recorded(recorded), 1)}
+    verdicts = {row.claim: row.verdict for row in writeup_rows(Recorded(recorded), 1)}
     assert verdicts["K/V computed over 5 tokens without the cache, per layer"] == "differs"
 
 
@@ -95,7 +95,7 @@ def test_a_sampled_figure_is_judged_against_its_own_noise_bound() -> None:
         }
 
     def verdict(tvd: float) -> str:
-        rows = seed_rows(Recorded(distribution(tvd)), 1)
+        rows = writeup_rows(Recorded(distribution(tvd)), 1)
         return next(row.verdict for row in rows if row.claim.startswith("TV to the target, bigram"))
 
     assert verdict(0.01) == "within sampling noise"
@@ -124,7 +124,7 @@ def test_a_claim_at_a_case_the_run_does_not_hold_is_not_in_this_run_and_only_run
     width = {"part": "width", "d_model": 128, "n": 128, "impl": "static", "weights": "untrained", "n_layer": 3}
     recorded = counted_parts_of_the_seed_preset()
     recorded["kv_cache"].append(RecordedMeasurement(width, "arithmetic_ratio", 66.14, "ratio"))
-    rows = {row.claim: row for row in seed_rows(Recorded(recorded), 1)}
+    rows = {row.claim: row for row in writeup_rows(Recorded(recorded), 1)}
     claim = rows["arithmetic ratio at d = 128, n = 256 (blocks only here; one decimal there)"]
     assert claim.run_value is None and claim.verdict.startswith("not in this run")
     assert rows["quadratic part, 4096 over 2048"].source == IDENTITY
