@@ -78,7 +78,6 @@ __all__ = [
     "current_names",
     "default_baseline",
     "detectable_line",
-    "drift_figure",
     "drift_moves",
     "drift_of",
     "earlier_comparable_runs",
@@ -93,7 +92,6 @@ __all__ = [
     "smallest_p_value",
     "summary_line",
     "tag_set",
-    "timed_verdict",
     "underpowered_rows",
     "verdict_counts",
     "verdict_label",
@@ -258,13 +256,9 @@ def drift_moves(history: pd.DataFrame) -> list[float]:
     return moves
 
 
-def drift_figure(history: pd.DataFrame) -> float | None:
-    """The machine's drift figure: the DRIFT_QUANTILE quantile of ``drift_moves(history)``;
-    None with fewer than DRIFT_MIN_VALUES moves."""
-    return drift_of(drift_moves(history))
-
-
 def drift_of(moves: Sequence[float]) -> float | None:
+    """The machine's drift figure: the DRIFT_QUANTILE quantile of its ``drift_moves``; None with
+    fewer than DRIFT_MIN_VALUES moves."""
     if len(moves) < DRIFT_MIN_VALUES:
         return None
     return float(pd.Series(list(moves)).quantile(DRIFT_QUANTILE))
@@ -329,28 +323,6 @@ class TimedTest:
     family: tuple[str, str]  # (experiment, impl): the p-values adjusted together
     direction: str
     floor: Floor
-
-
-def timed_verdict(
-    run_values: list[float],
-    baseline_values: list[float],
-    better: str,
-    floor: float | None = None,
-    *,
-    prior_variance: float | None = None,
-) -> tuple[str, float | None, float | None]:
-    """(verdict, p-value, shift run/baseline − 1) for one timed metric judged on its own (no
-    adjustment for the other tests, no drift rule unless ``floor`` is given: ``verdict_table`` adds
-    both). ``prior_variance``: the variance of log values its group shows (default: its own)."""
-    run_logs, baseline_logs = log_values(run_values), log_values(baseline_values)
-    if not run_logs or not baseline_logs:
-        return "not judged", None, None
-    if min(len(run_logs), len(baseline_logs)) < MIN_SAMPLES:
-        return "too few samples", None, statistics.median(run_values) / statistics.median(baseline_values) - 1.0
-    own, _ = pooled_variance(run_logs, baseline_logs)
-    test = log_shift_test(run_logs, baseline_logs, own if prior_variance is None else prior_variance, PRIOR_FREEDOM)
-    shift = math.expm1(test.shift)
-    return decided(test.p_value, shift, better, floor or 0.0), test.p_value, shift
 
 
 def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
@@ -451,7 +423,7 @@ def verdict_table(
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
     between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
-    machine's drift figure (``drift_figure``; DEFAULT_DRIFT where None). The timed rows' p-values
+    machine's drift figure (``drift_of``; DEFAULT_DRIFT where None). The timed rows' p-values
     are adjusted within their experiment · impl family before any verdict is given.
     ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
     ``unmeasured``: (experiment, params key) → reason, the run's cases it could not measure: their

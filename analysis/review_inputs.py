@@ -112,13 +112,6 @@ def record_machine_drift(store: Store, run_id: int) -> float | None:
     return figure
 
 
-def slowed(inputs: ReviewInputs, slower_by: float, measurement_ids: set[int] | None = None) -> pd.DataFrame:
-    """The samples with timed measurements of the run (those of ``measurement_ids``, else every
-    one) made ``slower_by`` times as slow on the side that is measured (``injected``)."""
-    ids = set(inputs.run_measurements["measurement_id"]) if measurement_ids is None else measurement_ids
-    return injected(inputs.samples, ids, slower_by)
-
-
 def injected(samples: pd.DataFrame, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
     """A regression injected into real samples: every sample of the measured side of
     ``measurement_ids`` (the candidate, B, of a paired ratio; the one side, A, of a min-of-N

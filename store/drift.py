@@ -1,5 +1,5 @@
 """Machines' drift figures (``store.drift``): how far a timed value moves between two runs of
-the same sweep on one machine, learned from its runs (analysis.review.drift_figure) and kept
+the same sweep on one machine, learned from its runs (analysis.review_inputs.record_machine_drift) and kept
 with the machine row, so that the Review page and the reports show what the machine has shown."""
 
 from __future__ import annotations

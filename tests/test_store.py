@@ -179,7 +179,7 @@ def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: st
 
 def test_a_finished_run_keeps_its_machines_drift_figure_with_the_machine(store: Store) -> None:
     """As each run finishes (runner.execution.lifecycle), the machine's drift figure is learned from its
-    done runs so far (analysis.review.drift_figure) and kept on the machine row (migration 0010)."""
+    done runs so far (analysis.review_inputs.record_machine_drift) and kept on the machine row (migration 0010)."""
     from analysis.review import DRIFT_MIN_VALUES, DRIFT_QUANTILE
     from runner.execution.lifecycle import run_lifecycle
 

@@ -239,11 +239,6 @@ def block_step_mults(t: int, d: int, cache: bool, causal: bool = False) -> int:
     return projection_mults(t, d) + attention_mults(t, d, causal)
 
 
-def cached_step_mults(t: int, d: int, layers: int, vocab_size: int) -> int:
-    """One cached decode step over t positions, every block and the lm head."""
-    return layers * block_step_mults(t, d, cache=True) + vocab_size * d
-
-
 def mean_cached_step_mults(tokens: int, d: int, layers: int, vocab_size: int) -> float:
     """The average cached step of a generation over contexts 1..tokens."""
     return generation_mults(tokens, d, layers, cache=True, vocab_size=vocab_size) / tokens

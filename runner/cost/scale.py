@@ -55,13 +55,6 @@ NAMED_SHAPES: tuple[ModelShape, ...] = (
 )
 
 
-def shape_by_name(name: str) -> ModelShape:
-    for shape in NAMED_SHAPES:
-        if shape.name == name:
-            return shape
-    raise KeyError(f"no named shape {name!r} (known: {', '.join(shape.name for shape in NAMED_SHAPES)})")
-
-
 def attention_work_without_cache(prompt_tokens: int, new_tokens: int, layers: int) -> int:
     """Σ t² over the steps' context lengths t = P .. P+G−1, per layer."""
     return layers * sum(t * t for t in range(prompt_tokens, prompt_tokens + new_tokens))

@@ -21,11 +21,3 @@ def preset_experiments(name: str) -> tuple[str, ...]:
     """The experiments a preset runs, in its file's order."""
     raw = tomllib.loads((PRESET_DIRECTORY / f"{name}.toml").read_text(encoding="utf-8"))
     return tuple(raw.get("experiments", {}))
-
-
-def experiment_names() -> tuple[str, ...]:
-    """Every experiment some preset runs, in the order the presets list them."""
-    names: dict[str, None] = {}
-    for preset in preset_names():
-        names.update(dict.fromkeys(preset_experiments(preset)))
-    return tuple(names)
