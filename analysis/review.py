@@ -438,58 +438,96 @@ def verdict_table(
     candidates: dict[int, tuple[Group, list[float], list[float]]] = {}
     floors: dict[int, tuple[Floor, str]] = {}
     for row in merged.to_dict("records"):
-        unit = row["unit_run"] if isinstance(row["unit_run"], str) else row["unit_baseline"]
-        deterministic = is_deterministic(row["metric"], unit)
-        entry: dict[str, Any] = {
-            "experiment": row["experiment"],
-            "point": row["point"],
-            "metric": row["metric"],
-            "unit": unit,
-            "kind": "deterministic" if deterministic else "timed",
-            "baseline": row["value_baseline"],
-            "run": row["value_run"],
-            "change": None,
-            "p_value": None,
-            "adjusted_p": None,
-            "noise_floor": None,
-            "detectable": None,
-            "why": "",
-        }
+        entry = row_entry(row)
         rows.append(entry)
-        if pd.isna(row["value_baseline"]):
-            entry["verdict"] = "only in run"
-        elif pd.isna(row["value_run"]) and (row["experiment"], row["params_key_baseline"]) in (unmeasured or {}):
-            entry["verdict"] = "not measured"
-            entry["why"] = f"not measured ({(unmeasured or {})[(row['experiment'], row['params_key_baseline'])]})"
-        elif pd.isna(row["value_run"]):
-            entry["verdict"] = "only in baseline"
-        elif deterministic:
-            same = row["value_run"] == row["value_baseline"]
-            entry["verdict"] = "unchanged" if same else "changed"
-            if not same and row["value_baseline"]:
-                entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
-        else:
-            run_samples, method = sample_statistic(by_measurement.get(row["measurement_id_run"], pd.DataFrame()))
-            base_samples, _ = sample_statistic(by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()))
-            run_logs, base_logs = log_values(run_samples), log_values(base_samples)
-            if not run_logs or not base_logs:
-                entry["verdict"] = "not judged"
-                entry["why"] = VERDICT_MEANINGS["not judged"]
-                if row["value_baseline"]:
-                    entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
-                continue
-            if min(len(run_logs), len(base_logs)) < MIN_SAMPLES:
-                entry["verdict"] = "too few samples"
-                entry["change"] = statistics.median(run_samples) / statistics.median(base_samples) - 1.0
-                entry["why"] = (
-                    f"{len(run_logs)} against {len(base_logs)} samples: the t test needs {MIN_SAMPLES} a side"
-                )
-                continue
-            key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
-            floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor)
-            entry["noise_floor"] = floor.value
-            candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
-            floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
+        to_test = verdict_without_test(entry, row, unmeasured or {}, by_measurement)
+        if to_test is None:
+            continue
+        run_logs, base_logs, method = to_test
+        key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
+        floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor)
+        entry["noise_floor"] = floor.value
+        candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
+        floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
+    judge_timed_rows(rows, candidates, floors)
+    return ordered_table(rows)
+
+
+def row_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A row of the verdict table for one ``side_by_side`` row, its verdict not yet given."""
+    unit = row["unit_run"] if isinstance(row["unit_run"], str) else row["unit_baseline"]
+    return {
+        "experiment": row["experiment"],
+        "point": row["point"],
+        "metric": row["metric"],
+        "unit": unit,
+        "kind": "deterministic" if is_deterministic(row["metric"], unit) else "timed",
+        "baseline": row["value_baseline"],
+        "run": row["value_run"],
+        "change": None,
+        "p_value": None,
+        "adjusted_p": None,
+        "noise_floor": None,
+        "detectable": None,
+        "why": "",
+    }
+
+
+def verdict_without_test(
+    entry: dict[str, Any],
+    row: Mapping[Any, Any],
+    unmeasured: Mapping[tuple[str, str], str],
+    by_measurement: Mapping[Any, pd.DataFrame],
+) -> tuple[list[float], list[float], str] | None:
+    """Give ``entry`` the verdict that needs no test (a row on one side only, a case not
+    measured, a deterministic row, a timed row without enough samples); for a timed row to test,
+    give none and return (run logs, baseline logs, the samples' statistic)."""
+    if pd.isna(row["value_baseline"]):
+        entry["verdict"] = "only in run"
+    elif pd.isna(row["value_run"]) and (row["experiment"], row["params_key_baseline"]) in unmeasured:
+        entry["verdict"] = "not measured"
+        entry["why"] = f"not measured ({unmeasured[(row['experiment'], row['params_key_baseline'])]})"
+    elif pd.isna(row["value_run"]):
+        entry["verdict"] = "only in baseline"
+    elif entry["kind"] == "deterministic":
+        same = row["value_run"] == row["value_baseline"]
+        entry["verdict"] = "unchanged" if same else "changed"
+        if not same and row["value_baseline"]:
+            entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
+    else:
+        return timed_logs(entry, row, by_measurement)
+    return None
+
+
+def timed_logs(
+    entry: dict[str, Any], row: Mapping[Any, Any], by_measurement: Mapping[Any, pd.DataFrame]
+) -> tuple[list[float], list[float], str] | None:
+    """A timed row's log values on each side and their statistic, or None with the verdict given
+    where a side has no samples (not judged) or too few (too few samples)."""
+    run_samples, method = sample_statistic(by_measurement.get(row["measurement_id_run"], pd.DataFrame()))
+    base_samples, _ = sample_statistic(by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()))
+    run_logs, base_logs = log_values(run_samples), log_values(base_samples)
+    if not run_logs or not base_logs:
+        entry["verdict"] = "not judged"
+        entry["why"] = VERDICT_MEANINGS["not judged"]
+        if row["value_baseline"]:
+            entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
+        return None
+    if min(len(run_logs), len(base_logs)) < MIN_SAMPLES:
+        entry["verdict"] = "too few samples"
+        entry["change"] = statistics.median(run_samples) / statistics.median(base_samples) - 1.0
+        entry["why"] = f"{len(run_logs)} against {len(base_logs)} samples: the t test needs {MIN_SAMPLES} a side"
+        return None
+    return run_logs, base_logs, method
+
+
+def judge_timed_rows(
+    rows: list[dict[str, Any]],
+    candidates: Mapping[int, tuple[Group, list[float], list[float]]],
+    floors: Mapping[int, tuple[Floor, str]],
+) -> None:
+    """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
+    p-values within each experiment · impl family, and give each its verdict and why."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -509,6 +547,10 @@ def verdict_table(
             drift_rule = None if test.floor.between is not None else test.floor.drift
             entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
             entry["why"] = explanation(entry, test, len(members))
+
+
+def ordered_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The rows as the verdict table: by verdict (regressions first), then the largest change."""
     table = pd.DataFrame(rows, columns=COLUMNS)
     if table.empty:
         return table

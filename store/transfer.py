@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from store.annotations import check_tag
 from store.errors import StoreError
@@ -144,7 +145,20 @@ def import_rows(store: Store, rows: list[dict[str, Any]]) -> list[tuple[str, int
 
 
 def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str, int, int]:
+    """One run's rows into this store in one transaction: its machine, the run (or the one with
+    its uid already here), its tags, and the cases this store lacks."""
     meta = rows[0]["run"]
+    machine_id = _imported_machine(store, uid, meta)
+    with store.write() as session:
+        run = _imported_run(session, uid, meta, machine_id)
+        _merge_tags(session, uid, run.id, meta)
+        added = _add_missing_cases(session, run.id, rows)
+        return uid, run.id, added
+
+
+def _imported_machine(store: Store, uid: str, meta: dict[str, Any]) -> int:
+    """The machine's id by its fingerprint (recreated if new), with the run's measured roof
+    where this store has none for it."""
     try:
         machine = MachineRecord(**{field: meta["machine"][field] for field in MACHINE_FIELDS})
     except (KeyError, TypeError) as error:
@@ -153,68 +167,92 @@ def _import_run(store: Store, uid: str, rows: list[dict[str, Any]]) -> tuple[str
     profile = meta.get("machine_profile")
     if isinstance(profile, dict) and store.profiles.latest(machine_id) is None:
         store.profiles.save(machine_id, str(profile.get("instruction_set", "")), bool(profile.get("quick")), profile)
-    with store.write() as session:
-        run = session.scalar(select(Run).where(Run.uid == uid))
-        if run is None:
-            model_id = None
-            if meta.get("model_hash"):
-                model_id = session.scalar(select(Model.id).where(Model.weights_hash == meta["model_hash"]))
-            run = Run(
-                uid=uid,
-                machine_id=machine_id,
-                model_id=model_id,
-                model_hash=meta.get("model_hash"),
-                preset=meta.get("preset"),
-                spec=meta.get("spec") or {},
-                code_version=meta.get("code_version") or "",
-                status=meta.get("status") or "done",
-                error=meta.get("error"),
-                wall_seconds=meta.get("wall_seconds"),
-                started_at=_parse_time(meta.get("started_at"), "started_at"),
-                finished_at=_parse_time(meta.get("finished_at"), "finished_at"),
-                note=meta.get("note"),
-            )
-            session.add(run)
-            session.flush()
-        elif run.note is None and meta.get("note"):
+    return machine_id
+
+
+def _imported_run(session: Session, uid: str, meta: dict[str, Any], machine_id: int) -> Run:
+    """The run with ``uid`` already here (gaining the note if it had none), else a new one linked
+    to the model where this store holds it."""
+    run = session.scalar(select(Run).where(Run.uid == uid))
+    if run is not None:
+        if run.note is None and meta.get("note"):
             run.note = meta["note"]
-        tags = meta.get("tags") or []
-        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-            raise StoreError(f"import: run {uid} has tags that are not a list of names")
-        held = set(session.scalars(select(RunTag.name).where(RunTag.run_id == run.id)))
-        for tag in sorted(set(tags) - held):
-            session.add(RunTag(run_id=run.id, name=check_tag(tag), created_at=utc_now()))
-        present = {
-            (experiment, key)
-            for experiment, key in session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run.id))
-        }
-        cases: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            params = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
-            cases[(row["experiment"], row.get("case_key") or case_key(params))].append({**row, "params": params})
-        added = 0
-        for (experiment, key), measurements in cases.items():
-            if (experiment, key) in present:
-                continue
-            case = Case(run_id=run.id, experiment=experiment, case_key=key, params=measurements[0]["params"])
-            session.add(case)
-            session.flush()
-            record = CaseRecord(
-                experiment,
-                measurements[0]["params"],
+        return run
+    model_id = None
+    if meta.get("model_hash"):
+        model_id = session.scalar(select(Model.id).where(Model.weights_hash == meta["model_hash"]))
+    run = Run(
+        uid=uid,
+        machine_id=machine_id,
+        model_id=model_id,
+        model_hash=meta.get("model_hash"),
+        preset=meta.get("preset"),
+        spec=meta.get("spec") or {},
+        code_version=meta.get("code_version") or "",
+        status=meta.get("status") or "done",
+        error=meta.get("error"),
+        wall_seconds=meta.get("wall_seconds"),
+        started_at=_parse_time(meta.get("started_at"), "started_at"),
+        finished_at=_parse_time(meta.get("finished_at"), "finished_at"),
+        note=meta.get("note"),
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def _merge_tags(session: Session, uid: str, run_id: int, meta: dict[str, Any]) -> None:
+    """Add the run's tags this store's copy lacks."""
+    tags = meta.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise StoreError(f"import: run {uid} has tags that are not a list of names")
+    held = set(session.scalars(select(RunTag.name).where(RunTag.run_id == run_id)))
+    for tag in sorted(set(tags) - held):
+        session.add(RunTag(run_id=run_id, name=check_tag(tag), created_at=utc_now()))
+
+
+def _add_missing_cases(session: Session, run_id: int, rows: list[dict[str, Any]]) -> int:
+    """Write each case of ``rows`` the run lacks here, with its measurements and samples; returns
+    how many were added."""
+    present = {
+        (experiment, key)
+        for experiment, key in session.execute(select(Case.experiment, Case.case_key).where(Case.run_id == run_id))
+    }
+    added = 0
+    for (experiment, key), measurements in _rows_by_case(rows).items():
+        if (experiment, key) in present:
+            continue
+        case = Case(run_id=run_id, experiment=experiment, case_key=key, params=measurements[0]["params"])
+        session.add(case)
+        session.flush()
+        write_measurements(session, run_id, case.id, _case_record(experiment, measurements))
+        added += 1
+    return added
+
+
+def _rows_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The rows grouped by (experiment, case key), each with its params as a dict."""
+    cases: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        params = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+        cases[(row["experiment"], row.get("case_key") or case_key(params))].append({**row, "params": params})
+    return cases
+
+
+def _case_record(experiment: str, measurements: list[dict[str, Any]]) -> CaseRecord:
+    """One case's rows as the record the store writes."""
+    return CaseRecord(
+        experiment,
+        measurements[0]["params"],
+        tuple(
+            MeasurementRecord(
+                m["metric"],
+                float(m["value"]),
+                m["unit"],
                 tuple(
-                    MeasurementRecord(
-                        m["metric"],
-                        float(m["value"]),
-                        m["unit"],
-                        tuple(
-                            SampleRecord(int(pair), str(side), float(seconds))
-                            for pair, side, seconds in m.get("samples", [])
-                        ),
-                    )
-                    for m in measurements
+                    SampleRecord(int(pair), str(side), float(seconds)) for pair, side, seconds in m.get("samples", [])
                 ),
             )
-            write_measurements(session, run.id, case.id, record)
-            added += 1
-        return uid, run.id, added
+            for m in measurements
+        ),
+    )

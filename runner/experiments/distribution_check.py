@@ -246,6 +246,89 @@ class CheckResult:
         return position.backed and self.variants[variant].effect_tv > self.detectable_tv
 
 
+@dataclass
+class SampledPasses:
+    """What ``samples`` passes emitted under each rule variant, and the draft's rows the check
+    compares with: its first row (the same proposals for every pass) and, for the bonus variant,
+    the row its bonus token came from in each pass that accepted all k."""
+
+    emitted: dict[str, list[list[int]]]
+    bonus_q_rows: list[torch.Tensor]
+    q_first: torch.Tensor
+
+
+def sample_passes(
+    run_target: TargetPass,
+    cache: KVCache,
+    draft: Draft,
+    prompt: list[int],
+    k: int,
+    samples: int,
+    temperature: float,
+    generator: torch.Generator,
+    variants: Sequence[str],
+) -> SampledPasses:
+    """``samples`` passes of k proposals after ``prompt``, each verified under every variant from
+    the committed prompt (``cache`` holds it)."""
+    committed = cache.length
+    emitted: dict[str, list[list[int]]] = {variant: [] for variant in variants}
+    bonus_q_rows: list[torch.Tensor] = []
+    q_first: torch.Tensor | None = None
+    for _ in range(samples):
+        draft.start(prompt)
+        # One more than k: the bonus variant draws its bonus token from the draft's next row.
+        proposals, q = draft.propose(k + 1, temperature, generator)
+        q_first = q[0] if q_first is None else q_first
+        for variant in variants:
+            cache.length = committed
+            q_rows = q if variant == "bonus_from_draft" else q[:k]
+            verdict = verify(run_target, cache, prompt[-1], proposals[:k], q_rows, temperature, generator, variant)
+            emitted[variant].append(verdict.emitted)
+            if variant == "bonus_from_draft" and verdict.accepted == k:
+                bonus_q_rows.append(q[k].double().cpu())
+    assert q_first is not None
+    return SampledPasses(emitted, bonus_q_rows, q_first)
+
+
+def bonus_effect(sampled: SampledPasses, rows: list[torch.Tensor], k: int, samples: int) -> float:
+    """The bonus variant's effect: TV between the draft's and the target's mean rows at the bonus
+    position, over the passes that reached it, scaled to the full sample count."""
+    emitted = sampled.emitted["bonus_from_draft"]
+    bonus_p_rows = [row[k] for tokens, row in zip(emitted, rows, strict=True) if len(tokens) == k + 1]
+    if not bonus_p_rows:
+        return 0.0
+    return total_variation(torch.stack(sampled.bonus_q_rows).mean(0), torch.stack(bonus_p_rows).mean(0)) * math.sqrt(
+        len(bonus_p_rows) / samples
+    )
+
+
+def variant_results(
+    sampled: SampledPasses,
+    rows_of: dict[tuple[int, ...], torch.Tensor],
+    p_first: torch.Tensor,
+    k: int,
+    vocab: int,
+    seed: int,
+) -> tuple[dict[str, VariantResult], list[PositionReach]]:
+    """Each variant's chi-square test of its emitted tokens against the target's distributions and
+    the effect it must show, and the first variant's (the correct rule's) reach per position."""
+    variants = list(sampled.emitted)
+    samples = len(sampled.emitted[variants[0]])
+    results: dict[str, VariantResult] = {}
+    reached: list[PositionReach] = []
+    for variant in variants:
+        rows = [rows_of[tuple(tokens[:-1])] for tokens in sampled.emitted[variant]]
+        observed, expected = PassSamples(sampled.emitted[variant], rows).counts(k, vocab)
+        if variant == variants[0]:
+            reached = reach(observed, expected, seed)
+        if variant == "bonus_from_draft":
+            effect = bonus_effect(sampled, rows, k, samples)
+        else:
+            effect = total_variation(first_position_output(p_first, sampled.q_first.double().cpu(), variant), p_first)
+        results[variant] = VariantResult(chi_square(observed, expected), effect)
+    return results, reached
+
+
 @torch.inference_mode()
 def check_passes(
     target: CharGPT,
@@ -269,53 +352,23 @@ def check_passes(
     cache = target.new_cache(capacity=len(prompt) + k + 1)
     if len(prompt) > 1:
         run_target(prompt[:-1], cache)
-    committed = cache.length
     generator = torch.Generator().manual_seed(seed)
-    emitted: dict[str, list[list[int]]] = {variant: [] for variant in variants}
-    bonus_q_rows: list[torch.Tensor] = []
-    q_first: torch.Tensor | None = None
-    for _ in range(samples):
-        draft.start(prompt)
-        # One more than k: the bonus variant draws its bonus token from the draft's next row.
-        proposals, q = draft.propose(k + 1, temperature, generator)
-        q_first = q[0] if q_first is None else q_first
-        for variant in variants:
-            cache.length = committed
-            q_rows = q if variant == "bonus_from_draft" else q[:k]
-            verdict = verify(run_target, cache, prompt[-1], proposals[:k], q_rows, temperature, generator, variant)
-            emitted[variant].append(verdict.emitted)
-            if variant == "bonus_from_draft" and verdict.accepted == k:
-                bonus_q_rows.append(q[k].double().cpu())
-    assert q_first is not None
+    sampled = sample_passes(run_target, cache, draft, prompt, k, samples, temperature, generator, variants)
     vocab = target.config.vocab_size
     p_first = (
         probabilities(target(torch.tensor([prompt], device=target.device))[0, -1].float(), temperature).double().cpu()
     )
-    rows_of = target_rows(target, prompt, [tokens for variant in variants for tokens in emitted[variant]], temperature)
-    results: dict[str, VariantResult] = {}
-    reached: list[PositionReach] = []
-    for variant in variants:
-        rows = [rows_of[tuple(tokens[:-1])] for tokens in emitted[variant]]
-        observed, expected = PassSamples(emitted[variant], rows).counts(k, vocab)
-        if variant == variants[0]:
-            reached = reach(observed, expected, seed)
-        if variant == "bonus_from_draft":
-            bonus_p_rows = [row[k] for tokens, row in zip(emitted[variant], rows, strict=True) if len(tokens) == k + 1]
-            effect = (
-                total_variation(torch.stack(bonus_q_rows).mean(0), torch.stack(bonus_p_rows).mean(0))
-                * math.sqrt(len(bonus_p_rows) / samples)
-                if bonus_p_rows
-                else 0.0
-            )
-        else:
-            effect = total_variation(first_position_output(p_first, q_first.double().cpu(), variant), p_first)
-        results[variant] = VariantResult(chi_square(observed, expected), effect)
-    first_tokens = torch.tensor([tokens[0] for tokens in emitted[variants[0]]])
+    every_pass = [tokens for variant in variants for tokens in sampled.emitted[variant]]
+    results, reached = variant_results(
+        sampled, target_rows(target, prompt, every_pass, temperature), p_first, k, vocab, seed
+    )
+    first_tokens = torch.tensor([tokens[0] for tokens in sampled.emitted[variants[0]]])
+    # Direct draws from the target, as many: the sampling noise alone, for scale.
     cumulative = p_first.cumsum(dim=0).tolist()
     direct = torch.tensor([inverse_cdf(cumulative, u) for u in uniforms(samples, 1.0, generator).tolist()])
     return CheckResult(
         samples=samples,
-        draft_target_tvd=total_variation(q_first.double().cpu(), p_first),
+        draft_target_tvd=total_variation(sampled.q_first.double().cpu(), p_first),
         detectable_tv=reached[0].detectable_tv,
         tvd=total_variation(empirical(first_tokens, vocab), p_first),
         tvd_direct=total_variation(empirical(direct, vocab), p_first),

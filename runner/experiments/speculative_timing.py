@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runner.cost.speculative import (
@@ -217,19 +218,36 @@ def cost_rounds(
     }, step
 
 
-def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+@dataclass(frozen=True)
+class TimedLoop:
+    """The loop timed in pairs against plain decoding: ``counted`` is its first generation
+    (seeded as ever: the counted figures), ``timed`` the paired ones, ``sessions`` the pass costs
+    replayed after each pair, drafting ``k`` a turn."""
+
+    counted: SpeculativeResult
+    timed: list[SpeculativeResult]
+    paired: Paired
+    sessions: list[PassCosts]
+    k: int
+    new_tokens: int
+
+    @property
+    def steps(self) -> list[float]:
+        """Each pair's plain decode step (target pass and sampling), in seconds."""
+        return [seconds / self.new_tokens for seconds in self.paired.baseline_seconds]
+
+
+def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule) -> TimedLoop:
+    """One generation to count, then the loop timed in pairs against plain decoding, each pair
+    followed by a cost session replaying the loop's own passes."""
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
-    schedule = schedule_of(case)
-    draft = make_draft(case, context)
-    a_priori = a_priori_prediction(case, context, draft)
-
     generations: list[SpeculativeResult] = []
 
     def loop() -> SpeculativeResult:
         # Each generation its own seed: a timed speedup over one seeded text is that text's
         # (200 characters hold ~80 passes, whose characters per pass vary by ~5%), not the
-        # loop's; the counts below are the first generation's, seeded as ever.
+        # loop's; the counts are the first generation's, seeded as ever.
         result = speculative_decode(
             target,
             draft,
@@ -244,93 +262,119 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
         generations.append(result)
         return result
 
-    counts = loop()
+    counted = loop()
     # The cost sessions draft a fixed length: the loop's mean, rounded.
-    k = min(schedule.longest, max(1, round(counts.mean_draft_length)))
+    k = min(schedule.longest, max(1, round(counted.mean_draft_length)))
     # After each pair, the pass costs replaying the loop's own passes, so each pair's
     # component model sees the machine as its measured ratio did.
-    passes = middle_passes(passes_of_run(counts, len(prompt)))
-    text = prompt + counts.tokens
+    passes = middle_passes(passes_of_run(counted, len(prompt)))
+    text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
-    sessions = []
+    sessions: list[PassCosts] = []
     paired = context.harness.paired(
         plain_decode(case, context), loop, pairs=case["pairs"], between=lambda: sessions.append(cost_session())
     )
-    target_pass_seconds, draft_call_seconds = single_call_costs(
-        target, impl, draft, text, len(prompt) + n // 2, temperature, seed, context.harness
-    )
-    # What the timed generations did, pooled: what the measured speedup saw.
-    timed = generations[1:]
+    return TimedLoop(counted, generations[1:], paired, sessions, k, n)
+
+
+def pooled_per_pass(timed: list[SpeculativeResult]) -> tuple[float, float, float]:
+    """What the timed generations did per target pass, pooled (what the measured speedup saw):
+    characters, drafted tokens and draft calls."""
     timed_passes = sum(generation.target_passes for generation in timed)
     per_pass = sum(len(generation.tokens) for generation in timed) / timed_passes
     drafted = sum(generation.proposed for generation in timed) / timed_passes
     draft_calls = sum(generation.draft_calls for generation in timed) / timed_passes
-    assisted = hf_assisted(case, context, draft, schedule)
-    # Costs in units of that pair's plain decode step (target pass and sampling): a
-    # verification is a (k+1)-position pass and the accept rule; a draft turn is proposing k
-    # and following the commit, calls included. The write-ups' formula takes a verification
-    # as one step; the component model uses the measured verification.
-    steps = [seconds / n for seconds in paired.baseline_seconds]
-    draft_costs = [costs.draft_turn_seconds / k / step for costs, step in zip(sessions, steps, strict=True)]
-    verify_costs = [costs.verify_seconds / step for costs, step in zip(sessions, steps, strict=True)]
-    writeup_formula = statistics.median(writeup_formula_speedup(per_pass, drafted, draft) for draft in draft_costs)
-    component_model = statistics.median(
-        component_model_speedup(per_pass, draft_calls, verify, draft)
-        for verify, draft in zip(verify_costs, draft_costs, strict=True)
-    )
-    measured = paired.median
-    predicted = {record.metric: record.value for record in a_priori}
-    decided = len(counts.total_variations)
-    positions = acceptance_at_positions(counts.accepted_per_pass, counts.drafted_per_pass, schedule.longest)
-    greedy: list[MeasurementRecord] = []
-    if temperature == 0.0:
-        plain = generate(target, prompt, n, temperature=0.0, seed=seed, impl=impl).tokens
-        greedy = [MeasurementRecord("greedy_matches_target", counts.tokens == plain, "bool")]
-    records = [
-        *a_priori,
-        *greedy,
-        MeasurementRecord(
-            "a_priori_relative_error", relative_error(predicted["predicted_speedup_a_priori"], measured), "ratio"
-        ),
-        MeasurementRecord(
-            "a_priori_chars_per_pass_error",
-            relative_error(predicted["predicted_chars_per_pass"], per_pass),
-            "ratio",
-        ),
-        MeasurementRecord("acceptance_rate", counts.acceptance_rate, "ratio"),
-        MeasurementRecord("chars_per_target_pass", counts.chars_per_target_pass, "chars"),
+    return per_pass, drafted, draft_calls
+
+
+def step_relative_costs(timed: TimedLoop) -> tuple[list[float], list[float]]:
+    """Each pair's draft turn per proposal and verification, in units of that pair's plain decode
+    step: a verification is a (k+1)-position pass and the accept rule; a draft turn is proposing
+    k and following the commit, calls included."""
+    draft_costs = [
+        costs.draft_turn_seconds / timed.k / step for costs, step in zip(timed.sessions, timed.steps, strict=True)
+    ]
+    verify_costs = [costs.verify_seconds / step for costs, step in zip(timed.sessions, timed.steps, strict=True)]
+    return draft_costs, verify_costs
+
+
+def greedy_check(
+    case: dict[str, Any], context: ExperimentContext, counted: SpeculativeResult
+) -> list[MeasurementRecord]:
+    """At temperature 0, whether the loop's text is plain greedy decoding's; nothing otherwise."""
+    if case["temperature"] != 0.0:
+        return []
+    prompt, n = context.prompt(), case["new_tokens"]
+    plain = generate(context.model, prompt, n, temperature=0.0, seed=context.seed, impl=case["impl"]).tokens
+    return [MeasurementRecord("greedy_matches_target", counted.tokens == plain, "bool")]
+
+
+def counted_figures(counted: SpeculativeResult, longest: int, per_pass: float) -> list[MeasurementRecord]:
+    """The counted generation's acceptance and lengths (and the timed ones' characters per pass)."""
+    decided = len(counted.total_variations)
+    positions = acceptance_at_positions(counted.accepted_per_pass, counted.drafted_per_pass, longest)
+    return [
+        MeasurementRecord("acceptance_rate", counted.acceptance_rate, "ratio"),
+        MeasurementRecord("chars_per_target_pass", counted.chars_per_target_pass, "chars"),
         MeasurementRecord("chars_per_target_pass_timed", per_pass, "chars"),
-        MeasurementRecord("mean_accepted_length", counts.mean_accepted_length, "tokens"),
-        MeasurementRecord("system_efficiency", counts.system_efficiency, "ratio"),
-        MeasurementRecord("mean_draft_length", counts.mean_draft_length, "tokens"),
-        MeasurementRecord("mean_draft_calls", counts.mean_draft_calls, "calls"),
+        MeasurementRecord("mean_accepted_length", counted.mean_accepted_length, "tokens"),
+        MeasurementRecord("system_efficiency", counted.system_efficiency, "ratio"),
+        MeasurementRecord("mean_draft_length", counted.mean_draft_length, "tokens"),
+        MeasurementRecord("mean_draft_calls", counted.mean_draft_calls, "calls"),
         *(
             MeasurementRecord(f"acceptance_rate_at_position_{position}", rate, "ratio")
             for position, rate in enumerate(positions, start=1)
             if rate == rate  # nan: no pass drafted that far
         ),
-        MeasurementRecord("target_passes", counts.target_passes, "passes"),
-        MeasurementRecord("accepted", counts.accepted, "tokens"),
-        MeasurementRecord("proposed", counts.proposed, "tokens"),
-        MeasurementRecord("acceptance_per_decided", counts.accepted / decided if decided else 0.0, "ratio"),
-        MeasurementRecord("one_minus_mean_tv", 1 - sum(counts.total_variations) / max(decided, 1), "ratio"),
+        MeasurementRecord("target_passes", counted.target_passes, "passes"),
+        MeasurementRecord("accepted", counted.accepted, "tokens"),
+        MeasurementRecord("proposed", counted.proposed, "tokens"),
+        MeasurementRecord("acceptance_per_decided", counted.accepted / decided if decided else 0.0, "ratio"),
+        MeasurementRecord("one_minus_mean_tv", 1 - sum(counted.total_variations) / max(decided, 1), "ratio"),
         *(
             MeasurementRecord(f"accepted_length_{length}", passes, "passes")
-            for length, passes in enumerate(counts.accepted_histogram)
+            for length, passes in enumerate(counted.accepted_histogram)
         ),
-        MeasurementRecord("target_step_seconds", statistics.median(steps), "seconds"),
-        MeasurementRecord("verify_seconds", statistics.median(costs.verify_seconds for costs in sessions), "seconds"),
+    ]
+
+
+def cost_figures(
+    timed: TimedLoop, draft_costs: list[float], verify_costs: list[float], single_calls: tuple[float, float]
+) -> list[MeasurementRecord]:
+    """The pairs' step, verification and draft costs, and the write-ups' cost table: single calls
+    timed on their own (``single_calls``: a target pass's and a draft call's seconds) and their c."""
+    target_pass_seconds, draft_call_seconds = single_calls
+    return [
+        MeasurementRecord("target_step_seconds", statistics.median(timed.steps), "seconds"),
+        MeasurementRecord(
+            "verify_seconds", statistics.median(costs.verify_seconds for costs in timed.sessions), "seconds"
+        ),
         MeasurementRecord(
             "draft_seconds_per_char",
-            statistics.median(costs.draft_turn_seconds for costs in sessions) / k,
+            statistics.median(costs.draft_turn_seconds for costs in timed.sessions) / timed.k,
             "seconds",
         ),
         MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
-        # The write-ups' cost table: single calls timed on their own, and their c.
         MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
         MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
+    ]
+
+
+def speedup_figures(
+    timed: TimedLoop, pooled: tuple[float, float, float], draft_costs: list[float], verify_costs: list[float]
+) -> list[MeasurementRecord]:
+    """The measured speedup and the two after-the-fact models beside it: the write-ups' formula
+    (a verification as one step) and the component model (the measured verification)."""
+    per_pass, drafted, draft_calls = pooled
+    writeup_formula = statistics.median(writeup_formula_speedup(per_pass, drafted, draft) for draft in draft_costs)
+    component_model = statistics.median(
+        component_model_speedup(per_pass, draft_calls, verify, draft)
+        for verify, draft in zip(verify_costs, draft_costs, strict=True)
+    )
+    paired, measured = timed.paired, timed.paired.median
+    return [
         *speedup_measurements(paired),
         MeasurementRecord("baseline_seconds", min(paired.baseline_seconds), "seconds"),
         MeasurementRecord("speculative_seconds", min(paired.candidate_seconds), "seconds"),
@@ -338,11 +382,56 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
         MeasurementRecord("writeup_formula_relative_error", relative_error(writeup_formula, measured), "ratio"),
         MeasurementRecord("component_model_speedup", component_model, "ratio"),
         MeasurementRecord("component_model_relative_error", relative_error(component_model, measured), "ratio"),
+    ]
+
+
+def a_priori_errors(a_priori: list[MeasurementRecord], measured: float, per_pass: float) -> list[MeasurementRecord]:
+    """How far the a-priori prediction, made before the loop ran, fell from what it measured."""
+    predicted = {record.metric: record.value for record in a_priori}
+    return [
+        MeasurementRecord(
+            "a_priori_relative_error", relative_error(predicted["predicted_speedup_a_priori"], measured), "ratio"
+        ),
+        MeasurementRecord(
+            "a_priori_chars_per_pass_error", relative_error(predicted["predicted_chars_per_pass"], per_pass), "ratio"
+        ),
+    ]
+
+
+def speculative(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """The loop against plain decoding through the same impl: its a-priori prediction first, then
+    the timed pairs, the single calls' costs, Hugging Face's peer (an hf: draft), and the figures
+    counted, timed and modelled, placed on the machine's roof."""
+    schedule = schedule_of(case)
+    draft = make_draft(case, context)
+    a_priori = a_priori_prediction(case, context, draft)
+    timed = time_loop(case, context, draft, schedule)
+    prompt, n = context.prompt(), case["new_tokens"]
+    single_calls = single_call_costs(
+        context.model,
+        case["impl"],
+        draft,
+        prompt + timed.counted.tokens,
+        len(prompt) + n // 2,
+        case["temperature"],
+        context.seed,
+        context.harness,
+    )
+    pooled = pooled_per_pass(timed.timed)
+    assisted = hf_assisted(case, context, draft, schedule)
+    draft_costs, verify_costs = step_relative_costs(timed)
+    records = [
+        *a_priori,
+        *greedy_check(case, context, timed.counted),
+        *a_priori_errors(a_priori, timed.paired.median, pooled[0]),
+        *counted_figures(timed.counted, schedule.longest, pooled[0]),
+        *cost_figures(timed, draft_costs, verify_costs, single_calls),
+        *speedup_figures(timed, pooled, draft_costs, verify_costs),
         *assisted,
     ]
     # The roofline prices a verification of the length the cost sessions drafted.
     figures = {record.metric: record.value for record in records}
-    return [*records, *roofline.speculative(context, {**case, "k": k}, draft, figures)]
+    return [*records, *roofline.speculative(context, {**case, "k": timed.k}, draft, figures)]
 
 
 def hf_assisted(
