@@ -13,11 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from dashboard import pages as dashboard_pages
 from store import frames
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord
 from store.store import Store
 
-PAGES = ["history", "compare", "kv_cache", "memory", "quantization", "speculative", "context_cost", "scale"]
+# Every page, in the navigation's order (the one list: dashboard/pages.py).
+PAGES = [page.name for page in dashboard_pages.PAGES]
 MACHINES = [
     MachineRecord(f"machine-{index}", "cpu", 2 + index, 2**34, "Linux", "3.11", "2.13.0", 2, "cpu", None)
     for index in range(3)

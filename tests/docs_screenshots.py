@@ -14,25 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dashboard import pages as dashboard_pages
 from tests.browser_helpers import ROOT, SCREENSHOTS, chromium, serve_dashboard, wait_until_charts_settled
 
 if TYPE_CHECKING:
     from playwright.sync_api import ViewportSize
 
 WINDOW: ViewportSize = {"width": 1440, "height": 1000}
-PAGES = (
-    "review",
-    "history",
-    "compare",
-    "kv_cache",
-    "roofline",
-    "memory",
-    "quantization",
-    "speculative",
-    "context_cost",
-    "scale",
-    "seeds",
-)
+# Every page by its URL path, in the navigation's order (the one list: dashboard/pages.py).
+PAGES = [page.name for page in dashboard_pages.PAGES]
 # The README's pictures: page → file under docs/.
 DOCS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 

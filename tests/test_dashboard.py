@@ -193,6 +193,15 @@ def test_compare_table_flags_deterministic_differences() -> None:
     assert table.set_index("point")["b / a"].to_dict() == {"n=128": 1.05, "n=64": 1.0}
 
 
+def test_every_view_is_a_page_of_the_one_list() -> None:
+    """dashboard/pages.py is the one list the navigation and every test read: a view file it
+    lacks would be served by no link and tested by no test, a name without a file breaks the app."""
+    views = {path.stem for path in (DASHBOARD / "views").glob("*.py") if path.stem != "__init__"}
+    assert views == {page.name for page in dashboard_pages.PAGES}
+    assert len(dashboard_pages.PAGES) == len(views), "a page listed twice"
+    assert {page.section for page in dashboard_pages.PAGES} <= set(dashboard_pages.SECTIONS)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_on_a_real_store(page: str, filled_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DECODELAB_DB", filled_store_url)

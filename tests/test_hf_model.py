@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from dashboard import pages as dashboard_pages
 from runner.errors import InputError
 from store import frames
 from store.store import Store
@@ -312,7 +313,7 @@ def all_text(app: Any) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("page", ["history", "kv_cache", "memory", "quantization", "speculative", "seeds", "review"])
+@pytest.mark.parametrize("page", [page.name for page in dashboard_pages.PAGES])
 def test_the_dashboard_shows_an_hf_run_like_any_other(
     page: str, hf_run_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
