@@ -10,6 +10,7 @@ from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import speculative_decode
+from runner.experiments.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.experiments.speculative_costs import (
     CostSession,
     PassCosts,
@@ -17,7 +18,6 @@ from runner.experiments.speculative_costs import (
     held_out_windows,
     passes_of_run,
 )
-from runner.experiments.speculative_timing import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.measure.timing import Harness
 from runner.model.gpt import CharGPT
 from tests.shared_parts import VOCAB, peaked_target
