@@ -1,4 +1,5 @@
-"""The README's screenshots from a real store, as a reader's 1440x1000 window shows each page:
+"""The screenshots of README.md and docs/dashboard.md from a real store, as a reader's
+1440x1000 window shows each page:
 
     python -m tests.docs_screenshots --db sqlite:///a-copy-of-a-store.db
 
@@ -33,7 +34,7 @@ PAGES = (
     "scale",
     "seeds",
 )
-# The README's pictures: page → file under docs/.
+# The docs' pictures (README.md, docs/dashboard.md): page → file under docs/.
 DOCS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 
 
