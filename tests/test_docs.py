@@ -1,11 +1,19 @@
-"""The README stays short enough for a newcomer to finish (issue 43, D4), and every relative link in
-it and in docs/*.md leads somewhere: an existing file, and where the link names a heading
-(`file.md#anchor`, `#anchor`), a heading of that file under GitHub's anchor rules."""
+"""The README stays short enough for a newcomer to finish (issue 43, D4) and says what the code
+does: its CLI table lists every `decodelab` command and no other, and what it shows `make demo`
+printing is what the Makefile prints. Every relative link in it and in docs/*.md leads somewhere:
+an existing file, and where the link names a heading (`file.md#anchor`, `#anchor`), a heading of
+that file under GitHub's anchor rules."""
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import re
+import tomllib
 from pathlib import Path
+from typing import Any
+
+import typer
 
 from tests.conftest import ROOT
 
@@ -17,6 +25,7 @@ INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 EXTERNAL = ("http://", "https://", "mailto:")
+COMMAND_WORD = re.compile(r"[a-z][a-z-]*")
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -112,3 +121,55 @@ def test_the_check_finds_a_missing_file_a_missing_heading_and_passes_good_links(
         "page.md:8: #nowhere (no heading with that anchor in page.md)",
         "page.md:8: other.md#notes-2 (no heading with that anchor in other.md)",
     ]
+
+
+def cli_commands() -> set[str]:
+    """Every runnable `decodelab …` command path, read from the command line the package installs
+    (pyproject's script entry point: its module's typer app)."""
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["decodelab"]
+    app = importlib.import_module(target.split(":")[0]).app
+
+    def walk(command: Any, path: str) -> set[str]:
+        # A group has sub-commands (typer's own click types: a group is told by them, not its class).
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            return {leaf for name, sub in subcommands.items() for leaf in walk(sub, f"{path} {name}")}
+        return {path}
+
+    return walk(typer.main.get_command(app), "decodelab")
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readmes_cli_table_lists_every_command_and_no_other() -> None:
+    rows = [line for line in readme_section("The command line").splitlines() if line.startswith("| `decodelab ")]
+    listed = set()
+    for row in rows:
+        # The command path: "decodelab" and its words up to the first option or argument.
+        words = row.split("`")[1].split()
+        path = list(itertools.takewhile(COMMAND_WORD.fullmatch, words))
+        listed.add(" ".join(path))
+    assert len(listed) == len(rows), "a command listed twice"
+    assert listed == cli_commands()
+
+
+def test_what_the_readme_shows_make_demo_printing_is_what_the_makefile_prints() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    said = [
+        line.split("@echo ", 1)[1]
+        .strip()
+        .strip('"')
+        .replace("$(VENV)", ".venv")
+        .replace("$(DB)", "sqlite:///decodelab.db")
+        for line in recipe.splitlines()
+        if "@echo " in line
+    ]
+    shown = readme_section("What `make demo` prints").split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    echoed = [line for line in shown if line.startswith("== ")]
+    assert echoed and all(any(made.startswith(line.rstrip(" …")) for made in said) for line in echoed), echoed
+    # The first line is the estimate the recipe's first command prints (runner.spec.estimate).
+    assert shown[0].startswith("the sweep: 126 cases, about ")
+    assert recipe.splitlines()[1].strip().startswith("@$(VENV)/bin/python -m runner.spec.estimate --preset quick")
