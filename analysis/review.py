@@ -115,7 +115,7 @@ OUTLIER_MADS = 3.0
 HISTORY_WINDOW = 20
 MIN_EARLIER_RUNS = 3
 # How far two runs of the same code on one machine may drift apart when the machine's own figure
-# is not known yet (|log| of the ratio of medians): 10%. The calibration (README, Review) measured
+# is not known yet (|log| of the ratio of medians): 10%. The calibration (docs/review.md) measured
 # A/A shifts of the speculative speedups up to 8% on the 2-core development machine.
 DEFAULT_DRIFT = math.log(1.10)
 # The machine's drift figure: this quantile of |log ratio| of timed headline values between

@@ -1,4 +1,5 @@
-"""The README's screenshots from a real store, as a reader's 1440x1000 window shows each page:
+"""The screenshots of README.md and docs/dashboard.md from a real store, as a reader's
+1440x1000 window shows each page:
 
     python -m tests.docs_screenshots --db sqlite:///a-copy-of-a-store.db
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 WINDOW: ViewportSize = {"width": 1440, "height": 1000}
 # Every page by its URL path, in the navigation's order (the one list: dashboard/pages.py).
 PAGES = [page.name for page in dashboard_pages.PAGES]
-# The README's pictures: page → file under docs/.
+# The docs' pictures (README.md, docs/dashboard.md): page → file under docs/.
 DOCS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 
 

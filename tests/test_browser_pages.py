@@ -8,7 +8,7 @@ chart's edge or covered by axis labels, a legend past the chart's edge or stoppe
 legend entries drawn with one mark (each check proven on tests/fixtures/broken_charts.py).
 The same checks read `decodelab report run`'s HTML report (its inline SVG charts) and its
 Markdown, rendered. With DECODELAB_SCREENSHOTS=1 each page's full-page screenshot goes to
-screenshots/ (ignored by git); the README's (docs/*.png) come from a real store through
+screenshots/ (ignored by git); the docs' (docs/*.png) come from a real store through
 tests/docs_screenshots.py."""
 
 from __future__ import annotations

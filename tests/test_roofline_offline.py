@@ -73,7 +73,7 @@ def test_the_epyc_figures_and_verdict_come_back_from_its_files_alone() -> None:
 
 def test_the_xeon_figures_and_verdict_come_back_from_its_files_alone() -> None:
     """The Xeon's benchmark lines judged on the Xeon VM's profile (tests/fixtures: the shared runs
-    hold none for the Xeon; the README's table used another profile of that VM, 1-2% apart): the
+    hold none for the Xeon; docs/performance.md quotes what this command prints): the
     fast step within 5%, int8 within 15%, the verification within 10%, and the verdict right at
     the acceptance and speedup measured there (0.918, 1.32x: no file holds them, so given)."""
     result = run_script(

@@ -22,7 +22,7 @@ if opened:
         st.caption(
             "Change points: every run where a series (one machine fingerprint, sweep and impl) moves to a new "
             "level is marked (red diamond, a link to its review against the run before it), found by PELT from the "
-            "ruptures library on the series standardised by its own run-to-run noise (README, History); the "
+            "ruptures library on the series standardised by its own run-to-run noise (docs/dashboard.md, History); the "
             "band is each level's median ± 3 times that noise. Runs tagged suspect are shown but neither marked "
             "nor counted."
         )

@@ -51,8 +51,8 @@ class StaticStep(nn.Module):
     One K and one V buffer per layer, written whole-buffer with ``index_copy_`` (gpt-fast's
     pattern): inductor writes that in place. Writing a view of one buffer shared by every layer
     (``keys[layer, :, position] = k``) made it copy each layer's whole cache several times a step
-    and write every layer back at the end, O(capacity) bytes a step (README, Performance on each
-    machine's roof)."""
+    and write every layer back at the end, O(capacity) bytes a step (docs/performance.md, The
+    compiled impl)."""
 
     def __init__(self, model: CharGPT, capacity: int) -> None:
         super().__init__()
