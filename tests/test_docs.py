@@ -174,9 +174,9 @@ def test_what_the_readme_shows_make_demo_printing_is_what_the_makefile_prints(tm
     assert echoed and all(any(made.startswith(line.rstrip(" …")) for made in said) for line in echoed), echoed
     # The first line is the estimate the recipe's first command prints, the quick sweep's real size.
     first_command = recipe.splitlines()[1].strip()
-    assert first_command.startswith("@$(VENV)/bin/python -m runner.spec.estimate --preset quick")
+    assert first_command.startswith("@$(VENV)/bin/python -m runner.spec.calibrated_estimate --preset quick")
     estimate = subprocess.run(
-        [sys.executable, "-m", "runner.spec.estimate", "--preset", "quick", "--db", f"sqlite:///{tmp_path / 'new.db'}"],
+        [sys.executable, "-m", "runner.spec.calibrated_estimate", "--preset", "quick", "--db", f"sqlite:///{tmp_path / 'new.db'}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
