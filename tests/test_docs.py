@@ -176,7 +176,8 @@ def test_what_the_readme_shows_make_demo_printing_is_what_the_makefile_prints(tm
     first_command = recipe.splitlines()[1].strip()
     assert first_command.startswith("@$(VENV)/bin/python -m runner.spec.calibrated_estimate --preset quick")
     estimate = subprocess.run(
-        [sys.executable, "-m", "runner.spec.calibrated_estimate", "--preset", "quick", "--db", f"sqlite:///{tmp_path / 'new.db'}"],
+        [sys.executable, "-m", "runner.spec.calibrated_estimate", "--preset", "quick"]
+        + ["--db", f"sqlite:///{tmp_path / 'new.db'}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
