@@ -29,7 +29,7 @@ Each command's stdout (the CLI's "wrote FILE: ..." line, recommend's table) is k
 stdout/NAME.txt. Normalised, and only this: those lines name the file written, under --out, which
 differs between a "before" and an "after" folder; the --out folder is written as OUT there. The
 reports themselves need no normalising: two invocations on one store write them byte-identical
-(checked on unchanged code, HTML included: its Plotly figures carry no random ids).
+(checked on unchanged code, HTML included: its inline Vega-Lite SVG charts carry no random ids).
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ def write_reports(db: str, out: Path, fresh_spec: Path | None) -> None:
 
 def fresh_figures_agree(before: Path, after: Path) -> tuple[bool, int]:
     """Whether two fresh runs' figures are the same figures with values within the catalogue's
-    NUMERICAL_TOLERANCE, and how many values differ at all."""
-    from runner.metrics import NUMERICAL_TOLERANCE
+    NUMERICAL_TOLERANCE (the machines audit's own rule, analysis.machines.all_close), and how many
+    values differ at all."""
+    from analysis.machines import all_close
 
     figures_before = json.loads(before.read_text())
     figures_after = json.loads(after.read_text())
@@ -139,10 +140,8 @@ def fresh_figures_agree(before: Path, after: Path) -> tuple[bool, int]:
     for old, new in zip(figures_before, figures_after, strict=True):
         if old["samples"] != new["samples"]:
             return False, -1
-        gap = abs(old["value"] - new["value"])
-        scale = max(abs(old["value"]), abs(new["value"]))
-        differing += gap > 0
-        if gap > NUMERICAL_TOLERANCE["absolute"] + NUMERICAL_TOLERANCE["relative"] * scale:
+        differing += old["value"] != new["value"]
+        if not all_close([old["value"], new["value"]]):
             return False, differing
     return True, differing
 
