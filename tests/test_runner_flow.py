@@ -29,12 +29,16 @@ def quiet(_: str) -> None:
     pass
 
 
+def cases_held(store: Store, run_id: int) -> int:
+    """The run's cases, measured or (a loaded machine could not time one) held as not measured."""
+    return len(store.results.recorded_case_keys(run_id)) + len(store.results.unmeasured_cases(run_id))
+
+
 def test_the_tiny_spec_plans_and_the_session_run_recorded_every_case(filled_store_url: str) -> None:
     """The whole tiny sweep is run once a session (filled_store_url): every case it plans is there."""
     assert load_spec_file(TINY_SPEC).cases_total() == TINY_CASES
     store = Store(filled_store_url)
-    # A case a loaded machine could not time is held too, as not measured with its reason.
-    assert len(store.results.recorded_case_keys(1)) + len(store.results.unmeasured_cases(1)) == TINY_CASES
+    assert cases_held(store, 1) == TINY_CASES
     store.close()
 
 
@@ -123,8 +127,7 @@ def test_an_interrupted_run_keeps_its_cases_and_resumes_without_duplicates(
     # The two missing cases, and a second try at any the first attempt could not time.
     retried = 2 + unmeasured_before
     assert (outcome.run_id, outcome.cases_recorded, outcome.cases_skipped) == (run_id, retried, LEAN_CASES - retried)
-    held = len(store.results.recorded_case_keys(run_id)) + len(store.results.unmeasured_cases(run_id))
-    assert held == LEAN_CASES, "each case once: a retried case replaces its not-measured row"
+    assert cases_held(store, run_id) == LEAN_CASES, "each case once: a retried case replaces its not-measured row"
     assert frames.runs(store).iloc[0]["status"] == "done"
     assert sorted(read_back) == sorted(set(read_back)), "the earlier attempt's cases read once per experiment"
     assert "speculative" in read_back
