@@ -264,12 +264,26 @@ def drift_of(moves: Sequence[float]) -> float | None:
     return float(pd.Series(list(moves)).quantile(DRIFT_QUANTILE))
 
 
+ROUND_METHOD = ", per round"
+
+
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
     """What a timed measurement's samples say, and by which method: per-pair ratios A/B for a
     paired measurement (sides A and B, method ``paired``), the raw seconds for a min-of-N one
-    (side A only, method ``min``)."""
+    (side A only, method ``min``). Samples of an A/B session's rounds (``round_index`` set) give
+    one value per round instead, the geometric mean of the round's: a round's pairs share its
+    worker processes, whose own speed moves them together, so the rounds are the independent
+    units (method ``paired, per round`` or ``min, per round``)."""
     if samples.empty:
         return [], "paired"
+    if "round_index" in samples and samples["round_index"].notna().all():
+        per_round: list[list[float]] = []
+        method = "paired"
+        for _, in_round in samples.groupby("round_index", sort=True):
+            values, method = sample_statistic(in_round.drop(columns="round_index"))
+            if logs := log_values(values):
+                per_round.append(logs)
+        return [math.exp(statistics.fmean(logs)) for logs in per_round], method + ROUND_METHOD
     # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
     # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
     # compares, and a pivot table each time made the calibration the slowest part of a report.
@@ -323,6 +337,7 @@ class TimedTest:
     family: tuple[str, str]  # (experiment, impl): the p-values adjusted together
     direction: str
     floor: Floor
+    per_round: bool = False  # an A/B session's rounds, not single samples, are the units
 
 
 def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
@@ -533,7 +548,15 @@ def judge_timed_rows(
     for index, (group, run_logs, base_logs) in candidates.items():
         floor, direction = floors[index]
         shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM)
-        tests[index] = TimedTest(shift_test, len(run_logs), len(base_logs), (group[0], group[1]), direction, floor)
+        tests[index] = TimedTest(
+            shift_test,
+            len(run_logs),
+            len(base_logs),
+            (group[0], group[1]),
+            direction,
+            floor,
+            per_round=group[2].endswith(ROUND_METHOD),
+        )
     families: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
         families.setdefault(timed.family, []).append(index)
@@ -570,8 +593,9 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
         floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
+    units = "rounds (fresh processes each)" if test.per_round else "samples"
     return (
-        f"t test on log values, {test.run_count} against {test.baseline_count} samples "
+        f"t test on log values, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
         f"{ALPHA:g}; would have seen ≥ {entry['detectable']:.1%}; {floor}"

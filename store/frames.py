@@ -216,7 +216,7 @@ def metric_names(store: Store, experiment: str) -> list[str]:
 
 def samples(store: Store, measurement_ids: Sequence[int]) -> pd.DataFrame:
     query = (
-        select(Sample.measurement_id, Sample.pair_index, Sample.side, Sample.seconds)
+        select(Sample.measurement_id, Sample.pair_index, Sample.side, Sample.seconds, Sample.round_index)
         .where(Sample.measurement_id.in_(list(measurement_ids)))
         .order_by(Sample.measurement_id, Sample.pair_index, Sample.side)
     )

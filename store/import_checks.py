@@ -155,20 +155,21 @@ def check_row(number: int, row: dict[str, Any], now: datetime | None = None) -> 
 
 
 def check_samples(check: RowChecker, samples: Any) -> list[list[Any]]:
-    allowed = "a list of [pair, side, seconds]"
+    allowed = "a list of [pair, side, seconds] or [pair, side, seconds, round]"
     if not isinstance(samples, list) or len(samples) > MAX_SAMPLES:
         raise check.refuse("samples", samples, f"{allowed} (at most {MAX_SAMPLES:,})")
     for sample in samples:
         if not (
             isinstance(sample, list)
-            and len(sample) == 3
-            and isinstance(sample[0], int)
-            and not isinstance(sample[0], bool)
+            and len(sample) in (3, 4)
+            and all(isinstance(sample[i], int) and not isinstance(sample[i], bool) for i in (0, *range(3, len(sample))))
             and isinstance(sample[1], str)
             and is_number(sample[2])
         ):
             raise check.refuse("samples", samples, allowed)
-        pair, side, seconds = sample
+        pair, side, seconds = sample[:3]
+        if len(sample) == 4 and not 0 <= sample[3] <= INTEGER_MAX:
+            raise check.refuse("samples' round", sample[3], f"a round index in 0..{INTEGER_MAX:,}")
         if not 0 <= pair <= INTEGER_MAX:
             raise check.refuse("samples' pair", pair, f"a pair index in 0..{INTEGER_MAX:,}")
         if side not in SAMPLE_SIDES:

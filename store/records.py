@@ -8,11 +8,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class SampleRecord:
-    """One raw timing: which pair it belongs to, which side (A baseline, B candidate)."""
+    """One raw timing: which pair it belongs to, which side (A baseline, B candidate), and in an
+    A/B session the round (fresh worker processes) that took it."""
 
     pair_index: int
     side: str
     seconds: float
+    round_index: int | None = None
 
 
 @dataclass(frozen=True)

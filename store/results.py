@@ -306,6 +306,7 @@ def write_measurements(session: Session, run_id: int, case_id: int, case: CaseRe
             "pair_index": sample.pair_index,
             "side": sample.side,
             "seconds": sample.seconds,
+            "round_index": sample.round_index,
         }
         for measurement_id, measurement in zip(measurement_ids, case.measurements, strict=True)
         for sample in measurement.samples

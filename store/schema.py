@@ -192,7 +192,8 @@ class Measurement(Base):
 
 
 class Sample(Base):
-    """One raw timing behind a measurement: pair index, side (A/B) and seconds."""
+    """One raw timing behind a measurement: pair index, side (A/B) and seconds; in an A/B session
+    (`decodelab ab`) also its round, whose samples share a worker process (null elsewhere)."""
 
     __tablename__ = "sample"
 
@@ -201,6 +202,7 @@ class Sample(Base):
     pair_index: Mapped[int] = mapped_column(Integer)
     side: Mapped[str] = mapped_column(String(1))
     seconds: Mapped[float] = mapped_column(Float)
+    round_index: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_sample_measurement", "measurement_id"),)
 

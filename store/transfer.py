@@ -75,7 +75,9 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
             for sample in session.scalars(
                 select(Sample).where(Sample.measurement_id.in_(measurement_ids)).order_by(Sample.id)
             ):
-                samples[sample.measurement_id].append([sample.pair_index, sample.side, sample.seconds])
+                row = [sample.pair_index, sample.side, sample.seconds]
+                # An A/B session's round as a fourth element; three elements elsewhere, as always.
+                samples[sample.measurement_id].append(row if sample.round_index is None else [*row, sample.round_index])
             for case, measurement in cases:
                 rows.append(
                     {
@@ -239,6 +241,11 @@ def _rows_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict
     return cases
 
 
+def round_of(sample: list[Any]) -> int | None:
+    """An exported sample's round: its fourth element, where an A/B session wrote one."""
+    return int(sample[3]) if len(sample) > 3 else None
+
+
 def _case_record(experiment: str, measurements: list[dict[str, Any]]) -> CaseRecord:
     """One case's rows as the record the store writes."""
     return CaseRecord(
@@ -250,7 +257,8 @@ def _case_record(experiment: str, measurements: list[dict[str, Any]]) -> CaseRec
                 float(m["value"]),
                 m["unit"],
                 tuple(
-                    SampleRecord(int(pair), str(side), float(seconds)) for pair, side, seconds in m.get("samples", [])
+                    SampleRecord(int(sample[0]), str(sample[1]), float(sample[2]), round_of(sample))
+                    for sample in m.get("samples", [])
                 ),
             )
             for m in measurements

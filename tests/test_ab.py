@@ -128,7 +128,8 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
         tags = connection.execute(sa.text("select run_id, name from run_tag order by run_id, name")).all()
         samples = connection.execute(
             sa.text(
-                "select m.run_id, c.experiment, c.case_key, m.metric, s.pair_index, s.side from sample s "
+                "select m.run_id, c.experiment, c.case_key, m.metric, s.pair_index, s.side, s.round_index "
+                "from sample s "
                 'join measurement m on m.id = s.measurement_id join "case" c on c.id = m.case_id'
             )
         ).all()
@@ -145,23 +146,25 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
             (candidate_run, f"rev:{head[:12]}"),
         ]
     )
-    # The interleaving, read back from the stored indexes: for each timed measurement, the runs
-    # holding its samples in session order are baseline, candidate in even rounds and candidate,
-    # baseline in odd ones, each round's pairs together.
-    by_measurement: dict[tuple[str, str, str], dict[int, set[int]]] = {}
-    for run_id, experiment, key, metric, pair_index, _side in samples:
-        by_measurement.setdefault((experiment, key, metric), {}).setdefault(pair_index, set()).add(run_id)
+    # The interleaving, read back from the stored rounds and indexes: for each timed measurement,
+    # every round holds both runs' samples, one run's pairs then the other's (no index on both
+    # sides), and the run that goes first alternates from round to round.
+    by_measurement: dict[tuple[str, str, str], dict[int, list[tuple[int, int]]]] = {}
+    for run_id, experiment, key, metric, pair_index, _side, round_index in samples:
+        by_measurement.setdefault((experiment, key, metric), {}).setdefault(round_index, []).append(
+            (pair_index, run_id)
+        )
     assert by_measurement
-    for measurement, runs_at in by_measurement.items():
-        assert all(len(owners) == 1 for owners in runs_at.values()), measurement  # no index on both sides
-        order = [next(iter(runs_at[index])) for index in sorted(runs_at)]
-        per_round = order.count(baseline_run) // rounds
-        assert per_round >= 1 and order.count(candidate_run) == per_round * rounds
-        expected: list[int] = []
-        for round_index in range(rounds):
-            sides = (baseline_run, candidate_run) if round_index % 2 == 0 else (candidate_run, baseline_run)
-            expected += [sides[0]] * per_round + [sides[1]] * per_round
-        assert order == expected, measurement
+    for measurement, by_round in by_measurement.items():
+        assert sorted(by_round) == list(range(rounds)), measurement
+        firsts = []
+        for round_samples in by_round.values():
+            order = [run_id for _, run_id in sorted(set(round_samples))]
+            split = order.index(order[-1])
+            assert set(order[:split]) | set(order[split:]) == {baseline_run, candidate_run}, measurement
+            assert len(set(order[:split])) == 1 and len(set(order[split:])) == 1, measurement
+            firsts.append(order[0])
+        assert all(first != after for first, after in zip(firsts, firsts[1:], strict=False)), measurement
     # A/A (a README change): every deterministic figure equal, no timed verdict either way, and
     # the review defaults to the session's baseline and needs no drift allowance.
     report = (tmp_path / "ab.md").read_text()
@@ -192,6 +195,9 @@ class FakeWorker:
         self.revision = FakeRevision(side)
         self.calls = calls
 
+    def restart(self) -> None:
+        self.calls.append((self.revision.side, -1, False))
+
     def ask(self, request: dict[str, Any], doing: str) -> dict[str, Any]:
         if request["op"] == "prepare":
             return {"ok": True, "model_id": 1, "cases": [["kv_cache", {"n": 8}], ["context_cost", {"n": 4}]]}
@@ -205,30 +211,26 @@ class FakeWorker:
         return {"ok": True, "measurements": [{"metric": "weight_bytes", "value": 64.0, "unit": "bytes", "samples": []}]}
 
 
-def test_rounds_alternate_sides_and_a_deterministic_case_runs_once_per_version() -> None:
+def test_rounds_run_in_fresh_workers_alternate_sides_and_a_deterministic_case_runs_once() -> None:
     calls: list[tuple[str, int, bool]] = []
     session = Session(FakeWorker("baseline", calls), FakeWorker("candidate", calls), 4, lambda _: None)  # type: ignore[arg-type]
     session.prepare({})
     session.run()
+    restart = [("baseline", -1, False), ("candidate", -1, False)]
     assert calls == [
-        ("baseline", 0, True), ("candidate", 0, True), ("candidate", 0, False), ("baseline", 0, False),
-        ("baseline", 0, False), ("candidate", 0, False), ("candidate", 0, False), ("baseline", 0, False),
-        ("baseline", 1, True), ("candidate", 1, True),
+        ("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, True), ("baseline", 1, True),
+        *restart, ("candidate", 0, False), ("baseline", 0, False),
+        *restart, ("baseline", 0, False), ("candidate", 0, False),
+        *restart, ("candidate", 0, False), ("baseline", 0, False),
     ]  # fmt: skip
     baseline, candidate = session.sides
     timed = baseline.records()[0].measurements[0]
-    # Each round's two pairs keep their A and B together, numbered after everything before them.
+    # Each round's two pairs keep their A and B together, numbered after everything before them,
+    # and every sample keeps its round.
     assert sorted({sample.pair_index for sample in timed.samples}) == [0, 1, 6, 7, 8, 9, 14, 15]
-    assert sorted({s.pair_index for s in candidate.records()[0].measurements[0].samples}) == [
-        2,
-        3,
-        4,
-        5,
-        10,
-        11,
-        12,
-        13,
-    ]
+    assert sorted({(s.pair_index, s.round_index) for s in candidate.records()[0].measurements[0].samples}) == [
+        (2, 0), (3, 0), (4, 1), (5, 1), (10, 2), (11, 2), (12, 3), (13, 3),
+    ]  # fmt: skip
     assert [record.params for record in candidate.records()] == [{"n": 8}, {"n": 4}]
     assert len(baseline.rounds[("kv_cache", case_key({"n": 8}))]) == 4
     assert len(baseline.rounds[("context_cost", case_key({"n": 4}))]) == 1

@@ -103,3 +103,39 @@ def test_importing_something_else_is_refused(tmp_path: Path, sqlite_url: str) ->
     (tmp_path / "broken.json").write_text("[{")
     result = decodelab("import", str(tmp_path / "broken.json"), "--db", sqlite_url, cwd=tmp_path)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_ab_sessions_rounds_travel_with_its_samples(filled_store_url: str, store_url: str, tmp_path: Path) -> None:
+    """A sample's round (an A/B session's) is a fourth element of the export and comes back on
+    import; samples without one stay three elements."""
+    import sqlalchemy as sa
+
+    from tests.conftest import copy_store
+
+    source_url = copy_store(filled_store_url, tmp_path / "rounds.db")
+    source = Store(source_url)
+    run_id = int(frames.runs(source).iloc[-1]["run_id"])
+    with source.engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "update sample set round_index = pair_index % 3 where measurement_id in "
+                "(select id from measurement where run_id = :run and experiment = 'kv_cache')"
+            ),
+            {"run": run_id},
+        )
+    exported = tmp_path / "rounds.json"
+    done = decodelab(
+        "export", "--db", source_url, "--run", str(run_id), "--format", "json", "--out", str(exported), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(exported.read_text())
+    lengths = {
+        row["experiment"] == "kv_cache": {len(sample) for sample in row["samples"]} for row in rows if row["samples"]
+    }
+    assert lengths == {True: {4}, False: {3}}
+    imported = decodelab("import", str(exported), "--db", store_url, cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    target = Store(store_url)
+    imported_id = int(frames.runs(target).iloc[-1]["run_id"])
+    pd.testing.assert_frame_equal(snapshot(source, run_id)[1], snapshot(target, imported_id)[1], check_dtype=False)
+    assert snapshot(target, imported_id)[1]["round_index"].notna().any()

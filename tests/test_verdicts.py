@@ -278,6 +278,59 @@ def test_the_sample_statistic_pairs_sides_as_a_pivot_table_does(rows: list[tuple
     assert method == expected_method and pd.Series(values, dtype=float).equals(pd.Series(expected, dtype=float))
 
 
+def session_rows(
+    run_id: int, slowed: int | None, process_shifts: list[float]
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """One side of an A/B session over CASES: each round's 3 pairs share their process's shift
+    (``process_shifts[round]``, the same for every case), steady within it; case ``slowed``
+    25% slower."""
+    frame, _ = case_rows(run_id, [(e, p, [1.5]) for e, p in CASES], {})
+    samples = []
+    for index in range(len(CASES)):
+        center = 1.5 / (1.25 if index == slowed else 1.0)
+        for round_index, shift in enumerate(process_shifts):
+            for pair in range(3):
+                ratio = center * (1 + shift) * (1 + 0.001 * math.sin(run_id * 7 + index + pair))
+                pair_index = round_index * 3 + pair
+                samples += [
+                    {
+                        "measurement_id": run_id * 1000 + index,
+                        "pair_index": pair_index,
+                        "side": side,
+                        "seconds": s,
+                        "round_index": round_index,
+                    }
+                    for side, s in (("A", 1.0), ("B", 1.0 / ratio))
+                ]
+    return frame, samples
+
+
+def test_an_ab_sessions_rounds_not_its_pairs_are_the_units_of_its_test() -> None:
+    """A worker process shifts every pair it times alike (a few percent on the EPYC): the review of
+    an A/B session tests one value per round, so 8 rounds whose processes differ by ±4% are 8
+    noisy values (within noise), not 24 tight pairs a side 3.5% apart (regressed); a case 25% slower is
+    still regressed, alone among its family."""
+    baseline_shifts = [0.04, -0.04, 0.03, -0.03, 0.02, -0.02, 0.04, -0.04]
+    candidate_shifts = [shift - 0.035 for shift in [-0.02, 0.04, 0.02, -0.04, 0.03, -0.03, 0.04, -0.04]]
+    for slowed in (None, 2):
+        (baseline, base_samples), (run, run_samples) = (
+            session_rows(1, None, baseline_shifts),
+            session_rows(2, slowed, candidate_shifts),
+        )
+        samples = pd.DataFrame(base_samples + run_samples)
+        values, method = review.sample_statistic(samples[samples["measurement_id"] == 2000])
+        assert method == "paired, per round" and len(values) == len(candidate_shifts)
+        table = review.verdict_table(run, baseline, samples, drift=0.0)
+        timed = table[table["kind"] == "timed"].reset_index(drop=True)
+        assert all("8 against 8 rounds (fresh processes each)" in why for why in timed["why"])
+        flagged = timed[timed["verdict"].isin(["regressed", "improved"])]
+        expected = [] if slowed is None else ["regressed"]
+        assert list(flagged["verdict"]) == expected, timed[["verdict", "change", "adjusted_p"]]
+        # The same samples without their rounds: 24 pairs a side, and the processes' 3.5% reads as a change.
+        pairs = review.verdict_table(run, baseline, samples.drop(columns="round_index"), drift=0.0)
+        assert (pairs[pairs["kind"] == "timed"]["verdict"] != "within noise").sum() > len(flagged)
+
+
 @pytest.mark.slow
 def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     filled_store_url: str, tmp_path: Path

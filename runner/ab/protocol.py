@@ -30,18 +30,24 @@ def session_cpus(threads: int) -> set[int]:
 
 
 class SideWorker:
-    """One revision's long-lived worker process."""
+    """One revision's worker process, started again for every round of the session
+    (``restart``); its log collects every process's stderr."""
 
     def __init__(self, revision: Revision, worktree: Path, cpus: set[int], log_folder: Path) -> None:
         self.revision = revision
+        self.worktree = worktree
+        self.cpus = cpus
         self.log_path = log_folder / f"{revision.side}.log"
         self._log: IO[str] = open(self.log_path, "w+", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
         # The revision's code alone on the path: not the parent's (PYTHONPATH replaced), not the
         # script's folder (-P), so every import in the worker is the revision's own.
-        environment = {**os.environ, "PYTHONPATH": str(worktree), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
+        environment = {**os.environ, "PYTHONPATH": str(self.worktree), "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(
             [sys.executable, "-P", str(WORKER_SCRIPT)],
-            cwd=worktree,
+            cwd=self.worktree,
             env=environment,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -49,7 +55,13 @@ class SideWorker:
             text=True,
             encoding="utf-8",
         )
-        os.sched_setaffinity(self.process.pid, cpus)
+        os.sched_setaffinity(process.pid, self.cpus)
+        return process
+
+    def restart(self) -> None:
+        """A fresh process on the same worktree (the caller builds and prepares it again)."""
+        self._quit()
+        self.process = self._start()
 
     def failure(self, doing: str, cause: str) -> InputError:
         if len(cause) > ERROR_CHARACTERS:  # its start and its end (a compiler's error comes last)
@@ -82,6 +94,10 @@ class SideWorker:
         return reply
 
     def close(self) -> None:
+        self._quit()
+        self._log.close()
+
+    def _quit(self) -> None:
         if self.process.poll() is None:
             try:
                 assert self.process.stdin is not None
@@ -91,4 +107,5 @@ class SideWorker:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
-        self._log.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()

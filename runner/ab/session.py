@@ -1,9 +1,18 @@
 """An A/B session: the two revisions' workers measure the same cases in turn on this machine.
 
-Each timed case runs ``rounds`` times on each side, the sides alternating (round r: baseline
-then candidate for even r, candidate then baseline for odd r, so neither always goes first):
-whatever the machine does during the session hits both sides alike. A case that records no
-timed sample (a deterministic figure, a fit, a choice) runs once per side.
+The session runs in rounds. Round 0 measures every case of the plan in order (a case that records
+no timed sample, a deterministic figure, a fit, a choice, runs there only: once per version);
+each later round starts both workers afresh and measures every timed case again. Inside a round
+the sides alternate case by case (baseline first where round + case number is even), so neither
+always goes first and whatever the machine does during the session hits both sides alike.
+
+Fresh processes every round, as pyperf runs its values in many worker processes: one process's
+own speed (where its allocator put the weights, how its pages map to the caches) shifts every pair
+it times by the same few percent. Measured on the AMD EPYC: with one process per side for the
+whole session, the bf16 row of an A/A session moved +4.8% consistently over 20 rounds (p = 0.002)
+and the 10% slower int8 kernel moved 5.1–11.9% by session. With a process per round that shift is
+part of each round's own noise, and the review tests the rounds (every sample keeps its
+``round_index``; analysis.review.sample_statistic).
 
 Every sample's pair index counts through the session: a case-round's samples are numbered after
 every sample taken before it, on either side, keeping the pairs inside the case (A and B of one
@@ -53,7 +62,11 @@ def combined(rounds: list[list[dict[str, Any]]]) -> tuple[MeasurementRecord, ...
         metric, unit = first["metric"], first["unit"]
         same = [measurement for round_ in rounds for measurement in round_ if measurement["metric"] == metric]
         values = [float(measurement["value"]) for measurement in same]
-        samples = tuple(SampleRecord(int(i), str(side), float(s)) for m in same for i, side, s in m["samples"])
+        samples = tuple(
+            SampleRecord(int(sample[0]), str(sample[1]), float(sample[2]), int(sample[3]) if len(sample) > 3 else None)
+            for m in same
+            for sample in m["samples"]
+        )
         if samples or not is_deterministic(metric, unit):
             value = statistics.median(values)
         else:
@@ -71,6 +84,7 @@ class Session:
         self.log = log
         self.next_index = 0
         self.cases_interleaved = 0
+        self.request: dict[str, Any] = {}
 
     def build(self) -> None:
         """Both sides' code imported and fast paths built: a failed build ends the session before
@@ -80,18 +94,33 @@ class Session:
 
     def prepare(self, request: dict[str, Any]) -> None:
         """Each side's model trained or reused by its own code, and its plan read."""
+        self.request = request
         for side in self.sides:
             self.log(f"{side.worker.revision.side} {side.worker.revision.short}: preparing the model")
-            reply = side.worker.ask({"op": "prepare", **request}, "preparing the model")
-            side.model_id = reply.get("model_id")
-            side.plan = {
-                (str(experiment), case_key(params)): (index, params)
-                for index, (experiment, params) in enumerate(reply["cases"])
-            }
+            self.prepare_side(side)
 
-    def measure(self, side: SideCases, case: CaseId, first: bool) -> list[dict[str, Any]]:
+    def prepare_side(self, side: SideCases) -> None:
+        reply = side.worker.ask({"op": "prepare", **self.request}, "preparing the model")
+        side.model_id = reply.get("model_id")
+        plan = {
+            (str(experiment), case_key(params)): (index, params)
+            for index, (experiment, params) in enumerate(reply["cases"])
+        }
+        if side.plan and plan != side.plan:
+            raise side.worker.failure("preparing the model again", "its plan differs from its first process's")
+        side.plan = plan
+
+    def restart(self) -> None:
+        """Both workers replaced by fresh processes, built and prepared (the model is reused)."""
+        for side in self.sides:
+            side.worker.restart()
+            side.worker.ask({"op": "build"}, "building its fast path")
+            self.prepare_side(side)
+
+    def measure(self, side: SideCases, case: CaseId, round_index: int) -> list[dict[str, Any]]:
         index, _ = side.plan[case]
-        reply = side.worker.ask({"op": "case", "index": index, "first": first}, f"measuring {case[0]} {case[1]}")
+        request = {"op": "case", "index": index, "first": round_index == 0}
+        reply = side.worker.ask(request, f"measuring {case[0]} {case[1]}")
         measurements: list[dict[str, Any]] = reply["measurements"]
         offset = self.next_index
         span = 0
@@ -99,6 +128,7 @@ class Session:
             for sample in measurement["samples"]:
                 span = max(span, int(sample[0]) + 1)
                 sample[0] = offset + int(sample[0])
+                sample[3:] = [round_index]
         self.next_index += span
         side.rounds.setdefault(case, []).append(measurements)
         return measurements
@@ -108,17 +138,24 @@ class Session:
         baseline, candidate = self.sides
         return list(baseline.plan) + [case for case in candidate.plan if case not in baseline.plan]
 
-    def run(self) -> None:
-        planned = self.cases()
-        for number, case in enumerate(planned, start=1):
+    def measure_round(self, cases: list[CaseId], round_index: int) -> list[CaseId]:
+        """One round over ``cases``, the sides alternating with the round and the case's place
+        in the plan (baseline first where their sum is even); the timed cases."""
+        numbers = {case: number for number, case in enumerate(self.cases())}
+        timed: list[CaseId] = []
+        for case in cases:
             present = [side for side in self.sides if case in side.plan]
-            for round_index in range(self.rounds):
-                order = present if round_index % 2 == 0 else present[::-1]
-                replies = [self.measure(side, case, first=round_index == 0) for side in order]
-                timed = any(measurement["samples"] for reply in replies for measurement in reply)
-                if not timed:
-                    break  # a deterministic case: once per version
-                if round_index == 0 and len(present) == 2:
-                    self.cases_interleaved += 1
-            if number % 10 == 0 or number == len(planned):
-                self.log(f"A/B: {number}/{len(planned)} cases")
+            order = present if (round_index + numbers[case]) % 2 == 0 else present[::-1]
+            replies = [self.measure(side, case, round_index) for side in order]
+            if any(measurement["samples"] for reply in replies for measurement in reply):
+                timed.append(case)
+        return timed
+
+    def run(self) -> None:
+        timed = self.measure_round(self.cases(), 0)
+        self.cases_interleaved = sum(all(case in side.plan for side in self.sides) for case in timed)
+        self.log(f"A/B: round 1/{self.rounds} ({len(timed)} timed cases)")
+        for round_index in range(1, self.rounds if timed else 1):
+            self.restart()
+            self.measure_round(timed, round_index)
+            self.log(f"A/B: round {round_index + 1}/{self.rounds}")
