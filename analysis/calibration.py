@@ -119,12 +119,15 @@ class Calibration:
 def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None) -> list[tuple[int, int]]:
     """(baseline, run) of consecutive done, not suspect runs of ``preset`` (``custom``: of one
     spec) with the same code version, model hash and machine fingerprint (on ``fingerprint``
-    only, if given), oldest first."""
+    only, if given), oldest first. A/B sessions' runs are left out: their rounds were measured
+    interleaved with another run's, not one after the other (benchmarks/ab_error_rate.py
+    measures `decodelab ab` itself)."""
     tags = runs["tags"].map(review.tag_set) if "tags" in runs.columns else pd.Series([set()] * len(runs))
     chosen = runs[
         (runs["status"] == "done")
         & (runs["preset"].fillna("custom") == preset)
         & ~tags.map(lambda names: review.SUSPECT in names)
+        & tags.map(lambda names: runs_module.ab_pair(names) is None)
     ]
     if fingerprint is not None:
         chosen = chosen[chosen["machine_fingerprint"] == fingerprint]

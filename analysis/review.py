@@ -8,7 +8,9 @@ Verdicts:
 - deterministic metrics (kinds exact, numerical, sampled in runner.metrics) are ``unchanged`` or
   ``changed``: they must reproduce exactly on one machine;
 - timed metrics are decided from the raw samples of both runs, on a log scale: per-pair ratios
-  A/B for a paired speedup, the raw seconds for a min-of-N time. A two-sample t test of the
+  A/B for a paired speedup, the raw seconds for a min-of-N time; for the two runs of an A/B
+  session (`decodelab ab`), one value per round, each round's own worker processes (the
+  ``round_index`` of its samples). A two-sample t test of the
   shift of the mean log value, its variance moderated towards the typical variance of its
   experiment · impl · method group (so that three samples a side are enough: a U test cannot
   reach 0.01 below five); the p-values adjusted by Benjamini–Hochberg within each family of one
@@ -519,8 +521,15 @@ def timed_logs(
 ) -> tuple[list[float], list[float], str] | None:
     """A timed row's log values on each side and their statistic, or None with the verdict given
     where a side has no samples (not judged) or too few (too few samples)."""
-    run_samples, method = sample_statistic(by_measurement.get(row["measurement_id_run"], pd.DataFrame()))
-    base_samples, _ = sample_statistic(by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()))
+    run_frame = by_measurement.get(row["measurement_id_run"], pd.DataFrame())
+    base_frame = by_measurement.get(row["measurement_id_baseline"], pd.DataFrame())
+    (run_samples, method), (base_samples, base_method) = sample_statistic(run_frame), sample_statistic(base_frame)
+    mixed = method.endswith(ROUND_METHOD) != base_method.endswith(ROUND_METHOD)
+    if mixed and not (run_frame.empty or base_frame.empty):
+        # An A/B session's run against a run of no session (an explicit baseline): both sides by
+        # their pairs, so that the test compares like with like.
+        run_samples, method = sample_statistic(run_frame.drop(columns="round_index", errors="ignore"))
+        base_samples, _ = sample_statistic(base_frame.drop(columns="round_index", errors="ignore"))
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"
@@ -531,7 +540,8 @@ def timed_logs(
     if min(len(run_logs), len(base_logs)) < MIN_SAMPLES:
         entry["verdict"] = "too few samples"
         entry["change"] = statistics.median(run_samples) / statistics.median(base_samples) - 1.0
-        entry["why"] = f"{len(run_logs)} against {len(base_logs)} samples: the t test needs {MIN_SAMPLES} a side"
+        units = "rounds" if method.endswith(ROUND_METHOD) else "samples"
+        entry["why"] = f"{len(run_logs)} against {len(base_logs)} {units}: the t test needs {MIN_SAMPLES} a side"
         return None
     return run_logs, base_logs, method
 

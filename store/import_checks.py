@@ -170,6 +170,8 @@ def check_samples(check: RowChecker, samples: Any) -> list[list[Any]]:
         pair, side, seconds = sample[:3]
         if len(sample) == 4 and not 0 <= sample[3] <= INTEGER_MAX:
             raise check.refuse("samples' round", sample[3], f"a round index in 0..{INTEGER_MAX:,}")
+        if len(sample) != len(samples[0]):
+            raise check.refuse("samples", samples, f"{allowed}, every sample of a measurement alike")
         if not 0 <= pair <= INTEGER_MAX:
             raise check.refuse("samples' pair", pair, f"a pair index in 0..{INTEGER_MAX:,}")
         if side not in SAMPLE_SIDES:

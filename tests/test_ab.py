@@ -158,7 +158,7 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
     for measurement, by_round in by_measurement.items():
         assert sorted(by_round) == list(range(rounds)), measurement
         firsts = []
-        for round_samples in by_round.values():
+        for _, round_samples in sorted(by_round.items()):
             order = [run_id for _, run_id in sorted(set(round_samples))]
             split = order.index(order[-1])
             assert set(order[:split]) | set(order[split:]) == {baseline_run, candidate_run}, measurement
@@ -194,13 +194,18 @@ class FakeWorker:
     def __init__(self, side: str, calls: list[tuple[str, int, bool]]) -> None:
         self.revision = FakeRevision(side)
         self.calls = calls
+        self.handed_back: list[tuple[int, int, list[dict[str, Any]]]] = []  # (process, case index, figures)
+        self.process = 0
 
     def restart(self) -> None:
         self.calls.append((self.revision.side, -1, False))
+        self.process += 1
 
     def ask(self, request: dict[str, Any], doing: str) -> dict[str, Any]:
         if request["op"] == "prepare":
             return {"ok": True, "model_id": 1, "cases": [["kv_cache", {"n": 8}], ["context_cost", {"n": 4}]]}
+        if request["op"] == "record":
+            self.handed_back.append((self.process, request["index"], request["measurements"]))
         if request["op"] != "case":
             return {"ok": True}
         self.calls.append((self.revision.side, request["index"], request["first"]))
@@ -234,6 +239,15 @@ def test_rounds_run_in_fresh_workers_alternate_sides_and_a_deterministic_case_ru
     assert [record.params for record in candidate.records()] == [{"n": 8}, {"n": 4}]
     assert len(baseline.rounds[("kv_cache", case_key({"n": 8}))]) == 4
     assert len(baseline.rounds[("context_cost", case_key({"n": 4}))]) == 1
+    # Every fresh process (1, 2, 3) got round 0's figures of both cases back.
+    timed_figure = [{"metric": "measured_speedup", "value": 0.5, "unit": "ratio"}]
+    deterministic_figure = [{"metric": "weight_bytes", "value": 64.0, "unit": "bytes"}]
+    for worker in (baseline.worker, candidate.worker):
+        assert worker.handed_back == [  # type: ignore[attr-defined]
+            (process, index, figures)
+            for process in (1, 2, 3)
+            for index, figures in ((0, timed_figure), (1, deterministic_figure))
+        ]
 
 
 def test_rounds_combine_to_the_median_and_keep_every_sample() -> None:

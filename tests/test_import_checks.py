@@ -72,6 +72,11 @@ HAND_MADE: dict[str, tuple[Callable[[Rows], None], str]] = {
     "deep params": (deep_params, "params '…' is not nested at most 10 levels deep"),
     "a bad tag": (set_run("tags", ["Not A Tag!"]), "run.tags: tag: 'Not A Tag!' is not a tag name"),
     "an unknown sample side": (set_last("samples", [[0, "Z", 0.1]]), "samples' side 'Z'"),
+    "a negative round": (set_last("samples", [[0, "A", 0.1, -1]]), "samples' round '-1'"),
+    "rounds on some samples only": (
+        set_last("samples", [[0, "A", 0.1, 0], [0, "B", 0.2]]),
+        "every sample of a measurement alike",
+    ),
 }
 
 

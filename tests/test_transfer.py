@@ -129,9 +129,9 @@ def test_an_ab_sessions_rounds_travel_with_its_samples(filled_store_url: str, st
     )
     assert done.returncode == 0, done.stderr
     rows = json.loads(exported.read_text())
-    lengths = {
-        row["experiment"] == "kv_cache": {len(sample) for sample in row["samples"]} for row in rows if row["samples"]
-    }
+    lengths: dict[bool, set[int]] = {}
+    for row in rows:
+        lengths.setdefault(row["experiment"] == "kv_cache", set()).update(len(sample) for sample in row["samples"])
     assert lengths == {True: {4}, False: {3}}
     imported = decodelab("import", str(exported), "--db", store_url, cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr

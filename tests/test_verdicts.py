@@ -329,6 +329,11 @@ def test_an_ab_sessions_rounds_not_its_pairs_are_the_units_of_its_test() -> None
         # The same samples without their rounds: 24 pairs a side, and the processes' 3.5% reads as a change.
         pairs = review.verdict_table(run, baseline, samples.drop(columns="round_index"), drift=0.0)
         assert (pairs[pairs["kind"] == "timed"]["verdict"] != "within noise").sum() > len(flagged)
+        # A session's run against a run of no session (an explicit baseline): both sides by their pairs.
+        mixed = samples.copy()
+        mixed.loc[mixed["measurement_id"] < 2000, "round_index"] = None
+        whys = review.verdict_table(run, baseline, mixed, drift=0.0).query("kind == 'timed'")["why"]
+        assert all("24 against 24 samples" in why for why in whys), list(whys)[:1]
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ session's CPUs, ask, read one reply line, and turn any failure into one line nam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -55,7 +56,12 @@ class SideWorker:
             text=True,
             encoding="utf-8",
         )
-        os.sched_setaffinity(process.pid, self.cpus)
+        try:
+            os.sched_setaffinity(process.pid, self.cpus)
+        except OSError:
+            process.kill()
+            process.wait()
+            raise
         return process
 
     def restart(self) -> None:
@@ -107,5 +113,7 @@ class SideWorker:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None and not stream.closed:
+                with contextlib.suppress(OSError):  # a pipe whose reader is gone: nothing to flush to
+                    stream.close()

@@ -101,21 +101,27 @@ class Session:
 
     def prepare_side(self, side: SideCases) -> None:
         reply = side.worker.ask({"op": "prepare", **self.request}, "preparing the model")
-        side.model_id = reply.get("model_id")
         plan = {
             (str(experiment), case_key(params)): (index, params)
             for index, (experiment, params) in enumerate(reply["cases"])
         }
-        if side.plan and plan != side.plan:
-            raise side.worker.failure("preparing the model again", "its plan differs from its first process's")
-        side.plan = plan
+        if side.plan and (plan != side.plan or reply.get("model_id") != side.model_id):
+            raise side.worker.failure("preparing the model again", "its model or plan differs from its first process's")
+        side.model_id, side.plan = reply.get("model_id"), plan
 
     def restart(self) -> None:
-        """Both workers replaced by fresh processes, built and prepared (the model is reused)."""
+        """Both workers replaced by fresh processes, built and prepared (the model is reused), and
+        given round 0's figures back: a case that reads the session's earlier figures (the
+        roofline's overhead fit, the speculative cases' placement) reads round 0's in every round,
+        as one long-lived process did."""
         for side in self.sides:
             side.worker.restart()
             side.worker.ask({"op": "build"}, "building its fast path")
             self.prepare_side(side)
+            for case, rounds in side.rounds.items():
+                figures = [{key: m[key] for key in ("metric", "value", "unit")} for m in rounds[0]]
+                request = {"op": "record", "index": side.plan[case][0], "measurements": figures}
+                side.worker.ask(request, f"handing back {case[0]} {case[1]}")
 
     def measure(self, side: SideCases, case: CaseId, round_index: int) -> list[dict[str, Any]]:
         index, _ = side.plan[case]

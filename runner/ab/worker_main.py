@@ -1,5 +1,5 @@
-"""One side of an A/B session (`decodelab ab`): a long-lived worker process that measures cases
-with one revision's code.
+"""One side of an A/B session (`decodelab ab`): a worker process that measures cases with one
+revision's code, one process per round of the session (runner/ab/session.py says why).
 
 Run by path, ``python -P runner/ab/worker_main.py``, with PYTHONPATH set to that revision's
 worktree: every ``runner`` and ``store`` module it imports is the revision's own, this file
@@ -15,7 +15,9 @@ stderr, so a stray print never breaks a reply.
   train or reuse the spec's model through the revision's own training code and store, and plan
   the cases; the reply names the model and lists the cases as ``[experiment, params]``.
 - ``{"op": "case", "index": I, "first": true|false}``: measure case I of the plan once; ``first``
-  adds its measurements to what later summary cases read (each case once, as in a run).
+  (round 0) adds its measurements to what later cases read (each case once, as in a run).
+- ``{"op": "record", "index": I, "measurements": [{"metric", "value", "unit"}, ...]}``: add case
+  I's round-0 figures to what later cases read, in a fresh process of a later round.
 - ``{"op": "quit"}``: end.
 
 Every reply holds ``"ok"``: true with its fields, or false with ``"error"`` (one line).
@@ -91,6 +93,17 @@ class Side:
             "cases": [[experiment.name, params] for experiment, params in self.plan],
         }
 
+    def record(self, request: dict[str, Any]) -> dict[str, Any]:
+        from store.records import MeasurementRecord
+
+        index = int(request["index"])
+        experiment, params = self.plan[index]
+        if index not in self.recorded:
+            figures = [MeasurementRecord(m["metric"], float(m["value"]), m["unit"]) for m in request["measurements"]]
+            self.made.add(experiment.name, params, tuple(figures))
+            self.recorded.add(index)
+        return {}
+
     def case(self, request: dict[str, Any]) -> dict[str, Any]:
         import torch
 
@@ -116,7 +129,7 @@ class Side:
 
 def serve(requests: TextIO, replies: TextIO) -> int:
     side = Side()
-    handlers = {"build": lambda _: side.build(), "prepare": side.prepare, "case": side.case}
+    handlers = {"build": lambda _: side.build(), "prepare": side.prepare, "case": side.case, "record": side.record}
     for line in requests:
         if not line.strip():
             continue

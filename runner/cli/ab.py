@@ -23,7 +23,14 @@ def ab(
     spec: Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")] = None,
     only: Annotated[str | None, typer.Option("--only", help="Only this experiment of the spec.")] = None,
     rounds: Annotated[
-        int, typer.Option("--rounds", min=2, max=MAX_ROUNDS, help="Times each timed case runs on each side.")
+        int,
+        typer.Option(
+            "--rounds",
+            min=2,
+            max=MAX_ROUNDS,
+            help="Times each timed case runs on each side, each round in fresh worker processes; the review's "
+            "units (20 to see a 10% change, docs/ci.md).",
+        ),
     ] = 3,
     repo: Annotated[Path, typer.Option("--repo", help="The decodelab checkout holding both revisions.")] = Path("."),
     out: Annotated[
