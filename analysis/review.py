@@ -46,6 +46,7 @@ from analysis.statistics import (
     LogShiftTest,
     adjusted_p_values,
     log_shift_test,
+    matched_variance,
     minimum_detectable_log,
     pooled_variance,
     robust_sigma,
@@ -267,6 +268,21 @@ def drift_of(moves: Sequence[float]) -> float | None:
 
 
 ROUND_METHOD = ", per round"
+# Both sides' rounds paired round by round (an A/B session's: round i of each side ran together).
+MATCHED_METHOD = ", per round, matched"
+
+
+def round_values(samples: pd.DataFrame) -> tuple[dict[int, float], str]:
+    """Round index → the geometric mean of the round's values (``sample_statistic`` of its
+    samples), and the method of those values."""
+    per_round: dict[int, float] = {}
+    method = "paired"
+    for key, in_round in samples.groupby("round_index", sort=True):
+        round_index: Any = key  # a number: the column holds round indexes only
+        values, method = sample_statistic(in_round.drop(columns="round_index"))
+        if logs := log_values(values):
+            per_round[int(round_index)] = math.exp(statistics.fmean(logs))
+    return per_round, method
 
 
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
@@ -279,13 +295,8 @@ def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
     if samples.empty:
         return [], "paired"
     if "round_index" in samples and samples["round_index"].notna().all():
-        per_round: list[list[float]] = []
-        method = "paired"
-        for _, in_round in samples.groupby("round_index", sort=True):
-            values, method = sample_statistic(in_round.drop(columns="round_index"))
-            if logs := log_values(values):
-                per_round.append(logs)
-        return [math.exp(statistics.fmean(logs)) for logs in per_round], method + ROUND_METHOD
+        per_round, method = round_values(samples)
+        return list(per_round.values()), method + ROUND_METHOD
     # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
     # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
     # compares, and a pivot table each time made the calibration the slowest part of a report.
@@ -340,6 +351,7 @@ class TimedTest:
     direction: str
     floor: Floor
     per_round: bool = False  # an A/B session's rounds, not single samples, are the units
+    matched: bool = False  # and paired round by round
 
 
 def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
@@ -372,7 +384,8 @@ def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]])
     prior each row's own variance is moderated towards."""
     pooled: dict[Group, list[float]] = {}
     for group, run_logs, baseline_logs in tests.values():
-        variance, freedom = pooled_variance(run_logs, baseline_logs)
+        matched = group[2].endswith(MATCHED_METHOD)
+        variance, freedom = (matched_variance if matched else pooled_variance)(run_logs, baseline_logs)
         if freedom:
             pooled.setdefault(group, []).append(variance)
     return {group: statistics.median(values) for group, values in pooled.items()}
@@ -530,6 +543,14 @@ def timed_logs(
         # their pairs, so that the test compares like with like.
         run_samples, method = sample_statistic(run_frame.drop(columns="round_index", errors="ignore"))
         base_samples, _ = sample_statistic(base_frame.drop(columns="round_index", errors="ignore"))
+    elif method.endswith(ROUND_METHOD) and base_method == method:
+        # The two runs of one A/B session: round i of each ran together, side by side in time, so
+        # the test pairs them and what the round shared (the machine's phase) cancels.
+        run_rounds, base_rounds = round_values(run_frame)[0], round_values(base_frame)[0]
+        if run_rounds.keys() == base_rounds.keys():
+            run_samples = [run_rounds[index] for index in sorted(run_rounds)]
+            base_samples = [base_rounds[index] for index in sorted(run_rounds)]
+            method = method.removesuffix(ROUND_METHOD) + MATCHED_METHOD
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"
@@ -540,7 +561,7 @@ def timed_logs(
     if min(len(run_logs), len(base_logs)) < MIN_SAMPLES:
         entry["verdict"] = "too few samples"
         entry["change"] = statistics.median(run_samples) / statistics.median(base_samples) - 1.0
-        units = "rounds" if method.endswith(ROUND_METHOD) else "samples"
+        units = "rounds" if method.endswith((ROUND_METHOD, MATCHED_METHOD)) else "samples"
         entry["why"] = f"{len(run_logs)} against {len(base_logs)} {units}: the t test needs {MIN_SAMPLES} a side"
         return None
     return run_logs, base_logs, method
@@ -557,7 +578,8 @@ def judge_timed_rows(
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
         floor, direction = floors[index]
-        shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM)
+        matched = group[2].endswith(MATCHED_METHOD)
+        shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM, matched=matched)
         tests[index] = TimedTest(
             shift_test,
             len(run_logs),
@@ -565,7 +587,8 @@ def judge_timed_rows(
             (group[0], group[1]),
             direction,
             floor,
-            per_round=group[2].endswith(ROUND_METHOD),
+            per_round=group[2].endswith((ROUND_METHOD, MATCHED_METHOD)),
+            matched=matched,
         )
     families: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
@@ -604,8 +627,9 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"
+    test_name = "paired t test on log values, rounds matched in time" if test.matched else "t test on log values"
     return (
-        f"t test on log values, {test.run_count} against {test.baseline_count} {units} "
+        f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
         f"{ALPHA:g}; would have seen ≥ {entry['detectable']:.1%}; {floor}"

@@ -57,18 +57,35 @@ def pooled_variance(first: Sequence[float], second: Sequence[float]) -> tuple[fl
     return squares / freedom, freedom
 
 
+def matched_variance(first: Sequence[float], second: Sequence[float]) -> tuple[float, int]:
+    """Half the variance of the matched differences ``first[i] − second[i]`` and its degrees of
+    freedom: the per-value variance that gives a matched test's standard error through the same
+    formula as a pooled one, sqrt(v · (1/n + 1/n)) = sqrt(var(differences) / n)."""
+    differences = [a - b for a, b in zip(first, second, strict=True)]
+    if len(differences) < 2:
+        return 0.0, 0
+    return statistics.variance(differences) / 2, len(differences) - 1
+
+
 def log_shift_test(
-    run_logs: Sequence[float], baseline_logs: Sequence[float], prior_variance: float, prior_freedom: float
+    run_logs: Sequence[float],
+    baseline_logs: Sequence[float],
+    prior_variance: float,
+    prior_freedom: float,
+    matched: bool = False,
 ) -> LogShiftTest:
     """The t test of mean(run_logs) − mean(baseline_logs) on the pooled variance moderated
     towards ``prior_variance`` with ``prior_freedom`` degrees of freedom (an empirical-Bayes
     variance as in limma: (d0·s0² + d·s²)/(d0 + d) on d0 + d degrees of freedom). With three
     values a side a row's own variance is a guess on 4 degrees of freedom, and a row whose
-    values happened to agree would alert on any shift; its group's typical variance steadies it."""
+    values happened to agree would alert on any shift; its group's typical variance steadies it.
+    ``matched``: the two lists pair value by value (an A/B session's rounds, each side's round i
+    measured together), and the test is the paired one, on their differences' variance
+    (``matched_variance``): what the rounds share cancels."""
     from scipy.stats import t as student
 
     shift = statistics.fmean(run_logs) - statistics.fmean(baseline_logs)
-    own, freedom = pooled_variance(run_logs, baseline_logs)
+    own, freedom = (matched_variance if matched else pooled_variance)(run_logs, baseline_logs)
     total_freedom = freedom + prior_freedom
     variance = (prior_freedom * prior_variance + freedom * own) / total_freedom if total_freedom > 0 else 0.0
     error = math.sqrt(variance * (1 / len(run_logs) + 1 / len(baseline_logs)))

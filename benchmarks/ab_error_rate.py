@@ -5,6 +5,11 @@ time) for recall on the cases that use that kernel, and alerts anywhere else.
 
     python benchmarks/ab_error_rate.py [--sessions 4] [--rounds 3] [--preset quick | --spec FILE]
         [--only quantization] [--db URL]
+    python benchmarks/ab_error_rate.py --db URL --judge RUN,RUN,...
+
+``--judge`` measures nothing: it judges sessions an earlier invocation stored in ``--db`` (their
+candidate runs, A/A and slowed alternating from an A/A one, as this benchmark runs them) with the
+review as it is now, and prints the same figures (the wall time is each pair's stored one).
 
 The quick preset's quantization cases by default: at its model size the compiled kernel is most
 of a timed generation, so a 10% slower kernel is a slower case (in the tiny spec's 8-token
@@ -110,11 +115,6 @@ def make_repository(folder: Path) -> None:
 
 def session(repository: Path, db: str, candidate: str, arguments: argparse.Namespace) -> tuple[pd.DataFrame, float]:
     """One `decodelab ab` session of base against ``candidate``: its review table and wall time."""
-    from analysis import review_inputs
-    from analysis import runs as runs_module
-    from store import frames
-    from store.store import Store
-
     command = [sys.executable, "-m", "runner.cli", "ab", "--repo", str(repository), "--db", db]
     command += ["--baseline", "base", "--candidate", candidate]
     command += ["--spec", str(arguments.spec)] if arguments.spec else ["--preset", arguments.preset]
@@ -125,16 +125,75 @@ def session(repository: Path, db: str, candidate: str, arguments: argparse.Names
     if done.returncode != 0:
         raise SystemExit(f"a session failed: {done.stderr.strip().splitlines()[-1:]}")
     print(done.stdout.strip().splitlines()[0], file=sys.stderr)
+    return judged(db, None), wall
+
+
+def judged(db: str, candidate_run: int | None) -> pd.DataFrame:
+    """The timed rows of the review of a stored session (its candidate run; None: the newest run)."""
+    from analysis import review_inputs
+    from analysis import runs as runs_module
+    from store import frames
+    from store.store import Store
+
     store = Store(db)
     try:
         runs = frames.runs(store)
-        candidate_run = int(runs["run_id"].max())
+        candidate_run = int(runs["run_id"].max()) if candidate_run is None else candidate_run
         baseline_run = runs_module.default_baseline(runs, candidate_run)  # its session's baseline
         assert baseline_run is not None and runs_module.interleaved_pair(runs, candidate_run, baseline_run)
         table = review_inputs.judge(review_inputs.read_inputs(store, candidate_run, baseline_run, runs))
     finally:
         store.close()
-    return table[table["kind"] == "timed"], wall
+    return table[table["kind"] == "timed"]
+
+
+def stored_wall(db: str, candidate_run: int) -> float:
+    from store import frames
+    from store.store import Store
+
+    store = Store(db)
+    try:
+        runs = frames.runs(store)
+        return float(runs.loc[runs["run_id"] == candidate_run, "wall_seconds"].iloc[0])
+    finally:
+        store.close()
+
+
+class Tally:
+    """The sessions' verdicts counted as the figures printed."""
+
+    def __init__(self) -> None:
+        self.walls: list[float] = []
+        self.aa_tested = self.aa_alerts = self.hits = self.affected = self.elsewhere = 0
+
+    def add_aa(self, table: pd.DataFrame, wall: float) -> None:
+        self.walls.append(wall)
+        self.aa_tested += int(table["verdict"].isin(TESTED).sum())
+        self.aa_alerts += int(table["verdict"].isin(ALERTS).sum())
+        for row in table[table["verdict"].isin(ALERTS)].to_dict("records"):
+            print(f"A/A alert {row['point']}: {row['verdict']}, change {row['change']:+.1%}", file=sys.stderr)
+
+    def add_slowed(self, table: pd.DataFrame, wall: float) -> None:
+        self.walls.append(wall)
+        uses = table["point"].str.contains(KERNEL, regex=False)
+        for row in table[uses].to_dict("records"):  # what each kernel row saw, for the reader
+            print(
+                f"slowed {row['metric']} {row['point']}: {row['verdict']}, change {row['change']:+.1%}, "
+                f"adjusted p {row['adjusted_p']:.3g}, would have seen ≥ {row['detectable']:.1%}",
+                file=sys.stderr,
+            )
+        self.affected += int(uses.sum())
+        self.hits += int((table[uses]["verdict"] == "regressed").sum())
+        self.elsewhere += int(table[~uses]["verdict"].isin(ALERTS).sum())
+
+    def report(self) -> None:
+        print(f"ab_false_alert_rate={self.aa_alerts / self.aa_tested if self.aa_tested else float('nan'):.6g}")
+        print(f"ab_false_alert_verdicts={self.aa_tested}")
+        print(f"ab_recall_single_kernel_at_10pct={self.hits / self.affected if self.affected else float('nan'):.6g}")
+        print(f"ab_kernel_rows={self.affected}")
+        print(f"ab_alerts_elsewhere={self.elsewhere}")
+        print(f"ab_sessions={len(self.walls)}")
+        print(f"ab_session_wall_seconds_median={statistics.median(self.walls):.1f}")
 
 
 def main() -> int:
@@ -145,40 +204,29 @@ def main() -> int:
     parser.add_argument("--spec", type=Path, help="a sweep spec file instead, e.g. tests/fixtures/tiny.toml")
     parser.add_argument("--only", default="quantization", help="one experiment of the spec ('' for all)")
     parser.add_argument("--db", help="the store (default: a temporary SQLite file); its models are reused")
+    parser.add_argument("--judge", help="judge these stored sessions' candidate runs (A/A first), measure nothing")
     arguments = parser.parse_args()
+    tally = Tally()
+    if arguments.judge:
+        if not arguments.db:
+            raise SystemExit("--judge: give the store that holds the sessions with --db")
+        candidates = [int(run) for run in arguments.judge.split(",")]
+        for number, candidate_run in enumerate(candidates):
+            add = tally.add_aa if number % 2 == 0 else tally.add_slowed
+            add(judged(arguments.db, candidate_run), stored_wall(arguments.db, candidate_run))
+        tally.report()
+        return 0
     folder = Path(tempfile.mkdtemp(prefix="decodelab-ab-benchmark-"))
     try:
         repository = folder / "decodelab"
         make_repository(repository)
         db = arguments.db or f"sqlite:///{folder / 'ab.db'}"
-        walls: list[float] = []
-        aa_tested = aa_alerts = hits = affected = elsewhere = 0
         for _ in range(arguments.sessions):
-            table, wall = session(repository, db, "aa", arguments)
-            walls.append(wall)
-            aa_tested += int(table["verdict"].isin(TESTED).sum())
-            aa_alerts += int(table["verdict"].isin(ALERTS).sum())
-            table, wall = session(repository, db, "slow", arguments)
-            walls.append(wall)
-            uses = table["point"].str.contains(KERNEL, regex=False)
-            for row in table[uses].to_dict("records"):  # what each kernel row saw, for the reader
-                print(
-                    f"slowed {row['metric']} {row['point']}: {row['verdict']}, change {row['change']:+.1%}, "
-                    f"adjusted p {row['adjusted_p']}, floor ±{row['noise_floor'] or 0:.1%} (log)",
-                    file=sys.stderr,
-                )
-            affected += int(uses.sum())
-            hits += int((table[uses]["verdict"] == "regressed").sum())
-            elsewhere += int(table[~uses]["verdict"].isin(ALERTS).sum())
+            tally.add_aa(*session(repository, db, "aa", arguments))
+            tally.add_slowed(*session(repository, db, "slow", arguments))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"ab_false_alert_rate={aa_alerts / aa_tested if aa_tested else float('nan'):.6g}")
-    print(f"ab_false_alert_verdicts={aa_tested}")
-    print(f"ab_recall_single_kernel_at_10pct={hits / affected if affected else float('nan'):.6g}")
-    print(f"ab_kernel_rows={affected}")
-    print(f"ab_alerts_elsewhere={elsewhere}")
-    print(f"ab_sessions={2 * arguments.sessions}")
-    print(f"ab_session_wall_seconds_median={statistics.median(walls):.1f}")
+    tally.report()
     return 0
 
 

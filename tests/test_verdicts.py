@@ -279,18 +279,18 @@ def test_the_sample_statistic_pairs_sides_as_a_pivot_table_does(rows: list[tuple
 
 
 def session_rows(
-    run_id: int, slowed: int | None, process_shifts: list[float]
+    run_id: int, slowed: int | None, process_shifts: list[float], slower_by: float = 1.25
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """One side of an A/B session over CASES: each round's 3 pairs share their process's shift
     (``process_shifts[round]``, the same for every case), steady within it; case ``slowed``
-    25% slower."""
+    ``slower_by`` times slower."""
     frame, _ = case_rows(run_id, [(e, p, [1.5]) for e, p in CASES], {})
     samples = []
     for index in range(len(CASES)):
-        center = 1.5 / (1.25 if index == slowed else 1.0)
+        center = 1.5 / (slower_by if index == slowed else 1.0)
         for round_index, shift in enumerate(process_shifts):
             for pair in range(3):
-                ratio = center * (1 + shift) * (1 + 0.001 * math.sin(run_id * 7 + index + pair))
+                ratio = center * (1 + shift) * (1 + 0.002 * math.sin(run_id * 7 + index + pair + 5 * round_index))
                 pair_index = round_index * 3 + pair
                 samples += [
                     {
@@ -322,7 +322,12 @@ def test_an_ab_sessions_rounds_not_its_pairs_are_the_units_of_its_test() -> None
         assert method == "paired, per round" and len(values) == len(candidate_shifts)
         table = review.verdict_table(run, baseline, samples, drift=0.0)
         timed = table[table["kind"] == "timed"].reset_index(drop=True)
-        assert all("8 against 8 rounds (fresh processes each)" in why for why in timed["why"])
+        assert all(
+            why.startswith(
+                "paired t test on log values, rounds matched in time, 8 against 8 rounds (fresh processes each)"
+            )
+            for why in timed["why"]
+        )
         flagged = timed[timed["verdict"].isin(["regressed", "improved"])]
         expected = [] if slowed is None else ["regressed"]
         assert list(flagged["verdict"]) == expected, timed[["verdict", "change", "adjusted_p"]]
@@ -334,6 +339,22 @@ def test_an_ab_sessions_rounds_not_its_pairs_are_the_units_of_its_test() -> None
         mixed.loc[mixed["measurement_id"] < 2000, "round_index"] = None
         whys = review.verdict_table(run, baseline, mixed, drift=0.0).query("kind == 'timed'")["why"]
         assert all("24 against 24 samples" in why for why in whys), list(whys)[:1]
+
+
+def test_an_ab_sessions_rounds_are_matched_so_what_a_round_shares_cancels() -> None:
+    """Round i of both sides ran together: a machine phase that slows both by up to 12% in that
+    round cancels in the matched test, which sees a case 5% slower; the same rounds unmatched (a
+    two-sample test) cannot tell 5% from the phases."""
+    phases = [0.12, -0.1, 0.05, -0.12, 0.1, -0.05, 0.08, -0.08]
+    (baseline, base_samples), (run, run_samples) = session_rows(1, None, phases), session_rows(2, 2, phases, 1.05)
+    samples = pd.DataFrame(base_samples + run_samples)
+    timed = review.verdict_table(run, baseline, samples, drift=0.0).query("kind == 'timed'")
+    assert list(timed.query("verdict != 'within noise'")["verdict"]) == ["regressed"]
+    assert timed.query("verdict == 'regressed'")["change"].item() == pytest.approx(1 / 1.05 - 1, abs=0.002)
+    unmatched = samples.assign(round_index=samples["round_index"] + (samples["measurement_id"] >= 2000) * 100)
+    two_sample = review.verdict_table(run, baseline, unmatched, drift=0.0).query("kind == 'timed'")
+    assert set(two_sample["verdict"]) == {"within noise"}
+    assert all(why.startswith("t test on log values, 8 against 8 rounds") for why in two_sample["why"])
 
 
 @pytest.mark.slow
