@@ -6,19 +6,17 @@ preset is custom), and what a run ran in a few words ("quick, kv_cache only").""
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from store.records import comparable_key, ran_spec
+
 SUSPECT, PINNED = "suspect", "baseline"
 # The tag both runs of an A/B session carry (runner.ab.run): ab:<baseline run>-<candidate run>.
 AB_TAG = re.compile(r"ab:(\d+)-(\d+)")
-# Where a dashboard launch records its data folder in the job's spec: not part of what ran.
-LAUNCH_MARKS = ("launched_from_dashboard",)
 # A subset of a preset's experiments is named in full up to this many ("kv_cache and overhead only").
 NAMED_EXPERIMENTS = 2
 
@@ -29,10 +27,6 @@ def preset_spec(name: str) -> dict[str, Any] | None:
     from runner.spec.sweeps import PRESETS, load_preset
 
     return load_preset(name).raw if name in PRESETS else None
-
-
-def _ran(spec: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in spec.items() if key not in LAUNCH_MARKS}
 
 
 def sweep_label(preset: Any, spec: Any) -> str:
@@ -47,7 +41,7 @@ def sweep_label(preset: Any, spec: Any) -> str:
     base = preset_spec(origin) if isinstance(origin, str) else None
     if base is None:  # a spec file of its own: "custom", as the CLI's --preset custom names them
         return "custom"
-    ran = _ran(spec)
+    ran = ran_spec(spec)
     experiments: Mapping[str, Any] = ran.get("experiments") or {}
     kept = [name for name in base["experiments"] if name in experiments]
     parts: list[str] = []
@@ -76,17 +70,6 @@ def sweep_label(preset: Any, spec: Any) -> str:
     if changed:
         parts.append(f"changed {', '.join(dict.fromkeys(changed))}")
     return f"{origin}, {', '.join(parts)}" if parts else f"{origin} (as a spec file)"
-
-
-def comparable_key(preset: Any, spec: Any) -> str:
-    """Which runs are like this one: a preset's runs by the preset's name (only a preset run
-    unchanged carries it); a custom run with those of the very same spec, by its hash."""
-    if isinstance(preset, str) and preset:
-        return preset
-    if not isinstance(spec, Mapping):
-        return "custom"
-    canonical = json.dumps(_ran(spec), sort_keys=True, default=str)
-    return "custom " + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
 def comparable_keys(runs: pd.DataFrame) -> pd.Series:

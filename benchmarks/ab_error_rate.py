@@ -115,7 +115,7 @@ def make_repository(folder: Path) -> None:
 
 def session(repository: Path, db: str, candidate: str, arguments: argparse.Namespace) -> tuple[pd.DataFrame, float]:
     """One `decodelab ab` session of base against ``candidate``: its review table and wall time."""
-    command = [sys.executable, "-m", "runner.cli", "ab", "--repo", str(repository), "--db", db]
+    command = [sys.executable, "-m", "cli", "ab", "--repo", str(repository), "--db", db]
     command += ["--baseline", "base", "--candidate", candidate]
     command += ["--spec", str(arguments.spec)] if arguments.spec else ["--preset", arguments.preset]
     command += ["--rounds", str(arguments.rounds), *(["--only", arguments.only] if arguments.only else [])]

@@ -4,7 +4,7 @@ eight-accumulator loop, no code shared with the probe), built here with the syst
 
     python benchmarks/aligned_read_check.py [--repeats 30] [--rounds 3]
 
-Profiles this machine (runner.measure.machine_profile.profile, full) and prints, at each level's
+Profiles this machine (runner.cost.machine_profile.profile, full) and prints, at each level's
 working set and at each of the decode's own working sets, the profile's one-thread figure, the
 independent read's best repeat over its rounds and their ratio, and ``all_within_20pct=`` (every ratio in
 0.8–1.2). Both are best-of-repeats figures, so on a machine shared with other work both fall;
@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from runner.measure import machine_profile
+from runner.cost import machine_profile
 
 SOURCE = Path(__file__).with_name("aligned_read.cpp")
 

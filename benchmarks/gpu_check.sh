@@ -11,8 +11,8 @@ import torch
 assert torch.cuda.is_available(), "no CUDA device: this check is for a GPU machine"
 print("cuda device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
 PY
-"$PYTHON" -m runner.cli.main train --preset quick --db "$DB"
+"$PYTHON" -m cli.main train --preset quick --db "$DB"
 time "$PYTHON" benchmarks/decode_vs_transformers.py --device cuda --db "$DB"
-time "$PYTHON" -m runner.cli.main run --preset quick --device cuda --db "$DB"
-"$PYTHON" -m runner.cli.main export --db "$DB" --format csv --out gpu-check.csv
+time "$PYTHON" -m cli.main run --preset quick --device cuda --db "$DB"
+"$PYTHON" -m cli.main export --db "$DB" --format csv --out gpu-check.csv
 echo "gpu check done: gpu-check.csv holds the measurements"

@@ -6,7 +6,7 @@ compared byte for byte: the proof that a refactoring changed no behaviour (issue
     python benchmarks/same_behaviour.py --compare /tmp/before /tmp/after
 
 Run it from the checkout under test with that checkout first on PYTHONPATH; every report is made
-by ``python -m runner.cli`` in a child process, which gets the same PYTHONPATH. The store is only
+by ``python -m cli`` in a child process, which gets the same PYTHONPATH. The store is only
 read (use a copy: reading a SQLite store may still touch its -wal/-shm files).
 
 What it writes into --out, from the store's runs (``decodelab export --format json`` lists them):
@@ -48,12 +48,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def cli(*arguments: str, stdout: Path | None = None, out: Path | None = None) -> None:
-    """Run ``python -m runner.cli ARGUMENTS`` on this checkout; its stdout to a file if given,
+    """Run ``python -m cli ARGUMENTS`` on this checkout; its stdout to a file if given,
     with the folder ``out`` written as OUT."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    done = subprocess.run(
-        [sys.executable, "-m", "runner.cli", *arguments], cwd=REPO, env=env, capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, "-m", "cli", *arguments], cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"decodelab {' '.join(arguments)} exited {done.returncode}:\n{done.stderr}")
     if stdout is not None:

@@ -15,11 +15,11 @@ import pandas as pd
 import streamlit as st
 
 from analysis.runs import job_label
+from cli.access import AccessError, load_auth, verdict
 from dashboard import data, ui
 from dashboard.launch import start_worker, stop_workers
 from dashboard.launch_form import QUEUED, launch_form
 from dashboard.pages import PAGES, SECTIONS
-from runner.access import AccessError, load_auth, verdict
 from store import frames
 from store.errors import StoreError
 from store.store import Store

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner import declarations
 from runner.errors import InputError
+from runner.fields import check_machine
 from runner.model.data_folder import DEFAULT_DATA_DIR, dashboard_corpus, dashboard_models, mark_dashboard_job
-from runner.spec.fields import check_machine
 from store.files import PRIVATE_MODE
 from store.store import Store
 
@@ -259,7 +259,7 @@ def start_worker(url: str, idle_seconds: int = 600) -> subprocess.Popen[bytes]:
         os.fchmod(descriptor, PRIVATE_MODE)
     with open(descriptor, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", "worker", "--max-idle-seconds", str(idle_seconds)],
+            [sys.executable, "-m", "cli", "worker", "--max-idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

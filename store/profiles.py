@@ -1,5 +1,5 @@
 """Machines' measured roofs (``store.profiles``): one row per ``decodelab machine profile``, the
-figures as runner.measure.machine_profile writes them; the newest profile of a machine is its roof."""
+figures as runner.cost.machine_profile writes them; the newest profile of a machine is its roof."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class Profiles:
 
     def overhead_fits(self, machine_id: int) -> dict[str, dict[str, float]]:
         """The newest overhead fit's slope and largest error on its own points per impl (what
-        prices an eager impl's steps on the roofline, runner.measure.roofline_placement)."""
+        prices an eager impl's steps on the roofline, runner.experiments.roofline_placement)."""
         figures: dict[str, dict[str, float]] = {}
         for metric in ("seconds_per_mult", "max_fit_error"):
             for impl, value in self.overheads(machine_id, metric).items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,3 +123,26 @@ def case_key(params: dict[str, Any]) -> str:
     import json
 
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+# Where a dashboard launch records its data folder in the job's spec: not part of what ran.
+LAUNCH_MARKS = ("launched_from_dashboard",)
+
+
+def ran_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored spec without the marks of how it was launched: what ran."""
+    return {key: value for key, value in spec.items() if key not in LAUNCH_MARKS}
+
+
+def comparable_key(preset: Any, spec: Any) -> str:
+    """Which runs are like this one: a preset's runs by the preset's name (only a preset run
+    unchanged carries it); a custom run with those of the very same spec, by its hash."""
+    import hashlib
+    import json
+
+    if isinstance(preset, str) and preset:
+        return preset
+    if not isinstance(spec, Mapping):
+        return "custom"
+    canonical = json.dumps(ran_spec(spec), sort_keys=True, default=str)
+    return "custom " + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

@@ -65,7 +65,7 @@ class Machine(Base):
 
 class MachineProfile(Base):
     """A machine's measured roof (``decodelab machine profile``): peak multiply-add throughput per
-    precision and read bandwidth per working-set size, as the JSON of runner.measure.machine_profile."""
+    precision and read bandwidth per working-set size, as the JSON of runner.cost.machine_profile."""
 
     __tablename__ = "machine_profile"
 

@@ -99,7 +99,7 @@ def serve_dashboard(url: str, cwd: Path, *options: str) -> Iterator[str]:
     yields its address. Workers the dashboard started for launched jobs are stopped with it."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "dashboard", "--db", url, "--port", str(port), *options],
+        [sys.executable, "-m", "cli", "dashboard", "--db", url, "--port", str(port), *options],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

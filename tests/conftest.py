@@ -77,7 +77,7 @@ def _cli_environment(environment: dict[str, str]) -> dict[str, str]:
 def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a child process, to completion."""
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -89,7 +89,7 @@ def run_decodelab(*args: str, cwd: Path, timeout: float = 300, **environment: st
 def start_decodelab(*args: str, cwd: Path, **environment: str) -> subprocess.Popen[str]:
     """The real CLI in a child process left running (a worker), stderr folded into stdout."""
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -200,13 +200,15 @@ def filled_store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A SQLite store holding one real run of the tiny sweep (every experiment)."""
 
     def build(directory: Path) -> str:
+        from analysis.review_inputs import record_machine_drift
         from runner.execution.execute import execute
         from runner.spec.sweeps import load_spec_file
         from store.store import Store
 
         url = f"sqlite:///{directory / 'filled.db'}"
         store = Store(url)
-        execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
+        outcome = execute(store, load_spec_file(TINY_SPEC), preset="tiny", show_progress=False, log=lambda _: None)
+        record_machine_drift(store, outcome.run_id)  # as `decodelab run` does after a done run
         store.close()
         return url
 

@@ -74,7 +74,7 @@ def store_model_of(store: Store, raw_spec: dict[str, Any]) -> None:
 
 @functools.cache
 def _quick_roof() -> dict[str, Any]:
-    from runner.measure import machine_profile
+    from runner.cost import machine_profile
 
     return machine_profile.profile(quick=True)
 

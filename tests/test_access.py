@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from runner.access import AccessError, AuthSettings, is_allowed, load_auth, verdict
+from cli.access import AccessError, AuthSettings, is_allowed, load_auth, verdict
 from store.store import Store
 from tests.browser_helpers import free_port
 from tests.conftest import ROOT, run_decodelab

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.cli.bench import parse_results, unit_of
+from cli.bench import parse_results, unit_of
 from store import frames
 from store.store import Store
 from tests.conftest import rows_by, run_decodelab

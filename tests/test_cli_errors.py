@@ -112,7 +112,7 @@ def test_the_command_line_loads_pandas_and_sqlalchemy_only_for_a_command_that_ne
     import sys
 
     heavy = ("pandas", "sqlalchemy", "alembic", "torch", "scipy")
-    code = f"import sys, runner.cli.main\nprint(sorted(name for name in {heavy!r} if name in sys.modules))"
+    code = f"import sys, cli.main\nprint(sorted(name for name in {heavy!r} if name in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
     # Checking a spec (every run, enqueue and worker job) loads every experiment, but scipy only
@@ -136,7 +136,7 @@ def test_an_exposed_dashboard_must_be_read_only_or_say_so(
 ) -> None:
     import os
 
-    from runner.cli.main import main
+    from cli.main import main
 
     url = f"sqlite:///{tmp_path / 'shown.db'}"
     Store(url).close()

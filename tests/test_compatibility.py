@@ -103,7 +103,7 @@ def test_a_retired_metric_is_dropped_where_its_replacement_was_recorded_and_read
     """a_priori_regret was 0 inside its noise band in runs that also recorded the measured regret:
     no reader shows it there. Runs before the band recorded the measured regret under that name:
     read as a_priori_regret_measured, the recorded name beside it. The store keeps both."""
-    from runner.cli.recommend import recommendations
+    from cli.recommend import recommendations
 
     store = Store(sqlite_url)
     machine_id = store.results.machine_id(MACHINE)

@@ -20,9 +20,9 @@ from runner.cost.cost_model import FLAT_CASE_SECONDS, _step_seconds, case_second
 from runner.declarations import Declaration, StepSeconds
 from runner.errors import InputError
 from runner.experiments import registry
+from runner.fields import Field
 from runner.metric_entry import Metric
 from runner.metrics import catalogue, headlines, lookup
-from runner.spec.fields import Field
 from runner.spec.sweeps import cpu_only, for_device, validate
 from store.records import MeasurementRecord
 from tests.conftest import FIXTURES, ROOT

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.cli.main import main
+from cli.main import main
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 

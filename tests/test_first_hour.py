@@ -203,7 +203,7 @@ def test_no_commands_help_shows_a_flag_as_a_typed_value() -> None:
     import typer
     from typer.testing import CliRunner
 
-    from runner.cli.main import app
+    from cli.main import app
 
     def paths(command: object, path: list[str]) -> list[list[str]]:
         below = getattr(command, "commands", {})

@@ -14,13 +14,14 @@ from runner.execution import execute
 from runner.measure import load
 from runner.model.corpus import load_corpus
 from runner.model.gpt import ModelConfig
+from runner.model.progress import Ticker
 from runner.model.train import TrainConfig, train
 from tests.conftest import QUICK_SPEC, ROOT, run_decodelab
 
 
 def test_the_ticker_is_due_once_per_interval() -> None:
     now = [0.0]
-    ticker = load.Ticker(30.0, clock=lambda: now[0])
+    ticker = Ticker(30.0, clock=lambda: now[0])
     seen = []
     for second in range(0, 100, 5):
         now[0] = float(second)
@@ -45,7 +46,7 @@ def test_a_busy_machine_trains_on_one_thread_and_says_so(monkeypatch: pytest.Mon
 
 def test_training_writes_a_progress_line_to_a_log_that_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every step is "30 s later" here: the clock is the test's, the lines are the code's.
-    monkeypatch.setattr(train_module, "Ticker", lambda: load.Ticker(0.0))
+    monkeypatch.setattr(train_module, "Ticker", lambda: Ticker(0.0))
     corpus = load_corpus()
     config = ModelConfig(vocab_size=len(corpus.vocabulary), d_model=16, n_layer=1, n_head=2, context_length=32)
     lines: list[str] = []

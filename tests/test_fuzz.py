@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dashboard.launch import LaunchRequest, build_spec
 from runner.errors import InputError
-from runner.spec.fields import check_machine
+from runner.fields import check_machine
 from runner.spec.sweeps import validate
 from tests.conftest import TINY_SPEC
 
@@ -233,9 +233,9 @@ def test_the_command_line_ends_bad_input_in_one_line_and_exit_2(command: list[st
     import pytest
 
     import store.engine
-    from runner.cli import fleet as cli_fleet
-    from runner.cli import main as cli
-    from runner.cli import review_commands as cli_review_commands
+    from cli import fleet as cli_fleet
+    from cli import main as cli
+    from cli import review_commands as cli_review_commands
 
     stderr = io.StringIO()
     with (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = ("analysis", "benchmarks", "dashboard", "runner", "store", "tests")
+PACKAGES = ("analysis", "benchmarks", "cli", "dashboard", "runner", "store", "tests")
 
 
 def module_files(root: Path) -> dict[str, Path]:

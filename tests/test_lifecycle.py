@@ -124,7 +124,7 @@ def test_a_stop_landing_in_exec_code_still_ends_with_the_exit_code(tmp_path: Pat
 STORE_ERROR_AFTER_A_STOP = """
 import os, signal, sys
 import sqlalchemy.exc
-import runner.cli.main as cli
+import cli.main as cli
 from runner.execution.lifecycle import stop_on_signals
 
 stop_on_signals()

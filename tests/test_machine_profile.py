@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.cost import roofline_model
-from runner.measure import machine_profile
+from runner.cost import machine_profile, roofline_model
 from store import frames
 from tests.conftest import ROOT, run_decodelab
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.cli.main import EXIT_BUG, click_command, main
+from cli.main import EXIT_BUG, click_command, main
 from tests.conftest import ROOT
 
 FORCED = (RuntimeError("forced"), KeyError("forced"), AssertionError("forced"), ZeroDivisionError("forced"))
@@ -67,12 +67,12 @@ def test_the_installed_entry_point_says_bug_in_one_line(tmp_path: Path) -> None:
     """Through a real process: a bug inside a command (its spec loader made to raise by a
     sitecustomize the test writes) is one line on stderr, exit 70."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import runner.cli.main as m\n"
+        "import cli.main as m\n"
         "def broken(*args, **kwargs):\n    raise LookupError('forced in a real process')\n"
         "m.load_spec = broken\n"
     )
     completed = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "run", "--preset", "quick", "--db", f"sqlite:///{tmp_path / 'x.db'}"],
+        [sys.executable, "-m", "cli", "run", "--preset", "quick", "--db", f"sqlite:///{tmp_path / 'x.db'}"],
         cwd=ROOT,
         env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "DECODELAB_LOG_DIR": str(tmp_path / "logs"), "PATH": "/usr/bin:/bin"},
         capture_output=True,

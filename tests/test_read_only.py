@@ -35,7 +35,7 @@ def as_ordinary_user(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real CLI, unable to write what its permission bits forbid, even as root."""
     prefix = WITHOUT_OVERRIDE + ["--"] if os.geteuid() == 0 else []
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "runner.cli", *args],
+        [*prefix, sys.executable, "-m", "cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -28,7 +28,7 @@ COMPLETE = {
     "counter_check": 10,
     "counts": 8,
     "recomputation": 5,
-    # 19 of its own, and the roofline's placement of each side (runner.measure.roofline_placement: 10 per side,
+    # 19 of its own, and the roofline's placement of each side (runner.experiments.roofline_placement: 10 per side,
     # 9 where the prediction and its error are withheld, one reason instead).
     "timing": 39,
     "width": 39,

@@ -314,7 +314,7 @@ def test_greedy_speculative_output_through_the_fast_path_is_its_greedy_output(ta
 
 
 def test_recommend_names_the_roofline_regime_where_the_run_placed_the_verification() -> None:
-    from runner.cli.recommend import recommendations
+    from cli.recommend import recommendations
     from store.records import RecordedMeasurement
 
     case = {"part": "speculative", "impl": "fast", "temperature": 1.0, "draft": "ngram", "schedule": "fixed", "k": 2}
@@ -378,7 +378,7 @@ def choice_rows(
 
 
 def test_recommend_says_plain_decoding_wins_and_ranks_it_among_the_setups() -> None:
-    from runner.cli.recommend import recommendations
+    from cli.recommend import recommendations
 
     # Every setup measured slower than plain decoding (as the fast impl did on the development machine).
     setups = {("bigram", 2): (0.81, 0.78, 0.84), ("ngram", 2): (0.87, 0.85, 0.9), ("ngram", 4): (0.84, 0.8, 0.99)}

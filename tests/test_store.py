@@ -178,9 +178,11 @@ def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: st
 
 
 def test_a_finished_run_keeps_its_machines_drift_figure_with_the_machine(store: Store) -> None:
-    """As each run finishes (runner.execution.lifecycle), the machine's drift figure is learned from its
-    done runs so far (analysis.review_inputs.record_machine_drift) and kept on the machine row (migration 0010)."""
+    """As each run finishes done, its caller (`decodelab run`, `bench`, the worker) has the
+    machine's drift figure learned from its done runs so far (analysis.review_inputs.record_machine_drift)
+    and kept on the machine row (migration 0010)."""
     from analysis.review import DRIFT_MIN_VALUES, DRIFT_QUANTILE
+    from analysis.review_inputs import record_machine_drift
     from runner.execution.lifecycle import run_lifecycle
 
     machine_id = store.results.machine_id(MACHINE)
@@ -203,6 +205,7 @@ def test_a_finished_run_keeps_its_machines_drift_figure_with_the_machine(store: 
                         measurements=(MeasurementRecord("measured_speedup", value, "ratio"),),
                     ),
                 )
+        record_machine_drift(store, run_id)
         if index:
             moves += [abs(math.log(factor / factors[index - 1]))] * 4
         kept = store.drift.of_fingerprint(fingerprint)

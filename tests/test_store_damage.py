@@ -20,7 +20,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def decodelab(*args: str, cwd: Path, as_nobody: bool = False) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "runner.cli", *args]
+    command = [sys.executable, "-m", "cli", *args]
     if as_nobody:
         # Root ignores file permissions; drop to an unprivileged user for the read-only case.
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
@@ -102,7 +102,7 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     from sqlalchemy import event
 
     import store.store as store_module
-    from runner.cli.main import main
+    from cli.main import main
 
     url = f"sqlite:///{store_copy}"
     real_create = store_module.create_store_engine

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from analysis.review_inputs import judge, read_inputs
-from runner.cli.main import main
+from cli.main import main
 from runner.experiments import ExperimentContext, kv_cache, kv_timing
 from store import frames
 from store.store import Store

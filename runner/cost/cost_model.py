@@ -56,12 +56,8 @@ def case_seconds(experiment: str, case: dict[str, Any], model: dict[str, Any]) -
 
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
-    """A sweep's wall time: training (unless its model is stored) plus every case's; a local
-    Hugging Face checkpoint's by its own estimate (runner.spec.hf)."""
-    if spec.is_hf:
-        from runner.spec import hf as hf_spec
-
-        return hf_spec.estimate(spec).seconds
+    """A character model's sweep's wall time: training (unless its model is stored) plus every
+    case's (a local Hugging Face checkpoint's: runner.spec.sweeps.estimate_seconds)."""
     model = spec.raw["model"]
     total = 0.0 if model_stored else training_seconds(spec)
     return total + sum(case_seconds(experiment.name, case, model) for experiment, case in spec.plan())

@@ -1,6 +1,6 @@
 """What a decode pass costs on the roofline: the bytes it moves and the multiply-adds it does,
 counted exactly from the model shape and the impl, and the time a machine's measured roof
-(runner.measure.machine_profile) allows for them.
+(runner.cost.machine_profile) allows for them.
 
 A *pass* feeds ``positions`` new tokens after ``start`` cached ones (a decode step is one
 position; a speculative verification k + 1; a no-cache step the whole sequence from 0). Counted:
@@ -269,7 +269,7 @@ def place(
     overhead fit (``overhead_seconds_per_pass`` and ``seconds_per_mult``; None: no fit), withheld
     where there is no fit, where ``fit_error`` (its largest |error| on its own points) exceeds
     FIT_LIMIT, or for a pass of several positions (the module doc)."""
-    # The roof is the best repeat of each micro-kernel (runner.measure.machine_profile says why).
+    # The roof is the best repeat of each micro-kernel (runner.cost.machine_profile says why).
     peaks = {precision: rates["high"] for precision, rates in roof["peak_operations_per_second"].items()}
     memory = compute = roofline = excess = 0.0
     withheld: int | None = None

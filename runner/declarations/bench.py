@@ -1,4 +1,4 @@
-"""bench: the benchmark scripts' figures, recorded by ``decodelab bench`` (runner.cli.bench), not
+"""bench: the benchmark scripts' figures, recorded by ``decodelab bench`` (cli.bench), not
 planned by a spec: no module."""
 
 from __future__ import annotations

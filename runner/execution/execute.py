@@ -27,6 +27,7 @@ from runner.measure import load as machine_load
 from runner.measure.machine import code_version, fingerprint
 from runner.measure.timing import Harness
 from runner.model.corpus import load_corpus
+from runner.model.progress import Ticker
 from runner.model.train import train_or_reuse
 from runner.spec.sweeps import SweepSpec
 from store.masking import mask_secrets
@@ -122,7 +123,7 @@ def train_side_model(
 def ensure_profile(store: Store, machine_id: int, log: Log) -> dict[str, Any]:
     """This machine's stored roof, measured now if the store has none for its fingerprint (a quick
     profile where DECODELAB_PROFILE=quick, as the tests set)."""
-    from runner.measure import machine_profile
+    from runner.cost import machine_profile
 
     roof = store.profiles.latest(machine_id)
     if roof is None:
@@ -167,7 +168,7 @@ def prepare_model(store: Store, spec: SweepSpec, *, show_progress: bool, log: Lo
     """Train (or reuse) the spec's model, or load its local Hugging Face checkpoint, on its device."""
     check_device(spec.device)
     if spec.is_hf:
-        from runner.model.hf_run import load_target
+        from runner.execution.hf_run import load_target
 
         # A local Hugging Face checkpoint: loaded, not trained; the text seen through its tokenizer.
         target = load_target(store.results, spec, log)
@@ -217,7 +218,7 @@ class CaseProgress:
         self.store, self.claim, self.done, self.total = store, claim, done, total
         # Where no bar is drawn on a terminal, a whole progress line every LOG_EVERY_SECONDS instead.
         self.lines = log if log is not None and not (show and sys.stderr.isatty()) else None
-        self.ticker, self.run_id = machine_load.Ticker(), run_id
+        self.ticker, self.run_id = Ticker(), run_id
         # smoothing=0: the ETA from the average case so far, not the last one (a case that trains
         # a draft for a minute would otherwise swing it from seconds to many minutes).
         self.bar = tqdm(

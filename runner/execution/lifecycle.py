@@ -131,11 +131,6 @@ def run_lifecycle(
         store.results.finish_run(run_id, "done", wall_seconds=wall())
     else:
         store.jobs.finish(claim, "done", wall_seconds=wall())
-    # A done run is one more look at how far this machine drifts between runs: keep the figure
-    # with the machine, where the Review page and the reports show it.
-    from analysis.review_inputs import record_machine_drift
-
-    record_machine_drift(store, run_id)
 
 
 def _finish_failed(store: Store, run_id: int, claim: Claim | None, error: str, wall_seconds: float) -> None:

@@ -46,6 +46,8 @@ STALE_AFTER_SECONDS = 60.0
 OUTAGE_LIMIT_SECONDS = 300.0
 # The signal the heartbeat thread sends the main thread to stop the job it runs.
 STOP_JOB_SIGNAL = signal.SIGUSR1
+# What the worker's caller does with each run that ended done (the store, the run id).
+AfterRun = Callable[[Store, int], None]
 
 
 def worker_name() -> str:
@@ -139,7 +141,8 @@ def run_job(
     heartbeat_seconds: float,
     show_progress: bool,
     log: Log,
-) -> None:
+) -> int | None:
+    """Run one claimed job; the id of its run where the run ended done, else None."""
     try:
         with Heartbeat(store, job.claim, heartbeat_seconds, stop, log):
             try:
@@ -153,10 +156,10 @@ def run_job(
                         check_dashboard_job(spec.corpus, dashboard_mark)
             except InputError as error:
                 log(f"job {job.id} failed validation: {error}")
-                return
+                return None
             log(f"job {job.id}: running {spec.name} ({spec.cases_total()} cases) as {worker.name}")
             try:
-                execute(
+                outcome = execute(
                     store,
                     spec,
                     preset=job.preset,
@@ -170,8 +173,11 @@ def run_job(
             except Exception as error:
                 # execute() marked the job (and its run, if it had begun) failed.
                 log(f"job {job.id} failed: {mask_secrets(str(error))}")
+                return None
+            return outcome.run_id
     except ClaimLost as lost:
         log(f"job {job.id} is no longer this worker's ({lost}): stopped it without writing anything more")
+    return None
 
 
 @contextlib.contextmanager
@@ -246,10 +252,13 @@ def work(
     outage_limit_seconds: float = OUTAGE_LIMIT_SECONDS,
     show_progress: bool = True,
     log: Log = log_to_stderr,
+    after_run: AfterRun | None = None,
 ) -> int:
     """Claim and run jobs until interrupted, idle too long, or (``once``: after one job;
     ``until_empty``: once) no queued job is left for this machine. While another job runs on
-    this machine, queued jobs wait, and so does the worker. Returns the number of jobs run."""
+    this machine, queued jobs wait, and so does the worker. ``after_run`` is called with the
+    store and the run of every job that ended done (the command line records the machine's
+    drift figure there: analysis sits above this package). Returns the number of jobs run."""
     jobs_run = 0
     idle_since = time.monotonic()
 
@@ -283,7 +292,11 @@ def work(
                 log=log,
             )
         ) is not None:
-            run_job(store, job, me, stop, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log)
+            run_id = run_job(
+                store, job, me, stop, heartbeat_seconds=heartbeat_seconds, show_progress=show_progress, log=log
+            )
+            if run_id is not None and after_run is not None:
+                after_run(store, run_id)
             jobs_run += 1
             idle_since = time.monotonic()
             if once:

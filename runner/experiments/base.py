@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runner.fields import Field
 from runner.labels import progress_label, short_label
 from runner.measure.timing import Harness
 from runner.model.corpus import Corpus
 from runner.model.gpt import CharGPT
-from runner.spec.fields import Field
 from store.records import MeasurementRecord, RecordedMeasurement, case_key
 
 # The part of a case without a ``part`` param: an experiment of one kind of case
@@ -86,8 +86,8 @@ class ExperimentContext:
     # Train (or reuse from the store) another model on the same corpus, e.g. a small draft;
     # arguments: model config, train config, and optionally a teacher to distil from.
     train_model: Callable[..., CharGPT] | None = None
-    # This machine's measured roof (runner.measure.machine_profile) and its latest stored per-pass
-    # overhead per impl: what runner.measure.roofline_placement places each timed case with (none: nothing placed).
+    # This machine's measured roof (runner.cost.machine_profile) and its latest stored per-pass
+    # overhead per impl: what runner.experiments.roofline_placement places each timed case with (none: nothing placed).
     roof: dict[str, Any] | None = None
     overheads: dict[str, float] = field(default_factory=dict)
     # The same fits' figures per impl by metric (``seconds_per_mult``, ``max_fit_error``: what

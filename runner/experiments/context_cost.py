@@ -21,7 +21,7 @@ from runner.cost.context_cost import (
     wasted_pairs,
 )
 from runner.experiments.base import Part, PartsExperiment
-from runner.spec.fields import Field
+from runner.fields import Field
 from store.records import MeasurementRecord
 
 FIELDS = {

@@ -25,8 +25,8 @@ from runner.decoding.decode import IMPLS
 from runner.errors import InputError
 from runner.experiments import kv_arithmetic, kv_exactness, kv_memory, kv_timing
 from runner.experiments.base import Part, PartsExperiment
+from runner.fields import Field
 from runner.model.gpt import CACHE_ROUNDINGS
-from runner.spec.fields import Field
 
 EQUIVALENCE_TOLERANCE = kv_exactness.EQUIVALENCE_TOLERANCE
 

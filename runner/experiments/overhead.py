@@ -3,7 +3,7 @@ down to d=8, fitted per impl as  seconds_per_token = a + b · mults_per_token.
 
 ``a`` is what a step costs whatever its arithmetic (dispatch, Python, memory latency); ``b`` is
 the price of one multiplication on this machine: why 134.5x of arithmetic became a few x on the
-clock. ``a`` is also the per-pass overhead runner.measure.roofline_placement adds to its predictions; each point
+clock. ``a`` is also the per-pass overhead runner.experiments.roofline_placement adds to its predictions; each point
 is placed on the machine's roof. Untrained weights: timing needs no training (the case params
 say so).
 """
@@ -18,10 +18,10 @@ from runner.cost import counts
 from runner.cost.overhead_fit import OverheadFit
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import IMPLS, generate
+from runner.experiments import roofline_placement as roofline
 from runner.experiments.base import AA_PART, ExperimentContext, Part, PartsExperiment, aa_measurements
-from runner.measure import roofline_placement as roofline
+from runner.fields import Field
 from runner.model.gpt import CharGPT, ModelConfig
-from runner.spec.fields import Field
 from store.records import MeasurementRecord
 
 FIELDS = {

@@ -18,12 +18,12 @@ import torch
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import first_difference, generate
 from runner.errors import InputError
+from runner.experiments import roofline_placement as roofline
 from runner.experiments.base import AA_PART, WHOLE, ExperimentContext, Part, PartsExperiment, aa_measurements
-from runner.measure import roofline_placement as roofline
+from runner.fields import Field
 from runner.model.gpt import CharGPT
 from runner.model.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
 from runner.model.train import evaluate_loss
-from runner.spec.fields import Field
 from store.records import MeasurementRecord
 
 # A variant case names its impl only where its kernel needs one (the fast_* kernels): every

@@ -29,8 +29,8 @@ from runner.errors import InputError
 from runner.experiments import speculative_check, speculative_choice, speculative_timing
 from runner.experiments.base import AA_PART, Part, PartsExperiment
 from runner.experiments.speculative_drafts import DRAFTS
+from runner.fields import Field
 from runner.model.hf_checkpoint import DRAFT_PREFIX
-from runner.spec.fields import Field
 
 FIELDS = {
     "drafts": Field(

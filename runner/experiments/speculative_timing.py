@@ -20,6 +20,7 @@ from runner.decoding.speculative import (
     acceptance_at_positions,
     speculative_decode,
 )
+from runner.experiments import roofline_placement as roofline
 from runner.experiments.base import ExperimentContext
 from runner.experiments.speculative_a_priori import a_priori_prediction
 from runner.experiments.speculative_costs import (
@@ -30,7 +31,6 @@ from runner.experiments.speculative_costs import (
     single_call_costs,
 )
 from runner.experiments.speculative_drafts import make_draft
-from runner.measure import roofline_placement as roofline
 from runner.measure.timing import Paired
 from runner.model.hf_checkpoint import DRAFT_PREFIX
 from store.records import MeasurementRecord
@@ -296,10 +296,10 @@ def hf_assisted(
     case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule
 ) -> list[MeasurementRecord]:
     """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
-    in pairs against this loop (runner.decoding.hf_peer); nothing for the other drafts."""
+    in pairs against this loop (runner.experiments.hf_peer); nothing for the other drafts."""
     if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
         return []
-    from runner.decoding.hf_peer import assisted_measurements
+    from runner.experiments.hf_peer import assisted_measurements
 
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed

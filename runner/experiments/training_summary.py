@@ -9,7 +9,7 @@ from typing import Any
 
 from runner.decoding.decode import generate
 from runner.experiments.base import WHOLE, ExperimentContext, Part, PartsExperiment
-from runner.spec.fields import Field
+from runner.fields import Field
 from store.records import MeasurementRecord
 
 FIELDS = {

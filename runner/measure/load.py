@@ -5,15 +5,11 @@ Standard library only."""
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 
 # A machine is busy when its 1-minute load average reaches its core count: every core already
 # has a runnable task, so a second training thread waits on someone else's work (on 2 cores at a
 # load of 5-7, 2 torch threads took 27 min to train the quick model).
 BUSY_LOAD_PER_CORE = 1.0
-# How often a progress line reaches a log that is not a terminal (a CI log, a file).
-LOG_EVERY_SECONDS = 30.0
 
 
 def cores() -> int:
@@ -42,18 +38,3 @@ def load_note(load: float | None = None) -> str:
     if busy(load):
         return f"; the load average is {load:.1f} on {cores()} cores: other work stretches it, expect longer"
     return f" (load average {load:.1f} on {cores()} cores; other work on the machine stretches it)"
-
-
-class Ticker:
-    """True every ``every_seconds`` (the first time after that long): when a progress line is due."""
-
-    def __init__(self, every_seconds: float = LOG_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_seconds, self.clock = every_seconds, clock
-        self.last = clock()
-
-    def due(self) -> bool:
-        now = self.clock()
-        if now - self.last < self.every_seconds:
-            return False
-        self.last = now
-        return True

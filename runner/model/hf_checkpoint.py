@@ -8,7 +8,7 @@ q/k/v with biases, tanh GELU, tied lm head), so every impl (naive, static, fast)
 experiment runs on it unchanged, one token per BPE token instead of per character.
 
 Nothing here reaches a network: files are read from the directory only, and transformers is
-imported only where its own ``generate`` is the peer being timed (runner.decoding.hf_peer).
+imported only where its own ``generate`` is the peer being timed (runner.experiments.hf_peer).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from runner.measure.load import Ticker
 from runner.model.corpus import Corpus
 from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.progress import Ticker
 from runner.model.torch_files import UnreadableCheckpoint, first_sentence, load_weights_only
 from store.errors import StoreError
 from store.records import ModelRecord

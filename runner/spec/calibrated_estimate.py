@@ -31,6 +31,7 @@ from runner.cost.cost_model import case_seconds, training_seconds, training_seco
 from runner.errors import InputError
 from runner.measure.load import load_note
 from runner.spec.sweeps import SweepSpec
+from store.records import comparable_key
 from store.schema import Case, Machine, Model, Run
 from store.store import Store
 
@@ -121,10 +122,8 @@ def minutes(seconds: float) -> str:
 
 def earlier_sweeps(store: Store, machine_name: str, spec: SweepSpec) -> tuple[float, ...]:
     """The own times (started_at to finished_at) of ``machine_name``'s newest done runs of this
-    very spec (analysis.runs.comparable_key: the same spec, whatever launched it), at most
+    very spec (store.records.comparable_key: the same spec, whatever launched it), at most
     ``CALIBRATION_RUNS``, newest first."""
-    from analysis.runs import comparable_key
-
     wanted = comparable_key(None, json.loads(json.dumps(spec.raw, default=str)))
     query = (
         select(Run.spec, Run.started_at, Run.finished_at)

@@ -21,6 +21,7 @@ from runner.cost import counts
 from runner.cost.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
 from runner.decoding.speculative import longest_draft
 from runner.errors import InputError
+from runner.fields import Field, check_section, field_path
 from runner.model.hf_checkpoint import (
     DRAFT_PREFIX,
     HF_SOURCE,
@@ -30,7 +31,6 @@ from runner.model.hf_checkpoint import (
     load_tokenizer,
     read_checkpoint,
 )
-from runner.spec.fields import Field, check_section, field_path
 
 SHAPE_KEYS = ("d_model", "n_layer", "n_head", "context_length", "vocab_size")
 HF_MODEL_FIELDS = {

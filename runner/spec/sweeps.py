@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from runner import declarations
+from runner.cost import cost_model
 from runner.cost.cost_model import check_limits
-from runner.cost.cost_model import estimate_seconds as estimate_seconds  # the launch form asks here
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
+from runner.fields import Field, check_section, field_path
 from runner.model.gpt import ModelConfig
 from runner.model.train import TrainConfig
 from runner.spec import hf as hf_spec
-from runner.spec.fields import Field, check_section, field_path
 from runner.spec.preset_files import PRESET_DIRECTORY, preset_names
 
 PRESETS = preset_names()
@@ -189,6 +189,14 @@ def validate(raw: Any) -> SweepSpec:
     else:
         check_limits(spec)
     return spec
+
+
+def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
+    """A sweep's wall time, as the launch form asks it: a local Hugging Face checkpoint's by its
+    own estimate (runner.spec.hf), a character model's by the cost model."""
+    if spec.is_hf:
+        return hf_spec.estimate(spec).seconds
+    return cost_model.estimate_seconds(spec, model_stored)
 
 
 def cpu_only() -> dict[tuple[str, str], tuple[str, ...]]:

@@ -1,5 +1,5 @@
 """The fleet's commands: ``worker``, ``workers``, ``db upgrade``, ``db current`` and
-``dashboard`` (registered on the app in runner/cli/main.py)."""
+``dashboard`` (registered on the app in cli/main.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from runner.access import load_auth, secrets_paths
-from runner.cli.options import DbOption, open_store
+from cli.access import load_auth, secrets_paths
+from cli.options import DbOption, open_store
 from runner.errors import InputError
 from runner.model.data_folder import DEFAULT_DATA_DIR
 
@@ -48,6 +48,7 @@ def worker(
     store = open_store(db, "worker")
     # torch comes with the worker's code: loaded once the store is open, so a refused worker
     # (a missing store, a shared store behind the code) answers without paying for it.
+    from analysis.review_inputs import record_machine_drift
     from runner.execution.worker import work
 
     work(
@@ -62,6 +63,7 @@ def worker(
         # Progress bars only on a terminal: in a log (journald, kubectl logs, the dashboard's
         # worker log) they are noise, and a line logged after one would not start a line.
         show_progress=sys.stderr.isatty(),
+        after_run=record_machine_drift,
     )
 
 

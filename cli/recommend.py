@@ -127,7 +127,8 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
         if "verify_cost_ratio" in case:
             why.append(regime(case["verify_cost_ratio"], case.get("mean_draft_length", picked[2]) + 1))
         if "roofline_verify_regime" in case:
-            # The machine's measured roof (runner.measure.roofline_placement) names the bound from counts, not timings.
+            # The machine's measured roof (runner.experiments.roofline_placement) names the bound from counts,
+            # not timings.
             why.append(f"the roofline places the verification {REGIMES[int(case['roofline_verify_regime'])]}")
             break_even = case.get("roofline_break_even_acceptance")
             if break_even is not None:

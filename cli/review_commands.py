@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli.options import DbOption, open_store
+from cli.options import DbOption, open_store
 from runner.errors import InputError
 from store.files import check_output_file, write_whole
 

@@ -12,13 +12,13 @@ import typer
 import typer.core
 import typer.main
 
-from runner.cli import ab as cli_ab
-from runner.cli import fleet as cli_fleet
-from runner.cli import review_commands as cli_review_commands
-from runner.cli import roofline as cli_roofline
-from runner.cli.options import DbOption, open_store
+from cli import ab as cli_ab
+from cli import fleet as cli_fleet
+from cli import review_commands as cli_review_commands
+from cli import roofline as cli_roofline
+from cli.options import DbOption, open_store
 from runner.errors import InputError
-from runner.spec.fields import check_machine
+from runner.fields import check_machine
 from store.errors import ClaimLost, StoreDown, StoreError
 from store.files import check_output_file
 from store.masking import mask_secrets
@@ -153,6 +153,11 @@ def run(
         check_device(chosen.device)  # before the store is opened: a refused run writes nothing
         store = open_store(db, "run")
     outcome = run_here(store, chosen, preset=preset, retry_run=only_unmeasured)
+    # A done run is one more look at how far this machine drifts between runs: the figure is kept
+    # with the machine, where the Review page and the reports show it.
+    from analysis.review_inputs import record_machine_drift
+
+    record_machine_drift(store, outcome.run_id)
     unmeasured = f", {outcome.cases_unmeasured} not measured" if outcome.cases_unmeasured else ""
     typer.echo(
         f"stored run {outcome.run_id} ({outcome.cases_recorded} cases{unmeasured}, {outcome.wall_seconds:.1f} s) in "
@@ -275,7 +280,7 @@ def bench(
     import subprocess
     import time
 
-    from runner.cli.bench import BENCHMARKS, run_benchmark
+    from cli.bench import BENCHMARKS, run_benchmark
     from runner.execution.execute import log_to_stderr
     from runner.execution.lifecycle import run_lifecycle
     from runner.measure.machine import code_version, fingerprint
@@ -301,6 +306,9 @@ def bench(
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
         # A benchmark that failed or hung: the run is marked failed; one line here.
         raise InputError(str(error).strip().splitlines()[0]) from None
+    from analysis.review_inputs import record_machine_drift
+
+    record_machine_drift(store, run_id)
     typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
 
 
@@ -309,7 +317,7 @@ def report_context_cost(
     out: Annotated[Path, typer.Option("--out", help="Directory for cost_report.json and .md.")] = Path("."),
 ) -> None:
     """The context-cost lab's report, every number computed by the counting module."""
-    from runner.cost.lab_reports import write_context_cost_report
+    from cli.lab_reports import write_context_cost_report
 
     if not out.is_dir():
         raise InputError(f"--out: {str(out)!r} is not a directory")
@@ -345,7 +353,7 @@ def recommend(
     db: DbOption = None,
 ) -> None:
     """The speculative setup the a-priori prediction picks per impl, predicted and measured, and why."""
-    from runner.cli.recommend import recommendations
+    from cli.recommend import recommendations
 
     store = open_store(db, "recommend")
     if not store.results.run_exists(run_id):
@@ -365,7 +373,7 @@ def report_scale(
     budget_gib: Annotated[float, typer.Option(min=0.001, max=1e9)] = 80.0,
 ) -> None:
     """Attention work and KV-cache bytes for named real model shapes."""
-    from runner.cost.lab_reports import scale_table
+    from cli.lab_reports import scale_table
 
     typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
 

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.options import DbOption, open_store
-from runner.cli.review_commands import checked_format, checked_gate, write_file
+from cli.options import DbOption, open_store
+from cli.review_commands import checked_format, checked_gate, write_file
 from runner.errors import InputError
 
 # At least 2: one round is no interleaving. 50 rounds of the quick preset take hours.

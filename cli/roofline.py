@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.options import DbOption, open_store
-from runner.cli.review_commands import FormatOption, OutOption, RunOption, check_run, checked_format, write_file
+from cli.options import DbOption, open_store
+from cli.review_commands import FormatOption, OutOption, RunOption, check_run, checked_format, write_file
 from runner.errors import InputError
 
 
@@ -20,7 +20,7 @@ def machine_profile(
 ) -> None:
     """Measure this machine's roof (peak multiply-adds per precision, read bandwidth per cache
     level, one thread and all) and store it with the machine."""
-    from runner.measure import machine_profile as profiler
+    from runner.cost import machine_profile as profiler
     from runner.measure.machine import fingerprint
 
     store = open_store(db, "machine profile")
