@@ -151,8 +151,9 @@ def test_a_queued_job_runs_end_to_end_through_worker_once(tmp_path: Path) -> Non
     runs = frames.runs(store)
     assert runs.loc[0, "status"] == "done" and runs.loc[0, "machine"] == "ci-box"
     # The worker's caller, the command line, kept the machine's drift after the done run.
-    kept = store.drift.of_fingerprint(str(runs.loc[0, "machine_fingerprint"]))
-    assert kept is not None and kept.run_id == int(runs.loc[0, "run_id"])
+    run = runs.to_dict("records")[0]
+    kept = store.drift.of_fingerprint(str(run["machine_fingerprint"]))
+    assert kept is not None and kept.run_id == run["run_id"]
     exported = decodelab("export", "--format", "json", "--out", str(tmp_path / "out.json"))
     assert exported.returncode == 0, exported.stderr
     rows = json.loads((tmp_path / "out.json").read_text())

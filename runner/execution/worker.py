@@ -47,7 +47,7 @@ OUTAGE_LIMIT_SECONDS = 300.0
 # The signal the heartbeat thread sends the main thread to stop the job it runs.
 STOP_JOB_SIGNAL = signal.SIGUSR1
 # What the worker's caller does with each run that ended done (the store, the run id).
-AfterRun = Callable[[Store, int], None]
+AfterRun = Callable[[Store, int], object]
 
 
 def worker_name() -> str:
