@@ -20,7 +20,7 @@ from pathlib import Path
 from store.masking import mask_secrets
 from store.records import CaseRecord, MeasurementRecord
 
-BENCHMARKS_DIRECTORY = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+BENCHMARKS_DIRECTORY = Path(__file__).resolve().parent.parent / "benchmarks"
 # A benchmark still running after this long is stopped and the bench run marked failed.
 TIMEOUT_SECONDS = 1800.0
 RESULT_LINE = re.compile(r"^([a-z][a-z0-9_]*)=(-?[0-9.]+(?:e[-+]?[0-9]+)?)$")

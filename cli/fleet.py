@@ -248,7 +248,7 @@ def dashboard(
         raise InputError(f"--port: {port} is in use on {host} (allowed: a free port, e.g. --port {port + 1})")
     # Read-only never upgrades: a read-only dashboard writes nothing, the schema included.
     store = open_store(db, "dashboard", read_only=read_only)
-    app_path = Path(__file__).resolve().parent.parent.parent / "dashboard" / "app.py"
+    app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     command = [
         sys.executable,
         "-m",
