@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import theme
 
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
-LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.experiments.roofline_placement.LEVEL_CODES, inverted
+LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.experiments.parts.roofline_placement.LEVEL_CODES, inverted
 PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
 WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored index

@@ -19,7 +19,7 @@ from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRe
 from store.store import Store
 
 # Every page, in the navigation's order (the one list: dashboard/pages.py).
-PAGES = [page.name for page in dashboard_pages.PAGES]
+PAGES = [page.name for page in dashboard_pages.pages()]
 MACHINES = [
     MachineRecord(f"machine-{index}", "cpu", 2 + index, 2**34, "Linux", "3.11", "2.13.0", 2, "cpu", None)
     for index in range(3)

@@ -5,8 +5,9 @@ The quick model (trained, or reused from the store) is loaded into
 tokens, timed with the paired method. Then, on the CPU, three ratios of the fast path, each paired
 in one run: a speculative verification of k + 1 = 5 positions against a plain step (in plain
 steps), the int8 and bfloat16 kernels against float32, and what a compiled call costs before its
-arithmetic; and the fast fp32 and int8 steps on this machine's measured roof (runner.experiments.roofline_placement:
-``fast_roof_fraction``, ``fast_int8_roof_fraction``, the roofline's time over the measured one;
+arithmetic; and the fast fp32 and int8 steps on this machine's measured roof
+(runner.experiments.parts.roofline_placement: ``fast_roof_fraction``, ``fast_int8_roof_fraction``,
+the roofline's time over the measured one;
 the roof is the store's profile of this machine, measured first if it has none). Ends with
 ``name=value`` lines, after the 1-minute load average at the start and the end (a time measured
 beside other work is not the machine's). Needs the bench extra.
@@ -24,7 +25,8 @@ from collections.abc import Callable
 
 import torch
 
-from runner.decoding.decode import COMPILED, IMPLS, generate
+from runner.decoding.choices import COMPILED, IMPLS
+from runner.decoding.decode import generate
 from runner.measure.timing import Harness, Paired
 from runner.model.corpus import load_corpus
 from runner.model.gpt import CharGPT, to_transformers

@@ -7,7 +7,7 @@ counted over the cases measured more than 10% from a tie (``clear_verdicts_right
 
 Another machine's run is read after ``decodelab import --db URL RUN.json``; ``--profile`` gives
 the roof where the run's machine has no stored profile (a run made before the roofline). The
-model (runner.experiments.roofline_placement.speculative and LoopParts): a pass costs the roof's
+model (runner.experiments.parts.roofline_placement.speculative and LoopParts): a pass costs the roof's
 verification, its draft calls (the roof's price of the draft's pass plus a fixed part, the
 case's single timed call beyond it) and the loop's per-pass overhead, fitted as the median over
 the impl's *other* cases of what their loops took beyond their priced parts (a run fits on its
@@ -31,7 +31,7 @@ from analysis.roofline import wide
 from runner.cost import roofline_model
 from runner.cost.roofline_model import Shape, pass_cost
 from runner.cost.speculative import loop_break_even_acceptance
-from runner.experiments.roofline_placement import LoopParts, named_draft_pass
+from runner.experiments.parts.roofline_placement import LoopParts, named_draft_pass
 from store import frames
 from store.store import Store
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.cost.roofline_model import REGIMES
-from runner.decoding.speculative import SCHEDULES
-from runner.experiments.speculative_choice import Candidate, candidate_of, describe
+from runner.decoding.choices import SCHEDULES
+from runner.experiments.parts.speculative_choice import Candidate, candidate_of, describe
 from store.records import RecordedMeasurement
 
 # A verification of k + 1 positions costing under this share of k + 1 plain steps: the target pass
@@ -127,7 +127,7 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
         if "verify_cost_ratio" in case:
             why.append(regime(case["verify_cost_ratio"], case.get("mean_draft_length", picked[2]) + 1))
         if "roofline_verify_regime" in case:
-            # The machine's measured roof (runner.experiments.roofline_placement) names the bound from counts,
+            # The machine's measured roof (runner.experiments.parts.roofline_placement) names the bound from counts,
             # not timings.
             why.append(f"the roofline places the verification {REGIMES[int(case['roofline_verify_regime'])]}")
             break_even = case.get("roofline_break_even_acceptance")

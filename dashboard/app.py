@@ -19,7 +19,7 @@ from cli.access import AccessError, load_auth, verdict
 from dashboard import data, ui
 from dashboard.launch import start_worker, stop_workers
 from dashboard.launch_form import QUEUED, launch_form
-from dashboard.pages import PAGES, SECTIONS
+from dashboard.pages import SECTIONS, pages
 from store import frames
 from store.errors import StoreError
 from store.store import Store
@@ -189,6 +189,7 @@ def open_first_page() -> None:
 
 require_login()
 # Every page of dashboard/pages.py, by name; the root URL (FIRST) opens Review or History.
+PAGES = pages()
 NAVIGATION = {page.name: st.Page(VIEWS / f"{page.name}.py", title=page.title, url_path=page.name) for page in PAGES}
 REVIEW, HISTORY = NAVIGATION["review"], NAVIGATION["history"]
 FIRST = st.Page(open_first_page, title="decodelab", url_path="", default=True, visibility="hidden")

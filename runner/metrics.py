@@ -303,7 +303,7 @@ ENTRIES: tuple[Metric, ...] = (
     *exact("multiplications", "linear_mults", "quad_mults", "total_mults", "per_position_mults_counted"),
     Metric("max_context_for_bytes", "tokens", "exact"),
     Metric("score_bytes", "bytes", "exact"),
-    # ---- roofline placement of every timed decode (runner.experiments.roofline_placement;
+    # ---- roofline placement of every timed decode (runner.experiments.parts.roofline_placement;
     # kv_cache adds a _no_cache copy)
     *(
         Metric(name + suffix, unit, kind, help=text)
@@ -365,7 +365,7 @@ ENTRIES: tuple[Metric, ...] = (
         "predicted",
         help="no roofline speedup: 0 an eager target, 1 no earlier case of the impl to fit the loop overhead on",
     ),
-    # ---- a local Hugging Face checkpoint's peers (runner.experiments.hf_peer)
+    # ---- a local Hugging Face checkpoint's peers (runner.experiments.parts.hf_peer)
     Metric("seconds_transformers_cache", "seconds", "timed", "lower"),
     *paired("speedup_vs_transformers_cache", "transformers' own cached generate over decodelab's impl, paired"),
     Metric("transformers_tokens_identical", "bool", "exact"),

@@ -89,7 +89,7 @@ class Profiles:
 
     def overhead_fits(self, machine_id: int) -> dict[str, dict[str, float]]:
         """The newest overhead fit's slope and largest error on its own points per impl (what
-        prices an eager impl's steps on the roofline, runner.experiments.roofline_placement)."""
+        prices an eager impl's steps on the roofline, runner.experiments.parts.roofline_placement)."""
         figures: dict[str, dict[str, float]] = {}
         for metric in ("seconds_per_mult", "max_fit_error"):
             for impl, value in self.overheads(machine_id, metric).items():

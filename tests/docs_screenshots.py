@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 WINDOW: ViewportSize = {"width": 1440, "height": 1000}
 # Every page by its URL path, in the navigation's order (the one list: dashboard/pages.py).
-PAGES = [page.name for page in dashboard_pages.PAGES]
+PAGES = [page.name for page in dashboard_pages.pages()]
 # The docs' pictures (README.md, docs/dashboard.md): page → file under docs/.
 DOCS = {"review": "dashboard-review.png", "speculative": "dashboard-speculative.png"}
 

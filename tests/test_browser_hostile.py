@@ -34,7 +34,7 @@ PRESET = f"qu{CONTROLS}ick ![p](http://evil.invalid/p.png)"
 NOTE = f"note{CONTROLS} ![n](http://evil.invalid/n.png)\r=cmd|' /C calc'!A0"
 # The pages the sidebar links to, followed as a reader does (a page loaded by its address starts
 # the whole app again: docs/testing.md); the root URL opens the Review page of the newest run.
-PAGES = [page.name for page in dashboard_pages.PAGES if page.name != "review"] + ["review"]
+PAGES = [page.name for page in dashboard_pages.pages() if page.name != "review"] + ["review"]
 REVIEWED = "review?run=3&baseline=2"
 # Row 11: a run id longer than int() reads (4,300 digits) was an uncaught ValueError.
 LONG_PIN = "compare?pin=vm:" + "9" * 5000

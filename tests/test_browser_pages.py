@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SECOND_MACHINE_RUN = FIXTURES / "xeon-amx-quick.json.gz"
 # Every page by its URL path (dashboard/pages.py).
-PAGES = [page.name for page in dashboard_pages.PAGES]
+PAGES = [page.name for page in dashboard_pages.pages()]
 
 # Table cells a reader should never see: Streamlit's own rendering of a boolean or a missing value.
 RAW_CELLS = frozenset({"true", "false", "None", "nan", "NaN", "<NA>", "NaT"})

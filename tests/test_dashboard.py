@@ -26,7 +26,7 @@ from tests.conftest import QUICK_SPEC, TINY_SPEC, kill_job_workers, rows_by
 
 DASHBOARD = Path(__file__).parent.parent / "dashboard"
 # Every page but Review (tested on its own), in the navigation's order (dashboard/pages.py).
-PAGES = [page.name for page in dashboard_pages.PAGES if page.name != "review"]
+PAGES = [page.name for page in dashboard_pages.pages() if page.name != "review"]
 # Pages whose content is a table, not a chart.
 TABLE_PAGES = {"seeds"}
 # Pages that show a store's runs (the scale calculator needs none): an empty store names the command.
@@ -197,9 +197,9 @@ def test_every_view_is_a_page_of_the_one_list() -> None:
     """dashboard/pages.py is the one list the navigation and every test read: a view file it
     lacks would be served by no link and tested by no test, a name without a file breaks the app."""
     views = {path.stem for path in (DASHBOARD / "views").glob("*.py") if path.stem != "__init__"}
-    assert views == {page.name for page in dashboard_pages.PAGES}
-    assert len(dashboard_pages.PAGES) == len(views), "a page listed twice"
-    assert {page.section for page in dashboard_pages.PAGES} <= set(dashboard_pages.SECTIONS)
+    assert views == {page.name for page in dashboard_pages.pages()}
+    assert len(dashboard_pages.pages()) == len(views), "a page listed twice"
+    assert {page.section for page in dashboard_pages.pages()} <= set(dashboard_pages.SECTIONS)
 
 
 @pytest.mark.parametrize("page", PAGES)

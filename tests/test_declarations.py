@@ -1,7 +1,8 @@
-"""One declaration per experiment (runner/declarations/): a toy experiment declared in this file
-alone is planned, priced, validated, offered by the launch form and found in the metric
-catalogue, and forgotten once its ``with`` block ends; every shipped declaration agrees with its
-experiment and the catalogue; reading the declarations imports no torch."""
+"""One declaration per experiment, in the experiment's own module (runner.declarations): a toy
+experiment declared in this file alone is planned, priced, validated, offered by the launch form,
+listed in the navigation and found in the metric catalogue, and forgotten once its ``with``
+block ends; every shipped declaration agrees with its experiment and the catalogue, and names
+parts that exist; reading the declarations and the experiments they name imports no torch."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import pytest
 
 from dashboard.launch import form_fields
 from dashboard.metrics import opening_metric
+from dashboard.pages import pages
 from runner import declarations, metrics_doc
 from runner.cost.cost_model import FLAT_CASE_SECONDS, _step_seconds, case_seconds, estimate_seconds, training_seconds
 from runner.declarations import Declaration, StepSeconds
 from runner.errors import InputError
 from runner.experiments import registry
+from runner.experiments.base import PartAt
 from runner.fields import Field
 from runner.metric_entry import Metric
 from runner.metrics import catalogue, headlines, lookup
@@ -73,6 +76,7 @@ DECLARATION = Declaration(
     cpu_only={"impls": ("fast",)},
     launch_fields=("lengths", "pairs"),
     case_seconds=toy_case_seconds,
+    pages=(("toy_echo", "Toy echo"),),
 )
 
 
@@ -125,6 +129,10 @@ def test_a_toy_declared_here_is_planned_priced_validated_offered_and_catalogued(
     assert (TOY, DECLARATION.metrics[0]) in headlines()
     assert order.index(TOY) > order.index("context_cost") and order.index(TOY) < order.index("bench")
     assert opening_metric(TOY, ["toy_echo_ratio", "toy_echo_seconds"]) == "toy_echo_seconds"
+    # The navigation lists its page after context_cost's and before the pages of no experiment.
+    names = [page.name for page in pages()]
+    assert names[names.index("context_cost") + 1 : names.index("context_cost") + 3] == ["toy_echo", "scale"]
+    assert pages()[names.index("toy_echo")].title == "Toy echo"
     # The docs' generated table lists its metrics (python -m runner.metrics_doc).
     assert "| `toy_echo_ratio` | ratio | exact |" in metrics_doc.markdown_table()
 
@@ -144,6 +152,7 @@ def test_nothing_of_the_toy_stays_once_undeclared() -> None:
     assert TOY not in registry() and declarations.find(TOY) is None
     assert lookup("toy_echo_ratio") is None and TOY not in {experiment for experiment, _ in headlines()}
     assert form_fields([TOY]) == set() and (TOY, "impls") not in cpu_only()
+    assert "toy_echo" not in [page.name for page in pages()]
     assert "toy_echo_ratio" not in metrics_doc.markdown_table()
     assert case_seconds(TOY, {"part": "echo", "n": 4, "pairs": 2}, {"d_model": 32, "n_layer": 1}) == FLAT_CASE_SECONDS
     with pytest.raises(InputError, match=r"^experiments\.toy_echo: unknown experiment"):
@@ -161,36 +170,43 @@ def test_a_launch_field_the_form_lacks_or_a_metric_named_twice_is_refused() -> N
 
 def test_every_shipped_declaration_agrees_with_its_experiment_and_the_catalogue() -> None:
     shipped = declarations.ordered()
-    assert [declaration.name for declaration in shipped] == [
-        "training_summary",
-        "kv_cache",
-        "overhead",
-        "quantization",
-        "speculative",
-        "context_cost",
-        "bench",
-    ]
-    known = registry()
-    assert list(known) == [declaration.name for declaration in shipped if declaration.module is not None]
+    # These, in this order; a new experiment may come anywhere among them without editing this file.
+    names = [declaration.name for declaration in shipped]
+    known = ["training_summary", "kv_cache", "overhead", "quantization", "speculative", "context_cost", "bench"]
+    assert [name for name in names if name in known] == known
+    experiments = registry()
+    assert list(experiments) == [declaration.name for declaration in shipped if declaration.module is not None]
     assert len({metric.name for metric in catalogue()}) == len(catalogue())
     for declaration in shipped:
         for metric in (*declaration.headlines, *declaration.opening):
             assert lookup(metric) is not None, (declaration.name, metric)
         if declaration.module is None:
             continue
-        experiment = known[declaration.name]
+        experiment = experiments[declaration.name]
         # Its CPU-only values and launch fields name fields the experiment has, values it offers.
         for field, values in declaration.cpu_only.items():
             choices = experiment.fields[field].choices
             assert choices is not None and set(values) <= set(choices), (declaration.name, field)
         assert set(declaration.launch_fields) <= set(experiment.fields), declaration.name
+        # Each part named by path is a function of its module (resolved here, as a case would).
+        for part in experiment.parts.values():  # type: ignore[attr-defined]
+            assert not isinstance(part, PartAt) or callable(part.resolve()), (declaration.name, part)
+
+
+def test_a_part_named_by_a_missing_function_fails_at_its_case_naming_both() -> None:
+    missing = PartAt("runner.experiments.parts.kv_timing", "no_such_part")
+    with pytest.raises(AttributeError, match="no_such_part"):
+        missing({}, None)  # type: ignore[arg-type]
 
 
 def test_reading_the_declarations_and_the_catalogue_imports_no_torch_dashboard_or_analysis() -> None:
+    # The experiments' modules are read (the declarations are theirs), each with its EXPERIMENT:
+    # torch comes with the parts (runner/experiments/parts/), when a case runs.
     probe = (
         "import sys\n"
         "from runner import declarations, metrics\n"
-        "assert declarations.ordered() and metrics.headlines()\n"
+        "from runner.experiments import registry\n"
+        "assert declarations.ordered() and metrics.headlines() and registry()\n"
         "loaded = sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'dashboard', 'analysis'))\n"
         "print(loaded)\n"
     )

@@ -14,7 +14,7 @@ from scipy import stats
 from runner.decoding.decode import inverse_cdf, uniforms
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import accept_rule
-from runner.experiments.distribution_check import (
+from runner.experiments.parts.distribution_check import (
     BUG_VARIANTS,
     SIGNIFICANCE,
     check_passes,
@@ -24,7 +24,7 @@ from runner.experiments.distribution_check import (
     target_rows,
     tv_noise_bounds,
 )
-from runner.experiments.distribution_power import (
+from runner.experiments.parts.distribution_power import (
     POWER,
     SIMULATION_SLACK,
     detectable_tv,

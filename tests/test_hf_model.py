@@ -1,5 +1,5 @@
 """Local Hugging Face GPT-2 checkpoints (runner.model.hf_checkpoint, runner.spec.hf, runner.execution.hf_run,
-runner.experiments.hf_peer) on real directories built by tests/hf_checkpoints.py: the weights map exactly,
+runner.experiments.parts.hf_peer) on real directories built by tests/hf_checkpoints.py: the weights map exactly,
 an hf spec runs end to end through `decodelab run`, and every bad directory ends in one line."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_the_weights_map_onto_decodelab_exactly(hf_checkpoints: Any) -> None:
     # Greedy text through the compiled path is transformers' own generate's, on text varied
     # enough (random weights) for the comparison to mean something.
     from runner.decoding.decode import generate
-    from runner.experiments.hf_peer import hf_generate
+    from runner.experiments.parts.hf_peer import hf_generate
 
     prompt = tokens[0, :4].tolist()
     ours = generate(model, prompt, 24, temperature=0.0, impl="fast").tokens
@@ -313,7 +313,7 @@ def all_text(app: Any) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("page", [page.name for page in dashboard_pages.PAGES])
+@pytest.mark.parametrize("page", [page.name for page in dashboard_pages.pages()])
 def test_the_dashboard_shows_an_hf_run_like_any_other(
     page: str, hf_run_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,7 +365,7 @@ def test_loading_and_the_peers_never_open_a_connection(hf_checkpoints: Any, monk
     """Everything an hf run does with a directory works with every socket connection refused."""
     import socket
 
-    from runner.experiments.hf_peer import hf_generate, peer_of
+    from runner.experiments.parts.hf_peer import hf_generate, peer_of
     from runner.model.hf_checkpoint import check_weights, content_hash, load_model, load_tokenizer, read_checkpoint
 
     def refuse(*_: object) -> None:

@@ -17,8 +17,9 @@ from runner.cost import counts
 from runner.decoding.decode import generate
 from runner.errors import Unmeasured
 from runner.experiments.base import ExperimentContext
-from runner.experiments.kv_exactness import EQUIVALENCE_TOLERANCE, comparable_difference
-from runner.experiments.kv_timing import PREFILL_EXTRA_ROUNDS, prefill
+from runner.experiments.kv_cache import EQUIVALENCE_TOLERANCE
+from runner.experiments.parts.kv_exactness import comparable_difference
+from runner.experiments.parts.kv_timing import PREFILL_EXTRA_ROUNDS, prefill
 from runner.measure.fitting import fit_power_law
 from runner.model.gpt import CharGPT, ModelConfig
 from store import frames
@@ -257,7 +258,7 @@ def test_the_experiment_records_through_the_store(filled_store_url: str) -> None
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_every_impl_produces_the_same_tokens(tiny_model: CharGPT, temperature: float) -> None:
-    from runner.decoding.decode import IMPLS
+    from runner.decoding.choices import IMPLS
 
     outputs = {
         (impl, use_cache): generate(

@@ -28,8 +28,9 @@ COMPLETE = {
     "counter_check": 10,
     "counts": 8,
     "recomputation": 5,
-    # 19 of its own, and the roofline's placement of each side (runner.experiments.roofline_placement: 10 per side,
-    # 9 where the prediction and its error are withheld, one reason instead).
+    # 19 of its own, and the roofline's placement of each side
+    # (runner.experiments.parts.roofline_placement: 10 per side, 9 where the prediction and its
+    # error are withheld, one reason instead).
     "timing": 39,
     "width": 39,
     "fit": 6,

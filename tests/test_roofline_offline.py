@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup
-from runner.experiments.roofline_placement import LoopParts
+from runner.experiments.parts.roofline_placement import LoopParts
 from tests.conftest import FIXTURES, ROOT, _cli_environment, run_decodelab
 
 PREDICT = ROOT / "benchmarks" / "roofline_predict.py"

@@ -11,8 +11,8 @@ import torch
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
 from runner.decoding.speculative import accept_rule, speculative_decode
-from runner.experiments.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
-from runner.experiments.distribution_power import POWER, SIMULATION_SLACK
+from runner.experiments.parts.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
+from runner.experiments.parts.distribution_power import POWER, SIMULATION_SLACK
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
 from store import frames

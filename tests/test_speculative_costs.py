@@ -10,8 +10,8 @@ from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import speculative_decode
-from runner.experiments.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
-from runner.experiments.speculative_costs import (
+from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
+from runner.experiments.parts.speculative_costs import (
     CostSession,
     PassCosts,
     alpha_a_priori,

@@ -24,8 +24,8 @@ from runner.cost.speculative_prediction import (
 from runner.decoding.decode import generate
 from runner.decoding.drafts import ContextTableDraft, ModelDraft
 from runner.decoding.speculative import Schedule, acceptance_at_positions, speculative_decode
-from runner.experiments.speculative_a_priori import priced_pass
-from runner.experiments.speculative_costs import PassCosts
+from runner.experiments.parts.speculative_a_priori import priced_pass
+from runner.experiments.parts.speculative_costs import PassCosts
 from runner.model.gpt import CharGPT, ModelConfig
 from tests.shared_parts import VOCAB, peaked_target
 

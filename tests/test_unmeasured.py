@@ -12,7 +12,8 @@ import pytest
 
 from analysis.review_inputs import judge, read_inputs
 from cli.main import main
-from runner.experiments import ExperimentContext, kv_cache, kv_timing
+from runner.experiments import ExperimentContext, kv_cache
+from runner.experiments.parts import kv_timing
 from store import frames
 from store.store import Store
 from tests.conftest import LEAN_CASES, LEAN_SPEC

@@ -44,7 +44,7 @@ if opened and run_id is not None:
             f"d_model {int(first['d_model'])}, {int(first['n_layer'])} blocks, {int(first['context_length'])} "
             f"positions, {int(first['vocab_size'])} characters and an lm head of its own with a bias: "
             f"{int(first['parameter_count']):,} parameters, {int(first['weight_bytes']):,} bytes of float32 "
-            f"({first['weight_bytes'] / 2**20:.2f} MiB). The derivation is in runner/experiments/kv_memory.py."
+            f"({first['weight_bytes'] / 2**20:.2f} MiB). The derivation is in runner/experiments/parts/kv_memory.py."
         )
         ui.table(
             writeup.assign(cache_mib=writeup["cache_bytes"] / 2**20),

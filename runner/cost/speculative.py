@@ -7,13 +7,13 @@ units of a plain decode step (standard library only).
 - ``component_model_speedup``: E over (v + L·c), the verification's measured cost v; also the
   a-priori prediction's formula, with its simulated characters per pass and draft length;
 - ``speculative_speedup`` and ``break_even_acceptance``: the roofline's version in seconds
-  (runner.experiments.roofline_placement prices the step, a draft call and a verification on the machine's roof);
+  (runner.experiments.parts.roofline_placement prices the step, a draft call and a verification on the machine's roof);
 - ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
   the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
   (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases.
 
-runner.experiments.speculative_costs measures the costs these formulas take; runner.experiments.speculative_timing
-records what they give beside the measured speedup.
+runner.experiments.parts.speculative_costs measures the costs these formulas take;
+runner.experiments.parts.speculative_timing records what they give beside the measured speedup.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ calibration text: a_t = Σ min(p_t, q_t), the chance the accept rule keeps a pro
 target's and q the draft's distribution after the text's first t characters), and the draft's top
 probability there. The calibration text is the target's own plain generations at the case's
 temperature from the run's prompt (texts like the loop's, by generations that are not the timed
-loop's: runner.experiments.speculative_drafts.calibration_text). Given the text's own next
+loop's: runner.experiments.parts.speculative_drafts.calibration_text). Given the text's own next
 character y, a pass keeps a proposal there with chance min(1, q(y) / p(y)) (``kept_given_next``):
 that is a_t on average, and a rejection comes with the character the draft found unlikely, as
 the loop's next pass starts from. The confidence schedule's stops read the draft's top along the

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runner.decoding.choices import COMPILED, IMPLS
 from runner.decoding.stepper import Stepper
 from runner.model.gpt import CharGPT
 
@@ -58,12 +59,6 @@ def uniforms(count: int, temperature: float, generator: torch.Generator | None) 
 def first_difference(first: list[int], second: list[int]) -> int:
     """The first position (0-based) where two generations differ; their length if they never do."""
     return next((index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
-
-
-IMPLS = ("naive", "static", "fast")  # each with a cache and without one
-# torch.compile of the static-cache step (runner.decoding.compiled): cached decoding only, and
-# outside the presets (it compiles for tens of seconds first).
-COMPILED = "compiled"
 
 
 @torch.inference_mode()

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import torch
 
+from runner.decoding.choices import MAX_NGRAM_ORDER
 from runner.decoding.decode import choose_token, inverse_cdf, uniforms
 from runner.decoding.speculative import probabilities, top_probability
 from runner.model.gpt import CharGPT, KVCache
-
-MAX_NGRAM_ORDER = 5  # rows for every seen context up front: 5 is ~40k contexts of the default corpus
 
 
 class ContextTableDraft:

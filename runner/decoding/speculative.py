@@ -18,17 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch.nn import functional as F
 
+from runner.decoding.choices import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS
 from runner.decoding.decode import uniforms
 from runner.model.gpt import CharGPT, KVCache
 
-SPECULATIVE_IMPLS = ("static", "fast")
-SCHEDULES = ("fixed", "heuristic", "confidence")
-MAX_DRAFT_LENGTH = 16
 # The accept rule, then the bug variants the distribution check must catch (the order is the C++
 # side's variant number, runner/decoding/csrc/sampling.h).
 RULE_VARIANTS = ("correct", "accept_all", "inverted_ratio", "residual_unnormalised", "bonus_from_draft")
@@ -76,13 +74,6 @@ class Schedule:
 
 def fixed(k: int) -> Schedule:
     return Schedule("fixed", k, k)
-
-
-def longest_draft(section: dict[str, Any]) -> int:
-    """The most proposals one pass of a checked speculative section can draft: its largest fixed
-    k, or k_max where it runs an adaptive schedule."""
-    adaptive = set(section["schedules"]) - {"fixed"}
-    return max([*section["ks"], section["k_max"] if adaptive else 1])
 
 
 # Logits (len(tokens) × vocab) after feeding ``tokens`` from position cache.length; advances the cache.

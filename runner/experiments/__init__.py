@@ -1,7 +1,7 @@
 """Experiments plug in one way: a name, the fields of their spec section, a plan of cases,
 and a function that measures one case. They never touch SQL or Streamlit. What the rest of the
-tool knows of one before importing it (and that it exists at all) is its declaration in
-runner/declarations/."""
+tool knows of one (and that it exists at all) is its module's declaration, read torch-free
+(runner.declarations); the code that measures its parts is in runner/experiments/parts/."""
 
 from __future__ import annotations
 

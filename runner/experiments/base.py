@@ -1,19 +1,24 @@
-"""What every experiment shares: the context a case runs in, the shape an experiment has, and
-the A/A case's noise-floor measurements. Kept apart from the registry (runner.experiments),
-which imports every experiment: an experiment imports from here, so no import comes back."""
+"""What every experiment shares: the context a case runs in, the shape an experiment has, its
+parts named by path, and the A/A case's noise-floor measurements. Kept apart from the registry
+(runner.experiments), which imports every experiment: an experiment imports from here, so no
+import comes back. Torch-free at import, as every experiment's module is (runner.declarations
+reads them): the model, corpus and harness types are named for the type checker only."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.fields import Field
 from runner.labels import progress_label, short_label
-from runner.measure.timing import Harness
-from runner.model.corpus import Corpus
-from runner.model.gpt import CharGPT
 from store.records import MeasurementRecord, RecordedMeasurement, case_key
+
+if TYPE_CHECKING:
+    from runner.measure.timing import Harness
+    from runner.model.corpus import Corpus
+    from runner.model.gpt import CharGPT
 
 # The part of a case without a ``part`` param: an experiment of one kind of case
 # (training_summary), or quantization's variant cases beside its ``aa`` part.
@@ -45,6 +50,28 @@ class Case:
 
 # How an experiment measures one part: the case's params and the context in, records out.
 Part = Callable[[dict[str, Any], "ExperimentContext"], Iterable[MeasurementRecord]]
+
+
+@dataclass(frozen=True)
+class PartAt:
+    """The part measured by function ``function`` of module ``module``, imported when its first
+    case runs: how an experiment's module names code that imports torch without importing it."""
+
+    module: str
+    function: str
+
+    def resolve(self) -> Part:
+        measure: Part = getattr(importlib.import_module(self.module), self.function)
+        return measure
+
+    def __call__(self, case: dict[str, Any], context: ExperimentContext) -> Iterable[MeasurementRecord]:
+        return self.resolve()(case, context)
+
+
+def parts_in(module: str, *functions: str) -> dict[str, Part]:
+    """Parts named as their functions in ``module`` (``parts_in(M, "timing")``: part ``timing``
+    is ``M.timing``), each imported when its first case runs (PartAt)."""
+    return {function: PartAt(module, function) for function in functions}
 
 
 class UnknownPart(ValueError):
@@ -87,7 +114,8 @@ class ExperimentContext:
     # arguments: model config, train config, and optionally a teacher to distil from.
     train_model: Callable[..., CharGPT] | None = None
     # This machine's measured roof (runner.cost.machine_profile) and its latest stored per-pass
-    # overhead per impl: what runner.experiments.roofline_placement places each timed case with (none: nothing placed).
+    # overhead per impl: what runner.experiments.parts.roofline_placement places each timed case
+    # with (none: nothing placed).
     roof: dict[str, Any] | None = None
     overheads: dict[str, float] = field(default_factory=dict)
     # The same fits' figures per impl by metric (``seconds_per_mult``, ``max_fit_error``: what

@@ -20,9 +20,19 @@ from runner.cost.context_cost import (
     score_bytes,
     wasted_pairs,
 )
+from runner.declarations import Declaration
 from runner.experiments.base import Part, PartsExperiment
 from runner.fields import Field
 from store.records import MeasurementRecord
+
+DECLARATION = Declaration(
+    name="context_cost",
+    order=60,
+    module=__name__,
+    headlines=("quad_ratio", "linear_ratio", "crossover_n"),
+    opening=("total_mults", "quad_mults"),
+    pages=(("context_cost", "Context cost"),),
+)
 
 FIELDS = {
     "lengths": Field("int_list", [128, 256, 512, 1024, 2048, 4096], 1, 1_000_000, help="table lengths"),

@@ -2,7 +2,8 @@
 clock deliver, how does time grow with n, what does it cost in memory, and what happens when
 the mask is removed or the cache written lossily.
 
-Parts, each a kind of case (param ``part``), measured in the module named beside it:
+Parts, each a kind of case (param ``part``), measured in the module named beside it
+(runner/experiments/parts/, imported when a case of that part first runs):
 - equivalence, no_mask, rounded_cache (kv_exactness): per impl, sampled and greedy text with
   the impl's cache against the no-cache reference; the same without the causal mask; K/V
   rounded before caching.
@@ -21,14 +22,57 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decoding.decode import IMPLS
+from runner.declarations import Declaration, StepSeconds
+from runner.decoding.choices import IMPLS
 from runner.errors import InputError
-from runner.experiments import kv_arithmetic, kv_exactness, kv_memory, kv_timing
-from runner.experiments.base import Part, PartsExperiment
+from runner.experiments.base import Part, PartsExperiment, parts_in
 from runner.fields import Field
-from runner.model.gpt import CACHE_ROUNDINGS
+from runner.model.choices import CACHE_ROUNDINGS
 
-EQUIVALENCE_TOLERANCE = kv_exactness.EQUIVALENCE_TOLERANCE
+
+def case_seconds(case: dict[str, Any], model: dict[str, Any], step: StepSeconds) -> float | None:
+    """A timed case: pairs + 1 rounds of n uncached steps of growing length and n cached ones;
+    the other parts at the flat price."""
+    if case.get("part") not in ("timing", "width"):
+        return None
+    n, width, layers = case["n"], case["d_model"], model["n_layer"]
+    uncached = sum(step(width, layers, t, cache=False) for t in range(1, n + 1))
+    return (case["pairs"] + 1) * (uncached + n * step(width, layers, n))
+
+
+DECLARATION = Declaration(
+    name="kv_cache",
+    order=20,
+    module=__name__,
+    headlines=(
+        "measured_speedup",
+        "speedup_vs_eager_no_cache",
+        "strings_identical",
+        "greedy_identical",
+        "max_logit_diff",
+        "counter_matches_closed_form",
+        "arithmetic_ratio",
+        "arithmetic_ratio_causal",
+        "kv_computations_no_cache",
+        "cache_bytes",
+    ),
+    opening=("measured_speedup", "seconds_cache"),
+    cpu_only={"impls": ("fast",)},  # the compiled fast path
+    launch_fields=("lengths", "pairs"),
+    case_seconds=case_seconds,
+    # The roofline and the memory pages read a kv_cache run too.
+    pages=(("kv_cache", "KV cache"), ("roofline", "Roofline"), ("memory", "Memory vs weights")),
+)
+
+EQUIVALENCE_TOLERANCE = 1e-4
+COUNTER_CHECK_SHAPE = {"d_model": 8, "n_head": 2, "n_layer": 2, "n": 10}
+# The counting lab's example: five generated tokens, K/V computed 1 + 2 + 3 + 4 + 5 = 15 times
+# per layer without the cache, 5 times with it.
+RECOMPUTATION_WIDTH = 8  # the count does not depend on the width; the counting path is slow
+CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+# The write-ups' own model shape (runner.experiments.parts.kv_memory.WRITEUP_MODEL says how it
+# was worked out from what they state).
+WRITEUP_SHAPE = {"vocab_size": 100, "d_model": 128, "n_layer": 3, "n_head": 4, "context_length": 128}
 
 FIELDS = {
     "lengths": Field("int_list", [64, 128, 256, 512, 1024], 2, "context_length"),
@@ -41,27 +85,18 @@ FIELDS = {
     "prefill_prompt_tokens": Field("int", 64, 1, "context_length", help="prompt length of the prefill timing"),
     "prefill_new_tokens": Field("int", 32, 2, "context_length", help="tokens generated after the prefill"),
     "memory_lengths": Field("int_list", [128, 512, 1024], 1, 1_000_000),
-    "memory_dtypes": Field("str_list", list(kv_memory.CACHE_DTYPES), choices=tuple(kv_memory.CACHE_DTYPES)),
+    "memory_dtypes": Field("str_list", list(CACHE_DTYPES), choices=CACHE_DTYPES),
     "writeup_model": Field(
-        "bool", False, help="also count the write-ups' own model shape (runner.experiments.kv_memory)"
+        "bool", False, help="also count the write-ups' own model shape (runner.experiments.parts.kv_memory)"
     ),
     "roundings": Field("str_list", ["bfloat16", "int8"], choices=CACHE_ROUNDINGS),
 }
 
 PARTS: dict[str, Part] = {
-    "equivalence": kv_exactness.equivalence,
-    "no_mask": kv_exactness.no_mask,
-    "rounded_cache": kv_exactness.rounded_cache,
-    "counter_check": kv_arithmetic.counter_check,
-    "recomputation": kv_arithmetic.recomputation,
-    "counts": kv_arithmetic.counts,
-    "timing": kv_timing.timing,
-    "width": kv_timing.width,
-    "fit": kv_timing.fit,
-    "prefill": kv_timing.prefill,
-    "aa": kv_timing.aa,
-    "memory": kv_memory.memory,
-    "writeup_model": kv_memory.writeup_model,
+    **parts_in("runner.experiments.parts.kv_exactness", "equivalence", "no_mask", "rounded_cache"),
+    **parts_in("runner.experiments.parts.kv_arithmetic", "counter_check", "recomputation", "counts"),
+    **parts_in("runner.experiments.parts.kv_timing", "timing", "width", "fit", "prefill", "aa"),
+    **parts_in("runner.experiments.parts.kv_memory", "memory", "writeup_model"),
 }
 
 
@@ -87,16 +122,16 @@ class KVCacheExperiment(PartsExperiment):
             {"part": "equivalence", "impl": impl, "reference": "static_no_cache", **exact} for impl in impls
         ]
         cases.append({"part": "no_mask", "reference": "static_no_cache_unmasked", **exact})
-        cases.append({"part": "counter_check", **kv_arithmetic.COUNTER_CHECK_SHAPE})
+        cases.append({"part": "counter_check", **COUNTER_CHECK_SHAPE})
         cases.append(
             {
                 "part": "recomputation",
                 "n": params["recomputation_tokens"],
                 "n_layer": model["n_layer"],
-                "d_model": kv_arithmetic.RECOMPUTATION_WIDTH,  # the counting path's; the count ignores it
+                "d_model": RECOMPUTATION_WIDTH,  # the counting path's; the count ignores it
             }
         )
-        writeup = {"writeup_vocab_size": kv_memory.WRITEUP_MODEL.vocab_size} if params["writeup_model"] else {}
+        writeup = {"writeup_vocab_size": WRITEUP_SHAPE["vocab_size"]} if params["writeup_model"] else {}
         cases += [{"part": "counts", "n": n, **shape, **writeup} for n in params["lengths"]]
         # ``no_cache_impl`` names the baseline's path: timing cases recorded before it existed
         # divided an eager no-cache time by every impl's cached time.
@@ -146,16 +181,15 @@ class KVCacheExperiment(PartsExperiment):
             for dtype in params["memory_dtypes"]
         ]
         if params["writeup_model"]:
-            config = kv_memory.WRITEUP_MODEL
             cases += [
                 {
                     "part": "writeup_model",
                     "n": n,
                     "dtype": "float32",
-                    "d_model": config.d_model,
-                    "n_layer": config.n_layer,
-                    "context_length": config.context_length,
-                    "vocab_size": config.vocab_size,
+                    "d_model": WRITEUP_SHAPE["d_model"],
+                    "n_layer": WRITEUP_SHAPE["n_layer"],
+                    "context_length": WRITEUP_SHAPE["context_length"],
+                    "vocab_size": WRITEUP_SHAPE["vocab_size"],
                 }
                 for n in params["memory_lengths"]
             ]

@@ -3,26 +3,34 @@ down to d=8, fitted per impl as  seconds_per_token = a + b · mults_per_token.
 
 ``a`` is what a step costs whatever its arithmetic (dispatch, Python, memory latency); ``b`` is
 the price of one multiplication on this machine: why 134.5x of arithmetic became a few x on the
-clock. ``a`` is also the per-pass overhead runner.experiments.roofline_placement adds to its predictions; each point
-is placed on the machine's roof. Untrained weights: timing needs no training (the case params
-say so).
+clock. ``a`` is also the per-pass overhead runner.experiments.parts.roofline_placement adds to
+its predictions; each point is placed on the machine's roof. Untrained weights: timing needs no
+training (the case params say so).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from runner.cost import counts
-from runner.cost.overhead_fit import OverheadFit
-from runner.cost.roofline_model import Shape
-from runner.decoding.decode import IMPLS, generate
-from runner.experiments import roofline_placement as roofline
-from runner.experiments.base import AA_PART, ExperimentContext, Part, PartsExperiment, aa_measurements
+from runner.declarations import Declaration
+from runner.decoding.choices import IMPLS
+from runner.experiments.base import AA_PART, Part, PartsExperiment, parts_in
 from runner.fields import Field
-from runner.model.gpt import CharGPT, ModelConfig
-from store.records import MeasurementRecord
+
+NAME = "overhead"
+
+DECLARATION = Declaration(
+    name=NAME,
+    order=30,
+    module=__name__,
+    # Before the experiments whose roofline placements add its fitted per-pass overhead (a
+    # kv_cache case placed before it would take the machine's stored overhead, or none on a
+    # first run, and miss the measured time by ×10).
+    run_first=True,
+    headlines=("seconds_per_token",),
+    opening=("overhead_seconds_per_token", "seconds_per_mult"),
+    cpu_only={"impls": ("fast",)},  # the compiled fast path
+)
 
 FIELDS = {
     "widths": Field("int_list", [8, 16, 32, 64, 128, 256], 8, 2048),
@@ -31,66 +39,8 @@ FIELDS = {
     "repeats": Field("int", 3, 1, 50),
 }
 
-
-NAME = "overhead"
-
-
-def untrained(case: dict[str, Any], context: ExperimentContext) -> CharGPT:
-    base = context.model.config
-    torch.manual_seed(context.seed)
-    model = CharGPT(
-        ModelConfig(
-            vocab_size=base.vocab_size,
-            d_model=case["d_model"],
-            n_layer=case["n_layer"],
-            n_head=case["n_head"],
-            context_length=base.context_length,
-        )
-    ).to(context.device)
-    model.eval()
-    return model
-
-
-def point(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-    model, prompt, n = untrained(case, context), [0], case["n"]
-    timing = context.harness.min_of(
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"], steady=True
-    )
-    return (
-        timing.measurement("seconds_per_token", scale=1.0 / n),
-        MeasurementRecord(
-            "mults_per_token",
-            counts.mean_cached_step_mults(n, case["d_model"], case["n_layer"], model.config.vocab_size),
-            "multiplications",
-        ),
-        *roofline.timed_generation(
-            context, Shape.of(model.config), case["impl"], "fp32", len(prompt), n, {"": (True, timing.minimum / n)}
-        ),
-    )
-
-
-def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    model, prompt, n = untrained(case, context), [0], case["n"]
-    return aa_measurements(
-        context.harness,
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
-        case["pairs"],
-        steady=True,
-    )
-
-
-def fit(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-    points: dict[int, dict[str, float]] = {}
-    for row in context.earlier(NAME):
-        params = row.params
-        if params.get("part") == "point" and params.get("impl") == case["impl"]:
-            points.setdefault(params["d_model"], {})[row.metric] = row.value
-    usable = [point for point in points.values() if {"seconds_per_token", "mults_per_token"} <= set(point)]
-    fitted = OverheadFit.fit([p["mults_per_token"] for p in usable], [p["seconds_per_token"] for p in usable])
-    return fitted.measurements()
-
-
-PARTS: dict[str, Part] = {"point": point, "fit": fit, AA_PART: aa}
+# Measured in runner/experiments/parts/overhead.py, imported when a case first runs.
+PARTS: dict[str, Part] = parts_in("runner.experiments.parts.overhead", "point", "fit", AA_PART)
 
 
 class OverheadExperiment(PartsExperiment):

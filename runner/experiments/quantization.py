@@ -10,21 +10,40 @@ case (part ``aa``) per impl times float32 against itself: the floor of the speed
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from runner.cost.roofline_model import Shape
-from runner.decoding.decode import first_difference, generate
+from runner.declarations import Declaration, StepSeconds
 from runner.errors import InputError
-from runner.experiments import roofline_placement as roofline
-from runner.experiments.base import AA_PART, WHOLE, ExperimentContext, Part, PartsExperiment, aa_measurements
+from runner.experiments.base import AA_PART, WHOLE, Part, PartAt, PartsExperiment, parts_in
 from runner.fields import Field
-from runner.model.gpt import CharGPT
-from runner.model.quantize import KERNEL_PRECISIONS, quantize_model, weight_bytes
-from runner.model.train import evaluate_loss
-from store.records import MeasurementRecord
+from runner.model.choices import KERNEL_PRECISIONS
+
+
+def case_seconds(case: dict[str, Any], model: dict[str, Any], step: StepSeconds) -> float:
+    """The tokens its timed pairs and divergence runs generate, three decode steps each (a rough
+    model)."""
+    tokens = 2 * (case["pairs"] + 1) * case["timing_tokens"] + 4 * case["divergence_tokens"]
+    return 3 * tokens * step(model["d_model"], model["n_layer"])
+
+
+DECLARATION = Declaration(
+    name="quantization",
+    order=40,
+    module=__name__,
+    headlines=(
+        "speedup_vs_fp32",
+        "loss_increase",
+        "weight_bytes",
+        "divergence_position_greedy",
+        "divergence_position_sampled",
+    ),
+    opening=("seconds_per_token", "speedup_vs_fp32"),
+    # The compiled fast path's kernels and PyTorch's dynamic int8 kernel.
+    cpu_only={"kernels": ("dynamic_int8", "fast_int8", "fast_bf16")},
+    launch_fields=("pairs",),
+    case_seconds=case_seconds,
+    pages=(("quantization", "Quantization"),),
+)
 
 # A variant case names its impl only where its kernel needs one (the fast_* kernels): every
 # other runs the static impl, today as in old runs (so its case key stays as recorded).
@@ -40,77 +59,11 @@ FIELDS = {
     "pairs": Field("int", 5, 3, 50),
 }
 
-
-def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    reference, prompt, tokens, impl = context.model, context.prompt(), case["timing_tokens"], case["impl"]
-    return aa_measurements(
-        context.harness,
-        lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
-        case["pairs"],
-        steady=True,
-    )
-
-
-def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
-    reference = context.model
-    if case["precision"] == "fp32":
-        model: CharGPT = reference
-    else:
-        model = quantize_model(
-            reference,
-            case["precision"],
-            group_size=case["group_size"] or 32,
-            kernel=case["kernel"],
-            embeddings=case["embeddings_quantized"],
-        )
-    impl = case.get("impl", NO_IMPL_NAMED)
-    _, validation = context.corpus.split()
-    # An hf model was not trained here: its losses use the record's evaluation windows.
-    recipe = context.model_record.config
-    length = (recipe.get("train") or recipe["evaluation"])["sequence_length"]
-    through: Callable[[CharGPT, torch.Tensor], torch.Tensor] | None = None
-    if impl == "fast":
-        from runner.decoding.fast import logits_through_fast_path
-
-        through = logits_through_fast_path
-    reference_loss = evaluate_loss(reference, validation, length, through)
-    loss = evaluate_loss(model, validation, length, through)
-    prompt = context.prompt()
-    n = case["divergence_tokens"]
-    greedy = [generate(m, prompt, n, temperature=0.0, impl=impl).tokens for m in (reference, model)]
-    sampled = [generate(m, prompt, n, temperature=1.0, seed=context.seed, impl=impl).tokens for m in (reference, model)]
-    timing_tokens = case["timing_tokens"]
-    paired = context.harness.paired(
-        lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
-        lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
-        pairs=case["pairs"],
-        steady=True,  # greedy decodes: no state between calls
-    )
-    reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)
-    return (
-        MeasurementRecord("weight_bytes", quantized_bytes, "bytes"),
-        MeasurementRecord("weight_bytes_fp32", reference_bytes, "bytes"),
-        MeasurementRecord("bytes_ratio_vs_fp32", quantized_bytes / reference_bytes, "ratio"),
-        MeasurementRecord("val_loss", loss, "nats"),
-        MeasurementRecord("loss_increase", loss - reference_loss, "nats"),
-        MeasurementRecord("divergence_position_greedy", first_difference(*greedy), "tokens"),
-        MeasurementRecord("divergence_position_sampled", first_difference(*sampled), "tokens"),
-        MeasurementRecord("seconds_per_token", min(paired.candidate_seconds) / timing_tokens, "seconds"),
-        MeasurementRecord("seconds_per_token_fp32", min(paired.baseline_seconds) / timing_tokens, "seconds"),
-        *paired.measurements("speedup_vs_fp32"),
-        *roofline.timed_generation(
-            context,
-            Shape.of(model.config),
-            impl,
-            roofline.PRECISION_OF_KERNEL.get(case["kernel"]),
-            len(prompt),
-            timing_tokens,
-            {"": (True, min(paired.candidate_seconds) / timing_tokens)},
-        ),
-    )
-
-
-PARTS: dict[str, Part] = {WHOLE: variant, AA_PART: aa}
+# Measured in runner/experiments/parts/quantization.py, imported when a case first runs.
+PARTS: dict[str, Part] = {
+    WHOLE: PartAt("runner.experiments.parts.quantization", "variant"),
+    **parts_in("runner.experiments.parts.quantization", AA_PART),
+}
 
 
 class QuantizationExperiment(PartsExperiment):

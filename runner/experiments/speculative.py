@@ -3,11 +3,12 @@ how often are drafts accepted (per draft position too), what do drafts and verif
 what is the measured speedup, and how well an a-priori prediction calls it, per draft, schedule
 (runner.decoding.speculative.Schedule), temperature and impl.
 
-Parts (param ``part``), each measured in its own module (PARTS):
+Parts (param ``part``), each measured in its own module of runner/experiments/parts/ (PARTS),
+imported when a case of that part first runs:
 - distribution (speculative_check): fixed context, passes through the draft's real proposal
   path and the impl's production verification at the case's temperature, a chi-square test over
   every emitted position against the target, the TV it detects with 80% power, and the accept
-  rule's bug variants as controls (runner.experiments.distribution_check).
+  rule's bug variants as controls (runner.experiments.parts.distribution_check).
 - aa (speculative_timing): the baseline paired against itself, the noise floor of the paired
   method, per impl.
 - speculative (speculative_timing): per (impl, temperature, draft, schedule, k or p_min): an
@@ -23,14 +24,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.decoding.drafts import MAX_NGRAM_ORDER
-from runner.decoding.speculative import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
+from runner.declarations import Declaration, StepSeconds
+from runner.decoding.choices import MAX_DRAFT_LENGTH, MAX_NGRAM_ORDER, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
 from runner.errors import InputError
-from runner.experiments import speculative_check, speculative_choice, speculative_timing
-from runner.experiments.base import AA_PART, Part, PartsExperiment
-from runner.experiments.speculative_drafts import DRAFTS
+from runner.experiments.base import AA_PART, Part, PartsExperiment, parts_in
 from runner.fields import Field
-from runner.model.hf_checkpoint import DRAFT_PREFIX
+from runner.model.data_folder import DRAFT_PREFIX
+
+NAME = "speculative"
+
+
+def case_seconds(case: dict[str, Any], model: dict[str, Any], step: StepSeconds) -> float | None:
+    """A timed case and its A/A pair: 3 · (pairs + 1) · new_tokens decode steps of k + 1
+    positions; the other parts at the flat price."""
+    if case.get("part") not in ("speculative", "aa"):
+        return None
+    return 3 * (case["pairs"] + 1) * case["new_tokens"] * step(model["d_model"], model["n_layer"]) * (1 + case["k"])
+
+
+DECLARATION = Declaration(
+    name=NAME,
+    order=50,
+    module=__name__,
+    headlines=(
+        "speedup_median",
+        "acceptance_rate",
+        "chars_per_target_pass",
+        "target_passes",
+        "mean_accepted_length",
+        "distribution_check_passes",
+        "check_detects_accept_all",
+    ),
+    opening=("speedup_median", "acceptance_rate"),
+    # The compiled fast path, and the draft that proposes through it.
+    cpu_only={"impls": ("fast",), "drafts": ("fast_int8",)},
+    launch_fields=("ks", "pairs"),
+    case_seconds=case_seconds,
+    pages=(("speculative", "Speculative decoding"),),
+)
+
+# int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
+# fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.
+DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
 
 FIELDS = {
     "drafts": Field(
@@ -93,16 +128,14 @@ def schedule_params(params: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 PARTS: dict[str, Part] = {
-    "distribution": speculative_check.distribution,
-    AA_PART: speculative_timing.aa,
-    "speculative": speculative_timing.speculative,
-    "choice": speculative_choice.choice,
-    "accuracy": speculative_choice.accuracy,
+    **parts_in("runner.experiments.parts.speculative_check", "distribution"),
+    **parts_in("runner.experiments.parts.speculative_timing", AA_PART, "speculative"),
+    **parts_in("runner.experiments.parts.speculative_choice", "choice", "accuracy"),
 }
 
 
 class SpeculativeExperiment(PartsExperiment):
-    name = speculative_choice.NAME
+    name = NAME
     parts = PARTS
     title = "Speculative decoding"
     fields = FIELDS

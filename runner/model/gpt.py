@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from runner.model.choices import CACHE_ROUNDINGS
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -55,9 +57,6 @@ class ModelConfig:
         if not self.lm_head_bias:
             del fields["lm_head_bias"]
         return fields
-
-
-CACHE_ROUNDINGS = ("bfloat16", "float16", "int8")
 
 
 def round_for_cache(x: torch.Tensor, rounding: str) -> torch.Tensor:

@@ -8,7 +8,7 @@ q/k/v with biases, tanh GELU, tied lm head), so every impl (naive, static, fast)
 experiment runs on it unchanged, one token per BPE token instead of per character.
 
 Nothing here reaches a network: files are read from the directory only, and transformers is
-imported only where its own ``generate`` is the peer being timed (runner.experiments.hf_peer).
+imported only where its own ``generate`` is the peer being timed (runner.experiments.parts.hf_peer).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.torch_files import UnreadableCheckpoint, load_weights_only
 
 HF_SOURCE = "hf"
-DRAFT_PREFIX = "hf:"
 # What config.json must say (GPT-2's own values), or what CharGPT computes differently.
 GPT2_MODEL_TYPES = ("gpt2",)
 GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both are the tanh approximation

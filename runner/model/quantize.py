@@ -30,17 +30,11 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from runner.model.choices import KERNEL_PRECISIONS
 from runner.model.gpt import CharGPT
 
 PRECISIONS = ("fp32", "int8", "int4", "bf16")
 KERNELS = ("float32", "fake", "dynamic_int8", "fast_int8", "fast_bf16")
-# The precisions each quantizing kernel runs.
-KERNEL_PRECISIONS = {
-    "fake": ("int8", "int4"),
-    "dynamic_int8": ("int8",),
-    "fast_int8": ("int8",),
-    "fast_bf16": ("bf16",),
-}
 LEVELS = {"int8": 127, "int4": 7}  # symmetric: q ∈ [−levels, levels]
 
 

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 from runner.cost import counts
 from runner.cost.cpu_speed import FLOPS_PER_SECOND, STEP_OVERHEAD_SECONDS  # one rough cost model
-from runner.decoding.speculative import longest_draft
+from runner.decoding.choices import longest_draft
 from runner.errors import InputError
 from runner.fields import Field, check_section, field_path
+from runner.model.data_folder import DRAFT_PREFIX
 from runner.model.hf_checkpoint import (
-    DRAFT_PREFIX,
     HF_SOURCE,
     Checkpoint,
     check_same_vocabulary,

@@ -15,9 +15,9 @@ from runner.cost import counts
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import generate
 from runner.errors import Unmeasured
-from runner.experiments import roofline_placement as roofline
 from runner.experiments.base import ExperimentContext, aa_measurements
-from runner.experiments.kv_exactness import measure
+from runner.experiments.parts import roofline_placement as roofline
+from runner.experiments.parts.kv_exactness import measure
 from runner.measure.fitting import fit_power_law
 from runner.measure.timing import Paired
 from runner.model.gpt import CharGPT, ModelConfig
@@ -42,7 +42,7 @@ def time_cache(
     same_tokens = generate(model, prompt, n, use_cache=False, temperature=0.0, impl=impl).tokens == cached_tokens
     transformers_records: list[MeasurementRecord] = []
     if with_transformers:
-        from runner.experiments.hf_peer import cache_column
+        from runner.experiments.parts.hf_peer import cache_column
 
         sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
     rounds = dict(
@@ -105,7 +105,7 @@ def untrained_model(context: ExperimentContext, d_model: int) -> CharGPT:
 
 
 def timing(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
-    from runner.experiments.hf_peer import is_hf_run
+    from runner.experiments.parts.hf_peer import is_hf_run
 
     return time_cache(context.model, case, context, with_transformers=is_hf_run(context))
 

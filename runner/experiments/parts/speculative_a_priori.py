@@ -1,4 +1,4 @@
-"""The speculative loop case's a-priori prediction (runner.experiments.speculative_timing runs
+"""The speculative loop case's a-priori prediction (runner.experiments.parts.speculative_timing runs
 it first): the characters per pass and draft lengths simulated over calibration text, and the
 costs of each draft length measured in cost sessions before the loop, each round beside a plain
 generation timed for its step."""
@@ -13,8 +13,8 @@ from runner.cost.speculative import component_model_speedup, expected_chars_per_
 from runner.cost.speculative_prediction import Prediction, simulate, simulated_passes
 from runner.decoding.speculative import Draft, Schedule
 from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_costs import COST_CALLS, CostSession, PassCosts
-from runner.experiments.speculative_drafts import calibration_for, calibration_text, held_out_alpha
+from runner.experiments.parts.speculative_costs import COST_CALLS, CostSession, PassCosts
+from runner.experiments.parts.speculative_drafts import calibration_for, calibration_text, held_out_alpha
 from runner.measure.timing import Harness
 from store.records import MeasurementRecord
 

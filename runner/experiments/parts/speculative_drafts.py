@@ -8,19 +8,19 @@ import dataclasses
 from typing import Any
 
 from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts
+from runner.decoding.choices import MAX_DRAFT_LENGTH
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
-from runner.decoding.speculative import MAX_DRAFT_LENGTH, Draft
+from runner.decoding.speculative import Draft
 from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_costs import held_out_windows
+from runner.experiments.parts.speculative_costs import held_out_windows
+from runner.experiments.speculative import DRAFTS
+from runner.model.data_folder import DRAFT_PREFIX
 from runner.model.gpt import ModelConfig
-from runner.model.hf_checkpoint import DRAFT_PREFIX, load_model, read_checkpoint
+from runner.model.hf_checkpoint import load_model, read_checkpoint
 from runner.model.quantize import quantize_model
 from runner.model.train import TrainConfig
 
-# int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
-# fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.
-DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
 DRAFT_FIELDS = ("draft", "ngram_order", "small_draft_d_model", "small_draft_steps", "small_draft_distilled")
 CALIBRATION_WINDOWS = 4  # plain generations from the run's prompt: the calibration text (greedy: one)
 CALIBRATION_SEED_OFFSET = 10_000  # above every timed generation's seed (seed, seed + 1, ...)

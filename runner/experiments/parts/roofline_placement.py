@@ -117,7 +117,7 @@ def named_draft_pass(
     name: str, target_shape: Shape, small_draft_d_model: int, start: int
 ) -> tuple[list[roofline_model.Cost], str | None] | None:
     """``draft_pass`` from a case's params alone (a stored run read back, no draft at hand): the
-    speculative experiment's drafts by name (runner.experiments.speculative_drafts); None for a
+    speculative experiment's drafts by name (runner.experiments.parts.speculative_drafts); None for a
     draft whose shape the name does not give (a Hugging Face checkpoint's)."""
     if name in ("bigram", "ngram"):
         row = target_shape.vocab * roofline_model.FLOAT_BYTES

@@ -1,7 +1,7 @@
-"""Each experiment's declaration: the one place that says what the rest of the tool reads about
-an experiment. One module per experiment in this package, each with a module-level
-``DECLARATION``; they are found by listing the package, so adding an experiment adds a file here
-and edits no shared list. Who reads what:
+"""Each experiment's declaration: what the rest of the tool reads about an experiment, declared
+in the experiment's own module (runner/experiments/NAME.py, a module-level ``DECLARATION``). The
+modules are found by listing runner/experiments/, so adding an experiment adds its module and
+edits no shared list. Who reads what:
 
 - the registry (runner.experiments.registry): ``module``, whose ``EXPERIMENT`` plans and measures;
 - the planner (runner.spec.sweeps.SweepSpec.experiments): ``run_first``;
@@ -9,10 +9,13 @@ and edits no shared list. Who reads what:
 - the estimate (runner.cost.cost_model.case_seconds): ``case_seconds``;
 - the metric catalogue (runner.metrics): ``order``, ``headlines`` and ``metrics``;
 - the pages (dashboard.metrics.opening_metric): ``opening``;
+- the navigation (dashboard.pages.pages): ``pages``;
 - the launch form (dashboard.launch.form_fields): ``launch_fields``.
 
-Standard library and the catalogue's entry type only: the catalogue, the store's read path and
-the dashboard read declarations without importing torch (the experiment's module does)."""
+This is the one place the vocabulary reads the domain, by module name at run time, as a plugin
+is loaded: so an experiment's module imports nothing at its top that loads torch (its parts are
+named by path, runner.experiments.base.parts_in), and the catalogue, the store's read path and
+the dashboard read declarations without torch (tests/test_declarations.py checks both)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.metric_entry import Metric
@@ -33,6 +37,10 @@ CaseSeconds = Callable[[dict[str, Any], dict[str, Any], StepSeconds], "float | N
 # The launch form's overrides (dashboard.launch.LaunchRequest): each shows once a chosen
 # experiment declares it, and replaces the preset's field of that name.
 LAUNCH_FIELDS = ("lengths", "ks", "pairs")
+# Where the experiments' modules are: a package of the domain, listed here by path so that this
+# module imports none of it until the declarations are first read.
+EXPERIMENTS_PACKAGE = "runner.experiments"
+EXPERIMENTS_FOLDER = Path(__file__).parent / "experiments"
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +54,9 @@ class Declaration:
     metrics a review shows first, in order; ``opening``: the metric a page opens on, the first
     of these present; ``metrics``: catalogue entries of its own; ``cpu_only``: field → the
     values that run on the CPU only; ``launch_fields``: which of LAUNCH_FIELDS apply to it;
-    ``case_seconds``: one case's estimated wall time (None: every case at the flat price)."""
+    ``case_seconds``: one case's estimated wall time (None: every case at the flat price);
+    ``pages``: its dashboard pages as (file under dashboard/views/ without .py, title), in the
+    order the navigation lists them."""
 
     name: str
     order: int
@@ -58,6 +68,7 @@ class Declaration:
     cpu_only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     launch_fields: tuple[str, ...] = ()
     case_seconds: CaseSeconds | None = None
+    pages: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.launch_fields if name not in LAUNCH_FIELDS]
@@ -72,10 +83,17 @@ _ordered: tuple[Declaration, ...] = ()
 
 
 def _discover() -> None:
+    """Every module of runner/experiments/ that declares an experiment (the others, ``base`` and
+    the ``parts`` package, declare none)."""
     global _ordered
-    for module in pkgutil.iter_modules(__path__):
-        declaration: Declaration = importlib.import_module(f"{__name__}.{module.name}").DECLARATION
-        _declared[declaration.name] = declaration
+    for module in pkgutil.iter_modules([str(EXPERIMENTS_FOLDER)]):
+        if module.ispkg:
+            continue
+        declaration: Declaration | None = getattr(
+            importlib.import_module(f"{EXPERIMENTS_PACKAGE}.{module.name}"), "DECLARATION", None
+        )
+        if declaration is not None:
+            _declared[declaration.name] = declaration
     _ordered = tuple(sorted(_declared.values(), key=lambda declaration: (declaration.order, declaration.name)))
 
 

@@ -36,7 +36,7 @@ import torch
 
 from runner.decoding.decode import inverse_cdf, uniforms
 from runner.decoding.speculative import RULE_VARIANTS, Draft, TargetPass, probabilities, target_pass, verify
-from runner.experiments.distribution_power import (
+from runner.experiments.parts.distribution_power import (
     MIN_EXPECTED_PER_BIN,
     SIGNIFICANCE,
     PositionReach,

@@ -10,11 +10,9 @@ from runner.decoding.decode import Generation, first_difference, generate
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
+
 # The largest |logit difference| the cached path may show against the uncached one: float32
 # sums in a different order, nothing more.
-EQUIVALENCE_TOLERANCE = 1e-4
-
-
 def measure(metric: str, value: float, unit: str) -> MeasurementRecord:
     return MeasurementRecord(metric, float(value), unit)
 

@@ -1,4 +1,4 @@
-"""What the distribution check (runner.experiments.distribution_check) can see: the power of its
+"""What the distribution check (runner.experiments.parts.distribution_check) can see: the power of its
 joint Pearson chi-square test, per emitted position, by the noncentral approximation and by a
 simulation of the same test. A power statement stands only where the simulation backs it."""
 

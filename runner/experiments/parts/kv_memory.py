@@ -10,11 +10,12 @@ import torch
 
 from runner.cost import counts
 from runner.experiments.base import ExperimentContext
-from runner.experiments.kv_exactness import measure
+from runner.experiments.kv_cache import CACHE_DTYPES, WRITEUP_SHAPE
+from runner.experiments.parts.kv_exactness import measure
 from runner.model.gpt import CharGPT, KVCache, ModelConfig
 from store.records import MeasurementRecord
 
-CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
+TORCH_DTYPES = {name: getattr(torch, name) for name in CACHE_DTYPES}  # "float32" → torch.float32
 
 # The write-ups' own model, worked out from what they state: d_model 128, 3 blocks and 637,156
 # parameters (2.43 MB of float32). GPT-2's blocks at that shape hold 3 × (12·d² + 13·d) plus
@@ -23,9 +24,7 @@ CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 # a bias makes it 128·ctx + 257·V, whose one solution is a 128-position table and 100
 # characters (a tied head with a bias fits only with 228 positions). The timing table's lm head
 # of about 100 characters agrees. Four heads, as in the write-ups.
-WRITEUP_MODEL = ModelConfig(
-    vocab_size=100, d_model=128, n_layer=3, n_head=4, context_length=128, tie_lm_head=False, lm_head_bias=True
-)
+WRITEUP_MODEL = ModelConfig(**WRITEUP_SHAPE, tie_lm_head=False, lm_head_bias=True)
 
 
 def _divisors(n: int) -> list[int]:
@@ -35,7 +34,7 @@ def _divisors(n: int) -> list[int]:
 def _cache_measurements(config: ModelConfig, n: int, dtype: str, weight_bytes: int) -> list[MeasurementRecord]:
     """Elements and bytes of a cache of n tokens, for every kv-head count that divides the heads
     (fewer kv heads, as GQA and MQA keep, divide it)."""
-    bytes_per_element = torch.empty((), dtype=CACHE_DTYPES[dtype]).element_size()
+    bytes_per_element = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
     measurements = []
     for kv_heads in _divisors(config.n_head):
         suffix = "" if kv_heads == config.n_head else f"_kv_heads_{kv_heads}"
@@ -55,7 +54,7 @@ def memory(case: dict[str, Any], context: ExperimentContext) -> list[Measurement
     weight_bytes = model.weight_bytes()
     measurements = [measure("weight_bytes", weight_bytes, "bytes")]
     if n <= model.config.context_length:
-        cache = KVCache(model.config, capacity=n, dtype=CACHE_DTYPES[dtype])
+        cache = KVCache(model.config, capacity=n, dtype=TORCH_DTYPES[dtype])
         cache.length = n
         measurements.append(measure("cache_bytes_allocated", cache.cache_bytes(), "bytes"))
     return measurements + _cache_measurements(model.config, n, dtype, weight_bytes)

@@ -1,5 +1,5 @@
 """bench: the benchmark scripts' figures, recorded by ``decodelab bench`` (cli.bench), not
-planned by a spec: no module."""
+planned by a spec: a declaration without a module to plan or measure it."""
 
 from __future__ import annotations
 

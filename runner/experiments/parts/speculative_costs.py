@@ -1,6 +1,6 @@
 """What speculative decoding costs, measured two ways for two different claims.
 
-- A priori (a prediction, runner.experiments.speculative_a_priori.a_priori_prediction): before the
+- A priori (a prediction, runner.experiments.parts.speculative_a_priori.a_priori_prediction): before the
   loop runs and from nothing it measures. Characters per pass and draft lengths are simulated over
   calibration text (runner.cost.speculative_prediction); the costs of a verification and a draft
   turn come from cost sessions that follow that text, keeping per pass what its per-position

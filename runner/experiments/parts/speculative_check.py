@@ -1,6 +1,6 @@
 """The speculative experiment's distribution part: does the output keep the target's distribution,
 through each impl's production verification, and what would the check have caught
-(runner.experiments.distribution_check says how)."""
+(runner.experiments.parts.distribution_check says how)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 from typing import Any
 
 from runner.experiments.base import ExperimentContext
-from runner.experiments.distribution_check import BUG_VARIANTS, check_passes
-from runner.experiments.speculative_drafts import make_draft
+from runner.experiments.parts.distribution_check import BUG_VARIANTS, check_passes
+from runner.experiments.parts.speculative_drafts import make_draft
 from store.records import MeasurementRecord
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from runner.decoding.speculative import SCHEDULES
+from runner.decoding.choices import SCHEDULES
 from runner.errors import Unmeasured
 from runner.experiments.base import ExperimentContext
+from runner.experiments.speculative import NAME  # the experiment whose cases these parts summarise
 from store.records import MeasurementRecord
 
-NAME = "speculative"  # the experiment whose cases these parts summarise
 WITHIN = 0.10  # the accuracy target's band: |a-priori error| at most 10%
 # A candidate: draft, schedule, k (fixed: every pass; heuristic: the first; confidence: the most)
 # and p_min (confidence only, else 0).

@@ -11,13 +11,9 @@ from typing import Any
 
 from runner.cost import counts as exact_counts
 from runner.experiments.base import ExperimentContext
-from runner.experiments.kv_exactness import measure
+from runner.experiments.kv_cache import RECOMPUTATION_WIDTH
+from runner.experiments.parts.kv_exactness import measure
 from store.records import MeasurementRecord
-
-COUNTER_CHECK_SHAPE = {"d_model": 8, "n_head": 2, "n_layer": 2, "n": 10}
-# The counting lab's example: five generated tokens, K/V computed 1 + 2 + 3 + 4 + 5 = 15 times
-# per layer without the cache, 5 times with it.
-RECOMPUTATION_WIDTH = 8  # the count does not depend on the width; the counting path is slow
 
 
 @dataclass(frozen=True)

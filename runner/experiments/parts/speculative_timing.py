@@ -1,8 +1,8 @@
 """The speculative experiment's timed parts: the loop against plain decoding through the same
 impl (part ``speculative``), with its a-priori prediction made first and the after-the-fact
 models beside it, and the A/A case (part ``aa``). The formulas come from runner.cost.speculative;
-the costs they take are measured by runner.experiments.speculative_costs, the prediction made
-before the loop by runner.experiments.speculative_a_priori."""
+the costs they take are measured by runner.experiments.parts.speculative_costs, the prediction made
+before the loop by runner.experiments.parts.speculative_a_priori."""
 
 from __future__ import annotations
 
@@ -20,19 +20,19 @@ from runner.decoding.speculative import (
     acceptance_at_positions,
     speculative_decode,
 )
-from runner.experiments import roofline_placement as roofline
 from runner.experiments.base import ExperimentContext
-from runner.experiments.speculative_a_priori import a_priori_prediction
-from runner.experiments.speculative_costs import (
+from runner.experiments.parts import roofline_placement as roofline
+from runner.experiments.parts.speculative_a_priori import a_priori_prediction
+from runner.experiments.parts.speculative_costs import (
     CostSession,
     PassCosts,
     middle_passes,
     passes_of_run,
     single_call_costs,
 )
-from runner.experiments.speculative_drafts import make_draft
+from runner.experiments.parts.speculative_drafts import make_draft
 from runner.measure.timing import Paired
-from runner.model.hf_checkpoint import DRAFT_PREFIX
+from runner.model.data_folder import DRAFT_PREFIX
 from store.records import MeasurementRecord
 
 
@@ -296,10 +296,10 @@ def hf_assisted(
     case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule
 ) -> list[MeasurementRecord]:
     """With an hf: draft, Hugging Face's assisted generation with the same two models, timed
-    in pairs against this loop (runner.experiments.hf_peer); nothing for the other drafts."""
+    in pairs against this loop (runner.experiments.parts.hf_peer); nothing for the other drafts."""
     if not case["draft"].startswith(DRAFT_PREFIX) or not isinstance(draft, ModelDraft):
         return []
-    from runner.experiments.hf_peer import assisted_measurements
+    from runner.experiments.parts.hf_peer import assisted_measurements
 
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
