@@ -285,6 +285,24 @@ def round_values(samples: pd.DataFrame) -> tuple[dict[int, float], str]:
     return per_round, method
 
 
+def rounds_of(samples: pd.DataFrame) -> tuple[dict[int, float], str] | None:
+    """``round_values`` of samples that all carry their round (an A/B session's), else None."""
+    if samples.empty or "round_index" not in samples or not samples["round_index"].notna().all():
+        return None
+    return round_values(samples)
+
+
+def per_round_statistic(rounds: tuple[dict[int, float], str]) -> tuple[list[float], str]:
+    """``sample_statistic`` of an A/B session's samples, from their ``round_values``."""
+    per_round, method = rounds
+    return list(per_round.values()), method + ROUND_METHOD
+
+
+def side_statistic(samples: pd.DataFrame, rounds: tuple[dict[int, float], str] | None) -> tuple[list[float], str]:
+    """``sample_statistic`` of ``samples`` whose ``rounds_of`` is already known."""
+    return per_round_statistic(rounds) if rounds is not None else sample_statistic(samples)
+
+
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
     """What a timed measurement's samples say, and by which method: per-pair ratios A/B for a
     paired measurement (sides A and B, method ``paired``), the raw seconds for a min-of-N one
@@ -294,9 +312,8 @@ def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
     units (method ``paired, per round`` or ``min, per round``)."""
     if samples.empty:
         return [], "paired"
-    if "round_index" in samples and samples["round_index"].notna().all():
-        per_round, method = round_values(samples)
-        return list(per_round.values()), method + ROUND_METHOD
+    if (rounds := rounds_of(samples)) is not None:
+        return per_round_statistic(rounds)
     # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
     # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
     # compares, and a pivot table each time made the calibration the slowest part of a report.
@@ -536,20 +553,21 @@ def timed_logs(
     where a side has no samples (not judged) or too few (too few samples)."""
     run_frame = by_measurement.get(row["measurement_id_run"], pd.DataFrame())
     base_frame = by_measurement.get(row["measurement_id_baseline"], pd.DataFrame())
-    (run_samples, method), (base_samples, base_method) = sample_statistic(run_frame), sample_statistic(base_frame)
-    mixed = method.endswith(ROUND_METHOD) != base_method.endswith(ROUND_METHOD)
-    if mixed and not (run_frame.empty or base_frame.empty):
+    # Each side's rounds worked out once (an A/B session's samples carry them; None otherwise).
+    run_rounds, base_rounds = rounds_of(run_frame), rounds_of(base_frame)
+    if (run_rounds is None) != (base_rounds is None) and not (run_frame.empty or base_frame.empty):
         # An A/B session's run against a run of no session (an explicit baseline): both sides by
         # their pairs, so that the test compares like with like.
         run_samples, method = sample_statistic(run_frame.drop(columns="round_index", errors="ignore"))
         base_samples, _ = sample_statistic(base_frame.drop(columns="round_index", errors="ignore"))
-    elif method.endswith(ROUND_METHOD) and base_method == method:
-        # The two runs of one A/B session: round i of each ran together, side by side in time, so
-        # the test pairs them and what the round shared (the machine's phase) cancels.
-        run_rounds, base_rounds = round_values(run_frame)[0], round_values(base_frame)[0]
-        if run_rounds.keys() == base_rounds.keys():
-            run_samples = [run_rounds[index] for index in sorted(run_rounds)]
-            base_samples = [base_rounds[index] for index in sorted(run_rounds)]
+    else:
+        run_samples, method = side_statistic(run_frame, run_rounds)
+        base_samples, base_method = side_statistic(base_frame, base_rounds)
+        if run_rounds and base_rounds and base_method == method and run_rounds[0].keys() == base_rounds[0].keys():
+            # The two runs of one A/B session: round i of each ran together, side by side in time,
+            # so the test pairs them and what the round shared (the machine's phase) cancels.
+            run_samples = [run_rounds[0][index] for index in sorted(run_rounds[0])]
+            base_samples = [base_rounds[0][index] for index in sorted(run_rounds[0])]
             method = method.removesuffix(ROUND_METHOD) + MATCHED_METHOD
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
