@@ -12,10 +12,10 @@ import altair as alt
 import pandas as pd
 
 from analysis import theme
+from runner import declarations
 
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
 LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.experiments.parts.roofline_placement.LEVEL_CODES, inverted
-PLACED_EXPERIMENTS = ("kv_cache", "overhead", "quantization", "speculative")
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
 WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored index
     "no overhead fit yet",
@@ -23,6 +23,12 @@ WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored i
     "the overhead fit misses its own points by more than 25%",
 )
 INTENSITIES = [10 ** (exponent / 4) for exponent in range(-8, 17)]  # flops per byte, 0.01 to 10,000
+
+
+def placed_experiments() -> tuple[str, ...]:
+    """The experiments whose timed cases are placed on the roof, in their order (each declares
+    ``placed_on_roof``, runner.declarations)."""
+    return tuple(declaration.name for declaration in declarations.ordered() if declaration.placed_on_roof)
 
 
 def ceilings(figures: dict[str, Any], machine: str) -> pd.DataFrame:

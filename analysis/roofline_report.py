@@ -58,7 +58,7 @@ def build(store: Store, run_id: int, other_machines: tuple[str, ...] = ()) -> Ro
     machine, roof = store.profiles.for_run(run_id)
     cases = {
         experiment: roofline.wide(frames.measurements(store, run_id, experiment))
-        for experiment in roofline.PLACED_EXPERIMENTS
+        for experiment in roofline.placed_experiments()
     }
     placed = [roofline.points(frame, experiment) for experiment, frame in cases.items() if not frame.empty]
     placed = [frame for frame in placed if not frame.empty]

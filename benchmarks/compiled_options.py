@@ -20,7 +20,8 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from runner.decoding import compiled as compiled_decode
-from runner.decoding.decode import COMPILED, generate
+from runner.decoding.choices import COMPILED
+from runner.decoding.decode import generate
 from runner.measure.timing import Harness
 from runner.model.corpus import load_corpus
 from runner.model.train import train_or_reuse

@@ -3,7 +3,8 @@ navigation from and the tests visit. Streamlit-free and torch-free, so a test re
 starting a page. A page is dashboard/views/NAME.py, at the URL path NAME.
 
 The runs' pages come first; then each experiment's pages as its declaration names them
-(runner.declarations: ``pages``), in the experiments' order; then the pages of no one experiment.
+(runner.declarations: ``pages``), in the experiments' order (Roofline and Memory are kv_cache's:
+they open on a kv_cache run); then the pages of no one experiment.
 An experiment's new page is its view file and a line in its own declaration, not an edit here."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ RUNS_PAGES = (
     Page("history", "History", "Runs"),
     Page("compare", "Compare machines", "Runs"),
 )
-# Pages that read several experiments or none: after the experiments' own.
+# The scale calculator reads no run, the write-ups every experiment of theirs: after the experiments' pages.
 LAST_PAGES = (
     Page("scale", "Scale calculator", "Experiments"),
     Page("seeds", "The write-ups, reproduced", "Experiments"),

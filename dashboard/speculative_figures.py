@@ -11,7 +11,7 @@ from dashboard.charts import Figure
 
 POSITION_PREFIX = "acceptance_rate_at_position_"
 PREDICTED_POSITION_PREFIX = "predicted_acceptance_rate_at_position_"
-SCHEDULE_NAMES = ("fixed", "heuristic", "confidence")  # runner.decoding.speculative.SCHEDULES, by index
+SCHEDULE_NAMES = ("fixed", "heuristic", "confidence")  # runner.decoding.choices.SCHEDULES, by index
 BUG_VARIANTS = ("accept_all", "inverted_ratio", "residual_unnormalised", "bonus_from_draft")
 
 

@@ -56,7 +56,9 @@ class Declaration:
     values that run on the CPU only; ``launch_fields``: which of LAUNCH_FIELDS apply to it;
     ``case_seconds``: one case's estimated wall time (None: every case at the flat price);
     ``pages``: its dashboard pages as (file under dashboard/views/ without .py, title), in the
-    order the navigation lists them."""
+    order the navigation lists them; ``placed_on_roof``: its timed cases are placed on the
+    machine's roof (runner.experiments.parts.roofline_placement), so the roofline page and
+    report read them."""
 
     name: str
     order: int
@@ -69,6 +71,7 @@ class Declaration:
     launch_fields: tuple[str, ...] = ()
     case_seconds: CaseSeconds | None = None
     pages: tuple[tuple[str, str], ...] = ()
+    placed_on_roof: bool = False
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.launch_fields if name not in LAUNCH_FIELDS]
@@ -83,17 +86,26 @@ _ordered: tuple[Declaration, ...] = ()
 
 
 def _discover() -> None:
-    """Every module of runner/experiments/ that declares an experiment (the others, ``base`` and
-    the ``parts`` package, declare none)."""
+    """Every module of runner/experiments/ that declares an experiment (``base`` declares none,
+    and the ``parts`` package is not listed). A module with an ``EXPERIMENT`` and no
+    ``DECLARATION``, or a name declared twice, is an error: either would leave an experiment out
+    without a word."""
     global _ordered
     for module in pkgutil.iter_modules([str(EXPERIMENTS_FOLDER)]):
         if module.ispkg:
             continue
-        declaration: Declaration | None = getattr(
-            importlib.import_module(f"{EXPERIMENTS_PACKAGE}.{module.name}"), "DECLARATION", None
-        )
-        if declaration is not None:
-            _declared[declaration.name] = declaration
+        path = f"{EXPERIMENTS_PACKAGE}.{module.name}"
+        loaded = importlib.import_module(path)
+        declaration: Declaration | None = getattr(loaded, "DECLARATION", None)
+        if declaration is None:
+            if hasattr(loaded, "EXPERIMENT"):
+                raise ValueError(f"{path}: an EXPERIMENT without a DECLARATION (runner.declarations.Declaration)")
+            continue
+        if declaration.name in _declared:
+            raise ValueError(
+                f"experiment {declaration.name}: declared twice ({_declared[declaration.name].module}, {path})"
+            )
+        _declared[declaration.name] = declaration
     _ordered = tuple(sorted(_declared.values(), key=lambda declaration: (declaration.order, declaration.name)))
 
 
@@ -112,7 +124,7 @@ def find(name: str) -> Declaration | None:
 @contextmanager
 def declared(declaration: Declaration) -> Iterator[Declaration]:
     """``declaration`` known to every reader for the ``with`` block, forgotten after it: how a
-    test declares an experiment of its own without a file in this package."""
+    test declares an experiment of its own without a module in runner/experiments/."""
     global _ordered
     before = ordered()
     if declaration.name in _declared:

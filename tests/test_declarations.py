@@ -6,10 +6,12 @@ parts that exist; reading the declarations and the experiments they name imports
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,7 +133,7 @@ def test_a_toy_declared_here_is_planned_priced_validated_offered_and_catalogued(
     assert opening_metric(TOY, ["toy_echo_ratio", "toy_echo_seconds"]) == "toy_echo_seconds"
     # The navigation lists its page after context_cost's and before the pages of no experiment.
     names = [page.name for page in pages()]
-    assert names[names.index("context_cost") + 1 : names.index("context_cost") + 3] == ["toy_echo", "scale"]
+    assert names.index("context_cost") < names.index("toy_echo") < names.index("scale")
     assert pages()[names.index("toy_echo")].title == "Toy echo"
     # The docs' generated table lists its metrics (python -m runner.metrics_doc).
     assert "| `toy_echo_ratio` | ratio | exact |" in metrics_doc.markdown_table()
@@ -157,6 +159,39 @@ def test_nothing_of_the_toy_stays_once_undeclared() -> None:
     assert case_seconds(TOY, {"part": "echo", "n": 4, "pairs": 2}, {"d_model": 32, "n_layer": 1}) == FLAT_CASE_SECONDS
     with pytest.raises(InputError, match=r"^experiments\.toy_echo: unknown experiment"):
         validate(tiny_with_toy(lengths=[4]))
+
+
+def test_an_experiment_module_without_a_declaration_or_a_name_declared_twice_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A package of experiment modules of its own, listed as runner/experiments/ is.
+    package = tmp_path / "toy_experiments"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    declare = "from runner.declarations import Declaration\nDECLARATION = Declaration(name='toy_same', order=1)\n"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(declarations, "EXPERIMENTS_PACKAGE", "toy_experiments")
+    monkeypatch.setattr(declarations, "EXPERIMENTS_FOLDER", package)
+    monkeypatch.setattr(declarations, "_declared", {})
+    monkeypatch.setattr(declarations, "_ordered", ())
+    (package / "first.py").write_text(declare)
+    (package / "second.py").write_text(declare)
+    with pytest.raises(ValueError, match=r"experiment toy_same: declared twice"):
+        declarations.ordered()
+    # Each step's modules under new names: an imported module stays in sys.modules.
+    (package / "second.py").unlink()
+    (package / "third.py").write_text("EXPERIMENT = object()\n")
+    importlib.invalidate_caches()
+    monkeypatch.setattr(declarations, "_declared", {})
+    with pytest.raises(ValueError, match=r"toy_experiments\.third: an EXPERIMENT without a DECLARATION"):
+        declarations.ordered()
+    (package / "third.py").unlink()
+    (package / "fourth.py").write_text("HELPER = 1\n")  # neither: not an experiment, skipped
+    importlib.invalidate_caches()
+    monkeypatch.setattr(declarations, "_declared", {})
+    assert [declaration.name for declaration in declarations.ordered()] == ["toy_same"]
+    for name in ("", ".first", ".second", ".third", ".fourth"):
+        sys.modules.pop(f"toy_experiments{name}", None)
 
 
 def test_a_launch_field_the_form_lacks_or_a_metric_named_twice_is_refused() -> None:

@@ -29,6 +29,7 @@ DECLARATION = Declaration(
     run_first=True,
     headlines=("seconds_per_token",),
     opening=("overhead_seconds_per_token", "seconds_per_mult"),
+    placed_on_roof=True,
     cpu_only={"impls": ("fast",)},  # the compiled fast path
 )
 

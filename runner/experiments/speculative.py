@@ -56,6 +56,7 @@ DECLARATION = Declaration(
         "check_detects_accept_all",
     ),
     opening=("speedup_median", "acceptance_rate"),
+    placed_on_roof=True,
     # The compiled fast path, and the draft that proposes through it.
     cpu_only={"impls": ("fast",), "drafts": ("fast_int8",)},
     launch_fields=("ks", "pairs"),

@@ -29,7 +29,7 @@ DEFAULT_DATA_DIR = Path("data")
 MAX_CORPUS_BYTES = 64 * 2**20
 # The most files the form offers (a data folder holding a whole disk is no menu).
 MAX_LISTED_FILES = 1000
-# An hf draft is named "hf:PATH" (runner.model.hf_checkpoint.DRAFT_PREFIX; that module loads torch).
+# An hf draft is named "hf:PATH": the spec's drafts and the checkpoint loader read it from here.
 DRAFT_PREFIX = "hf:"
 # The most entries a model folder may hold (a checkpoint has a handful): the check walks them all.
 MAX_MODEL_FOLDER_ENTRIES = 1000

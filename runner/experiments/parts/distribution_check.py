@@ -107,7 +107,7 @@ def chi_square(observed: Sequence[torch.Tensor], expected: Sequence[torch.Tensor
     freedom = len(observed_bins) - positions
     if freedom < 1:
         return ChiSquare(0.0, 0, 1.0)
-    from scipy import stats  # here, not at the top: every job's spec check imports this module
+    from scipy import stats  # here, not at the top: only a distribution case needs scipy
 
     result = stats.chisquare(observed_bins, expected_bins, ddof=positions - 1)
     return ChiSquare(float(result.statistic), freedom, float(result.pvalue))

@@ -11,8 +11,6 @@ from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord
 
 
-# The largest |logit difference| the cached path may show against the uncached one: float32
-# sums in a different order, nothing more.
 def measure(metric: str, value: float, unit: str) -> MeasurementRecord:
     return MeasurementRecord(metric, float(value), unit)
 
