@@ -563,7 +563,12 @@ def timed_logs(
     else:
         run_samples, method = side_statistic(run_frame, run_rounds)
         base_samples, base_method = side_statistic(base_frame, base_rounds)
-        if run_rounds and base_rounds and base_method == method and run_rounds[0].keys() == base_rounds[0].keys():
+        if (
+            run_rounds is not None
+            and base_rounds is not None
+            and base_method == method
+            and run_rounds[0].keys() == base_rounds[0].keys()
+        ):
             # The two runs of one A/B session: round i of each ran together, side by side in time,
             # so the test pairs them and what the round shared (the machine's phase) cancels.
             run_samples = [run_rounds[0][index] for index in sorted(run_rounds[0])]

@@ -85,6 +85,10 @@ _declared: dict[str, Declaration] = {}
 _ordered: tuple[Declaration, ...] = ()
 
 
+def _in_order(known: dict[str, Declaration]) -> tuple[Declaration, ...]:
+    return tuple(sorted(known.values(), key=lambda declaration: (declaration.order, declaration.name)))
+
+
 def _discover() -> None:
     """Every module of runner/experiments/ that declares an experiment (``base`` declares none,
     and the ``parts`` package is not listed). A module with an ``EXPERIMENT`` and no
@@ -106,7 +110,7 @@ def _discover() -> None:
                 f"experiment {declaration.name}: declared twice ({_declared[declaration.name].module}, {path})"
             )
         _declared[declaration.name] = declaration
-    _ordered = tuple(sorted(_declared.values(), key=lambda declaration: (declaration.order, declaration.name)))
+    _ordered = _in_order(_declared)
 
 
 def ordered() -> tuple[Declaration, ...]:
@@ -130,7 +134,7 @@ def declared(declaration: Declaration) -> Iterator[Declaration]:
     if declaration.name in _declared:
         raise ValueError(f"experiment {declaration.name}: declared already")
     _declared[declaration.name] = declaration
-    _ordered = tuple(sorted(_declared.values(), key=lambda each: (each.order, each.name)))
+    _ordered = _in_order(_declared)
     try:
         yield declaration
     finally:
