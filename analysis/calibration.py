@@ -20,6 +20,7 @@ samples cannot alert either way and are counted apart (``review_judged_fraction`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,6 +81,8 @@ class Calibration:
             "review_timed_verdicts": self.timed_verdicts,
             "review_untested_timed_rows": self.untested,
             "review_judged_fraction": self.judged_fraction(),
+            # Tested rows that could flag nothing: min-of-N times without three earlier runs.
+            "review_rows_without_history": sum(math.isinf(value) for value in self.detectable),
             "review_detectable_median": self.detectable_median(),
             "review_false_alerts": self.false_alerts,
             "review_false_alert_rate": self.false_alert_rate(),
@@ -111,8 +114,8 @@ class Calibration:
             f"on this machine ({preset}), a slowdown injected into real samples is flagged: one case at a time "
             f"{share('single_case', 0.25)} at 25%, {share('single_case', 0.10)} at 10%; one experiment · impl "
             f"{share('group', 0.10)} at 10%; the whole run {share('run', 0.10)} at 10%; a tested row would have "
-            f"seen ≥ {detectable:.0%} (median); measured false alerts {self.false_alerts} of {self.timed_verdicts} "
-            f"timed verdicts over {self.pairs} A/A pair(s)"
+            f"seen {review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
+            f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
         )
 
 

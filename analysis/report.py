@@ -245,7 +245,7 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
                 formatted(row["p_value"], 2),
                 formatted(row["adjusted_p"], 2),
                 "" if pd.isna(row["noise_floor"]) else f"±{math.expm1(row['noise_floor']):.1%}",
-                "" if pd.isna(row["detectable"]) else f"≥ {row['detectable']:.1%}",
+                "" if pd.isna(row["detectable"]) else review.seen(float(row["detectable"]), ".1%"),
                 str(row["why"] or ""),
             ]
         )
@@ -272,11 +272,13 @@ METHOD = (
     f"one of the row's experiment and impl ({review.PRIOR_FREEDOM} prior degrees of freedom), its p-values adjusted "
     f"by Benjamini–Hochberg within each experiment · impl family and compared with {review.ALPHA:g} (the false "
     f"discovery rate controlled within each family); given three or more earlier done runs of the preset on this "
-    f"machine, a shift must also clear the between-run floor ({review.OUTLIER_MADS:g} robust standard deviations "
-    f"of the case's log value over them); with fewer, a shift within the machine's drift figure (else "
-    f"±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift. Each tested row says the smallest change it would "
-    f"have seen ({review.MDE_POWER:.0%} power, moving alone in its family, never below its floor); a review with "
-    f"rows that could not see {review.UNDERPOWERED_CHANGE:.0%} says it is underpowered."
+    f"machine, a shift must also clear the between-run floor (the case's robust run-to-run standard deviation over "
+    f"them times t(1 − {review.ALPHA:g}/2) · √2, so that an unchanged case crosses it with chance "
+    f"{review.ALPHA:g}); with fewer, a paired ratio's shift within the machine's drift figure (else "
+    f"±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, and a min-of-N time (absolute seconds) is at "
+    f"most unknown drift. Each tested row says the smallest change it would have seen ({review.MDE_POWER:.0%} "
+    f"power, moving alone in its family, never below its floor); a review with rows that could not see "
+    f"{review.UNDERPOWERED_CHANGE:.0%} says it is underpowered."
 )
 
 

@@ -66,7 +66,6 @@ __all__ = [
     "MDE_POWER",
     "MIN_SAMPLES",
     "NOISE_PARTS",
-    "OUTLIER_MADS",
     "PINNED",
     "PRIOR_FREEDOM",
     "SUSPECT",
@@ -76,6 +75,7 @@ __all__ = [
     "Headline",
     "TimedTest",
     "between_run_floors",
+    "between_run_multiplier",
     "cannot_see",
     "case_points",
     "current_names",
@@ -89,6 +89,7 @@ __all__ = [
     "params_key",
     "power_line",
     "sample_statistic",
+    "seen",
     "seen_line",
     "shares_no_case",
     "smallest_detectable",
@@ -112,9 +113,12 @@ MIN_SAMPLES = 2
 MDE_POWER = 0.8
 # A review some of whose tested rows could not have seen this change says it is underpowered.
 UNDERPOWERED_CHANGE = 0.25
-# The between-run floor: OUTLIER_MADS robust standard deviations (analysis.statistics.robust_sigma)
-# of the log value over the newest HISTORY_WINDOW earlier runs, where there are MIN_EARLIER_RUNS.
-OUTLIER_MADS = 3.0
+# The between-run floor, from the newest HISTORY_WINDOW earlier runs where there are
+# MIN_EARLIER_RUNS: how far a value may move against its baseline when both come from the case's
+# run-to-run spread (robust_sigma of its log over those runs), exceeded with chance ALPHA where
+# that spread is normal: t_{n-1}(1 - ALPHA/2) · sqrt(2) standard deviations, 14 on three runs and
+# 4 on twenty (``between_run_multiplier``). A fixed 3 standard deviations was exceeded by 11% of
+# A/A moves on three runs and 3% on twenty (simulated): the floor is what decides a min-of-N row.
 HISTORY_WINDOW = 20
 MIN_EARLIER_RUNS = 3
 # How far two runs of the same code on one machine may drift apart when the machine's own figure
@@ -223,14 +227,26 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[tuple[str, str, str], floa
     return floors
 
 
+def between_run_multiplier(earlier_runs: int) -> float:
+    """How many run-to-run standard deviations a shift against the baseline must exceed, given
+    that spread was estimated from ``earlier_runs`` runs: the two-sided 1 - ALPHA quantile of
+    Student's t on earlier_runs - 1 degrees of freedom, times sqrt(2) (both the run and its
+    baseline vary). Infinite below two runs."""
+    from scipy.stats import t as student
+
+    if earlier_runs < 2:
+        return math.inf
+    return float(student.ppf(1 - ALPHA / 2, earlier_runs - 1)) * math.sqrt(2)
+
+
 def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], float]:
     """How far a timed value moves from run to run on its own: per (experiment, metric, params),
-    OUTLIER_MADS robust standard deviations of its log over ``history``, the earlier runs it may
-    be judged against (the same preset on the same machine fingerprint, done, not suspect, the
-    newest HISTORY_WINDOW), where there are MIN_EARLIER_RUNS. The robust spread is the larger of
-    the MAD-based and the range-based estimate, so that three runs of which two agree cannot
-    make it collapse. Between-run drift (a shared VM slowing down for minutes) is invisible to
-    the A/A pairs inside one run."""
+    ``between_run_multiplier`` robust standard deviations of its log over ``history``, the
+    earlier runs it may be judged against (the same preset on the same machine fingerprint, done,
+    not suspect, the newest HISTORY_WINDOW), where there are MIN_EARLIER_RUNS. The robust spread
+    is the larger of the MAD-based and the range-based estimate, so that three runs of which two
+    agree cannot make it collapse. Between-run drift (a shared VM slowing down for minutes) is
+    invisible to the A/A pairs inside one run."""
     floors: dict[tuple[str, str, str], float] = {}
     if history.empty:
         return floors
@@ -239,7 +255,7 @@ def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], floa
     for (experiment, metric, key), group in frame.groupby([frame["experiment"], frame["metric"], keys]):
         logs = [math.log(value) for value in group["value"].tail(HISTORY_WINDOW)]
         if len(logs) >= MIN_EARLIER_RUNS:
-            floors[(str(experiment), str(metric), str(key))] = OUTLIER_MADS * robust_sigma(logs)
+            floors[(str(experiment), str(metric), str(key))] = between_run_multiplier(len(logs)) * robust_sigma(logs)
     return floors
 
 
@@ -346,10 +362,28 @@ class Floor:
         return self.between if self.between is not None else self.drift
 
 
-def row_floor(between: float | None, drift: float) -> Floor:
+# Why a min-of-N row with too little history cannot be regressed: its samples, taken back to back
+# in one run, know nothing of how far the machine moves between runs, so the t test finds every
+# run-to-run move significant and only a between-run floor can judge it (measured on the 2-core
+# EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift allowance).
+NO_HISTORY = "an absolute time, judged only against three earlier runs of its case on this machine"
+
+
+def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
+    """The floor of a timed row whose samples' statistic is ``method``. A min-of-N row (absolute
+    seconds) without a between-run floor gets an infinite drift allowance, so it is at most
+    ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
     if between is not None:
         return Floor(between, drift, "between earlier runs")
+    if method == "min" and drift > 0:
+        return Floor(None, math.inf, NO_HISTORY)
     return Floor(None, drift, "drift allowance (fewer than three earlier runs)")
+
+
+def seen(detectable: float, precision: str = ".0%") -> str:
+    """What a row with this minimum detectable effect could have seen, in words: ``≥ 8%``, or
+    ``no change`` where nothing could have been flagged (a min-of-N row without history)."""
+    return "no change" if math.isinf(detectable) else f"≥ {detectable:{precision}}"
 
 
 def log_values(values: Sequence[float]) -> list[float]:
@@ -492,7 +526,7 @@ def verdict_table(
             continue
         run_logs, base_logs, method = to_test
         key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
-        floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor)
+        floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor, method)
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
@@ -647,6 +681,8 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
     experiment, impl = test.family
     if test.floor.between is not None:
         floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
+    elif math.isinf(test.floor.drift):
+        floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"
@@ -655,7 +691,7 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
         f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
-        f"{ALPHA:g}; would have seen ≥ {entry['detectable']:.1%}; {floor}"
+        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}"
     )
 
 
@@ -665,7 +701,7 @@ def verdict_label(row: Mapping[Any, Any]) -> str:
     detectable = row.get("detectable")
     if detectable is None or pd.isna(detectable) or row["verdict"] in ("regressed", "improved"):
         return str(row["verdict"])
-    return f"{row['verdict']} (would have seen ≥ {detectable:.0%})"
+    return f"{row['verdict']} (would have seen {seen(float(detectable))})"
 
 
 def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -684,7 +720,7 @@ def power_line(table: pd.DataFrame) -> str | None:
     tested = int(table["detectable"].notna().sum())
     return (
         f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
-        f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen ≥ {weak['detectable'].max():.0%}); "
+        f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen {seen(float(weak['detectable'].max()))}); "
         "more pairs or a quieter machine would lower it"
     )
 
@@ -697,8 +733,8 @@ def detectable_line(table: pd.DataFrame) -> str | None:
     if detectable.empty:
         return None
     return (
-        f"{len(detectable)} tested timed rows would have seen ≥ {detectable.median():.0%} "
-        f"(median; the weakest ≥ {detectable.max():.0%})"
+        f"{len(detectable)} tested timed rows would have seen {seen(float(detectable.median()))} "
+        f"(median; the weakest {seen(float(detectable.max()))})"
     )
 
 
@@ -729,6 +765,11 @@ def seen_line(table: pd.DataFrame) -> str:
             "sides), so no timed change could have been flagged; deterministic metrics are compared for equality"
         )
     rows = detectable_line(table)
+    if math.isinf(smallest):
+        return (
+            "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
+            f"times, judged only against three earlier runs of their case here ({rows})"
+        )
     if smallest > UNDERPOWERED_CHANGE:
         return (
             f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis import report, review
+from analysis.statistics import robust_sigma
 from store import frames
 from store.errors import StoreError
 from store.store import Store
@@ -155,10 +156,42 @@ def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
 
     slower, slower_samples = timed(2, noisy(2.0, 7, seed=9))
     faster, faster_samples = timed(1, noisy(1.0, 7, seed=10))
-    table = review.verdict_table(slower, faster, pd.DataFrame(slower_samples + faster_samples))
+    samples = pd.DataFrame(slower_samples + faster_samples)
+    # Judged against the case's history (three earlier runs 1% apart: a floor far below 2×).
+    key = ("training_summary", "seconds_per_token", review.params_key({"new_tokens": 64}))
+    history = {key: review.between_run_multiplier(3) * 0.01}
+    table = review.verdict_table(slower, faster, samples, between_runs=history)
     assert verdict_of(table, "seconds_per_token")["verdict"] == "regressed"
-    table = review.verdict_table(faster, slower, pd.DataFrame(slower_samples + faster_samples))
+    table = review.verdict_table(faster, slower, samples, between_runs=history)
     assert verdict_of(table, "seconds_per_token")["verdict"] == "improved"
+    # Without that history the samples, taken back to back in one run, say nothing of how far the
+    # machine moves between runs: even a doubling is at most unknown drift, and the row says why.
+    blind = verdict_of(review.verdict_table(slower, faster, samples), "seconds_per_token")
+    assert blind["verdict"] == "unknown drift" and math.isinf(blind["detectable"])
+    assert review.NO_HISTORY in blind["why"] and "would have seen no change" in blind["why"]
+    assert review.verdict_label(blind) == "unknown drift (would have seen no change)"
+    # An A/B session (no drift possible between its runs: drift 0) judges it on its samples.
+    assert verdict_of(review.verdict_table(slower, faster, samples, drift=0.0), "seconds_per_token")["verdict"] == (
+        "regressed"
+    )
+
+
+def test_the_between_run_floor_is_crossed_by_an_unchanged_case_with_chance_alpha() -> None:
+    """The floor is t(1 - ALPHA/2) on n - 1 degrees of freedom times sqrt(2) run-to-run standard
+    deviations: wide on three earlier runs, narrowing as they accumulate; simulated A/A moves
+    (normal run-to-run spread) cross it about ALPHA of the time, where a fixed 3 crossed 11%."""
+    multipliers = [review.between_run_multiplier(runs) for runs in (3, 5, 10, 20)]
+    assert multipliers == sorted(multipliers, reverse=True)
+    assert multipliers[0] == pytest.approx(9.925 * math.sqrt(2), rel=1e-3)
+    assert math.isinf(review.between_run_multiplier(1))
+    generator = random.Random(42)
+    for runs in (3, 8):
+        crossed = 0
+        for _ in range(4000):
+            earlier = [generator.gauss(0.0, 0.1) for _ in range(runs)]
+            floor = review.between_run_multiplier(runs) * robust_sigma(earlier)
+            crossed += abs(generator.gauss(0.0, 0.1) - earlier[-1]) > floor
+        assert crossed / 4000 <= 2 * review.ALPHA
 
 
 def runs_frame(rows: list[tuple[int, str, str, str, str, str]]) -> pd.DataFrame:
