@@ -201,3 +201,41 @@ def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restor
     if len(before) > 1 and timing.current_cpu() is not None:
         assert {cpus for _, cpus in seen} == {1}, "pinned to one CPU while timing"
     assert (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()) == before
+
+
+def test_a_steady_pair_interleaves_its_calls_call_by_call_so_both_sides_see_the_same_phases() -> None:
+    """Calls of 0.02 s and 0.01 s (3 and 5 loops a sample): inside each timed sample the quick
+    side's five calls are spread among the slow side's three, never all of one side first; sides
+    of equal loops alternate call by call, the leading side alternating by round. A clock that
+    runs 3× slow for the last half of a sample's calls slows both sides nearly alike, where one
+    side's whole loop after the other's read the pair's ratio of 2 as 0.77 (interleaved: 1.52)."""
+    clock = FakeClock()
+    order: list[str] = []
+    baseline, candidate = clock.taking(0.02, "A", order), clock.taking(0.01, "B", order)
+    Harness(clock=clock).paired(baseline, candidate, pairs=2, steady=True)
+    warm_up, loop_counts, settling = 2, 2, 2 * (3 + 5)
+    samples = order[warm_up + loop_counts + settling :]
+    first, second = samples[:8], samples[8:]
+    assert len(second) == 8 and first.count("A") == second.count("A") == 3
+    for sample in (first, second):
+        assert "AA" not in "".join(sample) and "BBB" not in "".join(sample), sample
+    equal: list[str] = []
+    Harness(clock=clock).paired(clock.taking(0.01, "A", equal), clock.taking(0.01, "B", equal), pairs=2, steady=True)
+    timed = equal[2 + 2 + 2 * (5 + 5) :]
+    assert timed == ["A", "B"] * 5 + ["B", "A"] * 5, "equal sides alternate, and the one leading alternates by round"
+
+    calls = {"made": 0}
+
+    def phased(seconds: float) -> Callable[[], None]:
+        def run() -> None:
+            calls["made"] += 1
+            clock.now += seconds * (3.0 if calls["made"] > 4 else 1.0)  # the last four calls of eight
+
+        return run
+
+    harness = Harness(clock=clock)
+    slow_side, quick_side = harness.time_interleaved([phased(0.02), phased(0.01)], [3, 5])
+    calls["made"] = 0
+    block_ratio = harness.time_once(phased(0.02), 3) / harness.time_once(phased(0.01), 5)
+    assert block_ratio == pytest.approx(0.02 / 0.026)
+    assert abs(math.log(slow_side / quick_side / 2.0)) < abs(math.log(block_ratio / 2.0)) / 3

@@ -7,7 +7,8 @@
   sample repeats the call until it lasts MIN_SAMPLE_SECONDS (each function its own loop count,
   so a slow side is not looped as often as the quickest one needs; each sample the per-call
   mean) after warm-up rounds until two consecutive samples agree within STEADY_TOLERANCE (at most
-  STEADY_ROUNDS).
+  STEADY_ROUNDS). Paired or interleaved steady samples interleave their functions call by call
+  (``time_interleaved``), so that both sides of a pair run in the same phases of the host.
 - Min-of-N: the least disturbed of N runs of one function.
 - Paired A/B: alternate baseline (A) and candidate (B); one ratio A/B per pair, so drift
   that hits both sides of a pair cancels. Report the median ratio and the min–max band.
@@ -273,13 +274,43 @@ class Harness:
             loops = self._prepare(functions, steady)
             seconds: list[list[float]] = [[] for _ in functions]
             for index in range(rounds):
-                # Rotating the order cancels a systematic first-mover effect too.
-                for offset in range(len(functions)):
-                    position = (index + offset) % len(functions)
-                    seconds[position].append(self.time_once(functions[position], loops[position]))
+                if steady:
+                    for position, per_call in enumerate(self.time_interleaved(functions, loops, index)):
+                        seconds[position].append(per_call)
+                else:
+                    # Rotating the order cancels a systematic first-mover effect too.
+                    for offset in range(len(functions)):
+                        position = (index + offset) % len(functions)
+                        seconds[position].append(self.time_once(functions[position], loops[position]))
                 if between is not None:
                     between()
         return tuple(tuple(times) for times in seconds)
+
+    def time_interleaved(
+        self, functions: Sequence[Callable[[], object]], loops: Sequence[int], first: int = 0
+    ) -> list[float]:
+        """One sample of each function, their calls interleaved call by call (each function's
+        ``loops`` calls spread evenly over the sample, ``first`` going first): seconds per call
+        of each. A host whose speed moves in phases of tens of milliseconds (the 2-core EPYC VM:
+        ±25% in phases of 0.05–0.5 s) slows both sides of a pair alike only if they run in the
+        same phases; one function's whole loop after the other's put them 50 ms apart."""
+        count = len(functions)
+        # Each function's calls at evenly spaced points of the sample, (k + 1/2) / loops; a tie
+        # goes to the function ``first`` positions on, so the side that leads alternates.
+        schedule = sorted(
+            ((call + 0.5) / loops[position], (position - first) % count, position)
+            for position in range(count)
+            for call in range(loops[position])
+        )
+        totals = [0.0] * count
+        synchronize(self.device)
+        with collector_off():
+            for _, _, position in schedule:
+                start = self.clock()
+                functions[position]()
+                synchronize(self.device)
+                totals[position] += self.clock() - start
+        return [total / calls for total, calls in zip(totals, loops, strict=True)]
 
     def paired(
         self,
