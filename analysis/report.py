@@ -114,9 +114,12 @@ def build_report(
         sweep = markdown_text(sweep_label(run.get("preset"), run.get("spec")))  # by name, never "nan"; escaped
         warnings.append(
             f"fewer than three earlier done runs of {sweep} on this machine: how far a timing "
-            f"moves between runs is not known for these cases, so a shift within {learned} "
-            f"(±{math.expm1(drift):.1%}) is `unknown drift`, not a regression (run the preset again to learn it)"
+            f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
+            f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size are `unknown drift`, not a "
+            "regression (run the preset again to learn it)"
         )
+    if waiting := review.waiting_line(table):
+        warnings.append(waiting)
     report = RunReport(
         run,
         baseline,
@@ -273,7 +276,8 @@ METHOD = (
     f"by Benjamini–Hochberg within each experiment · impl family and compared with {review.ALPHA:g} (the false "
     f"discovery rate controlled within each family); given three or more earlier done runs of the preset on this "
     f"machine, a shift must also clear the between-run floor (the case's robust run-to-run standard deviation over "
-    f"them times t(1 − {review.ALPHA:g}/2) · √2, so that an unchanged case crosses it with chance "
+    f"them, the newest {review.HISTORY_WINDOW}, times t(1 − {review.ALPHA:g}/2) on their count less one degrees of "
+    f"freedom times √2, so that an unchanged case crosses it with chance "
     f"{review.ALPHA:g}); with fewer, a paired ratio's shift within the machine's drift figure (else "
     f"±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, and a min-of-N time (absolute seconds) is at "
     f"most unknown drift. Each tested row says the smallest change it would have seen ({review.MDE_POWER:.0%} "

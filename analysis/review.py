@@ -15,10 +15,11 @@ Verdicts:
   experiment · impl · method group (so that three samples a side are enough: a U test cannot
   reach 0.01 below five); the p-values adjusted by Benjamini–Hochberg within each family of one
   experiment and impl (a single case can speak: it competes with its family, not with the whole
-  review); and a shift beyond the between-run floor (3 robust standard deviations of the case's
-  log value over the earlier runs of the preset on the machine) where there are three such runs.
-  With fewer earlier runs a shift within the machine's drift figure (else DEFAULT_DRIFT) is
-  ``unknown drift``: the machine may have drifted between the two runs. Every tested row carries
+  review); and a shift beyond the between-run floor (``between_run_multiplier`` robust standard
+  deviations of the case's log value over the earlier runs of the preset on the machine) where
+  there are three such runs. With fewer earlier runs a paired ratio's shift within the machine's
+  drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the machine may have drifted between
+  the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
   its minimum detectable effect (``detectable``): the change it would have flagged with
   MDE_POWER moving alone, never below its floor or drift allowance; a review some of whose rows
   could not see UNDERPOWERED_CHANGE says it is underpowered (``power_line``);
@@ -100,6 +101,8 @@ __all__ = [
     "verdict_counts",
     "verdict_label",
     "verdict_table",
+    "waiting_line",
+    "waiting_rows",
 ]
 
 # The false discovery rate controlled within each experiment · impl family of timed tests.
@@ -375,7 +378,8 @@ def row_floor(between: float | None, drift: float, method: str = "paired") -> Fl
     ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
     if between is not None:
         return Floor(between, drift, "between earlier runs")
-    if method == "min" and drift > 0:
+    # "min", or an A/B session's "min, per round" judged against a run of another session.
+    if method.split(",")[0] == "min" and drift > 0:
         return Floor(None, math.inf, NO_HISTORY)
     return Floor(None, drift, "drift allowance (fewer than three earlier runs)")
 
@@ -705,11 +709,33 @@ def verdict_label(row: Mapping[Any, Any]) -> str:
 
 
 def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The tested timed rows that could not have seen a change of UNDERPOWERED_CHANGE."""
+    """The tested timed rows that could not have seen a change of UNDERPOWERED_CHANGE at their
+    sample count and noise. Rows waiting for history (``waiting_rows``) are not among them: more
+    pairs or a quieter machine would not let them see more, only earlier runs would."""
     if table.empty or "detectable" not in table.columns:
         return table.iloc[0:0]
     detectable = table["detectable"].astype(float)
-    return table[detectable.notna() & (detectable > UNDERPOWERED_CHANGE)]
+    return table[detectable.notna() & (detectable > UNDERPOWERED_CHANGE) & ~detectable.map(math.isinf)]
+
+
+def waiting_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The tested timed rows that could see no change yet: min-of-N times whose case fewer than
+    three earlier runs hold (NO_HISTORY)."""
+    if table.empty or "detectable" not in table.columns:
+        return table.iloc[0:0]
+    return table[table["detectable"].astype(float).map(math.isinf)]
+
+
+def waiting_line(table: pd.DataFrame) -> str | None:
+    """``N min-of-N times wait for history: …`` where some tested row is waiting; None otherwise."""
+    waiting = waiting_rows(table)
+    if waiting.empty:
+        return None
+    rows = "1 min-of-N time waits" if len(waiting) == 1 else f"{len(waiting)} min-of-N times wait"
+    return (
+        f"{rows} for history: absolute seconds are judged only against three earlier runs of their case on "
+        "this machine, so until then they are at most unknown drift (run the preset again)"
+    )
 
 
 def power_line(table: pd.DataFrame) -> str | None:

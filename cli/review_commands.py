@@ -156,6 +156,8 @@ def report_run(
         summary = f"{summary}; {detectable}"
     if power:
         summary = f"{summary}; {power}"
+    if waiting := review.waiting_line(built.table):
+        summary = f"{summary}; {waiting}"
     if str(out) == "-":
         typer.echo(report.render(built, chosen_format), nl=False)
         typer.echo(summary, err=True)  # stdout holds the comment alone

@@ -170,6 +170,14 @@ def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
     assert blind["verdict"] == "unknown drift" and math.isinf(blind["detectable"])
     assert review.NO_HISTORY in blind["why"] and "would have seen no change" in blind["why"]
     assert review.verdict_label(blind) == "unknown drift (would have seen no change)"
+    # Waiting for history is said on its own line, not as underpowered: more pairs would not help.
+    blind_table = review.verdict_table(slower, faster, samples)
+    assert review.power_line(blind_table) is None and review.underpowered_rows(blind_table).empty
+    assert (waiting := review.waiting_line(blind_table)) and waiting.startswith("1 min-of-N time waits for history")
+    assert review.waiting_line(table) is None
+    # An A/B session's rounds judged against a run of another session are absolute times too.
+    assert math.isinf(review.row_floor(None, review.DEFAULT_DRIFT, "min, per round").drift)
+    assert review.row_floor(None, review.DEFAULT_DRIFT, "paired, per round").drift == review.DEFAULT_DRIFT
     # An A/B session (no drift possible between its runs: drift 0) judges it on its samples.
     assert verdict_of(review.verdict_table(slower, faster, samples, drift=0.0), "seconds_per_token")["verdict"] == (
         "regressed"

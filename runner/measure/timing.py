@@ -261,7 +261,8 @@ class Harness:
         steady: bool = False,
     ) -> tuple[tuple[float, ...], ...]:
         """Time every function once per round, rotating which goes first (round r starts with
-        function r mod len), after one warm-up of each. Returns each function's seconds, one per
+        function r mod len; in a steady sample, on a tie of ``time_interleaved``'s schedule),
+        after one warm-up of each. Returns each function's seconds, one per
         round, so any two of them form pairs that saw the machine in the same state.
 
         ``between``, if given, runs untimed after every round: a measurement that should see the
