@@ -9,8 +9,15 @@ inputs could give: its error is what the decomposition itself misses.
 benchmarks/specs/quick-speculative.toml and seed-speculative.toml are the presets' speculative
 sections alone, to run with `decodelab run --spec` first.
 
-Issue 27's targets, per (run, impl): median |a-priori error| ≤ 5% and ≥ 90% of cases within 10%.
-The run defaults to the store's newest run with speculative cases.
+benchmarks/specs/held-out-speculative.toml is the held-out spec (issue 45, deliverable 7): the
+quick cases on another seed, corpus and model shape, fixed before the prediction was judged on
+it. Report the tuning spec and the held-out one side by side, per machine.
+
+Greedy cases (temperature 0) are marked ``replay``: their acceptance is calibrated on the text
+the loop itself produces, so the prediction has seen the answer; they are listed but left out of
+the headline figures. Issue 27's targets, per (run, impl), on the sampled cases: median
+|a-priori error| ≤ 5% and ≥ 90% of cases within 10%. The run defaults to the store's newest
+run with speculative cases.
 """
 
 from __future__ import annotations
@@ -72,14 +79,16 @@ def main() -> int:
     if not rows:
         print("--run: no run in the store has timed speculative cases", file=sys.stderr)
         return 2
-    print(f"run {run_id}: error of the a-priori speedup, and with one input at a time the loop's own")
+    print(f"run {run_id}: the a-priori speedup's error, and with one input at a time the loop's ('replay': greedy)")
     header = f"{'impl':7} {'draft':10} {'schedule':12} {'T':>4} {'measured':>8} {'a priori':>8} {'error':>7}"
     print(header + "".join(f" {name + '→loop':>12}" for name in INPUTS) + f" {'component':>10}")
     by_impl: dict[str, list[float]] = {}
+    replays: dict[str, list[float]] = {}
     for row in sorted(rows, key=lambda row: (row["params"]["impl"], row["params"]["draft"], str(row["params"]))):
         params, measured = row["params"], row["speedup_median"]
         error = relative_error(row["predicted_speedup_a_priori"], measured)
-        by_impl.setdefault(params["impl"], []).append(abs(error))
+        replay = float(params["temperature"]) == 0.0
+        (replays if replay else by_impl).setdefault(params["impl"], []).append(abs(error))
         schedule = {
             "fixed": f"fixed k={params['k']}",
             "heuristic": f"heur {params['k']}..{params.get('k_max')}",
@@ -90,13 +99,16 @@ def main() -> int:
             f"{measured:8.3f} {row['predicted_speedup_a_priori']:8.3f} {error:+7.1%}"
         )
         line += "".join(f" {relative_error(swapped(row, {name}), measured):+12.1%}" for name in INPUTS)
-        print(line + f" {relative_error(swapped(row, set(INPUTS)), measured):+10.1%}")
+        print(line + f" {relative_error(swapped(row, set(INPUTS)), measured):+10.1%}" + (" replay" if replay else ""))
     for impl, errors in sorted(by_impl.items()):
         within = sum(error <= 0.10 for error in errors) / len(errors)
         print(
             f"{impl}: a_priori_error_median={statistics.median(errors):.4f} a_priori_within_10pct={within:.3f} "
-            f"cases={len(errors)} (targets: ≤ 0.05 and ≥ 0.90)"
+            f"cases={len(errors)} (sampled cases; targets: ≤ 0.05 and ≥ 0.90)"
         )
+    for impl, errors in sorted(replays.items()):
+        median = statistics.median(errors)
+        print(f"{impl}: replay_error_median={median:.4f} replays={len(errors)} (greedy; not a target)")
     return 0
 
 

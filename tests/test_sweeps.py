@@ -152,3 +152,25 @@ def test_the_prediction_benchmarks_spec_times_what_its_preset_times(preset: str)
     assert {key: value for key, value in benchmark.raw["experiments"]["speculative"].items() if key not in cut} == {
         key: value for key, value in timed.items() if key not in cut
     }
+
+
+def test_the_held_out_spec_times_the_quick_cases_on_another_seed_corpus_and_model_shape() -> None:
+    """benchmarks/specs/held-out-speculative.toml (issue 45, deliverable 7): the quick preset's
+    speculative cases on another seed, model shape and corpus; its corpus is the file whose
+    hash the spec pins, so the held-out figures stay comparable over time."""
+    import hashlib
+    import re
+
+    from runner.spec.sweeps import load_spec_file
+
+    specs = Path(__file__).parent.parent / "benchmarks" / "specs"
+    held_out = load_spec_file(specs / "held-out-speculative.toml")
+    tuning = load_spec_file(specs / "quick-speculative.toml")
+    assert held_out.raw["experiments"] == tuning.raw["experiments"]
+    assert held_out.raw["seed"] != tuning.raw["seed"]
+    assert held_out.raw["train"]["seed"] != tuning.raw["train"]["seed"]
+    shape = ("d_model", "n_layer")
+    assert [held_out.raw["model"][key] for key in shape] != [tuning.raw["model"][key] for key in shape]
+    corpus = Path(__file__).parent.parent / held_out.raw["model"]["corpus"]
+    pinned = re.search(r"sha256 ([0-9a-f]{64})", (specs / "held-out-speculative.toml").read_text())
+    assert pinned and hashlib.sha256(corpus.read_bytes()).hexdigest() == pinned.group(1)
