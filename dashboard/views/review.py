@@ -109,6 +109,8 @@ if opened:
         shown = shown[shown["experiment"].isin(chosen_experiments)]
     # A tested row's verdict says what it could have seen: "within noise (would have seen ≥ 8%)".
     shown = shown.assign(verdict=[review.verdict_label(row) for row in shown.to_dict("records")])
+    # A row waiting for history could see no change: its label says so, the number column stays empty.
+    shown = shown.assign(detectable=shown["detectable"].astype(float).replace(float("inf"), float("nan")))
     ui.table(shown, "review", review.COLUMNS)
     st.markdown("#### What each verdict means")
     st.markdown(report.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to
