@@ -43,3 +43,19 @@ def test_a_second_identical_run_reproduces_every_deterministic_metric(filled_sto
     timed_before, timed_after = values(first, False), values(second, False)
     assert any(timed_before[key] != timed_after[key] for key in timed_before)
     store.close()
+
+
+def test_two_different_edits_of_one_commit_are_two_code_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean checkout is its commit; a modified one adds +dirty and its diff's hash, so the
+    calibration (which pairs runs of one code version) never pairs two different drafts."""
+    from runner.measure import machine
+
+    outputs = {"rev-parse": "abc123def456", "status": " M runner/measure/timing.py", "diff": "one draft"}
+    monkeypatch.setattr(machine, "git", lambda root, *arguments: outputs[arguments[0]])
+    first = machine.code_version.__wrapped__()
+    assert first.startswith("abc123def456+dirty.") and len(first) == len("abc123def456+dirty.") + 8
+    assert machine.code_version.__wrapped__() == first, "the same edit, the same version"
+    outputs["diff"] = "another draft"
+    assert machine.code_version.__wrapped__() != first
+    outputs["status"] = ""
+    assert machine.code_version.__wrapped__() == "abc123def456"

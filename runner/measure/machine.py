@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -65,14 +66,20 @@ def git(root: Path, *arguments: str) -> str:
 
 @cache
 def code_version() -> str:
-    """The git commit of the checkout (with ``+dirty`` if modified), else the package version."""
+    """The git commit of the checkout, else the package version. A modified checkout adds
+    ``+dirty.`` and the first 8 hex digits of its diff's sha256: two different edits of one
+    commit are two code versions (the calibration pairs only runs of one code version, and had
+    paired runs of two uncommitted timing drafts as one)."""
     from importlib.metadata import PackageNotFoundError, version
 
     root = Path(__file__).resolve().parent.parent.parent
     try:
         commit = git(root, "rev-parse", "--short=12", "HEAD")
         dirty = git(root, "status", "--porcelain", "--untracked-files=no")
-        return commit + ("+dirty" if dirty else "")
+        if not dirty:
+            return commit
+        changes = hashlib.sha256(git(root, "diff", "HEAD").encode("utf-8", "surrogateescape")).hexdigest()
+        return f"{commit}+dirty.{changes[:8]}"
     except (OSError, subprocess.SubprocessError):
         try:
             return version("decodelab")
