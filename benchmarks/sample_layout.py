@@ -29,7 +29,6 @@ import argparse
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -98,9 +97,7 @@ def main() -> int:
         first, second = decode(model, prompt, tokens, impl), decode(model, prompt, tokens, impl)
         for _ in range(3):
             first(), second()
-        start = time.perf_counter()
-        first()
-        call_seconds = time.perf_counter() - start
+        call_seconds = harness.time_once(first)
         loops = harness.loops_for(first)
         found: dict[str, list[float]] = {"block": [], "interleaved": []}
         for _ in range(arguments.groups):
