@@ -171,6 +171,7 @@ def main() -> None:
     if device == "cpu":
         lines.update(fast_path_ratios(model, prompt, n, harness, arguments.pairs))
         lines.update(roof_fractions(store, model, len(prompt), n, lines))
+        lines.update(speculative_figures(model, prompt, n, harness, arguments.pairs))
     load_at_end = os.getloadavg()[0]
     cpus = os.cpu_count()
     print(f"load average (1 min): {load_at_start:.2f} at the start, {load_at_end:.2f} at the end; {cpus} CPUs")
@@ -217,6 +218,75 @@ def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness
     print(f"an empty compiled call (guards, dispatch, its output) costs {overhead * 1e6:.1f} us")
     ratios["compiled_call_overhead_us"] = overhead * 1e6
     return ratios
+
+
+SPECULATIVE_KS = (1, 2, 3, 4)
+SPECULATIVE_TEMPERATURE = 1.0
+
+
+def outside_kernels(run: Callable[[], object], repeats: int = 7) -> float:
+    """The share of ``run``'s wall time spent outside the compiled passes (median of ``repeats``), from
+    the library's own clock of its entry points (runner.decoding.fast.kernel_seconds)."""
+    from runner.decoding.fast import kernel_seconds
+
+    run()
+    shares = []
+    for _ in range(repeats):
+        kernel, started = kernel_seconds(), time.perf_counter()
+        run()
+        wall, kernel = time.perf_counter() - started, kernel_seconds() - kernel
+        shares.append(1 - kernel / wall)
+    return sorted(shares)[len(shares) // 2]
+
+
+def speculative_figures(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
+    """Speculative decoding on the fast impl with the fast_int8 draft, at each k, paired against plain
+    fast decoding of as many tokens at temperature 1 (same seed): the best speedup, and what share of
+    a speculative generation the loop spends outside the kernels, in C++ (the default) and in Python."""
+    from runner.decoding.drafts import ModelDraft
+    from runner.decoding.speculative import speculative_decode
+
+    draft = ModelDraft(quantize_model(model, "int8", kernel="fast_int8"), "fast_int8", fast=True)
+    tokens = min(n, model.config.context_length - len(prompt) - max(SPECULATIVE_KS))
+    figures: dict[str, float] = {}
+
+    def speculative(k: int, compiled_loop: bool = True) -> Callable[[], object]:
+        return lambda: speculative_decode(
+            model,
+            draft,
+            k,
+            prompt,
+            tokens,
+            temperature=SPECULATIVE_TEMPERATURE,
+            impl="fast",
+            compiled_loop=compiled_loop,
+        )
+
+    def plain() -> object:
+        return generate(model, prompt, tokens, temperature=SPECULATIVE_TEMPERATURE, impl="fast")
+
+    for k in SPECULATIVE_KS:
+        acceptance = speculative_decode(
+            model, draft, k, prompt, tokens, temperature=SPECULATIVE_TEMPERATURE, impl="fast"
+        ).acceptance_rate
+        paired = harness.paired(plain, speculative(k), pairs=pairs)
+        print(
+            f"fast speculative, fast_int8 draft, k={k}: {paired.median:.2f}x plain fast decoding "
+            f"[{paired.low:.2f}-{paired.high:.2f}] at acceptance {acceptance:.3f}"
+        )
+        figures[f"fast_speculative_k{k}_speedup"] = paired.median
+    best_k = max(SPECULATIVE_KS, key=lambda k: figures[f"fast_speculative_k{k}_speedup"])
+    figures["best_fast_speculative_speedup"] = figures[f"fast_speculative_k{best_k}_speedup"]
+    figures["best_fast_speculative_k"] = float(best_k)
+    compiled = outside_kernels(speculative(max(SPECULATIVE_KS)))
+    python = outside_kernels(speculative(max(SPECULATIVE_KS), compiled_loop=False))
+    print(
+        f"the speculative loop (k={max(SPECULATIVE_KS)}) outside the kernels: {compiled:.1%} of its time in C++, "
+        f"{python:.1%} in Python"
+    )
+    figures["speculative_loop_overhead_fraction"] = compiled
+    figures["speculative_loop_overhead_fraction_python"] = python
+    return figures
 
 
 def roof_fractions(store: Store, model: CharGPT, prompt_tokens: int, n: int, lines: dict) -> dict[str, float | str]:

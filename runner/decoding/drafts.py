@@ -14,12 +14,17 @@ whose distribution's top probability is below ``p_min``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from runner.decoding.choices import MAX_NGRAM_ORDER
 from runner.decoding.decode import choose_token, inverse_cdf, uniforms
 from runner.decoding.speculative import probabilities, top_probability
 from runner.model.gpt import CharGPT, KVCache
+
+if TYPE_CHECKING:
+    from runner.decoding.fast import FastDecoder
 
 
 class ContextTableDraft:
@@ -145,7 +150,7 @@ class ModelDraft:
     def __init__(self, model: CharGPT, name: str, fast: bool = False) -> None:
         self.model = model
         self.name = name
-        self._fast = None
+        self._fast: FastDecoder | None = None
         if fast:
             from runner.decoding.fast import decoder_for
 
@@ -200,6 +205,17 @@ class ModelDraft:
     def distributions(self, tokens: list[int], temperature: float) -> torch.Tensor:
         logits = self.model(torch.tensor([tokens], device=self.model.device))[0].float()
         return probabilities(logits, temperature)
+
+    def compiled_decoder(self) -> FastDecoder | None:
+        return self._fast
+
+    def loop_state(self) -> tuple[KVCache, list[int]]:
+        assert self._cache is not None, "start() first"
+        return self._cache, self._pending
+
+    def follow(self, text: list[int]) -> None:
+        assert self._cache is not None
+        self._fed, self._pending = text[: self._cache.length], text[self._cache.length :]
 
     def commit(self, accepted: int, emitted: list[int]) -> None:
         assert self._cache is not None

@@ -28,6 +28,7 @@ import ctypes
 import os
 import re
 import weakref
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -85,8 +86,13 @@ def _load(march: str) -> ctypes.CDLL:
     loaded.dl_verify.restype = _int64
     loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
     loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer, _int32]
+    loaded.dl_speculate.restype = _int32
+    loaded.dl_speculate.argtypes = [_pointer, _pointer, _int64, _int64, _int32, _int64, _int64, _double, _double]
+    loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer, _pointer, _int64, _int64, _pointer, _pointer]
+    loaded.dl_speculate.argtypes += [_int64, _int64, _pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
     loaded.dl_set_threads.argtypes = [_int32]
     loaded.dl_threads.restype = _int32
+    loaded.dl_kernel_nanoseconds.restype = _int64
     loaded.dl_set_threads(_threads_wanted)
     return loaded
 
@@ -113,6 +119,12 @@ def set_threads(threads: int) -> None:
 
 def threads() -> int:
     return int(library().dl_threads())
+
+
+def kernel_seconds() -> float:
+    """Seconds this process has spent inside the compiled passes (forward, sample, verify) so far:
+    a loop around them spends its wall time less the growth of this outside them."""
+    return int(library().dl_kernel_nanoseconds()) / 1e9
 
 
 def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
@@ -149,6 +161,32 @@ def model_tensors(model: CharGPT) -> tuple[int, list[torch.Tensor], list[torch.T
 
 def _address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
+
+
+@dataclass
+class LoopState:
+    """Where a compiled speculative loop starts: the target's cache (the committed text but its last
+    token, ``last``), the draft's cache and the committed tokens it has not fed (``pending``)."""
+
+    target_cache: KVCache
+    draft_cache: KVCache
+    last: int
+    pending: list[int]
+
+
+@dataclass(frozen=True)
+class LoopOutcome:
+    """What a compiled speculative loop did: every pass's emitted tokens in order, per pass the
+    proposals drafted and kept, TV(p, q) of every decided position, the draft's calls, the uniforms
+    read, and how many of the last emitted tokens the draft has not fed."""
+
+    emitted: list[int]
+    drafted_per_pass: list[int]
+    accepted_per_pass: list[int]
+    total_variations: list[float]
+    draft_calls: int
+    uniforms_read: int
+    unfed: int
 
 
 class FastDecoder:
@@ -339,6 +377,78 @@ class FastDecoder:
         cache.length += len(feed) + len(tokens) - (1 if len(tokens) == new_tokens else 0)
         assert distributions is not None
         return tokens, distributions
+
+    def speculate(
+        self,
+        draft: FastDecoder,
+        loop: LoopState,
+        new_tokens: int,
+        schedule: tuple[int, int, int, float],
+        temperature: float,
+        uniforms: torch.Tensor,
+    ) -> LoopOutcome:
+        """The whole speculative loop in one call (runner/decoding/csrc/speculative_loop.h), this model
+        the target and ``draft`` proposing, from ``loop``'s caches and committed text, reading
+        ``uniforms`` in the order runner.decoding.speculative.speculative_decode reads its generator.
+        ``schedule`` is (kind: 0 fixed, 1 heuristic, 2 confidence; k; k_max; p_min). Updates the two
+        caches' lengths; returns what the loop did."""
+        kind, k, k_max, p_min = schedule
+        longest = k if kind == 0 else k_max
+        target_keys, target_values, target_capacity = self._cache_pointers(loop.target_cache)
+        draft_keys, draft_values, draft_capacity = draft._cache_pointers(loop.draft_cache)
+        pending = draft._tokens(loop.pending)
+        if draft.vocab_size != self.vocab_size:
+            raise RuntimeError("the draft's vocabulary differs from the target's")
+        if uniforms.dtype != torch.float64 or uniforms.device.type != "cpu":
+            raise RuntimeError("uniforms: float64 CPU tensor")
+        uniforms = uniforms.contiguous()
+        self._tokens([loop.last])
+        self._positions_fit(loop.target_cache.length, new_tokens + longest, target_capacity)
+        emitted = array.array("q", bytes(8 * (new_tokens + longest)))
+        drafted, accepted = (array.array("i", bytes(4 * max(new_tokens, 1))) for _ in range(2))
+        variations = array.array("f", bytes(4 * max(new_tokens * longest, 1)))
+        state = array.array("q", bytes(8 * 8))
+        status = self._library.dl_speculate(
+            self._handle,
+            draft._handle,
+            loop.last,
+            new_tokens,
+            kind,
+            k,
+            k_max,
+            p_min,
+            temperature,
+            uniforms.data_ptr(),
+            uniforms.numel(),
+            target_keys,
+            target_values,
+            target_capacity,
+            loop.target_cache.length,
+            draft_keys,
+            draft_values,
+            draft_capacity,
+            loop.draft_cache.length,
+            pending.buffer_info()[0],
+            len(pending),
+            emitted.buffer_info()[0],
+            drafted.buffer_info()[0],
+            accepted.buffer_info()[0],
+            variations.buffer_info()[0],
+            state.buffer_info()[0],
+        )
+        if status != 0:
+            raise RuntimeError("the speculative loop ran past a cache or its uniforms")
+        count, passes, draft_calls, read, decided, target_length, draft_length, unfed = state
+        loop.target_cache.length, loop.draft_cache.length = target_length, draft_length
+        return LoopOutcome(
+            emitted[:count].tolist(),
+            drafted[:passes].tolist(),
+            accepted[:passes].tolist(),
+            variations[:decided].tolist(),
+            draft_calls,
+            read,
+            unfed,
+        )
 
     def generate(self, prompt: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor) -> list[int]:
         """``sample`` into a fresh cache, keeping only the tokens (a plain generation)."""

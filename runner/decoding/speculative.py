@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch.nn import functional as F
@@ -26,6 +26,9 @@ from torch.nn import functional as F
 from runner.decoding.choices import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS
 from runner.decoding.decode import uniforms
 from runner.model.gpt import CharGPT, KVCache
+
+if TYPE_CHECKING:
+    from runner.decoding.fast import FastDecoder
 
 # The accept rule, then the bug variants the distribution check must catch (the order is the C++
 # side's variant number, runner/decoding/csrc/sampling.h).
@@ -325,9 +328,13 @@ def speculative_decode(
     seed: int = 0,
     impl: str = "static",
     schedule: Schedule | None = None,
+    compiled_loop: bool = True,
 ) -> SpeculativeResult:
     """Generate ``new_tokens`` with the target's distribution, ``k`` draft tokens per target pass
     (or as many as ``schedule`` says, which then overrides k).
+
+    With the fast impl and a draft that proposes through the compiled path, the whole loop runs in
+    one C++ call (``_compiled_loop``) unless ``compiled_loop`` is False; it emits the same tokens.
 
     The target's cache holds every committed token but the last, which is fed first in the
     next verification pass together with the proposals (k + 1 positions in one pass). After
@@ -351,6 +358,12 @@ def speculative_decode(
     if len(prompt) > 1:
         run_target(prompt[:-1], cache)
     draft.start(prompt)
+    if compiled_loop and isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft):
+        decoder = draft.compiled_decoder()
+        if decoder is not None:
+            return _compiled_loop(
+                run_target, decoder, draft, cache, prompt, new_tokens, temperature, generator, schedule
+            )
     last = prompt[-1]
     committed = len(prompt)
     output: list[int] = []
@@ -375,3 +388,63 @@ def speculative_decode(
         length = schedule.next_length(length, len(proposals), verdict.accepted)
     result.tokens = output[:new_tokens]
     return result
+
+
+@runtime_checkable
+class CompiledDraft(Protocol):
+    """A draft that can hand its state to the compiled loop (runner.decoding.drafts.ModelDraft)."""
+
+    def compiled_decoder(self) -> FastDecoder | None:
+        """Its compiled decoder, or None when it proposes in Python."""
+        ...
+
+    def loop_state(self) -> tuple[KVCache, list[int]]:
+        """Its cache and the committed tokens it has not fed."""
+        ...
+
+    def follow(self, text: list[int]) -> None:
+        """After the compiled loop: ``text`` is the committed text, its cache (length set by the loop)
+        holds a prefix of it and the rest waits to be fed."""
+        ...
+
+
+SCHEDULE_KINDS = {"fixed": 0, "heuristic": 1, "confidence": 2}  # speculative_loop.h ScheduleKind
+
+
+def _compiled_loop(
+    target: CompiledTarget,
+    decoder: FastDecoder,
+    draft: CompiledDraft,
+    cache: KVCache,
+    prompt: list[int],
+    new_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+    schedule: Schedule,
+) -> SpeculativeResult:
+    """speculative_decode's loop in one C++ call: the uniforms every pass could read drawn at once
+    (torch's float64 stream is the same drawn at once or in parts, so the tokens are the Python
+    loop's), the result assembled from what the loop reports."""
+    from runner.decoding.fast import LoopState
+
+    draft_cache, pending = draft.loop_state()
+    most = new_tokens * (3 * schedule.longest + 1)  # every pass emits at least one token
+    draws = uniforms(most, temperature, generator)
+    state = LoopState(cache, draft_cache, prompt[-1], pending)
+    kind = (SCHEDULE_KINDS[schedule.kind], schedule.k, schedule.k_max, schedule.threshold)
+    outcome = target.decoder.speculate(decoder, state, new_tokens, kind, temperature, draws)
+    draft.follow(prompt + outcome.emitted)
+    histogram = [0] * (schedule.longest + 1)
+    for accepted in outcome.accepted_per_pass:
+        histogram[accepted] += 1
+    return SpeculativeResult(
+        tokens=outcome.emitted[:new_tokens],
+        target_passes=len(outcome.accepted_per_pass),
+        proposed=sum(outcome.drafted_per_pass),
+        accepted=sum(outcome.accepted_per_pass),
+        accepted_histogram=histogram,
+        total_variations=outcome.total_variations,
+        accepted_per_pass=outcome.accepted_per_pass,
+        drafted_per_pass=outcome.drafted_per_pass,
+        draft_calls=outcome.draft_calls,
+    )

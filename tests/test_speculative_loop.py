@@ -1,0 +1,112 @@
+"""The compiled speculative loop (runner/decoding/csrc/speculative_loop.h) emits what the Python
+loop emits, pass for pass, for every schedule and temperature, and leaves the draft where the
+Python loop leaves it (a second generation through the same draft agrees too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from runner.decoding.drafts import BigramDraft, ModelDraft
+from runner.decoding.fast import FastDecoder
+from runner.decoding.speculative import Schedule, SpeculativeResult, speculative_decode
+from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.quantize import quantize_model
+from tests.shared_parts import VOCAB, peaked_target
+
+
+@pytest.fixture(scope="module")
+def target() -> CharGPT:
+    return peaked_target()
+
+
+def fast_drafts(target: CharGPT) -> dict[str, ModelDraft]:
+    torch.manual_seed(2)
+    small = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=16, n_layer=1, n_head=2, context_length=128)).eval()
+    return {
+        "fast_int8": ModelDraft(quantize_model(target, "int8", kernel="fast_int8"), "fast_int8", fast=True),
+        "small": ModelDraft(small, "small", fast=True),
+    }
+
+
+def passes(result: SpeculativeResult) -> tuple[object, ...]:
+    return (
+        result.tokens,
+        result.target_passes,
+        result.proposed,
+        result.accepted,
+        result.accepted_histogram,
+        result.accepted_per_pass,
+        result.drafted_per_pass,
+        result.draft_calls,
+    )
+
+
+SCHEDULES = [
+    Schedule("fixed", 4, 4),
+    Schedule("fixed", 1, 1),
+    Schedule("heuristic", 2, 6),
+    Schedule("confidence", 3, 5, 0.6),
+]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda schedule: f"{schedule.kind}-{schedule.k}")
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("draft_name", ["fast_int8", "small"])
+def test_the_compiled_loop_emits_what_the_python_loop_does(
+    target: CharGPT, schedule: Schedule, temperature: float, draft_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = count_compiled_loops(monkeypatch)
+    results = []
+    for compiled in (True, False):
+        draft = fast_drafts(target)[draft_name]
+        # Two generations through one draft: the second starts from the state the first left.
+        results.append(
+            [
+                speculative_decode(
+                    target,
+                    draft,
+                    0,
+                    prompt,
+                    70,
+                    temperature=temperature,
+                    seed=seed,
+                    impl="fast",
+                    schedule=schedule,
+                    compiled_loop=compiled,
+                )
+                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5], 12))
+            ]
+        )
+    for ours, python in zip(*results, strict=True):
+        assert passes(ours) == passes(python)
+        assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-6)
+    assert calls == [70, 70], "the first two generations ran in C++, the last two in Python"
+
+
+def count_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The new_tokens of every compiled loop run from here on."""
+    calls: list[int] = []
+    speculate = FastDecoder.speculate
+
+    def counted(self: FastDecoder, *args: Any) -> Any:
+        calls.append(args[2])
+        return speculate(self, *args)
+
+    monkeypatch.setattr(FastDecoder, "speculate", counted)
+    return calls
+
+
+def test_the_compiled_loop_runs_only_where_it_can(target: CharGPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The static impl, and a draft proposing in Python, keep the Python loop (same tokens either way)."""
+    calls = count_compiled_loops(monkeypatch)
+    tokens = torch.randint(0, VOCAB, (500,), generator=torch.Generator().manual_seed(1))
+    small = fast_drafts(target)["small"]
+    results = [
+        speculative_decode(target, draft, 3, [3, 1, 4], 40, temperature=1.0, seed=3, impl=impl)
+        for draft, impl in ((small, "static"), (BigramDraft(tokens, VOCAB), "fast"), (small, "fast"))
+    ]
+    assert calls == [40]
+    assert results[0].tokens == results[2].tokens
