@@ -358,12 +358,9 @@ def speculative_decode(
     if len(prompt) > 1:
         run_target(prompt[:-1], cache)
     draft.start(prompt)
-    if compiled_loop and isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft):
-        decoder = draft.compiled_decoder()
-        if decoder is not None:
-            return _compiled_loop(
-                run_target, decoder, draft, cache, prompt, new_tokens, temperature, generator, schedule
-            )
+    if compiled_loop and runs_compiled(run_target, draft):
+        assert isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft)
+        return _compiled_loop(run_target, draft, cache, prompt, new_tokens, temperature, generator, schedule)
     last = prompt[-1]
     committed = len(prompt)
     output: list[int] = []
@@ -411,9 +408,18 @@ class CompiledDraft(Protocol):
 SCHEDULE_KINDS = {"fixed": 0, "heuristic": 1, "confidence": 2}  # speculative_loop.h ScheduleKind
 
 
+def runs_compiled(run_target: TargetPass, draft: Draft) -> bool:
+    """Whether speculative_decode runs this target pass and draft in one C++ call: the fast impl's
+    target with a draft that proposes through the compiled path."""
+    return (
+        isinstance(run_target, CompiledTarget)
+        and isinstance(draft, CompiledDraft)
+        and draft.compiled_decoder() is not None
+    )
+
+
 def _compiled_loop(
     target: CompiledTarget,
-    decoder: FastDecoder,
     draft: CompiledDraft,
     cache: KVCache,
     prompt: list[int],
@@ -427,6 +433,8 @@ def _compiled_loop(
     loop's), the result assembled from what the loop reports."""
     from runner.decoding.fast import LoopState
 
+    decoder = draft.compiled_decoder()
+    assert decoder is not None
     draft_cache, pending = draft.loop_state()
     most = new_tokens * (3 * schedule.longest + 1)  # every pass emits at least one token
     draws = uniforms(most, temperature, generator)
