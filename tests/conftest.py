@@ -304,6 +304,7 @@ NUMERICS_FILES = frozenset(
         "speculative_costs",
         "speculative_figures",
         "speculative_schedules",
+        "speculative_loop",
         "distribution_check",
         "quantize",
         "kv_cache",

@@ -59,7 +59,7 @@ def test_the_compiled_loop_emits_what_the_python_loop_does(
     target: CharGPT, schedule: Schedule, temperature: float, draft_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_compiled_loops(monkeypatch)
-    results = []
+    results, states = [], []
     for compiled in (True, False):
         draft = fast_drafts(target)[draft_name]
         # Two generations through one draft: the second starts from the state the first left.
@@ -77,13 +77,41 @@ def test_the_compiled_loop_emits_what_the_python_loop_does(
                     schedule=schedule,
                     compiled_loop=compiled,
                 )
-                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5], 12))
+                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5], 12), ([2], 13))
             ]
         )
+        states.append(draft_state(draft))
     for ours, python in zip(*results, strict=True):
         assert passes(ours) == passes(python)
         assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-6)
-    assert calls == [70, 70], "the first two generations ran in C++, the last two in Python"
+    assert states[0] == states[1]
+    assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
+
+
+def draft_state(draft: ModelDraft) -> tuple[object, ...]:
+    """What a draft carries into its next generation: its cache's length and contents, the tokens
+    it fed and those it has not."""
+    cache, pending = draft.loop_state()
+    return (cache.length, cache.keys[..., : cache.length, :].tolist(), draft._fed, pending)
+
+
+def test_a_draft_reused_after_a_longer_shared_prompt_agrees(target: CharGPT) -> None:
+    """The second generation's prompt extends the first's output: the draft keeps that prefix's
+    K/V (its prompt cache) and must feed only the rest, in either loop."""
+    outputs = []
+    for compiled in (True, False):
+        draft = fast_drafts(target)["fast_int8"]
+        first = speculative_decode(target, draft, 4, [3, 1, 4], 40, seed=1, impl="fast", compiled_loop=compiled)
+        prompt = [3, 1, 4, *first.tokens[:30]]
+        second = speculative_decode(target, draft, 4, prompt, 40, seed=2, impl="fast", compiled_loop=compiled)
+        outputs.append((passes(first), passes(second), draft_state(draft)))
+    assert outputs[0] == outputs[1]
+
+
+def test_no_new_tokens_is_an_empty_generation(target: CharGPT) -> None:
+    draft = fast_drafts(target)["fast_int8"]
+    result = speculative_decode(target, draft, 4, [3, 1, 4], 0, impl="fast")
+    assert (result.tokens, result.target_passes) == ([], 0)
 
 
 def count_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -122,8 +122,8 @@ def threads() -> int:
 
 
 def kernel_seconds() -> float:
-    """Seconds this process has spent inside the compiled passes (forward, sample, verify) so far:
-    a loop around them spends its wall time less the growth of this outside them."""
+    """Seconds this thread has spent inside the default library's compiled passes (forward, sample,
+    verify) so far: a loop around them spends its wall time less the growth of this outside them."""
     return int(library().dl_kernel_nanoseconds()) / 1e9
 
 
@@ -399,6 +399,10 @@ class FastDecoder:
         pending = draft._tokens(loop.pending)
         if draft.vocab_size != self.vocab_size:
             raise RuntimeError("the draft's vocabulary differs from the target's")
+        if draft._library is not self._library:  # one library runs both packed models
+            raise RuntimeError("the draft's decoder was built for another instruction set than the target's")
+        if not 1 <= k <= k_max or new_tokens < 1:
+            raise RuntimeError(f"need 1 <= k <= k_max and new_tokens >= 1, got k={k} k_max={k_max} {new_tokens}")
         if uniforms.dtype != torch.float64 or uniforms.device.type != "cpu":
             raise RuntimeError("uniforms: float64 CPU tensor")
         uniforms = uniforms.contiguous()

@@ -358,7 +358,7 @@ def speculative_decode(
     if len(prompt) > 1:
         run_target(prompt[:-1], cache)
     draft.start(prompt)
-    if compiled_loop and runs_compiled(run_target, draft):
+    if compiled_loop and new_tokens > 0 and runs_compiled(run_target, draft):
         assert isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft)
         return _compiled_loop(run_target, draft, cache, prompt, new_tokens, temperature, generator, schedule)
     last = prompt[-1]
@@ -411,11 +411,11 @@ SCHEDULE_KINDS = {"fixed": 0, "heuristic": 1, "confidence": 2}  # speculative_lo
 def runs_compiled(run_target: TargetPass, draft: Draft) -> bool:
     """Whether speculative_decode runs this target pass and draft in one C++ call: the fast impl's
     target with a draft that proposes through the compiled path."""
-    return (
-        isinstance(run_target, CompiledTarget)
-        and isinstance(draft, CompiledDraft)
-        and draft.compiled_decoder() is not None
-    )
+    if not (isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft)):
+        return False
+    decoder = draft.compiled_decoder()
+    # One library runs both packed models: a draft built for another instruction set proposes in Python.
+    return decoder is not None and decoder._library is run_target.decoder._library
 
 
 def _compiled_loop(
@@ -441,7 +441,10 @@ def _compiled_loop(
     state = LoopState(cache, draft_cache, prompt[-1], pending)
     kind = (SCHEDULE_KINDS[schedule.kind], schedule.k, schedule.k_max, schedule.threshold)
     outcome = target.decoder.speculate(decoder, state, new_tokens, kind, temperature, draws)
-    draft.follow(prompt + outcome.emitted)
+    text = prompt + outcome.emitted
+    draft.follow(text)
+    assert len(text) - draft_cache.length == outcome.unfed, "the loop and the draft disagree on what it fed"
+
     histogram = [0] * (schedule.longest + 1)
     for accepted in outcome.accepted_per_pass:
         histogram[accepted] += 1

@@ -47,10 +47,11 @@ void grow(std::vector<float>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
 }
 
-// Nanoseconds spent inside dl_forward, dl_sample and dl_verify since the library loaded: a loop around
-// them spends its wall time less this outside the kernels (benchmarks/decode_vs_transformers.py's
-// speculative_loop_overhead_fraction). Two clock reads a call, tens of nanoseconds against microseconds.
-std::atomic<int64_t> kernel_nanoseconds{0};
+// Nanoseconds this thread has spent inside dl_forward, dl_sample and dl_verify since the library loaded:
+// a loop around them spends its wall time less this outside the kernels (benchmarks/decode_vs_transformers.py's
+// speculative_loop_overhead_fraction). Per thread, so that another caller's passes never count.
+// Two clock reads a call, tens of nanoseconds against microseconds.
+thread_local int64_t kernel_nanoseconds = 0;
 
 // Times one entry point's call into kernel_nanoseconds (the entry points never call each other; dl_speculate,
 // which has none, calls dl_sample and dl_verify).
@@ -249,7 +250,7 @@ void dl_set_threads(int32_t threads) {
 }
 
 int64_t dl_kernel_nanoseconds() {
-  return kernel_nanoseconds.load();
+  return kernel_nanoseconds;
 }
 
 int32_t dl_threads() {

@@ -35,6 +35,7 @@ int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_
                      int64_t draft_length, const int64_t* pending, int64_t pending_count, int64_t* emitted,
                      int32_t* drafted_per_pass, int32_t* accepted_per_pass, float* variations, int64_t* state) {
   const int64_t vocab = static_cast<const Model*>(target)->vocab;
+  if (static_cast<const Model*>(draft)->vocab != vocab || pending_count < 1 || k < 1 || k > k_max) return -1;
   const int64_t longest = schedule == kFixed ? k : k_max;
   const double threshold = schedule == kConfidence ? p_min : 0.0;
   int64_t length = schedule == kConfidence ? k_max : k;
@@ -54,7 +55,6 @@ int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_
     read += length;
     // dl_sample fed every proposal but the last, or all of them when it stopped early.
     const int64_t fed_proposals = drafted == length ? drafted - 1 : drafted;
-    draft_length = draft_committed + fed_proposals;
     draft_calls += drafted + (drafted < length ? 1 : 0);
     // The target: the last committed token and the proposals in one pass, and the accept rule.
     verified[0] = last;

@@ -25,6 +25,7 @@ import torch
 from runner.decoding.speculative import (
     Draft,
     SpeculativeResult,
+    TargetPass,
     probabilities,
     runs_compiled,
     target_pass,
@@ -67,6 +68,18 @@ def alpha_a_priori(target: CharGPT, draft: Draft, windows: Sequence[list[int]], 
     return float(torch.cat(overlaps).mean())
 
 
+def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> Harness:
+    """The harness that prices this target and draft's calls as the loop pays for them: where the loop
+    runs in one C++ call (runs_compiled) it pays for the kernels and little else, so each call is
+    timed by the time spent inside them (runner.decoding.fast.kernel_seconds, the library's own
+    clock), not with the Python and ctypes around it that the loop no longer runs."""
+    if not runs_compiled(run_target, draft):
+        return harness
+    from runner.decoding.fast import kernel_seconds
+
+    return Harness(harness.device, clock=kernel_seconds, warmup=harness.warmup)
+
+
 def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:
     """The loop's own passes, as slices of prompt + its output."""
     boundaries = list(itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=prompt_length))
@@ -101,12 +114,7 @@ class CostSession:
         self._rounds = max(1, min(COST_CALLS, len(passes) - 1))
         self._start = min(passes[0][1], target.config.context_length - k - 1)
         self._run_target = target_pass(target, impl)
-        if runs_compiled(self._run_target, draft):
-            # The loop runs in one C++ call, paying for the kernels and little else: price each turn
-            # by the time it spends inside them (the library's clock), not by the Python around them.
-            from runner.decoding.fast import kernel_seconds
-
-            self._harness = Harness(harness.device, clock=kernel_seconds, warmup=harness.warmup)
+        self._harness = pricing_harness(harness, self._run_target, draft)
         self._cache = target.new_cache(capacity=self._start + k)
         if self._start > 1:
             self._run_target(text[: self._start - 1], self._cache)
@@ -161,6 +169,7 @@ def single_call_costs(
     SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
     found this under-counts a cheap draft's share of the loop."""
     run_target = target_pass(target, impl)
+    harness = pricing_harness(harness, run_target, draft)
     cache = target.new_cache(capacity=position + 1)
     run_target(text[:position], cache)
     generator = torch.Generator(device=target.device).manual_seed(seed)
