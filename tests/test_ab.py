@@ -197,7 +197,10 @@ class FakeWorker:
         self.handed_back: list[tuple[int, int, list[dict[str, Any]]]] = []  # (process, case index, figures)
         self.process = 0
 
-    def restart(self) -> None:
+    def stop(self) -> None:
+        self.calls.append((self.revision.side, -2, False))
+
+    def start(self) -> None:
         self.calls.append((self.revision.side, -1, False))
         self.process += 1
 
@@ -221,12 +224,18 @@ def test_rounds_run_in_fresh_workers_alternate_sides_and_a_deterministic_case_ru
     session = Session(FakeWorker("baseline", calls), FakeWorker("candidate", calls), 4, lambda _: None)  # type: ignore[arg-type]
     session.prepare({})
     session.run()
-    restart = [("baseline", -1, False), ("candidate", -1, False)]
+
+    # Both workers end before either starts again, the side started first alternating with the round
+    # (-2: ended, -1: started).
+    def restart(first: str, second: str) -> list[tuple[str, int, bool]]:
+        return [(first, -2, False), (second, -2, False), (first, -1, False), (second, -1, False)]
+
+    restart_baseline_first, restart_candidate_first = restart("baseline", "candidate"), restart("candidate", "baseline")
     assert calls == [
         ("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, True), ("baseline", 1, True),
-        *restart, ("candidate", 0, False), ("baseline", 0, False),
-        *restart, ("baseline", 0, False), ("candidate", 0, False),
-        *restart, ("candidate", 0, False), ("baseline", 0, False),
+        *restart_candidate_first, ("candidate", 0, False), ("baseline", 0, False),
+        *restart_baseline_first, ("baseline", 0, False), ("candidate", 0, False),
+        *restart_candidate_first, ("candidate", 0, False), ("baseline", 0, False),
     ]  # fmt: skip
     baseline, candidate = session.sides
     timed = baseline.records()[0].measurements[0]

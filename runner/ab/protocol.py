@@ -64,9 +64,12 @@ class SideWorker:
             raise
         return process
 
-    def restart(self) -> None:
-        """A fresh process on the same worktree (the caller builds and prepares it again)."""
+    def stop(self) -> None:
+        """Ends the process; ``start`` begins a fresh one on the same worktree (the caller builds
+        and prepares it again)."""
         self._quit()
+
+    def start(self) -> None:
         self.process = self._start()
 
     def failure(self, doing: str, cause: str) -> InputError:
