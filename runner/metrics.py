@@ -354,6 +354,12 @@ ENTRIES: tuple[Metric, ...] = (
         help="the loop's time per pass beyond its roof-priced verification and draft calls",
     ),
     Metric(
+        "roofline_loop_compiled",
+        "bool",
+        "exact",
+        help="the loop ran in one C++ call (fast target, compiled draft): its overhead is fitted on such cases only",
+    ),
+    Metric(
         "roofline_loop_overhead_fit_seconds",
         "seconds",
         "fitted",

@@ -22,8 +22,9 @@ from typing import Any
 from runner.cost import roofline_model
 from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Placement, Shape, pass_cost
+from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
-from store.records import MeasurementRecord
+from store.records import MeasurementRecord, case_key
 
 LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")
 PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int8"}
@@ -188,7 +189,9 @@ def speculative(
     )
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
+    compiled = runs_compiled(target_pass(context.model, impl), draft)
     records = [
+        MeasurementRecord("roofline_loop_compiled", float(compiled), "bool"),
         MeasurementRecord("roofline_predicted_verify_cost_ratio", ratio, "ratio"),
         MeasurementRecord(
             "roofline_verify_cost_ratio_error",
@@ -202,12 +205,17 @@ def speculative(
         MeasurementRecord("roofline_draft_fixed_seconds", parts.draft_fixed_seconds, "seconds"),
         MeasurementRecord("roofline_loop_overhead_seconds", own_overhead, "seconds"),
     ]
+    # A loop in one C++ call pays far less per pass than one in Python: fit each on its own kind
+    # (a case recorded before the flag ran in Python).
+    rows = context.earlier("speculative")
+    compiled_cases = {case_key(row.params) for row in rows if row.metric == "roofline_loop_compiled" and row.value}
     earlier = [
         row.value
-        for row in context.earlier("speculative")
+        for row in rows
         if row.metric == "roofline_loop_overhead_seconds"
         and row.params.get("impl") == impl
         and row.params.get("part") == "speculative"
+        and (case_key(row.params) in compiled_cases) == compiled
     ]
     if not earlier:
         return [*records, MeasurementRecord("roofline_speculative_withheld", NO_LOOP_FIT, "reason")]
