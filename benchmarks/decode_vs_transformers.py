@@ -4,13 +4,14 @@ The quick model (trained, or reused from the store) is loaded into
 ``transformers.GPT2LMHeadModel``; each impl and ``generate(use_cache=True)`` produce 256 greedy
 tokens, timed with the paired method. Then, on the CPU, three ratios of the fast path, each paired
 in one run: a speculative verification of k + 1 = 5 positions against a plain step (in plain
-steps), the int8 and bfloat16 kernels against float32, and what a compiled call costs before its
-arithmetic; and the fast fp32 and int8 steps on this machine's measured roof
-(runner.experiments.parts.roofline_placement: ``fast_roof_fraction``, ``fast_int8_roof_fraction``,
-the roofline's time over the measured one;
-the roof is the store's profile of this machine, measured first if it has none). Ends with
-``name=value`` lines, after the 1-minute load average at the start and the end (a time measured
-beside other work is not the machine's). Needs the bench extra.
+steps; by wall clock with a Python call per verification, and by the library's kernel clock, as the
+compiled loop pays it, in float32, int8 and bfloat16), the int8 and bfloat16 kernels against
+float32, and what a compiled call costs before its arithmetic; and the fast fp32 and int8 steps on
+this machine's measured roof (runner.experiments.parts.roofline_placement: ``fast_roof_fraction``,
+``fast_int8_roof_fraction``, the roofline's time over the measured one; the roof is the store's
+profile of this machine, measured first if it has none). Ends with ``name=value`` lines, after the
+1-minute load average at the start and the end (a time measured beside other work is not the
+machine's). Needs the bench extra.
 
     python benchmarks/decode_vs_transformers.py [--db URL] [--tokens 256] [--pairs 5]
 """
@@ -75,7 +76,8 @@ def machine_floors(mults_per_token: int, weight_bytes: int) -> dict[str, float]:
 def verify_in_steps(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> Paired:
     """Plain fast decoding of n tokens against n verifications of k + 1 positions, one at each
     position the plain steps fed (the cache rolled back after each): paired, the ratio of the
-    candidate's time to the baseline's is a verification's cost in plain steps."""
+    candidate's time to the baseline's is a verification's cost in plain steps of this model's
+    precision (the harness's clock decides what a side's time includes)."""
     from runner.decoding.fast import decoder_for
 
     decoder = decoder_for(model)
@@ -181,16 +183,32 @@ def main() -> None:
 
 def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
     from runner.decoding.compiled import call_overhead_seconds
-    from runner.decoding.fast import instruction_set, set_threads
+    from runner.decoding.fast import instruction_set, kernel_seconds, set_threads
 
     verify = verify_in_steps(model, prompt, n, harness, pairs)
     print(
         f"fast verification of {VERIFY_K + 1} positions: {1 / verify.median:.2f} plain steps "
-        f"[{1 / verify.high:.2f}-{1 / verify.low:.2f}] (kernels: {instruction_set()})"
+        f"[{1 / verify.high:.2f}-{1 / verify.low:.2f}] (kernels: {instruction_set()}; wall clock, a Python call "
+        "per verification)"
     )
     ratios = {f"fast_verify_k{VERIFY_K}_steps": 1 / verify.median}
+    # What the compiled speculative loop pays: both sides timed by the library's clock of its entry points,
+    # so the Python call around each verification (which the loop no longer makes) is left out; per
+    # precision, since each one's plain step is its own unit.
+    kernel_harness = Harness(harness.device, clock=kernel_seconds, warmup=harness.warmup)
+    quantized_models = {
+        precision: quantize_model(model, precision, kernel=f"fast_{precision}") for precision in ("int8", "bf16")
+    }
+    for precision, target in (("fp32", model), *quantized_models.items()):
+        kernel_verify = verify_in_steps(target, prompt, n, kernel_harness, pairs)
+        name = "fast" if precision == "fp32" else f"fast_{precision}"
+        print(
+            f"{name} verification of {VERIFY_K + 1} positions, kernel time: {1 / kernel_verify.median:.2f} plain "
+            f"{precision} steps [{1 / kernel_verify.high:.2f}-{1 / kernel_verify.low:.2f}]"
+        )
+        ratios[f"{name}_verify_k{VERIFY_K}_kernel_steps"] = 1 / kernel_verify.median
     for precision, kernel in (("int8", "fast_int8"), ("bf16", "fast_bf16")):
-        quantized = quantize_model(model, precision, kernel=kernel)
+        quantized = quantized_models[precision]
         paired = harness.paired(
             lambda: generate(model, prompt, n, temperature=0.0, impl="fast"),
             functools.partial(generate, quantized, prompt, n, temperature=0.0, impl="fast"),
