@@ -177,15 +177,14 @@ class LoopState:
 @dataclass(frozen=True)
 class LoopOutcome:
     """What a compiled speculative loop did: every pass's emitted tokens in order, per pass the
-    proposals drafted and kept, TV(p, q) of every decided position, the draft's calls, the uniforms
-    read, and how many of the last emitted tokens the draft has not fed."""
+    proposals drafted and kept, TV(p, q) of every decided position, the draft's calls, and how many
+    of the last emitted tokens the draft has not fed."""
 
     emitted: list[int]
     drafted_per_pass: list[int]
     accepted_per_pass: list[int]
     total_variations: list[float]
     draft_calls: int
-    uniforms_read: int
     unfed: int
 
 
@@ -442,7 +441,7 @@ class FastDecoder:
         )
         if status != 0:
             raise RuntimeError("the speculative loop ran past a cache or its uniforms")
-        count, passes, draft_calls, read, decided, target_length, draft_length, unfed = state
+        count, passes, draft_calls, _uniforms_read, decided, target_length, draft_length, unfed = state
         loop.target_cache.length, loop.draft_cache.length = target_length, draft_length
         return LoopOutcome(
             emitted[:count].tolist(),
@@ -450,7 +449,6 @@ class FastDecoder:
             accepted[:passes].tolist(),
             variations[:decided].tolist(),
             draft_calls,
-            read,
             unfed,
         )
 
