@@ -183,7 +183,7 @@ def main() -> None:
 
 def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int) -> dict[str, float]:
     from runner.decoding.compiled import call_overhead_seconds
-    from runner.decoding.fast import instruction_set, kernel_seconds, set_threads
+    from runner.decoding.fast_library import instruction_set, kernel_seconds, set_threads
 
     verify = verify_in_steps(model, prompt, n, harness, pairs)
     print(
@@ -244,8 +244,8 @@ SPECULATIVE_TEMPERATURE = 1.0
 
 def outside_kernels(run: Callable[[], object], repeats: int = 7) -> float:
     """The share of ``run``'s wall time spent outside the compiled passes (median of ``repeats``), from
-    the library's own clock of its entry points (runner.decoding.fast.kernel_seconds)."""
-    from runner.decoding.fast import kernel_seconds
+    the library's own clock of its entry points (runner.decoding.fast_library.kernel_seconds)."""
+    from runner.decoding.fast_library import kernel_seconds
 
     run()
     shares = []

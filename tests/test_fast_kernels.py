@@ -126,7 +126,7 @@ def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
 
 
 def test_helper_threads_change_nothing_but_the_time() -> None:
-    from runner.decoding.fast import set_threads, threads
+    from runner.decoding.fast_library import set_threads, threads
 
     model = trained_looking(SHAPES[1])
     tokens = tokens_for(SHAPES[1], 60)
@@ -162,7 +162,7 @@ def test_inductor_code_is_cached_apart_per_cpu_capability(tmp_path: Path) -> Non
 
 
 def test_the_fast_path_is_built_for_the_instruction_set_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.decoding.fast import default_march, instruction_set
+    from runner.decoding.fast_library import default_march, instruction_set
     from runner.errors import InputError
 
     monkeypatch.setenv("DECODELAB_FAST_MARCH", "x86-64")

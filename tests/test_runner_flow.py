@@ -58,9 +58,9 @@ def test_run_records_every_case_and_a_rerun_reuses_the_model(sqlite_url: str) ->
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as connection:
         assert connection.execute("SELECT threads FROM machine").fetchall() == [(spec.raw["threads"],)] == [(1,)]
     assert torch.get_num_threads() == threads_before
-    from runner.decoding import fast as fast_decode
+    from runner.decoding.fast_library import threads_wanted
 
-    assert fast_decode._threads_wanted == 1, "the fast path is back on its default"
+    assert threads_wanted() == 1, "the fast path is back on its default"
     run = frames.runs(store).to_dict("records")[0]
     assert run["status"] == "done" and run["wall_seconds"] > 0
     measured = frames.measurements(store, first.run_id)

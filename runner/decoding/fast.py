@@ -5,9 +5,8 @@ PyTorch spends hundreds of microseconds dispatching its ~40 small ops. This path
 arithmetic (embedding, pre-LayerNorm blocks with cached attention, tanh GELU, tied lm head) over
 weights packed for vector kernels (runner/decoding/csrc/linear.h: each lane one output row, so a row's sum
 runs in column order whatever the number of positions in the pass), on one thread unless
-``set_threads`` says otherwise, in a library built on first use (runner.decoding.native_build) and loaded
-with ctypes. Logits agree with the eager path to
-float rounding, not bit for bit.
+``set_threads`` says otherwise, in a library built on first use and loaded with ctypes
+(runner.decoding.fast_library). Logits agree with the eager path to float rounding, not bit for bit.
 
 Three weight formats run through the same loop: float32 (the model as trained), and the blocks'
 linear layers in bfloat16 (``fast_bf16``) or int8 with one scale per output row and activations
@@ -25,8 +24,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import os
-import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, cast
@@ -34,97 +31,16 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-from runner.decoding.native_build import build
-from runner.errors import InputError
+# instruction_set stays importable from here: `decodelab ab` workers ask runner.decoding.fast for it, in
+# every revision they compare, older ones included.
+from runner.decoding.fast_library import instruction_set as instruction_set
+from runner.decoding.fast_library import library
 from runner.model.gpt import Block, CharGPT, KVCache
 from runner.model.quantize import Bfloat16Linear, Int8DynamicLinear, quantization_of
 
 FORMATS = {"float32": 0, "fast_bf16": 1, "fast_int8": 2}  # runner/decoding/csrc/linear.h Format, by quantization kernel
 FAST_KERNELS = tuple(FORMATS)
 BONUS_FROM_DRAFT = 4  # runner.decoding.speculative.RULE_VARIANTS' index of the variant whose q has k + 1 rows
-
-_pointer, _int64, _int32, _double = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
-
-
-MARCH_VARIABLE = "DECODELAB_FAST_MARCH"
-_MARCH_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
-
-
-def default_march() -> str:
-    """The instruction set the fast path is built for: ``native`` unless $DECODELAB_FAST_MARCH names
-    another ``-march`` (``x86-64-v3`` for AVX2, ``x86-64`` for plain loops), so the suite can check that
-    its figures hold whichever kernels a CPU gets."""
-    march = os.environ.get(MARCH_VARIABLE, "native").strip() or "native"
-    if not _MARCH_PATTERN.fullmatch(march):
-        allowed = "lower-case letters, digits, '.', '_', '-'"
-        raise InputError(f"{MARCH_VARIABLE}: {march!r} is not a -march name ({allowed})")
-    return march
-
-
-_loaded: dict[str, ctypes.CDLL] = {}  # by -march: the libraries this process has loaded
-
-
-def library(march: str | None = None) -> ctypes.CDLL:
-    """The compiled decode path for this CPU (built once, then cached; see runner.decoding.native_build)."""
-    march = march or default_march()
-    if march not in _loaded:
-        _loaded[march] = _load(march)
-    return _loaded[march]
-
-
-def _load(march: str) -> ctypes.CDLL:
-    loaded = ctypes.CDLL(str(build("fast_decode.cpp", march)))
-    loaded.dl_isa.restype = ctypes.c_char_p
-    loaded.dl_model_new.restype = _pointer
-    loaded.dl_model_new.argtypes = [_int64] * 5 + [_int32] + [_pointer] * 5
-    loaded.dl_model_free.argtypes = [_pointer]
-    loaded.dl_forward.restype = _int32
-    loaded.dl_forward.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer]
-    loaded.dl_sample.restype = _int32
-    loaded.dl_sample.argtypes = [_pointer, _pointer, _int64, _int64, _int64, _double, _pointer]
-    loaded.dl_sample.argtypes += [_pointer, _pointer, _int64, _int32, _pointer, _pointer, _double]
-    loaded.dl_verify.restype = _int64
-    loaded.dl_verify.argtypes = [_pointer, _pointer, _int64, _int64, _pointer, _pointer, _int64, _pointer, _double]
-    loaded.dl_verify.argtypes += [_pointer, _pointer, _pointer, _int32]
-    loaded.dl_speculate.restype = _int32
-    loaded.dl_speculate.argtypes = [_pointer, _pointer, _int64, _int64, _int32, _int64, _int64, _double, _double]
-    loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer, _pointer, _int64, _int64, _pointer, _pointer]
-    loaded.dl_speculate.argtypes += [_int64, _int64, _pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
-    loaded.dl_set_threads.argtypes = [_int32]
-    loaded.dl_threads.restype = _int32
-    loaded.dl_kernel_nanoseconds.restype = _int64
-    loaded.dl_set_threads(_threads_wanted)
-    return loaded
-
-
-def instruction_set(march: str | None = None) -> str:
-    """What the kernels were built for, e.g. ``avx512+vnni+bf16``."""
-    return cast(bytes, library(march).dl_isa()).decode()
-
-
-_threads_wanted = 1
-
-
-def set_threads(threads: int) -> None:
-    """How many threads each pass of the fast path uses, this one included: rows of every layer and
-    the attention heads are shared with helpers (runner/decoding/csrc/pool.h). 1 by default: a helper the OS
-    does not schedule, on a machine busy with other work, stalls the passes that wait for it
-    (benchmarks/decode_vs_transformers.py times two threads against one, paired). Applied when the
-    library loads, so setting it builds nothing."""
-    global _threads_wanted
-    _threads_wanted = max(1, threads)
-    for loaded in _loaded.values():
-        loaded.dl_set_threads(_threads_wanted)
-
-
-def threads() -> int:
-    return int(library().dl_threads())
-
-
-def kernel_seconds() -> float:
-    """Seconds this thread has spent inside the default library's compiled passes (forward, sample,
-    verify) so far: a loop around them spends its wall time less the growth of this outside them."""
-    return int(library().dl_kernel_nanoseconds()) / 1e9
 
 
 def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
@@ -198,7 +114,7 @@ class FastDecoder:
         self._layout = (config.n_layer, 1, config.n_head, config.head_dim)
         weight_format, shared, blocks = model_tensors(model)
         self._library = library(march)
-        pointers = (_pointer * len(blocks))(*(_address(tensor) for tensor in blocks))
+        pointers = (ctypes.c_void_p * len(blocks))(*(_address(tensor) for tensor in blocks))
         # The library copies (and packs) every tensor: nothing here needs to outlive this call.
         self._handle = self._library.dl_model_new(
             config.vocab_size,

@@ -68,18 +68,18 @@ DEFAULT_THREADS = torch.get_num_threads()
 def torch_threads(threads: int, fast_path: bool = False) -> Iterator[None]:
     """Torch uses ``threads`` threads inside the block (0: DEFAULT_THREADS), then what it used
     before; with ``fast_path`` the fast decode path does too (0: its default, one)."""
-    from runner.decoding import fast as fast_decode
+    from runner.decoding.fast_library import set_threads, threads_wanted
 
-    before, fast_before = torch.get_num_threads(), fast_decode._threads_wanted
+    before, fast_before = torch.get_num_threads(), threads_wanted()
     torch.set_num_threads(threads or DEFAULT_THREADS)
     if fast_path:
-        fast_decode.set_threads(threads or 1)
+        set_threads(threads or 1)
     try:
         yield
     finally:
         torch.set_num_threads(before)
         if fast_path:
-            fast_decode.set_threads(fast_before)
+            set_threads(fast_before)
 
 
 def training_threads(log: Log) -> int:

@@ -56,9 +56,9 @@ def overhead_fit(context: ExperimentContext, impl: str) -> tuple[float, float | 
 def fast_threads(impl: str) -> int:
     if impl != "fast":
         return 1  # eager steps at these widths run on one thread whatever torch has
-    from runner.decoding import fast as fast_decode
+    from runner.decoding.fast_library import threads_wanted
 
-    return max(1, fast_decode._threads_wanted)
+    return max(1, threads_wanted())
 
 
 def placement_records(

@@ -71,11 +71,11 @@ def alpha_a_priori(target: CharGPT, draft: Draft, windows: Sequence[list[int]], 
 def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> Harness:
     """The harness that prices this target and draft's calls as the loop pays for them: where the loop
     runs in one C++ call (runs_compiled) it pays for the kernels and little else, so each call is
-    timed by the time spent inside them (runner.decoding.fast.kernel_seconds, the library's own
+    timed by the time spent inside them (runner.decoding.fast_library.kernel_seconds, the library's own
     clock), not with the Python and ctypes around it that the loop no longer runs."""
     if not runs_compiled(run_target, draft):
         return harness
-    from runner.decoding.fast import kernel_seconds
+    from runner.decoding.fast_library import kernel_seconds
 
     return Harness(harness.device, clock=kernel_seconds, warmup=harness.warmup)
 
