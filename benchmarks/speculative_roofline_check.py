@@ -58,6 +58,19 @@ def figure(case: pd.Series, *names: str) -> float | None:
     return None
 
 
+def vocabulary_size(store: Store, run_id: int, model_hash: str | None, model: dict[str, Any]) -> int:
+    """The run's vocabulary: from its training summary's parameter count, else from the stored model
+    (a spec without a training summary, such as benchmarks/specs/quick-speculative.toml)."""
+    training = frames.measurements(store, run_id, "training_summary")
+    counts = list(training[training["metric"] == "parameter_count"]["value"])
+    record = store.results.find_model(weights_hash=model_hash) if model_hash and not counts else None
+    if record is not None:
+        counts = [record.parameter_count]
+    if not counts:
+        raise SystemExit(f"error: --run: run {run_id} has neither a training summary nor a stored model")
+    return vocab_of(int(counts[0]), model["d_model"], model["n_layer"], model["context_length"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
@@ -70,12 +83,10 @@ def main() -> None:
         roof = json.loads(arguments.profile.read_text())
     if roof is None:
         raise SystemExit(f"error: --profile: run {arguments.run}'s machine {machine} has no stored roof; give one")
-    spec = frames.runs(store).set_index("run_id").loc[arguments.run, "spec"]
-    model = spec["model"]
-    training = frames.measurements(store, arguments.run, "training_summary")
-    count = int(training[training["metric"] == "parameter_count"]["value"].iloc[0])
+    run = frames.runs(store).set_index("run_id").loc[arguments.run]
+    model = run["spec"]["model"]
     shape = Shape(
-        vocab_of(count, model["d_model"], model["n_layer"], model["context_length"]),
+        vocabulary_size(store, arguments.run, run["model_hash"], model),
         model["d_model"],
         model["n_layer"],
         model["n_head"],
