@@ -227,6 +227,9 @@ def fast_path_ratios(model: CharGPT, prompt: list[int], n: int, harness: Harness
 
             return run
 
+        # Asked for before timing, so the harness does not pin this thread to one CPU, where the
+        # helpers started during the pairs would inherit the pin and share that CPU with it.
+        set_threads(cores)
         paired = harness.paired(on_threads(1), on_threads(cores), pairs=pairs)
         set_threads(1)
         print(f"fast on {cores} threads: {paired.median:.2f}x one thread [{paired.low:.2f}-{paired.high:.2f}]")

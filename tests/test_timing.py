@@ -203,6 +203,31 @@ def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restor
     assert (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()) == before
 
 
+def test_timing_does_not_pin_a_process_whose_fast_path_runs_helper_threads() -> None:
+    """A helper started while the timing thread is pinned inherits the pin and shares its one CPU:
+    two threads then ran at half the speed of one (benchmarks/decode_vs_transformers.py printed 0.5x
+    where they give 1.4x)."""
+    import os
+
+    import torch
+
+    from runner.decoding.fast_library import set_threads, threads_wanted
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to pin to one")
+    seen: list[int] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    set_threads(2)
+    try:
+        Harness().min_of(lambda: seen.append(len(os.sched_getaffinity(0))), repeats=2)
+    finally:
+        set_threads(1)
+        torch.set_num_threads(threads)
+    assert threads_wanted() == 1
+    assert min(seen) > 1, "left on every CPU it may use while the fast path runs helpers"
+
+
 def test_a_steady_pair_interleaves_its_calls_call_by_call_so_both_sides_see_the_same_phases() -> None:
     """Calls of 0.02 s and 0.01 s (3 and 5 loops a sample): inside each timed sample the quick
     side's five calls are spread among the slow side's three, never all of one side first; sides

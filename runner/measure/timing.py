@@ -55,9 +55,13 @@ def current_cpu() -> int | None:
 
 @contextlib.contextmanager
 def pinned() -> Iterator[None]:
-    """The process on one CPU (the one it is on) while timing, where the OS allows it and torch
-    runs one thread: a migration between cores mid-sample costs its caches. Restored after."""
-    if not hasattr(os, "sched_setaffinity") or torch.get_num_threads() != 1:
+    """The process on one CPU (the one it is on) while timing, where the OS allows it and both torch
+    and the fast path run one thread: a migration between cores mid-sample costs its caches.
+    Restored after. (A thread started while pinned inherits the pin: the fast path's helpers would
+    share the one CPU with the thread they help.)"""
+    from runner.decoding.fast_library import threads_wanted
+
+    if not hasattr(os, "sched_setaffinity") or torch.get_num_threads() != 1 or threads_wanted() != 1:
         yield
         return
     try:
