@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import calibration, review, review_charts, review_inputs
+from analysis import between_runs, calibration, review, review_charts, review_inputs
 from analysis.figures import Figure
 from analysis.formats import REPORT_FORMATS as REPORT_FORMATS
 from analysis.runs import sweep_label
@@ -276,9 +276,10 @@ METHOD = (
     f"by Benjamini–Hochberg within each experiment · impl family and compared with {review.ALPHA:g} (the false "
     f"discovery rate controlled within each family); given three or more earlier done runs of the preset on this "
     f"machine, a shift must also clear the between-run floor (the case's robust run-to-run standard deviation over "
-    f"them, the newest {review.HISTORY_WINDOW}, times t(1 − {review.ALPHA:g}/2) on their count less one degrees of "
-    f"freedom times √2, so that an unchanged case crosses it with chance "
-    f"{review.ALPHA:g}); with fewer, a paired ratio's shift within the machine's drift figure (else "
+    f"them, the newest {review.HISTORY_WINDOW}, moderated towards its experiment · metric · impl group's median with "
+    f"{between_runs.BETWEEN_PRIOR_FREEDOM} prior degrees of freedom, times t(1 − {between_runs.FLOOR_ALPHA:g}/2) on "
+    f"those and their count less one degrees of freedom times √2, so that an unchanged case crosses it with chance "
+    f"about {between_runs.FLOOR_ALPHA:g}); with fewer, a paired ratio's shift within the machine's drift figure (else "
     f"±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, and a min-of-N time (absolute seconds) is at "
     f"most unknown drift. Each tested row says the smallest change it would have seen ({review.MDE_POWER:.0%} "
     f"power, moving alone in its family, never below its floor); a review with rows that could not see "

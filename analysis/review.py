@@ -15,9 +15,9 @@ Verdicts:
   experiment · impl · method group (so that three samples a side are enough: a U test cannot
   reach 0.01 below five); the p-values adjusted by Benjamini–Hochberg within each family of one
   experiment and impl (a single case can speak: it competes with its family, not with the whole
-  review); and a shift beyond the between-run floor (``between_run_multiplier`` robust standard
-  deviations of the case's log value over the earlier runs of the preset on the machine) where
-  there are three such runs. With fewer earlier runs a paired ratio's shift within the machine's
+  review); and a shift beyond the between-run floor (analysis.between_runs: the case's
+  run-to-run spread over the earlier runs of the preset on the machine, moderated towards its
+  group's) where there are three such runs. With fewer earlier runs a paired ratio's shift within the machine's
   drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the machine may have drifted between
   the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
   its minimum detectable effect (``detectable``): the change it would have flagged with
@@ -42,6 +42,18 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.between_runs import (
+    DEFAULT_DRIFT,
+    DEFAULT_IMPL,
+    DRIFT_MIN_VALUES,
+    DRIFT_QUANTILE,
+    HISTORY_WINDOW,
+    MIN_EARLIER_RUNS,
+    between_run_floors,
+    between_run_multiplier,
+    drift_moves,
+    drift_of,
+)
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import (
     LogShiftTest,
@@ -50,7 +62,6 @@ from analysis.statistics import (
     matched_variance,
     minimum_detectable_log,
     pooled_variance,
-    robust_sigma,
     smallest_p_value,
 )
 from runner.labels import part_labels
@@ -62,9 +73,12 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_DRIFT",
     "DEFAULT_IMPL",
+    "DRIFT_MIN_VALUES",
+    "DRIFT_QUANTILE",
     "HEADLINES",
     "HISTORY_WINDOW",
     "MDE_POWER",
+    "MIN_EARLIER_RUNS",
     "MIN_SAMPLES",
     "NOISE_PARTS",
     "PINNED",
@@ -116,22 +130,6 @@ MIN_SAMPLES = 2
 MDE_POWER = 0.8
 # A review some of whose tested rows could not have seen this change says it is underpowered.
 UNDERPOWERED_CHANGE = 0.25
-# The between-run floor, from the newest HISTORY_WINDOW earlier runs where there are
-# MIN_EARLIER_RUNS: how far a value may move against its baseline when both come from the case's
-# run-to-run spread (robust_sigma of its log over those runs), exceeded with chance ALPHA where
-# that spread is normal: t_{n-1}(1 - ALPHA/2) · sqrt(2) standard deviations, 14 on three runs and
-# 4 on twenty (``between_run_multiplier``). A fixed 3 standard deviations was exceeded by 11% of
-# A/A moves on three runs and 3% on twenty (simulated): the floor is what decides a min-of-N row.
-HISTORY_WINDOW = 20
-MIN_EARLIER_RUNS = 3
-# How far two runs of the same code on one machine may drift apart when the machine's own figure
-# is not known yet (|log| of the ratio of medians): 10%. The calibration (docs/review.md) measured
-# A/A shifts of the speculative speedups up to 8% on the 2-core development machine.
-DEFAULT_DRIFT = math.log(1.10)
-# The machine's drift figure: this quantile of |log ratio| of timed headline values between
-# consecutive comparable runs, where there are at least DRIFT_MIN_VALUES of them.
-DRIFT_QUANTILE = 0.95
-DRIFT_MIN_VALUES = 20
 # Regressions first: what a reviewer must look at, then what moved, then the rest.
 VERDICT_ORDER = (
     "regressed",
@@ -184,8 +182,6 @@ NOISE_PARTS = {"aa"}
 # An A/A case's band (the speculative one's names, the others') and its ratio of minima.
 AA_BAND_METRICS = frozenset({"speedup_min", "speedup_max", "aa_speedup_low", "aa_speedup_high"})
 AA_MIN_METRIC = "aa_min_ratio"
-# Cases without an impl parameter decode through eager PyTorch, the static impl.
-DEFAULT_IMPL = "static"
 COLUMNS = [
     "verdict",
     "experiment",
@@ -228,62 +224,6 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[tuple[str, str, str], floa
             key = (str(experiment), str(params.get("impl", DEFAULT_IMPL)), method)
             floors[key] = max(floors.get(key, 0.0), abs(math.log(value)))
     return floors
-
-
-def between_run_multiplier(earlier_runs: int) -> float:
-    """How many run-to-run standard deviations a shift against the baseline must exceed, given
-    that spread was estimated from ``earlier_runs`` runs: the two-sided 1 - ALPHA quantile of
-    Student's t on earlier_runs - 1 degrees of freedom, times sqrt(2) (both the run and its
-    baseline vary). Infinite below two runs."""
-    from scipy.stats import t as student
-
-    if earlier_runs < 2:
-        return math.inf
-    return float(student.ppf(1 - ALPHA / 2, earlier_runs - 1)) * math.sqrt(2)
-
-
-def between_run_floors(history: pd.DataFrame) -> dict[tuple[str, str, str], float]:
-    """How far a timed value moves from run to run on its own: per (experiment, metric, params),
-    ``between_run_multiplier`` robust standard deviations of its log over ``history``, the
-    earlier runs it may be judged against (the same preset on the same machine fingerprint, done,
-    not suspect, the newest HISTORY_WINDOW), where there are MIN_EARLIER_RUNS. The robust spread
-    is the larger of the MAD-based and the range-based estimate, so that three runs of which two
-    agree cannot make it collapse. Between-run drift (a shared VM slowing down for minutes) is
-    invisible to the A/A pairs inside one run."""
-    floors: dict[tuple[str, str, str], float] = {}
-    if history.empty:
-        return floors
-    frame = history[history["value"] > 0].sort_values("started_at")
-    keys = frame["params"].map(params_key)
-    for (experiment, metric, key), group in frame.groupby([frame["experiment"], frame["metric"], keys]):
-        logs = [math.log(value) for value in group["value"].tail(HISTORY_WINDOW)]
-        if len(logs) >= MIN_EARLIER_RUNS:
-            floors[(str(experiment), str(metric), str(key))] = between_run_multiplier(len(logs)) * robust_sigma(logs)
-    return floors
-
-
-def drift_moves(history: pd.DataFrame) -> list[float]:
-    """How far each timed headline value moved between consecutive comparable runs (|log| of
-    their ratio), over ``history`` (run_id, started_at, preset, experiment, metric, params, value
-    of one machine's done runs, any preset; ``preset`` may be a comparable key, so that custom
-    runs move only against runs of their own spec)."""
-    if history.empty:
-        return []
-    frame = history[history["value"] > 0].sort_values(["started_at", "run_id"])
-    keys = frame["params"].map(params_key)
-    moves: list[float] = []
-    for _, group in frame.groupby([frame["preset"].fillna("custom"), frame["experiment"], frame["metric"], keys]):
-        values = group["value"].tolist()
-        moves += [abs(math.log(after / before)) for before, after in zip(values, values[1:], strict=False)]
-    return moves
-
-
-def drift_of(moves: Sequence[float]) -> float | None:
-    """The machine's drift figure: the DRIFT_QUANTILE quantile of its ``drift_moves``; None with
-    fewer than DRIFT_MIN_VALUES moves."""
-    if len(moves) < DRIFT_MIN_VALUES:
-        return None
-    return float(pd.Series(list(moves)).quantile(DRIFT_QUANTILE))
 
 
 ROUND_METHOD = ", per round"

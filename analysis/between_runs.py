@@ -1,0 +1,131 @@
+"""How far a timed value moves from one run to the next on one machine: the between-run floor a
+review's shift must clear once three earlier runs are known, and the machine's drift figure
+that stands in for it before.
+
+A case's run-to-run spread is a guess on n − 1 degrees of freedom, two on three earlier runs, so
+a floor from that alone must be t(0.995, 2) · √2 = 14 of its standard deviations wide, and no
+single case's change below about 100% can clear it. The floor therefore moderates each case's
+variance towards the median one of its experiment · metric · impl group (empirical Bayes, as the
+within-run t test does): (d0·s0² + d·s²)/(d0 + d) on d0 + d degrees of freedom. On the 2-core
+EPYC the cases of one group spread 0.004–0.13 (speculative) in run-to-run log standard deviation,
+so the prior is given two degrees of freedom (BETWEEN_PRIOR_FREEDOM): a case noisier than its
+group keeps much of its own spread. On three runs the floor is t(0.995, 4) · √2 = 6.5 moderated
+standard deviations wide.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+import pandas as pd
+
+from analysis.statistics import robust_sigma
+from store.records import case_key
+
+# The chance an unchanged case's shift crosses its floor, where its run-to-run spread is normal.
+FLOOR_ALPHA = 0.01
+# The floor is learned from the newest HISTORY_WINDOW earlier runs, once there are MIN_EARLIER_RUNS.
+HISTORY_WINDOW = 20
+MIN_EARLIER_RUNS = 3
+# The prior's weight, in degrees of freedom, where the group has MIN_PRIOR_CASES cases with a
+# spread of their own (fewer: each case stands alone). Simulated with run-to-run spreads as
+# unequal as the EPYC's (log-uniform over 0.004–0.13 in a group of 14), three earlier runs: an A/A
+# move crosses the floor 0.7% of the time with 2, 1.3% with 3, 1.8% with 4 (the within-run
+# test's), with the mean variance as the prior in place of the median 0.1–0.3% but 2× as wide.
+BETWEEN_PRIOR_FREEDOM = 2
+MIN_PRIOR_CASES = 3
+# How far two runs of the same code on one machine may drift apart when the machine's own figure
+# is not known yet (|log| of the ratio of medians): 10%. The calibration (docs/review.md) measured
+# A/A shifts of the speculative speedups up to 8% on the 2-core development machine.
+DEFAULT_DRIFT = math.log(1.10)
+# The machine's drift figure: this quantile of |log ratio| of timed headline values between
+# consecutive comparable runs, where there are at least DRIFT_MIN_VALUES of them.
+DRIFT_QUANTILE = 0.95
+DRIFT_MIN_VALUES = 20
+# Cases without an impl parameter decode through eager PyTorch, the static impl.
+DEFAULT_IMPL = "static"
+
+FloorKey = tuple[str, str, str]  # (experiment, metric, case key)
+
+
+def between_run_multiplier(earlier_runs: int, prior_freedom: float = 0.0) -> float:
+    """How many run-to-run standard deviations a shift against the baseline must exceed, given
+    that spread was estimated from ``earlier_runs`` runs and a prior worth ``prior_freedom``
+    degrees of freedom: the two-sided 1 − FLOOR_ALPHA quantile of Student's t on
+    earlier_runs − 1 + prior_freedom degrees of freedom, times √2 (both the run and its baseline
+    vary). Infinite below two runs."""
+    from scipy.stats import t as student
+
+    if earlier_runs < 2:
+        return math.inf
+    return float(student.ppf(1 - FLOOR_ALPHA / 2, earlier_runs - 1 + prior_freedom)) * math.sqrt(2)
+
+
+def case_spreads(history: pd.DataFrame) -> dict[FloorKey, tuple[int, float, str]]:
+    """Per (experiment, metric, case key) with MIN_EARLIER_RUNS values among the newest
+    HISTORY_WINDOW: (runs, robust standard deviation of the log value, impl). The robust spread is
+    the larger of the MAD-based and the range-based estimate, so that three runs of which two
+    agree cannot make it collapse."""
+    spreads: dict[FloorKey, tuple[int, float, str]] = {}
+    if history.empty:
+        return spreads
+    frame = history[history["value"] > 0].sort_values("started_at")
+    keys = frame["params"].map(case_key)
+    for (experiment, metric, key), group in frame.groupby([frame["experiment"], frame["metric"], keys]):
+        logs = [math.log(value) for value in group["value"].tail(HISTORY_WINDOW)]
+        if len(logs) >= MIN_EARLIER_RUNS:
+            impl = str(group["params"].iloc[-1].get("impl", DEFAULT_IMPL))
+            spreads[(str(experiment), str(metric), str(key))] = (len(logs), robust_sigma(logs), impl)
+    return spreads
+
+
+def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
+    """How far a timed value moves from run to run on its own: per (experiment, metric, case
+    key), ``between_run_multiplier`` moderated run-to-run standard deviations of its log over
+    ``history``, the earlier runs it may be judged against (the same preset on the same machine
+    fingerprint, done, not suspect), where there are MIN_EARLIER_RUNS. Between-run drift (a
+    shared VM slowing down for minutes, a process's own speed) is invisible to the pairs inside
+    one run."""
+    spreads = case_spreads(history)
+    by_group: dict[tuple[str, str, str], list[float]] = {}
+    for (experiment, metric, _), (_, sigma, impl) in spreads.items():
+        by_group.setdefault((experiment, metric, impl), []).append(sigma**2)
+    priors = {
+        group: statistics.median(variances)
+        for group, variances in by_group.items()
+        if len(variances) >= MIN_PRIOR_CASES
+    }
+    floors: dict[FloorKey, float] = {}
+    for (experiment, metric, key), (runs, sigma, impl) in spreads.items():
+        prior = priors.get((experiment, metric, impl))
+        prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
+        own_freedom = runs - 1
+        variance = (prior_freedom * (prior or 0.0) + own_freedom * sigma**2) / (prior_freedom + own_freedom)
+        floors[(experiment, metric, key)] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
+    return floors
+
+
+def drift_moves(history: pd.DataFrame) -> list[float]:
+    """How far each timed headline value moved between consecutive comparable runs (|log| of
+    their ratio), over ``history`` (run_id, started_at, preset, experiment, metric, params, value
+    of one machine's done runs, any preset; ``preset`` may be a comparable key, so that custom
+    runs move only against runs of their own spec)."""
+    if history.empty:
+        return []
+    frame = history[history["value"] > 0].sort_values(["started_at", "run_id"])
+    keys = frame["params"].map(case_key)
+    moves: list[float] = []
+    for _, group in frame.groupby([frame["preset"].fillna("custom"), frame["experiment"], frame["metric"], keys]):
+        values = group["value"].tolist()
+        moves += [abs(math.log(after / before)) for before, after in zip(values, values[1:], strict=False)]
+    return moves
+
+
+def drift_of(moves: Sequence[float]) -> float | None:
+    """The machine's drift figure: the DRIFT_QUANTILE quantile of its ``drift_moves``; None with
+    fewer than DRIFT_MIN_VALUES moves."""
+    if len(moves) < DRIFT_MIN_VALUES:
+        return None
+    return float(pd.Series(list(moves)).quantile(DRIFT_QUANTILE))

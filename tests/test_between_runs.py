@@ -1,0 +1,90 @@
+"""The between-run floor: each case's run-to-run spread moderated towards its group's, so that
+three earlier runs give a floor a single case's change can clear, while an unchanged case in a
+group of unequal noise still crosses it about FLOOR_ALPHA of the time."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+
+from analysis import between_runs
+from analysis.statistics import robust_sigma
+from store.records import case_key
+
+
+def history(logs_by_case: list[list[float]], impl: str = "fast") -> pd.DataFrame:
+    """One speculative speedup per case and earlier run, from each case's log values."""
+    rows = []
+    for case, logs in enumerate(logs_by_case):
+        for run, log in enumerate(logs):
+            rows.append(
+                {
+                    "run_id": run + 1,
+                    "started_at": pd.Timestamp("2026-12-01") + pd.Timedelta(hours=run),
+                    "experiment": "speculative",
+                    "metric": "speedup_median",
+                    "params": {"part": "speculative", "k": case, "impl": impl},
+                    "value": math.exp(log),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def floor_of(floors: dict[tuple[str, str, str], float], case: int, impl: str = "fast") -> float:
+    return floors[("speculative", "speedup_median", case_key({"part": "speculative", "k": case, "impl": impl}))]
+
+
+def test_a_group_prior_narrows_the_floor_of_three_runs() -> None:
+    """Fourteen cases of one spread: alone, three runs give t(0.995, 2) · √2 = 14 standard
+    deviations; with the group's prior (2 degrees of freedom) t(0.995, 4) · √2 = 6.5."""
+    generator = random.Random(3)
+    cases = [[generator.gauss(0.0, 0.05) for _ in range(3)] for _ in range(14)]
+    floors = between_runs.between_run_floors(history(cases))
+    alone = [between_runs.between_run_multiplier(3) * robust_sigma(logs) for logs in cases]
+    moderated = [floor_of(floors, case) for case in range(14)]
+    prior = between_runs.BETWEEN_PRIOR_FREEDOM
+    assert between_runs.between_run_multiplier(3, prior) < 0.5 * between_runs.between_run_multiplier(3)
+    assert sorted(moderated)[7] < 0.5 * sorted(alone)[7]
+    # A case whose three runs happened to agree is pulled up towards its group, not left at zero.
+    agreeing = [[0.0, 0.0, 0.0], *cases[1:]]
+    assert floor_of(between_runs.between_run_floors(history(agreeing)), 0) > 0.1
+
+
+def test_a_case_without_enough_companions_keeps_its_own_spread() -> None:
+    """Below MIN_PRIOR_CASES cases a group has no prior: each floor is the case's own."""
+    cases = [[0.0, 0.02, 0.3], [0.0, 0.01, -0.01]]
+    floors = between_runs.between_run_floors(history(cases))
+    for case, logs in enumerate(cases):
+        assert math.isclose(floor_of(floors, case), between_runs.between_run_multiplier(3) * robust_sigma(logs))
+
+
+def test_moderated_floors_are_crossed_with_chance_alpha_where_cases_differ_in_noise() -> None:
+    """Run-to-run standard deviations spread as measured on the EPYC (0.004–0.13 among the
+    speculative cases of one impl): an A/A move of each case against the newest of its earlier
+    runs crosses its floor at most 1.5 FLOOR_ALPHA of the time, on three runs and on eight (with 4
+    prior degrees of freedom in place of 2, 1.8% on three runs)."""
+    generator = random.Random(11)
+    for runs in (3, 8):
+        crossed = trials = 0
+        for _ in range(250):
+            sigmas = [math.exp(generator.uniform(math.log(0.004), math.log(0.13))) for _ in range(14)]
+            cases = [[generator.gauss(0.0, sigma) for _ in range(runs)] for sigma in sigmas]
+            floors = between_runs.between_run_floors(history(cases))
+            for case, (sigma, logs) in enumerate(zip(sigmas, cases, strict=True)):
+                crossed += abs(generator.gauss(0.0, sigma) - logs[-1]) > floor_of(floors, case)
+                trials += 1
+        assert crossed / trials <= 1.5 * between_runs.FLOOR_ALPHA, (runs, crossed, trials)
+
+
+def test_groups_are_kept_apart_by_impl() -> None:
+    """A quiet impl's prior does not narrow a noisy impl's floors."""
+    generator = random.Random(5)
+    quiet = history([[generator.gauss(0.0, 0.005) for _ in range(3)] for _ in range(5)], impl="fast")
+    noisy_cases = [[generator.gauss(0.0, 0.1) for _ in range(3)] for _ in range(5)]
+    noisy = history(noisy_cases, impl="static")
+    together = between_runs.between_run_floors(pd.concat([quiet, noisy], ignore_index=True))
+    alone = between_runs.between_run_floors(noisy)
+    for case in range(5):
+        assert math.isclose(floor_of(together, case, "static"), floor_of(alone, case, "static"))
