@@ -264,30 +264,3 @@ def test_a_steady_pair_interleaves_its_calls_call_by_call_so_both_sides_see_the_
     block_ratio = harness.time_once(phased(0.02), 3) / harness.time_once(phased(0.01), 5)
     assert block_ratio == pytest.approx(0.02 / 0.026)
     assert abs(math.log(slow_side / quick_side / 2.0)) < abs(math.log(block_ratio / 2.0)) / 3
-
-
-def test_spaced_samples_start_apart_with_the_function_running_untimed_in_between() -> None:
-    """A slow phase of the host lasts up to a few tenths of a second: the least of three samples
-    taken back to back is slow whenever the phase covers all three (on the EPYC VM, an overhead
-    point's three samples came out 1.6-2x slow together, 1% apart). Spaced samples start
-    ``spacing_seconds`` apart, filled with untimed calls, and no filler follows the last."""
-    clock = FakeClock()
-    order: list[str] = []
-    call = clock.taking(0.25, "call", order)
-    starts: list[float] = []
-    harness = Harness(clock=clock)
-    original = harness.time_once
-
-    def noting(function: Callable[[], object], loops: int = 1) -> float:
-        starts.append(clock.now)
-        return original(function, loops)
-
-    harness.time_once = noting  # type: ignore[method-assign]
-    result = harness.min_of(call, repeats=3, steady=True, spacing_seconds=0.6)
-    timed = starts[-3:]
-    assert len(result.seconds) == 3 and all(seconds == pytest.approx(0.25) for seconds in result.seconds)
-    # The first call past 0.6 s since a sample started ends the gap: 0.75 s with 0.25 s calls.
-    assert [later - earlier for earlier, later in zip(timed, timed[1:], strict=False)] == pytest.approx([0.75, 0.75])
-    assert clock.now == pytest.approx(timed[-1] + 0.25)  # nothing after the last sample
-    with pytest.raises(ValueError, match="spacing_seconds"):
-        harness.min_of(call, repeats=3, spacing_seconds=0.6)

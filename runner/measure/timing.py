@@ -219,27 +219,14 @@ class Harness:
                 function()
         synchronize(self.device)
 
-    def min_of(
-        self, function: Callable[[], object], repeats: int = 3, *, steady: bool = False, spacing_seconds: float = 0.0
-    ) -> MinOfN:
+    def min_of(self, function: Callable[[], object], repeats: int = 3, *, steady: bool = False) -> MinOfN:
         """``repeats`` samples of ``function`` after warm-up; ``steady``: the function keeps no
-        state between calls, so a sample may loop it and warm-up may repeat it.
-        ``spacing_seconds`` (steady only): consecutive samples start at least this far apart, the
-        function running untimed in between, so that one slow phase of the host cannot hold all
-        of them: the least of N back-to-back samples is only as good as the phase they share."""
+        state between calls, so a sample may loop it and warm-up may repeat it."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
-        if spacing_seconds > 0 and not steady:
-            raise ValueError("spacing_seconds needs a steady function (one that may run untimed in between)")
         with pinned():
             (loops,) = self._prepare([function], steady)
-            seconds: list[float] = []
-            for _ in range(repeats):
-                started = self.clock()
-                seconds.append(self.time_once(function, loops))
-                while len(seconds) < repeats and self.clock() - started < spacing_seconds:
-                    function()
-            return MinOfN(tuple(seconds))
+            return MinOfN(tuple(self.time_once(function, loops) for _ in range(repeats)))
 
     def alternating(
         self,

@@ -35,21 +35,10 @@ def untrained(case: dict[str, Any], context: ExperimentContext) -> CharGPT:
     return model
 
 
-# An overhead point's samples start this far apart. Its value is the least of them, an absolute
-# time judged against the point's earlier runs: taken back to back, all three sometimes fell in
-# one slow phase of the host and came out 1.6-2x slow together (4 of 96 eager points over eight
-# quiet quick runs on the EPYC VM; a call's time there correlates 0.47 with one 60 ms later and
-# not at all with one 0.6 s later).
-SAMPLE_SPACING_SECONDS = 0.6
-
-
 def point(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
     model, prompt, n = untrained(case, context), [0], case["n"]
     timing = context.harness.min_of(
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
-        repeats=case["repeats"],
-        steady=True,
-        spacing_seconds=SAMPLE_SPACING_SECONDS,
+        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"], steady=True
     )
     return (
         timing.measurement("seconds_per_token", scale=1.0 / n),
