@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from analysis.statistics import robust_sigma
+from analysis.statistics import moderated_variance, robust_sigma
 from store.records import case_key
 
 # The chance an unchanged case's shift crosses its floor, where its run-to-run spread is normal.
@@ -101,8 +101,7 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
     for (experiment, metric, key), (runs, sigma, impl) in spreads.items():
         prior = priors.get((experiment, metric, impl))
         prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
-        own_freedom = runs - 1
-        variance = (prior_freedom * (prior or 0.0) + own_freedom * sigma**2) / (prior_freedom + own_freedom)
+        variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
         floors[(experiment, metric, key)] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
     return floors
 

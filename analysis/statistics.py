@@ -67,6 +67,13 @@ def matched_variance(first: Sequence[float], second: Sequence[float]) -> tuple[f
     return statistics.variance(differences) / 2, len(differences) - 1
 
 
+def moderated_variance(own: float, freedom: float, prior: float, prior_freedom: float) -> float:
+    """A variance on ``freedom`` degrees of freedom moderated towards ``prior`` worth
+    ``prior_freedom`` (empirical Bayes, as limma): (d0·s0² + d·s²)/(d0 + d); 0 with neither."""
+    total_freedom = freedom + prior_freedom
+    return (prior_freedom * prior + freedom * own) / total_freedom if total_freedom > 0 else 0.0
+
+
 def log_shift_test(
     run_logs: Sequence[float],
     baseline_logs: Sequence[float],
@@ -87,7 +94,7 @@ def log_shift_test(
     shift = statistics.fmean(run_logs) - statistics.fmean(baseline_logs)
     own, freedom = (matched_variance if matched else pooled_variance)(run_logs, baseline_logs)
     total_freedom = freedom + prior_freedom
-    variance = (prior_freedom * prior_variance + freedom * own) / total_freedom if total_freedom > 0 else 0.0
+    variance = moderated_variance(own, freedom, prior_variance, prior_freedom)
     error = math.sqrt(variance * (1 / len(run_logs) + 1 / len(baseline_logs)))
     if error == 0:
         p_value = 1.0 if shift == 0 else 0.0
