@@ -302,6 +302,9 @@ def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, mach
         "the draft calls": calls * best["roofline_draft_call_seconds"] / step,
         "the loop's own overhead": best["roofline_loop_overhead_fit_seconds"] / step,
     }
+    refill = best.get("roofline_cache_refill_seconds")
+    if refill is not None and not pd.isna(refill):  # runs placed before the refill was priced have none
+        costs["the cache refill"] = float(refill) / step
     decider = max(costs, key=lambda name: costs[name])
     listed = ", ".join(f"{name.removeprefix('the ')} {value:.2f}" for name, value in costs.items())
     break_even = best["roofline_break_even_acceptance"]

@@ -7,11 +7,12 @@ counted over the cases measured more than 10% from a tie (``clear_verdicts_right
 
 Another machine's run is read after ``decodelab import --db URL RUN.json``; ``--profile`` gives
 the roof where the run's machine has no stored profile (a run made before the roofline). The
-model (runner.experiments.parts.roofline_placement.speculative and LoopParts): a pass costs the roof's
+model (runner.experiments.parts.roofline_placement.speculative and loop_parts): a pass costs the roof's
 verification, its draft calls (the roof's price of the draft's pass plus a fixed part, the
-case's single timed call beyond it) and the loop's per-pass overhead, fitted as the median over
-the impl's *other* cases of what their loops took beyond their priced parts (a run fits on its
-earlier cases only; read back, every other case is at hand). Characters and draft calls per
+case's single timed call beyond it), the cache refill of two models sharing the caches, and the
+loop's per-pass overhead, fitted as the median over the impl's *other* cases whose loop is of the
+same kind (one C++ call, or Python) of what their loops took beyond their priced parts (a run fits
+on its earlier cases only; read back, every other case is at hand). Characters and draft calls per
 pass are the a-priori prediction's where the run recorded it, else the i.i.d. E at the
 calibrated acceptance and k calls. Eager targets are withheld, as a run withholds them.
 """
@@ -29,9 +30,8 @@ import pandas as pd
 
 from analysis.roofline import wide
 from runner.cost import roofline_model
-from runner.cost.roofline_model import Shape, pass_cost
-from runner.cost.speculative import loop_break_even_acceptance
-from runner.experiments.parts.roofline_placement import LoopParts, named_draft_pass
+from runner.cost.roofline_model import Shape
+from runner.experiments.parts.roofline_placement import loop_parts, named_draft_pass
 from store import frames
 from store.store import Store
 
@@ -114,15 +114,15 @@ def main() -> None:
             priced.append({"case": case, "impl": impl, "withheld": "draft of unknown shape"})
             continue
         draft_passes, draft_impl = drafted
-        overhead = intercepts.get(impl, 0.0)
-        step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead)
-        verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead)
-        draft_token = roofline_model.place(draft_passes, roof, intercepts.get(draft_impl or "", 0.0))
-        parts = LoopParts.price(
-            step.predicted_seconds,
-            verify.predicted_seconds,
-            draft_token.predicted_seconds,
+        parts = loop_parts(
+            shape,
+            impl,
+            k,
+            start,
+            roof,
+            draft_passes,
             case["draft_call_us"] * 1e-6,
+            (intercepts.get(impl, 0.0), intercepts.get(draft_impl or "", 0.0)),
         )
         calls = figure(case, "mean_draft_calls") or float(k)
         measured = {
@@ -140,6 +140,7 @@ def main() -> None:
                 "chars": figure(case, "predicted_chars_per_pass", "expected_chars_per_pass"),
                 "calls": figure(case, "predicted_mean_draft_calls") or calls,
                 "k": k,  # the verification priced: the loop's mean draft length, rounded
+                "compiled": loop_compiled(case),
             }
         )
     errors: dict[str, list[float]] = {}
@@ -156,8 +157,11 @@ def main() -> None:
         others = [
             other["own_overhead"]
             for j, other in enumerate(priced)
-            if j != index and other["impl"] == impl and "parts" in other
+            if j != index and other["impl"] == impl and "parts" in other and other["compiled"] == row["compiled"]
         ]
+        if not others:
+            print(f"{label}  measured {case['speedup_median']:.2f}x  withheld (no other case of its loop's kind)")
+            continue
         fitted = statistics.median(others)
         parts = row["parts"]
         predicted = parts.speedup(row["chars"], row["calls"], fitted)
@@ -173,7 +177,8 @@ def main() -> None:
         print(
             f"{label}  measured {measured_speedup:.2f}x  roofline {predicted:.2f}x ({error:+.0%}, verdict "
             f"{'right' if right else 'wrong'})  loop overhead {fitted * 1e6:.0f} us/pass, "
-            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed)"
+            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed), "
+            f"cache refill {parts.cache_refill_seconds * 1e6:.0f} us"
         )
     for impl, values in errors.items():
         print(f"{impl}_median_abs_roofline_speedup_error={statistics.median(values):.4g}")
@@ -181,6 +186,13 @@ def main() -> None:
         decided = clear.get(impl, [])
         print(f"{impl}_clear_verdicts_right={sum(decided)}/{len(decided)}")
         print(deciding_cost(impl, machine, *best[impl]))
+
+
+def loop_compiled(case: pd.Series) -> bool:
+    """Whether the case's loop ran in one C++ call, as the run recorded it (roofline_loop_compiled);
+    a run made before the record ran every loop in Python."""
+    recorded = figure(case, "roofline_loop_compiled")
+    return recorded is not None and bool(recorded)
 
 
 def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any] | None) -> str:
@@ -193,12 +205,11 @@ def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any]
     costs = {
         "verification": parts.verify_seconds / parts.step_seconds,
         "draft": row["calls"] * parts.draft_call_seconds / parts.step_seconds,
+        "cache_refill": parts.cache_refill_seconds / parts.step_seconds,
         "loop_overhead": row["fitted"] / parts.step_seconds,
     }
     decider = max(costs, key=lambda name: costs[name])
-    break_even = loop_break_even_acceptance(
-        k, parts.step_seconds, parts.draft_call_seconds, parts.verify_seconds, row["fitted"]
-    )
+    break_even = parts.break_even_acceptance(k, row["fitted"])
     steps = ", ".join(f"{name} {value:.2f}" for name, value in costs.items())
     return (
         f"{machine} {impl}: best predicted {case['draft']} k={k} at {predicted:.2f}x, a pass {sum(costs.values()):.2f} "

@@ -348,6 +348,13 @@ ENTRIES: tuple[Metric, ...] = (
         "roofline_draft_fixed_seconds", "seconds", "fitted", help="a draft call's time beyond its pass's roof price"
     ),
     Metric(
+        "roofline_cache_refill_seconds",
+        "seconds",
+        "predicted",
+        help="a pass's verification and first draft call priced beside the other model's working set, "
+        "beyond their own prices",
+    ),
+    Metric(
         "roofline_loop_overhead_seconds",
         "seconds",
         "fitted",

@@ -12,6 +12,7 @@ roofline: no profile of its own)."""
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.cost.roofline_model import Shape
 from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup
-from runner.experiments.parts.roofline_placement import LoopParts
+from runner.experiments.parts.roofline_placement import LoopParts, loop_parts, named_draft_pass
 from tests.conftest import FIXTURES, ROOT, _cli_environment, run_decodelab
 
 PREDICT = ROOT / "benchmarks" / "roofline_predict.py"
@@ -133,6 +135,31 @@ def test_the_loop_model_reproduces_a_loop_whose_own_overhead_it_is_given() -> No
     assert loop_break_even_acceptance(4, 40e-6, 20e-6, 90e-6, 200e-6) is None  # 5 tokens cannot pay for it
     # A draft call priced above what one was timed at keeps no negative fixed part.
     assert LoopParts.price(40e-6, 90e-6, 25e-6, 20e-6).draft_fixed_seconds == 0.0
+
+
+def test_two_models_that_fit_the_l2_alone_but_not_together_pay_a_cache_refill() -> None:
+    """On the Xeon's roof (2 MiB of L2) the fast int8 draft's working set fits the L2 alone but not
+    beside the float32 target's: each pass refills it, about half a plain step, as its loops spent
+    beyond their standalone parts (about 40 us a pass, against the small draft's 10). On the EPYC's
+    (1 MiB of L2) both already stream from L3, so nothing more is paid; a table draft reads one row.
+    The refill is part of the pass: the loop overhead is measured net of it and added back."""
+    shape = Shape(vocab=65, d_model=128, layers=3, heads=4)
+    refills = {}
+    for machine in ("xeon-amx", "epyc"):
+        roof = json.loads((FIXTURES / f"{machine}-profile.json").read_text())
+        for draft in ("bigram", "small", "fast_int8"):
+            drafted = named_draft_pass(draft, shape, 64, 129)
+            assert drafted is not None
+            parts = loop_parts(shape, "fast", 4, 129, roof, drafted[0], 15e-6)
+            refills[machine, draft] = parts.cache_refill_seconds / parts.step_seconds
+    assert refills["xeon-amx", "fast_int8"] > 0.3
+    assert refills["xeon-amx", "bigram"] < 0.01 < refills["xeon-amx", "small"] < refills["xeon-amx", "fast_int8"] / 2
+    assert max(refills["epyc", draft] for draft in ("bigram", "small", "fast_int8")) < 0.05
+    parts = LoopParts.price(40e-6, 90e-6, 12e-6, 20e-6, cache_refill_seconds=15e-6)
+    measured = {"target_step_seconds": 40e-6, "chars_per_target_pass_timed": 4.0, "speedup_median": 0.8}
+    overhead = parts.loop_overhead({**measured, "mean_draft_calls": 3.5})
+    assert overhead == pytest.approx(40e-6 * 4.0 / 0.8 - 90e-6 - 3.5 * 20e-6 - 15e-6)
+    assert parts.speedup(4.0, 3.5, overhead) == pytest.approx(0.8)
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ fitted naive and static within 68% and 44%) gets no prediction: the placement sa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -90,6 +90,12 @@ class Cost:
             max(self.working_set_bytes, other.working_set_bytes),
             max(self.positions, other.positions),
         )
+
+
+def beside(cost: Cost, other_working_set_bytes: int) -> Cost:
+    """The same pass with another model's working set sharing the caches (a speculative loop runs
+    its target and its draft through one set): what it reads now comes from the level that holds both."""
+    return replace(cost, working_set_bytes=cost.working_set_bytes + other_working_set_bytes)
 
 
 def padded(rows: int, lanes: int) -> int:

@@ -14,6 +14,7 @@ the reason's index. Without a roof nothing is recorded.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,31 +163,37 @@ def speculative(
     the acceptance at which drafts break even. ``measured``: the case's own figures by metric.
 
     A pass costs the roof's verification, its draft calls (each the roof's price of the draft's
-    pass plus a fixed part: the case's single timed draft call beyond that price, ≥ 0) and the
-    loop's own per-pass overhead (sampling, the accept rule, cache rewinds, Python): the median
-    over this run's earlier cases of the impl of what their loops took beyond their priced parts
-    (each case records its own, ``roofline_loop_overhead_seconds``). Characters and draft calls
-    per pass are the a-priori prediction's. An eager target's verification is not priced
-    (runner.cost.roofline_model's module doc): withheld, as is the first case of an impl."""
+    pass plus a fixed part: the case's single timed draft call beyond that price, ≥ 0), the cache
+    refill of the two models sharing the caches (loop_parts) and the loop's own per-pass overhead
+    (sampling, the accept rule, cache rewinds, Python): the median over this run's earlier cases of
+    the impl whose loop is of the same kind (one C++ call or Python) of what their loops took beyond
+    their priced parts (each case records its own, ``roofline_loop_overhead_seconds``). Characters
+    and draft calls per pass are the a-priori prediction's. An eager target's verification is not
+    priced (runner.cost.roofline_model's module doc): withheld, as is the first case of a kind."""
     if context.roof is None:
         return []
     impl, k = case["impl"], case["k"]
     if impl not in roofline_model.ROOF_PRICED_IMPLS:
         return [MeasurementRecord("roofline_speculative_withheld", EAGER_TARGET, "reason")]
     start = len(context.prompt()) + case["new_tokens"] // 2
-    shape, roof, threads = Shape.of(context.model.config), context.roof, fast_threads(impl)
-    overhead = overhead_seconds(context, impl)
-    step = roofline_model.place([pass_cost(shape, impl, "fp32", 1, start)], roof, overhead, threads)
-    verify = roofline_model.place([pass_cost(shape, impl, "fp32", k + 1, start)], roof, overhead, threads)
+    shape = Shape.of(context.model.config)
     draft_passes, draft_impl = draft_pass(draft, shape, start)
     draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
-    draft_token = roofline_model.place(draft_passes, roof, draft_overhead, fast_threads(draft_impl or "static"))
-    parts = LoopParts.price(
-        step.predicted_seconds,
-        verify.predicted_seconds,
-        draft_token.predicted_seconds,
+    parts = loop_parts(
+        shape,
+        impl,
+        k,
+        start,
+        context.roof,
+        draft_passes,
         measured["draft_call_us"] * 1e-6,
+        (overhead_seconds(context, impl), draft_overhead),
+        (fast_threads(impl), fast_threads(draft_impl or "static")),
     )
+    verification = [pass_cost(shape, impl, "fp32", k + 1, start)]
+    verify_regime = roofline_model.place(
+        verification, context.roof, overhead_seconds(context, impl), fast_threads(impl)
+    ).regime
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
     compiled = runs_compiled(target_pass(context.model, impl), draft)
@@ -198,11 +205,12 @@ def speculative(
             (ratio - measured["verify_cost_ratio"]) / measured["verify_cost_ratio"],
             "ratio",
         ),
-        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify.regime), "regime"),
+        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify_regime), "regime"),
         MeasurementRecord("roofline_step_seconds", parts.step_seconds, "seconds"),
         MeasurementRecord("roofline_verify_seconds", parts.verify_seconds, "seconds"),
         MeasurementRecord("roofline_draft_call_seconds", parts.draft_call_seconds, "seconds"),
         MeasurementRecord("roofline_draft_fixed_seconds", parts.draft_fixed_seconds, "seconds"),
+        MeasurementRecord("roofline_cache_refill_seconds", parts.cache_refill_seconds, "seconds"),
         MeasurementRecord("roofline_loop_overhead_seconds", own_overhead, "seconds"),
     ]
     # A loop in one C++ call pays far less per pass than one in Python: fit each on its own kind
@@ -221,9 +229,7 @@ def speculative(
         return [*records, MeasurementRecord("roofline_speculative_withheld", NO_LOOP_FIT, "reason")]
     fitted = statistics.median(earlier)
     speedup = parts.speedup(measured["predicted_chars_per_pass"], measured["predicted_mean_draft_calls"], fitted)
-    break_even = speculative_cost.loop_break_even_acceptance(
-        k, parts.step_seconds, parts.draft_call_seconds, parts.verify_seconds, fitted
-    )
+    break_even = parts.break_even_acceptance(k, fitted)
     measured_speedup = measured["speedup_median"]
     return [
         *records,
@@ -238,20 +244,32 @@ def speculative(
 @dataclass(frozen=True)
 class LoopParts:
     """A speculative pass's priced parts (seconds): the plain step and the verification on the
-    roof, a draft call as its pass's price on the roof plus a fixed part."""
+    roof, a draft call as its pass's price on the roof plus a fixed part, and the cache refill:
+    what the verification and the pass's first draft call cost beyond their own prices because the
+    other model's data shares the caches (loop_parts)."""
 
     step_seconds: float
     verify_seconds: float
     draft_token_seconds: float
     draft_fixed_seconds: float
+    cache_refill_seconds: float = 0.0
 
     @classmethod
     def price(
-        cls, step_seconds: float, verify_seconds: float, draft_token_seconds: float, draft_call_seconds: float
+        cls,
+        step_seconds: float,
+        verify_seconds: float,
+        draft_token_seconds: float,
+        draft_call_seconds: float,
+        cache_refill_seconds: float = 0.0,
     ) -> LoopParts:
         """The fixed part of a draft call: what one timed call took beyond its pass's price."""
         return cls(
-            step_seconds, verify_seconds, draft_token_seconds, max(0.0, draft_call_seconds - draft_token_seconds)
+            step_seconds,
+            verify_seconds,
+            draft_token_seconds,
+            max(0.0, draft_call_seconds - draft_token_seconds),
+            cache_refill_seconds,
         )
 
     @property
@@ -261,13 +279,16 @@ class LoopParts:
     def loop_overhead(self, measured: Mapping[str, float]) -> float:
         """What the measured loop spent per pass beyond these parts (its own step, characters
         per pass, draft calls and speedup)."""
-        return speculative_cost.loop_overhead_seconds(
-            measured["target_step_seconds"],
-            measured["chars_per_target_pass_timed"],
-            measured["speedup_median"],
-            self.verify_seconds,
-            measured["mean_draft_calls"],
-            self.draft_call_seconds,
+        return (
+            speculative_cost.loop_overhead_seconds(
+                measured["target_step_seconds"],
+                measured["chars_per_target_pass_timed"],
+                measured["speedup_median"],
+                self.verify_seconds,
+                measured["mean_draft_calls"],
+                self.draft_call_seconds,
+            )
+            - self.cache_refill_seconds
         )
 
     def speedup(self, chars_per_pass: float, draft_calls_per_pass: float, loop_overhead_seconds: float) -> float:
@@ -277,5 +298,66 @@ class LoopParts:
             self.step_seconds,
             self.verify_seconds,
             self.draft_call_seconds,
-            loop_overhead_seconds,
+            loop_overhead_seconds + self.cache_refill_seconds,
         )
+
+    def break_even_acceptance(self, k: int, loop_overhead_seconds: float) -> float | None:
+        return speculative_cost.loop_break_even_acceptance(
+            k,
+            self.step_seconds,
+            self.draft_call_seconds,
+            self.verify_seconds,
+            loop_overhead_seconds + self.cache_refill_seconds,
+        )
+
+
+def loop_parts(
+    shape: Shape,
+    impl: str,
+    k: int,
+    start: int,
+    roof: dict[str, Any],
+    draft_passes: list[roofline_model.Cost],
+    draft_call_seconds: float,
+    overheads: tuple[float, float] = (0.0, 0.0),
+    threads: tuple[int, int] = (1, 1),
+) -> LoopParts:
+    """The priced parts of a pass of k proposals at cache position ``start``: the plain step and the
+    verification of ``impl`` in float32, the draft's pass (``draft_passes``) and its timed call.
+    ``overheads`` and ``threads``: the target's and the draft's per-pass overhead and threads.
+
+    The loop runs both models through one set of caches, so each pass finds part of its data evicted
+    by the other: the verification and the pass's first draft call are priced again with the other's
+    working set beside theirs (roofline_model.beside), and the difference is the cache refill. On a
+    Xeon with 2 MiB of L2 the fast int8 draft's 1.5 MB fits alone but not beside the target's 3.2 MB,
+    and its loop spent about 40 us a pass beyond its standalone parts; the refill prices that, where a
+    fixed loop overhead could not tell it from the small draft's 10 us."""
+    target_overhead, draft_overhead = overheads
+    target_threads, draft_threads = threads
+
+    def priced(passes: list[roofline_model.Cost], overhead: float, thread_count: int) -> float:
+        return roofline_model.place(passes, roof, overhead, thread_count).predicted_seconds
+
+    verification = pass_cost(shape, impl, "fp32", k + 1, start)
+    draft_bytes = max(cost.working_set_bytes for cost in draft_passes)
+    verify = priced([verification], target_overhead, target_threads)
+    draft_token = priced(draft_passes, draft_overhead, draft_threads)
+    shared_verify = priced([roofline_model.beside(verification, draft_bytes)], target_overhead, target_threads)
+    shared_draft = priced(
+        [roofline_model.beside(cost, verification.working_set_bytes) for cost in draft_passes],
+        draft_overhead,
+        draft_threads,
+    )
+    # An overhead-bound pass (priced by the fit, not the roof) pays no refill; a withheld one is NaN.
+    refill = sum(
+        max(0.0, shared - alone)
+        for shared, alone in ((shared_verify, verify), (shared_draft, draft_token))
+        if not (math.isnan(shared) or math.isnan(alone))
+    )
+    return LoopParts.price(
+        priced([pass_cost(shape, impl, "fp32", 1, start)], target_overhead, target_threads),
+        verify,
+        draft_token,
+        draft_call_seconds,
+        refill,
+    )
