@@ -176,7 +176,7 @@ def speculative(
     if impl not in roofline_model.ROOF_PRICED_IMPLS:
         return [MeasurementRecord("roofline_speculative_withheld", EAGER_TARGET, "reason")]
     start = len(context.prompt()) + case["new_tokens"] // 2
-    shape = Shape.of(context.model.config)
+    shape, overhead, threads = Shape.of(context.model.config), overhead_seconds(context, impl), fast_threads(impl)
     draft_passes, draft_impl = draft_pass(draft, shape, start)
     draft_overhead = overhead_seconds(context, draft_impl) if draft_impl is not None else 0.0
     parts = loop_parts(
@@ -187,13 +187,11 @@ def speculative(
         context.roof,
         draft_passes,
         measured["draft_call_us"] * 1e-6,
-        (overhead_seconds(context, impl), draft_overhead),
-        (fast_threads(impl), fast_threads(draft_impl or "static")),
+        (overhead, draft_overhead),
+        (threads, fast_threads(draft_impl or "static")),
     )
     verification = [pass_cost(shape, impl, "fp32", k + 1, start)]
-    verify_regime = roofline_model.place(
-        verification, context.roof, overhead_seconds(context, impl), fast_threads(impl)
-    ).regime
+    verify_regime = roofline_model.place(verification, context.roof, overhead, threads).regime
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
     compiled = runs_compiled(target_pass(context.model, impl), draft)
