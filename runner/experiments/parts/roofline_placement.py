@@ -190,8 +190,6 @@ def speculative(
         (overhead, draft_overhead),
         (threads, fast_threads(draft_impl or "static")),
     )
-    verification = [pass_cost(shape, impl, "fp32", k + 1, start)]
-    verify_regime = roofline_model.place(verification, context.roof, overhead, threads).regime
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
     compiled = runs_compiled(target_pass(context.model, impl), draft)
@@ -203,7 +201,7 @@ def speculative(
             (ratio - measured["verify_cost_ratio"]) / measured["verify_cost_ratio"],
             "ratio",
         ),
-        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(verify_regime), "regime"),
+        MeasurementRecord("roofline_verify_regime", roofline_model.REGIMES.index(parts.verify_regime), "regime"),
         MeasurementRecord("roofline_step_seconds", parts.step_seconds, "seconds"),
         MeasurementRecord("roofline_verify_seconds", parts.verify_seconds, "seconds"),
         MeasurementRecord("roofline_draft_call_seconds", parts.draft_call_seconds, "seconds"),
@@ -251,6 +249,7 @@ class LoopParts:
     draft_token_seconds: float
     draft_fixed_seconds: float
     cache_refill_seconds: float = 0.0
+    verify_regime: str | None = None  # the verification's regime on the roof (loop_parts sets it)
 
     @classmethod
     def price(
@@ -260,6 +259,7 @@ class LoopParts:
         draft_token_seconds: float,
         draft_call_seconds: float,
         cache_refill_seconds: float = 0.0,
+        verify_regime: str | None = None,
     ) -> LoopParts:
         """The fixed part of a draft call: what one timed call took beyond its pass's price."""
         return cls(
@@ -268,6 +268,7 @@ class LoopParts:
             draft_token_seconds,
             max(0.0, draft_call_seconds - draft_token_seconds),
             cache_refill_seconds,
+            verify_regime,
         )
 
     @property
@@ -338,7 +339,8 @@ def loop_parts(
 
     verification = pass_cost(shape, impl, "fp32", k + 1, start)
     draft_bytes = max(cost.working_set_bytes for cost in draft_passes)
-    verify = priced([verification], target_overhead, target_threads)
+    verify_placement = roofline_model.place([verification], roof, target_overhead, target_threads)
+    verify = verify_placement.predicted_seconds
     draft_token = priced(draft_passes, draft_overhead, draft_threads)
     shared_verify = priced([roofline_model.beside(verification, draft_bytes)], target_overhead, target_threads)
     shared_draft = priced(
@@ -358,4 +360,5 @@ def loop_parts(
         draft_token,
         draft_call_seconds,
         refill,
+        verify_placement.regime,
     )
