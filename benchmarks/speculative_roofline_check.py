@@ -78,12 +78,15 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="the roof, where the run's machine has none")
     arguments = parser.parse_args()
     store = Store(arguments.db)
+    runs = frames.runs(store).set_index("run_id")
+    if arguments.run not in runs.index:
+        raise SystemExit(f"error: --run: no run {arguments.run} in {arguments.db}")
     machine, roof = store.profiles.for_run(arguments.run)
     if arguments.profile is not None:
         roof = json.loads(arguments.profile.read_text())
     if roof is None:
         raise SystemExit(f"error: --profile: run {arguments.run}'s machine {machine} has no stored roof; give one")
-    run = frames.runs(store).set_index("run_id").loc[arguments.run]
+    run = runs.loc[arguments.run]
     model = run["spec"]["model"]
     shape = Shape(
         vocabulary_size(store, arguments.run, run["model_hash"], model),

@@ -194,6 +194,9 @@ def test_the_loops_costs_put_the_epyc_speculative_cases_right(imported_quick_run
 
 
 def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_runs: str) -> None:
+    missing = run_script(CHECK, "--db", imported_quick_runs, "--run", "9")
+    assert missing.returncode != 0
+    assert missing.stderr.strip() == f"error: --run: no run 9 in {imported_quick_runs}"
     refused = run_script(CHECK, "--db", imported_quick_runs, "--run", "2")
     assert refused.returncode != 0
     assert refused.stderr.strip() == "error: --profile: run 2's machine xeon-amx has no stored roof; give one"
