@@ -11,15 +11,20 @@ from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.speculative import speculative_decode
 from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
+from runner.decoding.fast import LoopState, decoder_for
+from runner.decoding.fast_library import entry_point_seconds
 from runner.experiments.parts.speculative_costs import (
+    COST_CALLS,
     CostSession,
     PassCosts,
     alpha_a_priori,
+    centred_passes,
     held_out_windows,
     passes_of_run,
 )
 from runner.measure.timing import Harness
 from runner.model.gpt import CharGPT
+from runner.model.quantize import quantize_model
 from tests.shared_parts import VOCAB, peaked_target
 
 
@@ -70,6 +75,60 @@ def test_a_cost_session_replays_the_loops_passes(target: CharGPT) -> None:
     assert costs.draft_turn_seconds > 0 and costs.verify_seconds > 0
     with pytest.raises(ValueError, match="at least one pass"):
         CostSession(target, "static", draft, 3, 1.0, [1, 2], [], seed=5, harness=Harness())
+
+
+def test_centred_passes_straddle_the_generations_middle() -> None:
+    """A turn's cost grows with its position: a session's timed turns must average the loop's."""
+    passes = [(4, 2 + 5 * index, 7 + 5 * index) for index in range(40)]
+    chosen = centred_passes(passes)
+    assert len(chosen) == COST_CALLS + 1 and chosen == passes[11:28]
+    timed = chosen[1:]
+    mean_position = sum(begin for _, begin, _ in timed) / len(timed)
+    assert abs(mean_position - passes[20][1]) <= 5, "the timed turns' mean position is the middle pass's"
+    assert centred_passes(passes[:5]) == passes[:5], "fewer passes than a session takes: all of them"
+    assert centred_passes(passes[:20]) == passes[1:18], "the timed ones straddle the middle (index 10)"
+
+
+def test_the_compiled_loop_replays_given_passes(target: CharGPT) -> None:
+    """FastDecoder.speculate's replay: each pass keeps what it is told (at most what it drafted) and
+    emits the given text, so both caches advance as the replayed passes did."""
+    draft_model = quantize_model(target, "int8", kernel="fast_int8")
+    text = (torch.arange(80) * 7 % VOCAB).tolist()
+    cache, draft = target.new_cache(capacity=80), ModelDraft(draft_model, "fast_int8", fast=True)
+    decoder_for(target).forward(text[:9], cache)
+    draft.start(text[:10])
+    draft_cache, pending = draft.loop_state()
+    kept = [4, 0, 2, 9]  # 9: more than the 4 drafted, so 4
+    loop = LoopState(cache, draft_cache, text[9], pending)
+    draws = torch.rand(4 * 13, dtype=torch.float64, generator=torch.Generator().manual_seed(0))  # 3k + 1 a pass
+    before = entry_point_seconds()
+    outcome = decoder_for(target).speculate(
+        decoder_for(draft_model), loop, 14, (0, 4, 4, 0.0), 1.0, draws, replay=(kept, text[10:28])
+    )
+    after = entry_point_seconds()
+    assert outcome.accepted_per_pass == [4, 0, 2, 4] and outcome.drafted_per_pass == [4, 4, 4, 4]
+    assert outcome.emitted == text[10:24]
+    assert cache.length == 9 + 14, "the target's cache holds the replayed text but its last token"
+    assert after[0] > before[0] and after[1] > before[1], "the library clocks drafting and verifying apart"
+    with pytest.raises(RuntimeError, match="replay: need 18 tokens"):
+        decoder_for(target).speculate(
+            decoder_for(draft_model), loop, 14, (0, 4, 4, 0.0), 1.0, draws, replay=(kept, text[10:20])
+        )
+
+
+def test_a_fast_cost_session_prices_the_compiled_loops_own_calls(target: CharGPT) -> None:
+    draft = ModelDraft(quantize_model(target, "int8", kernel="fast_int8"), "fast_int8", fast=True)
+    run = speculative_decode(target, draft, 4, [1, 2], 100, temperature=1.0, seed=5, impl="fast")
+    passes = centred_passes(passes_of_run(run, 2))
+    session = CostSession(target, "fast", draft, 4, 1.0, [1, 2] + run.tokens, passes, seed=5, harness=Harness())
+    before = entry_point_seconds()
+    costs = session()
+    after = entry_point_seconds()
+    timed = min(COST_CALLS, len(passes) - 1)
+    # The session's costs are the library's clocks over its timed passes (its untimed first one aside).
+    assert 0 < costs.draft_turn_seconds * timed < after[0] - before[0]
+    assert 0 < costs.verify_seconds * timed < after[1] - before[1]
+    assert costs.verify_seconds * timed > 0.5 * (after[1] - before[1]), "one untimed pass of 1 + timed"
 
 
 def test_cost_rounds_divide_each_cost_by_its_own_rounds_step() -> None:

@@ -301,12 +301,16 @@ class FastDecoder:
         schedule: tuple[int, int, int, float],
         temperature: float,
         uniforms: torch.Tensor,
+        replay: tuple[list[int], list[int]] | None = None,
     ) -> LoopOutcome:
         """The whole speculative loop in one call (runner/decoding/csrc/speculative_loop.h), this model
         the target and ``draft`` proposing, from ``loop``'s caches and committed text, reading
         ``uniforms`` in the order runner.decoding.speculative.speculative_decode reads its generator.
         ``schedule`` is (kind: 0 fixed, 1 heuristic, 2 confidence; k; k_max; p_min). Updates the two
-        caches' lengths; returns what the loop did."""
+        caches' lengths; returns what the loop did.
+
+        ``replay`` (the proposals each pass keeps, and the tokens to emit) replays given passes
+        instead of applying the accept rule: a cost session's passes, priced as the loop pays them."""
         kind, k, k_max, p_min = schedule
         longest = k if kind == 0 else k_max
         target_keys, target_values, target_capacity = self._cache_pointers(loop.target_cache)
@@ -327,6 +331,14 @@ class FastDecoder:
         drafted, accepted = (array.array("i", bytes(4 * max(new_tokens, 1))) for _ in range(2))
         variations = array.array("f", bytes(4 * max(new_tokens * longest, 1)))
         state = array.array("q", bytes(8 * 8))
+        kept, to_emit = (array.array("i"), array.array("q")) if replay is None else replay
+        if replay is not None and len(to_emit) < new_tokens + longest:  # as many as ``emitted`` holds
+            raise RuntimeError(f"replay: need {new_tokens + longest} tokens to emit, got {len(to_emit)}")
+        # Checked as fed tokens are: the loop feeds them to both models.
+        replay_kept, replay_tokens = (
+            array.array("i", kept),
+            array.array("q") if replay is None else self._tokens(list(to_emit)),
+        )
         status = self._library.dl_speculate(
             self._handle,
             draft._handle,
@@ -354,6 +366,9 @@ class FastDecoder:
             accepted.buffer_info()[0],
             variations.buffer_info()[0],
             state.buffer_info()[0],
+            None if replay is None else replay_kept.buffer_info()[0],
+            len(replay_kept),
+            None if replay is None else replay_tokens.buffer_info()[0],
         )
         if status != 0:
             raise RuntimeError("the speculative loop ran past a cache or its uniforms")

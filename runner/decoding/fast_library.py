@@ -59,6 +59,9 @@ def _load(march: str) -> ctypes.CDLL:
     loaded.dl_speculate.argtypes = [_pointer, _pointer, _int64, _int64, _int32, _int64, _int64, _double, _double]
     loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer, _pointer, _int64, _int64, _pointer, _pointer]
     loaded.dl_speculate.argtypes += [_int64, _int64, _pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
+    loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer]
+    loaded.dl_entry_point_nanoseconds.restype = _int64
+    loaded.dl_entry_point_nanoseconds.argtypes = [_int32]
     loaded.dl_set_threads.argtypes = [_int32]
     loaded.dl_threads.restype = _int32
     loaded.dl_kernel_nanoseconds.restype = _int64
@@ -94,6 +97,14 @@ def threads_wanted() -> int:
 def threads() -> int:
     """The threads the loaded library's passes use."""
     return int(library().dl_threads())
+
+
+def entry_point_seconds() -> tuple[float, float]:
+    """Seconds this thread has spent inside the default library's draft calls (sample) and
+    verifications (verify) so far, each apart: what a compiled speculative loop spent on each."""
+    loaded = library()
+    draft_calls, verifications = (int(loaded.dl_entry_point_nanoseconds(entry_point)) / 1e9 for entry_point in (1, 2))
+    return draft_calls, verifications
 
 
 def kernel_seconds() -> float:

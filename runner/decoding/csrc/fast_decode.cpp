@@ -52,14 +52,22 @@ void grow(std::vector<float>& buffer, int64_t size) {
 // speculative_loop_overhead_fraction). Per thread, so that another caller's passes never count.
 // Two clock reads a call, tens of nanoseconds against microseconds.
 thread_local int64_t kernel_nanoseconds = 0;
+// The same per entry point (EntryPoint): what a speculative loop spent drafting (dl_sample) and verifying
+// (dl_verify), for the cost sessions that replay its passes (runner.decoding.fast_library.entry_point_seconds).
+enum EntryPoint : int32_t { kForward = 0, kSample = 1, kVerify = 2 };
+thread_local int64_t entry_point_nanoseconds[3] = {0, 0, 0};
 
 // Times one entry point's call into kernel_nanoseconds (the entry points never call each other; dl_speculate,
 // which has none, calls dl_sample and dl_verify).
 struct KernelClock {
+  const EntryPoint entry_point;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  explicit KernelClock(EntryPoint entry) : entry_point(entry) {}
   ~KernelClock() {
     const auto elapsed = std::chrono::steady_clock::now() - started;
-    kernel_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+    const int64_t nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+    kernel_nanoseconds += nanoseconds;
+    entry_point_nanoseconds[entry_point] += nanoseconds;
   }
 };
 
@@ -249,6 +257,10 @@ void dl_set_threads(int32_t threads) {
   }
 }
 
+int64_t dl_entry_point_nanoseconds(int32_t entry_point) {
+  return entry_point >= kForward && entry_point <= kVerify ? entry_point_nanoseconds[entry_point] : -1;
+}
+
 int64_t dl_kernel_nanoseconds() {
   return kernel_nanoseconds;
 }
@@ -260,7 +272,7 @@ int32_t dl_threads() {
 // Logits (m x vocab) of m tokens fed from cache position `start`. 0, or -1 for positions past the cache.
 int32_t dl_forward(const void* handle, const int64_t* tokens, int64_t m, int64_t start, float* keys, float* values,
                    int64_t capacity, float* logits) {
-  KernelClock clock;
+  KernelClock clock(kForward);
   const Model& model = *static_cast<const Model*>(handle);
   if (!fits(model, start, m, capacity)) return -1;
   forward(model, tokens, m, start, keys, values, capacity, logits);
@@ -288,7 +300,7 @@ static float top_probability(const float* logits, const float* row, int64_t voca
 int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t start, int64_t n, double temperature,
                   const double* uniforms, float* keys, float* values, int64_t capacity, int32_t no_cache,
                   int64_t* tokens, float* distributions, double p_min) {
-  KernelClock clock;
+  KernelClock clock(kSample);
   const Model& model = *static_cast<const Model*>(handle);
   const int64_t vocab = model.vocab;
   if (!fits(model, start, m + std::max<int64_t>(n - 1, 0), capacity) || (no_cache && start != 0)) return -1;
@@ -327,7 +339,7 @@ int32_t dl_sample(const void* handle, const int64_t* feed, int64_t m, int64_t st
 int64_t dl_verify(const void* handle, const int64_t* tokens, int64_t k, int64_t start, float* keys, float* values,
                   int64_t capacity, const float* q, double temperature, const double* randoms, int64_t* emitted,
                   float* variations, int32_t variant) {
-  KernelClock clock;
+  KernelClock clock(kVerify);
   const Model& model = *static_cast<const Model*>(handle);
   const int64_t vocab = model.vocab;
   if (!fits(model, start, k + 1, capacity)) return -1;

@@ -28,12 +28,18 @@ enum ScheduleKind : int32_t { kFixed = 0, kHeuristic = 1, kConfidence = 2 };
 // [2] draft calls, [3] uniforms read, [4] variations written, [5] the target's cache length, [6] the
 // draft's cache length, [7] how many of the emitted tokens the draft has not fed (its pending tail).
 // Returns 0, or -1 when a pass would run past either cache or the uniforms (the caller sizes them).
+//
+// With `replay_kept` (else null) it replays given passes, as a cost session does
+// (runner.experiments.parts.speculative_costs): pass i keeps min(replay_kept[i], drafted) proposals whatever
+// the accept rule says and emits the next tokens of `replay_tokens` instead of its own, for at most
+// `replay_count` passes, so that both models feed as many tokens per pass as those passes did.
 int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_t new_tokens, int32_t schedule,
                      int64_t k, int64_t k_max, double p_min, double temperature, const double* uniforms,
                      int64_t uniforms_count, float* target_keys, float* target_values, int64_t target_capacity,
                      int64_t target_length, float* draft_keys, float* draft_values, int64_t draft_capacity,
                      int64_t draft_length, const int64_t* pending, int64_t pending_count, int64_t* emitted,
-                     int32_t* drafted_per_pass, int32_t* accepted_per_pass, float* variations, int64_t* state) {
+                     int32_t* drafted_per_pass, int32_t* accepted_per_pass, float* variations, int64_t* state,
+                     const int32_t* replay_kept, int64_t replay_count, const int64_t* replay_tokens) {
   const int64_t vocab = static_cast<const Model*>(target)->vocab;
   if (static_cast<const Model*>(draft)->vocab != vocab || pending_count < 1 || k < 1 || k > k_max) return -1;
   const int64_t longest = schedule == kFixed ? k : k_max;
@@ -42,7 +48,7 @@ int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_
   std::vector<int64_t> feed(pending, pending + pending_count), verified(longest + 1);
   std::vector<float> q(longest * vocab);
   int64_t count = 0, passes = 0, draft_calls = 0, read = 0, decided = 0;
-  while (count < new_tokens) {
+  while (count < new_tokens && (replay_kept == nullptr || passes < replay_count)) {
     // The draft: feed what it has not seen, then propose `length` (fewer when the confidence schedule stops).
     if (read + 3 * length + 1 > uniforms_count) return -1;
     const int64_t feed_count = static_cast<int64_t>(feed.size());
@@ -59,10 +65,14 @@ int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_
     // The target: the last committed token and the proposals in one pass, and the accept rule.
     verified[0] = last;
     int64_t* out = emitted + count;
-    const int64_t accepted =
+    int64_t accepted =
         dl_verify(target, verified.data(), drafted, target_length, target_keys, target_values, target_capacity,
                   q.data(), temperature, uniforms + read, out, variations + decided, 0);
     if (accepted < 0) return -1;
+    if (replay_kept != nullptr) {
+      accepted = std::min<int64_t>(std::max(replay_kept[passes], 0), drafted);
+      std::copy(replay_tokens + count, replay_tokens + count + accepted + 1, out);
+    }
     read += 2 * drafted + 1;
     decided += std::min<int64_t>(accepted + 1, drafted);
     drafted_per_pass[passes] = drafted;

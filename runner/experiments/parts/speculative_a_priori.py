@@ -13,7 +13,7 @@ from runner.cost.speculative import component_model_speedup, expected_chars_per_
 from runner.cost.speculative_prediction import Prediction, simulate, simulated_passes
 from runner.decoding.speculative import Draft, Schedule
 from runner.experiments.base import ExperimentContext
-from runner.experiments.parts.speculative_costs import COST_CALLS, CostSession, PassCosts
+from runner.experiments.parts.speculative_costs import CostSession, PassCosts, centred_passes
 from runner.experiments.parts.speculative_drafts import calibration_for, calibration_text, held_out_alpha
 from runner.measure.timing import Harness
 from store.records import MeasurementRecord
@@ -37,10 +37,10 @@ def a_priori_prediction(
     alpha = held_out_alpha(case, context, draft)
     # The sessions follow the first calibration window, keeping what its a_t say a pass keeps
     # there (a dry run along held-out text kept only proposals equal to it, fewer than the loop
-    # keeps, and so fed the draft less per turn). A verification's cost grows with its position:
-    # start half way through a generation.
+    # keeps, and so fed the draft less per turn), over the passes around the middle of a
+    # generation (centred_passes: a pass's cost grows with its position).
     text = calibration_text(context, temperature, n)[0]
-    start = min(len(context.prompt()) + n // 2, target.config.context_length - schedule.longest - 1)
+    chances = calibration.kept_chances[0]
 
     sessions = {
         k: CostSession(
@@ -50,7 +50,7 @@ def a_priori_prediction(
             k,
             temperature,
             text,
-            simulated_passes(calibration.kept_chances[0], start, k, context.seed, count=COST_CALLS + 1),
+            centred_passes(simulated_passes(chances, len(context.prompt()), k, context.seed, count=len(chances))),
             context.seed,
             context.harness,
         )

@@ -26,7 +26,7 @@ from runner.experiments.parts.speculative_a_priori import a_priori_prediction
 from runner.experiments.parts.speculative_costs import (
     CostSession,
     PassCosts,
-    middle_passes,
+    centred_passes,
     passes_of_run,
     single_call_costs,
 )
@@ -125,7 +125,7 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     k = min(schedule.longest, max(1, round(counted.mean_draft_length)))
     # After each pair, the pass costs replaying the loop's own passes, so each pair's
     # component model sees the machine as its measured ratio did.
-    passes = middle_passes(passes_of_run(counted, len(prompt)))
+    passes = centred_passes(passes_of_run(counted, len(prompt)))
     text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
     sessions: list[PassCosts] = []
