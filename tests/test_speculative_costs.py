@@ -9,10 +9,10 @@ import torch
 from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
-from runner.decoding.speculative import speculative_decode
-from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.decoding.fast import LoopState, decoder_for
 from runner.decoding.fast_library import entry_point_seconds
+from runner.decoding.speculative import speculative_decode
+from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.experiments.parts.speculative_costs import (
     COST_CALLS,
     CostSession,

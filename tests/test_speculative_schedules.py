@@ -110,11 +110,17 @@ def test_the_confidence_schedule_stops_before_an_unsure_proposal() -> None:
 
         history_length = 1
 
-        def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
-            top = 0.9 if context[-1] % 2 == 0 else 0.3
-            row = torch.full((VOCAB,), (1 - top) / (VOCAB - 1))
-            row[(context[-1] + 1) % VOCAB] = top
-            return row.log()
+        def tables(self) -> list[torch.Tensor]:
+            rows = []
+            for previous in range(VOCAB):
+                top = 0.9 if previous % 2 == 0 else 0.3
+                row = torch.full((VOCAB,), (1 - top) / (VOCAB - 1))
+                row[(previous + 1) % VOCAB] = top
+                rows.append(row.log())
+            return [torch.stack(rows)]
+
+        def locate(self, context: tuple[int, ...]) -> tuple[int, int]:
+            return 0, context[-1]
 
     draft = Table()
     draft.start([1])

@@ -134,7 +134,9 @@ class CostSession:
         if self._verify_at > 1:
             self._run_target(text[: self._verify_at - 1], self._cache)
         self._generator = torch.Generator(device=target.device).manual_seed(seed)
-        draft.start(text[: self._start])
+        # The verification's proposals are the draft's at its own position, so that the accept rule
+        # takes the path it takes there (proposals drawn elsewhere would be rejected at once).
+        draft.start(text[: self._verify_at])
         self._proposals, self._q = draft.propose(k, temperature, self._generator)
         self._replay: Iterator[Pass] = iter([])
 
