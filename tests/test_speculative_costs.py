@@ -3,15 +3,18 @@ passes a cost session replays, the cost sessions, and the rounds that set them b
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
-from runner.decoding.fast import LoopState, decoder_for
+from runner.decoding.fast import FastDecoder, LoopState, decoder_for
 from runner.decoding.fast_library import entry_point_seconds
 from runner.decoding.speculative import speculative_decode
+from runner.experiments.parts import speculative_costs
 from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.experiments.parts.speculative_costs import (
     COST_CALLS,
@@ -116,19 +119,30 @@ def test_the_compiled_loop_replays_given_passes(target: CharGPT) -> None:
         )
 
 
-def test_a_fast_cost_session_prices_the_compiled_loops_own_calls(target: CharGPT) -> None:
+def test_a_fast_cost_session_replays_its_passes_in_the_compiled_loop(
+    target: CharGPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the loop is compiled, a session runs that loop over its passes (the first untimed, then
+    one a round, each keeping at most k) and prices them by the library's clocks over the timed ones."""
     draft = ModelDraft(quantize_model(target, "int8", kernel="fast_int8"), "fast_int8", fast=True)
-    run = speculative_decode(target, draft, 4, [1, 2], 100, temperature=1.0, seed=5, impl="fast")
+    run = speculative_decode(target, draft, 3, [1, 2], 100, temperature=1.0, seed=5, impl="fast")
     passes = centred_passes(passes_of_run(run, 2))
-    session = CostSession(target, "fast", draft, 4, 1.0, [1, 2] + run.tokens, passes, seed=5, harness=Harness())
-    before = entry_point_seconds()
+    replayed: list[list[int]] = []
+    speculate = FastDecoder.speculate
+
+    def spy(self: FastDecoder, *arguments: Any, **keywords: Any) -> Any:
+        assert keywords.get("replay") is not None, "a cost session replays"
+        replayed.append(list(keywords["replay"][0]))
+        return speculate(self, *arguments, **keywords)
+
+    clocks = iter([(1.0, 2.0), (1.0 + 16 * 3e-6, 2.0 + 16 * 5e-6)])  # drafting, verifying: before, after
+    monkeypatch.setattr(FastDecoder, "speculate", spy)
+    monkeypatch.setattr(speculative_costs, "entry_point_seconds", lambda: next(clocks))
+    session = CostSession(target, "fast", draft, 3, 1.0, [1, 2] + run.tokens, passes, seed=5, harness=Harness())
     costs = session()
-    after = entry_point_seconds()
-    timed = min(COST_CALLS, len(passes) - 1)
-    # The session's costs are the library's clocks over its timed passes (its untimed first one aside).
-    assert 0 < costs.draft_turn_seconds * timed < after[0] - before[0]
-    assert 0 < costs.verify_seconds * timed < after[1] - before[1]
-    assert costs.verify_seconds * timed > 0.5 * (after[1] - before[1]), "one untimed pass of 1 + timed"
+    assert len(passes) == COST_CALLS + 1
+    assert replayed == [[min(passes[0][0], 3)], [min(kept, 3) for kept, _, _ in passes[1:]]]
+    assert costs.draft_turn_seconds == pytest.approx(3e-6) and costs.verify_seconds == pytest.approx(5e-6)
 
 
 def test_cost_rounds_divide_each_cost_by_its_own_rounds_step() -> None:
