@@ -331,14 +331,11 @@ class FastDecoder:
         drafted, accepted = (array.array("i", bytes(4 * max(new_tokens, 1))) for _ in range(2))
         variations = array.array("f", bytes(4 * max(new_tokens * longest, 1)))
         state = array.array("q", bytes(8 * 8))
-        kept, to_emit = (array.array("i"), array.array("q")) if replay is None else replay
-        if replay is not None and len(to_emit) < new_tokens + longest:  # as many as ``emitted`` holds
-            raise RuntimeError(f"replay: need {new_tokens + longest} tokens to emit, got {len(to_emit)}")
-        # Checked as fed tokens are: the loop feeds them to both models.
-        replay_kept, replay_tokens = (
-            array.array("i", kept),
-            array.array("q") if replay is None else self._tokens(list(to_emit)),
-        )
+        if replay is not None and len(replay[1]) < new_tokens + longest:  # as many as ``emitted`` holds
+            raise RuntimeError(f"replay: need {new_tokens + longest} tokens to emit, got {len(replay[1])}")
+        # The tokens to emit are checked as fed tokens are: the loop feeds them to both models.
+        replay_kept = array.array("i", [] if replay is None else replay[0])
+        replay_tokens = array.array("q") if replay is None else self._tokens(replay[1])
         status = self._library.dl_speculate(
             self._handle,
             draft._handle,

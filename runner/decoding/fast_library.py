@@ -13,6 +13,7 @@ from runner.decoding.native_build import build
 from runner.errors import InputError
 
 _pointer, _int64, _int32, _double = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
+SAMPLE_ENTRY, VERIFY_ENTRY = 1, 2  # runner/decoding/csrc/fast_decode.cpp EntryPoint: dl_sample, dl_verify
 
 
 MARCH_VARIABLE = "DECODELAB_FAST_MARCH"
@@ -103,7 +104,9 @@ def entry_point_seconds() -> tuple[float, float]:
     """Seconds this thread has spent inside the default library's draft calls (sample) and
     verifications (verify) so far, each apart: what a compiled speculative loop spent on each."""
     loaded = library()
-    draft_calls, verifications = (int(loaded.dl_entry_point_nanoseconds(entry_point)) / 1e9 for entry_point in (1, 2))
+    draft_calls, verifications = (
+        int(loaded.dl_entry_point_nanoseconds(entry_point)) / 1e9 for entry_point in (SAMPLE_ENTRY, VERIFY_ENTRY)
+    )
     return draft_calls, verifications
 
 
