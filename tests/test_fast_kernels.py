@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from runner.decoding.decode import generate
-from runner.decoding.fast import FastDecoder, logits_through_fast_path
+from runner.decoding.fast import FastDecoder, decoder_for, logits_through_fast_path
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantization_of, quantize_model, weight_bytes
 
@@ -123,6 +123,41 @@ def test_the_compiled_impl_draws_the_same_tokens(temperature: float) -> None:
     assert compiled == generate(model, [1, 2, 3], 40, temperature=temperature, seed=4, impl="static").tokens
     with pytest.raises(ValueError, match="exact cache only"):
         generate(model, [1], 4, use_cache=False, impl="compiled")
+
+
+def test_generations_reusing_the_scratch_cache_draw_what_a_fresh_cache_draws() -> None:
+    model = trained_looking(SHAPES[1])
+    fresh = FastDecoder(model)
+
+    def from_a_fresh_cache(prompt: list[int], count: int, seed: int) -> list[int]:
+        draws = torch.rand(count, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        tokens, _ = fresh.sample(prompt, count, 1.0, draws, model.new_cache(capacity=len(prompt) + count))
+        return tokens
+
+    # Long, then short (the cache holds what the long one left past the short one's end), then
+    # longer still (the cache grows): each as from a cache of its own.
+    for prompt, count, seed in (([1, 2, 3], 60, 5), ([4], 12, 6), ([1, 2, 3], 60, 5), ([7, 8], 90, 7)):
+        draws = torch.rand(count, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        decoder = decoder_for(model)
+        assert decoder.generate(prompt, count, 1.0, draws) == from_a_fresh_cache(prompt, count, seed)
+    assert decoder_for(model) is decoder  # nothing changed: the same decoder, the same scratch cache
+
+
+def test_a_replaced_parameter_repacks_the_weights() -> None:
+    model = trained_looking(SHAPES[1])
+    before = decoder_for(model)
+    layer = model.blocks[0].mlp.c_fc
+    with torch.no_grad():
+        replacement = torch.nn.Parameter(layer.weight * 2)
+        while replacement._version < layer.weight._version:
+            replacement.mul_(1.0)
+    layer.weight = replacement  # a new tensor at the old one's version
+    after = decoder_for(model)
+    assert after is not before
+    tokens = tokens_for(SHAPES[1], 12)
+    with torch.inference_mode():
+        eager = model(torch.tensor([tokens]))[0]
+    assert (after.forward(tokens, model.new_cache()) - eager).abs().max().item() < 1e-4
 
 
 def test_helper_threads_change_nothing_but_the_time() -> None:

@@ -116,8 +116,7 @@ def generate(
         decoder = decoder_for(model)
         if not use_cache:
             return Generation(tokens=decoder.sample_no_cache(prompt, new_tokens, temperature, draws), logits=None)
-        tokens, _ = decoder.sample(prompt, new_tokens, temperature, draws, model.new_cache(capacity=positions))
-        return Generation(tokens=tokens, logits=None)
+        return Generation(tokens=decoder.generate(prompt, new_tokens, temperature, draws), logits=None)
     if impl == COMPILED:
         from runner.decoding.compiled import compiled_steps
 
