@@ -10,7 +10,10 @@ Verdicts:
 - timed metrics are decided from the raw samples of both runs, on a log scale: per-pair ratios
   A/B for a paired speedup, the raw seconds for a min-of-N time; for the two runs of an A/B
   session (`decodelab ab`), one value per round, each round's own worker processes (the
-  ``round_index`` of its samples). A two-sample t test of the
+  ``round_index`` of its samples). Where pair i of every run times the same seeded text (a
+  speculative speedup: runner.metrics.has_seeded_pairs), the two runs' pairs are matched pair by
+  pair, as an A/B session's rounds are, and the test is the paired one: the texts' own spread
+  (acceptance varies with the text) cancels. Otherwise a two-sample t test of the
   shift of the mean log value, its variance moderated towards the typical variance of its
   experiment · impl · method group (so that three samples a side are enough: a U test cannot
   reach 0.01 below five); the p-values adjusted by Benjamini–Hochberg within each family of one
@@ -65,7 +68,7 @@ from analysis.statistics import (
     smallest_p_value,
 )
 from runner.labels import part_labels
-from runner.metrics import headlines, is_deterministic
+from runner.metrics import has_seeded_pairs, headlines, is_deterministic
 from store.records import case_key as params_key
 
 __all__ = [
@@ -229,6 +232,14 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[tuple[str, str, str], floa
 ROUND_METHOD = ", per round"
 # Both sides' rounds paired round by round (an A/B session's: round i of each side ran together).
 MATCHED_METHOD = ", per round, matched"
+# Both runs' pairs paired pair by pair: a metric whose pair i times the same seeded text in every
+# run (runner.metrics.has_seeded_pairs), so the spread between the texts cancels.
+SEEDED_METHOD = ", per pair, matched by seed"
+
+
+def is_matched(method: str) -> bool:
+    """Whether a method's values pair one to one across the two runs (the paired t test)."""
+    return method.endswith((MATCHED_METHOD, SEEDED_METHOD))
 
 
 def round_values(samples: pd.DataFrame) -> tuple[dict[int, float], str]:
@@ -273,18 +284,25 @@ def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
         return [], "paired"
     if (rounds := rounds_of(samples)) is not None:
         return per_round_statistic(rounds)
+    ratios = pair_ratios(samples)
+    if ratios is not None:
+        return list(ratios.values()), "paired"
+    return [float(value) for value in samples["seconds"]], "min"
+
+
+def pair_ratios(samples: pd.DataFrame) -> dict[int, float] | None:
+    """Pair index → the pair's ratio A/B, in pair order, for a paired measurement's samples (sides A
+    and B); None for a min-of-N one (side A only)."""
     # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
     # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
     # compares, and a pivot table each time made the calibration the slowest part of a report.
-    first: dict[str, dict[Any, float]] = {}
+    first: dict[str, dict[int, float]] = {}
     for pair_index, side, seconds in zip(samples["pair_index"], samples["side"], samples["seconds"], strict=True):
-        if pd.isna(pair_index) or pd.isna(seconds):
-            continue
-        first.setdefault(side, {}).setdefault(pair_index, seconds)
-    if "A" in first and "B" in first:
-        pairs = sorted(first["A"].keys() & first["B"].keys())
-        return [float(first["A"][pair] / first["B"][pair]) for pair in pairs], "paired"
-    return [float(value) for value in samples["seconds"]], "min"
+        if not (pd.isna(pair_index) or pd.isna(seconds)):
+            first.setdefault(side, {}).setdefault(int(pair_index), float(seconds))
+    if "A" not in first or "B" not in first:
+        return None
+    return {pair: first["A"][pair] / first["B"][pair] for pair in sorted(first["A"].keys() & first["B"].keys())}
 
 
 @dataclass(frozen=True)
@@ -379,7 +397,7 @@ def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]])
     prior each row's own variance is moderated towards."""
     pooled: dict[Group, list[float]] = {}
     for group, run_logs, baseline_logs in tests.values():
-        matched = group[2].endswith(MATCHED_METHOD)
+        matched = is_matched(group[2])
         variance, freedom = (matched_variance if matched else pooled_variance)(run_logs, baseline_logs)
         if freedom:
             pooled.setdefault(group, []).append(variance)
@@ -552,6 +570,18 @@ def timed_logs(
             run_samples = [run_rounds[0][index] for index in sorted(run_rounds[0])]
             base_samples = [base_rounds[0][index] for index in sorted(run_rounds[0])]
             method = method.removesuffix(ROUND_METHOD) + MATCHED_METHOD
+        elif (
+            run_rounds is None
+            and base_rounds is None
+            and method == base_method == "paired"
+            and has_seeded_pairs(str(row["metric"]))
+        ):
+            # Pair i of each run generated the same seeded text: the test pairs them, so what the
+            # text does to the ratio (speculative acceptance varies with it) cancels.
+            run_pairs, base_pairs = pair_ratios(run_frame), pair_ratios(base_frame)
+            if run_pairs and base_pairs and run_pairs.keys() == base_pairs.keys():
+                run_samples, base_samples = list(run_pairs.values()), list(base_pairs.values())
+                method += SEEDED_METHOD
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"
@@ -579,7 +609,7 @@ def judge_timed_rows(
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
         floor, direction = floors[index]
-        matched = group[2].endswith(MATCHED_METHOD)
+        matched = is_matched(group[2])
         shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM, matched=matched)
         tests[index] = TimedTest(
             shift_test,
@@ -630,7 +660,12 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"
-    test_name = "paired t test on log values, rounds matched in time" if test.matched else "t test on log values"
+    if not test.matched:
+        test_name = "t test on log values"
+    elif test.per_round:
+        test_name = "paired t test on log values, rounds matched in time"
+    else:
+        test_name = "paired t test on log values, pairs matched by their seeded text"
     return (
         f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "

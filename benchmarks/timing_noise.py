@@ -7,6 +7,10 @@ the runs read, as a fraction.
 
 Reads the newest two done runs of the preset (or the runs given) and prints
 ``timing_spread_median_<experiment>_<impl>=`` and ``timing_spread_p95_<experiment>_<impl>=``.
+Where pair i of every run times its own seeded text (the speculative speedups), the per-pair
+spread is mostly the texts' (acceptance varies with the text, the same way in every run), so it
+also prints ``timing_spread_matched_median_…`` and ``…_p95_…``: each pair against the same pair
+of the run before, what the review's matched test sees.
 Targets on a quiet machine (issue 42): median ≤ 0.05 and p95 ≤ 0.15 for every group. Say the
 load it ran under (``uptime``): figures from a busy machine are not the timing's own.
 """
@@ -19,8 +23,10 @@ import sys
 
 import pandas as pd
 
-from analysis.review import DEFAULT_IMPL, sample_statistic
+from analysis.review import DEFAULT_IMPL, pair_ratios, sample_statistic
+from runner.metrics import has_seeded_pairs
 from store import frames
+from store.records import case_key
 from store.store import Store
 
 # How many runs are read when none is named.
@@ -48,6 +54,37 @@ def spreads(store: Store, run_ids: list[int]) -> pd.DataFrame:
                 continue
             impl = str(record["params"].get("impl", DEFAULT_IMPL))
             rows.append({"experiment": record["experiment"], "impl": impl, "spread": max(logs) - min(logs)})
+    return pd.DataFrame(rows, columns=["experiment", "impl", "spread"])
+
+
+def matched_spreads(store: Store, run_ids: list[int]) -> pd.DataFrame:
+    """For metrics whose pair i times the same seeded text in every run (a speculative speedup:
+    runner.metrics.has_seeded_pairs), the spread of a case's per-pair ratios taken against the same
+    pair of the run before (largest minus smallest log of run_i / earlier_i): what the timing
+    adds once the texts' own spread, which repeats run after run, is set aside. Both runs' noise
+    is in it, so it overstates one run's."""
+    by_run: dict[int, dict[tuple[str, str, str], tuple[str, dict[int, float]]]] = {}
+    for run_id in run_ids:
+        measured = frames.measurements(store, run_id)
+        if measured.empty:
+            continue
+        measured = measured[measured["metric"].map(has_seeded_pairs)]
+        samples = frames.samples(store, [int(ident) for ident in measured["measurement_id"]])
+        by_id = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
+        cases = {}
+        for record in measured.to_dict("records"):
+            ratios = pair_ratios(by_id[record["measurement_id"]]) if record["measurement_id"] in by_id else None
+            if ratios:
+                impl = str(record["params"].get("impl", DEFAULT_IMPL))
+                cases[(record["experiment"], record["metric"], case_key(record["params"]))] = (impl, ratios)
+        by_run[run_id] = cases
+    rows = []
+    for earlier, later in zip(run_ids, run_ids[1:], strict=False):
+        for key, (impl, ratios) in by_run.get(later, {}).items():
+            _, before = by_run.get(earlier, {}).get(key, (impl, {}))
+            logs = [math.log(ratios[pair] / before[pair]) for pair in ratios.keys() & before.keys()]
+            if len(logs) >= 2:
+                rows.append({"experiment": key[0], "impl": impl, "spread": max(logs) - min(logs)})
     return pd.DataFrame(rows, columns=["experiment", "impl", "spread"])
 
 
@@ -79,6 +116,7 @@ def main() -> int:
             print(f"--preset: no done {arguments.preset} run in the store", file=sys.stderr)
             return 2
         table = spreads(store, run_ids)
+        matched = matched_spreads(store, run_ids)
     finally:
         store.close()
     print(f"timing_runs={','.join(map(str, run_ids))}")
@@ -87,6 +125,10 @@ def main() -> int:
         print(f"timing_spread_median_{name}={group['spread'].median():.4g}")
         print(f"timing_spread_p95_{name}={group['spread'].quantile(0.95):.4g}")
         print(f"timing_cases_{name}={len(group)}")
+    for (experiment, impl), group in matched.groupby(["experiment", "impl"]):
+        name = f"{experiment}_{impl}"
+        print(f"timing_spread_matched_median_{name}={group['spread'].median():.4g}")
+        print(f"timing_spread_matched_p95_{name}={group['spread'].quantile(0.95):.4g}")
     return 0
 
 

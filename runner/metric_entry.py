@@ -28,17 +28,20 @@ class Metric:
     band: tuple[str, str] | None = None
     old_names: tuple[str, ...] = ()
     help: str = ""
+    # Pair i of every run times the same seeded workload (pair i's own text), so two runs' pairs
+    # compare index by index (analysis.review's matched test) and the texts' spread cancels.
+    seeded_pairs: bool = False
 
     @property
     def deterministic(self) -> bool:
         return self.kind in DETERMINISTIC_KINDS
 
 
-def paired(name: str, help: str, *, band: tuple[str, str] | None = None) -> list[Metric]:
+def paired(name: str, help: str, *, band: tuple[str, str] | None = None, seeded_pairs: bool = False) -> list[Metric]:
     """A paired speedup (timing.Paired): the median ratio, higher is better, and its band."""
     low, high = band or (name + BAND_SUFFIXES[0], name + BAND_SUFFIXES[1])
     return [
-        Metric(name, "ratio", "timed", "higher", (low, high), help=help),
+        Metric(name, "ratio", "timed", "higher", (low, high), help=help, seeded_pairs=seeded_pairs),
         Metric(low, "ratio", "timed", help=f"the smallest pair's ratio of {name}"),
         Metric(high, "ratio", "timed", help=f"the largest pair's ratio of {name}"),
     ]

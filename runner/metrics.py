@@ -66,8 +66,10 @@ ENTRIES: tuple[Metric, ...] = (
     Metric("divergence_position_sampled", "tokens", "exact"),
     *paired(
         "speedup_median",
-        "plain decoding over speculative, paired (the A/A case: the plain decode against itself)",
+        "plain decoding over speculative, paired (the A/A case: the plain decode against itself); "
+        "pair i of every run generates its own seeded text",
         band=("speedup_min", "speedup_max"),
+        seeded_pairs=True,
     ),
     Metric("acceptance_rate", "ratio", "exact", help="accepted over proposed, seeded"),
     Metric("chars_per_target_pass", "chars", "exact"),
@@ -462,6 +464,13 @@ COUNT_UNITS = frozenset(
     | {"computations", "elements", "calls"}
 )
 FLOATING_UNITS = frozenset({"probability", "nats", "logit", "value"})
+
+
+def has_seeded_pairs(name: str) -> bool:
+    """Whether pair i of the metric's samples times the same seeded workload in every run
+    (Metric.seeded_pairs)."""
+    entry = lookup(name)
+    return entry is not None and entry.seeded_pairs
 
 
 def kind_of(name: str, unit: str) -> str:

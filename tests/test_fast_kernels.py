@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
 
 from runner.decoding.decode import generate
 from runner.decoding.fast import FastDecoder, decoder_for, logits_through_fast_path
-from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.gpt import Block, CharGPT, ModelConfig
 from runner.model.quantize import quantization_of, quantize_model, weight_bytes
 
 # Widths off the vector length (24: head_dim 8 and a partial vector everywhere) and on it.
@@ -146,7 +147,7 @@ def test_generations_reusing_the_scratch_cache_draw_what_a_fresh_cache_draws() -
 def test_a_replaced_parameter_repacks_the_weights() -> None:
     model = trained_looking(SHAPES[1])
     before = decoder_for(model)
-    layer = model.blocks[0].mlp.c_fc
+    layer = cast(Block, model.blocks[0]).mlp.c_fc
     with torch.no_grad():
         replacement = torch.nn.Parameter(layer.weight * 2)
         while replacement._version < layer.weight._version:

@@ -174,6 +174,40 @@ def test_a_single_case_slowed_25_percent_among_28_steady_ones_is_regressed_at_fi
     assert found >= 18, found
 
 
+def seeded_text_ratios(center: float, seed: int, run_seed: int) -> list[float]:
+    """Five speculative pairs, pair i generating text i: each text moves its ratio by up to ±20%
+    (acceptance varies with the text), the same in every run; the timing adds σ 0.01 per pair."""
+    texts = random.Random(seed)
+    noise = random.Random(run_seed)
+    return [center * math.exp(texts.uniform(-0.2, 0.2) + noise.gauss(0, 0.01)) for _ in range(QUICK_PAIRS)]
+
+
+def test_speculative_pairs_are_matched_by_their_seeded_text_across_runs() -> None:
+    """Pair i of every run draws text i (runner.metrics.has_seeded_pairs): matched pair by pair,
+    the texts' ±20% cancels and one case 10% slower among 28 is regressed, with no other alert;
+    the same samples unmatched (pair indexes that differ between the runs) cannot tell 10% from
+    the texts."""
+    for seed in range(10):
+        slowed = seed % len(GRID)
+        base_cases = [(e, p, seeded_text_ratios(1.5, i, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
+        run_cases = [
+            (e, p, seeded_text_ratios(1.5 / (1.1 if i == slowed else 1.0), i, seed * 100 + 50 + i))
+            for i, (e, p) in enumerate(GRID)
+        ]
+        (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+        samples = pd.DataFrame(run_samples + baseline_samples)
+        timed = review.verdict_table(run, baseline, samples, drift=0.0).query("kind == 'timed'")
+        matched = "paired t test on log values, pairs matched by their seeded text"
+        assert all(why.startswith(matched) for why in timed["why"])
+        slowed_point = review.case_points(run)[(GRID[slowed][0], review.params_key(GRID[slowed][1]))]
+        alerts = timed[timed["verdict"] != "within noise"]
+        assert list(alerts["point"]) == [slowed_point] and list(alerts["verdict"]) == ["regressed"], alerts
+        unmatched = samples.assign(pair_index=samples["pair_index"] + (samples["measurement_id"] >= 2000) * 100)
+        two_sample = review.verdict_table(run, baseline, unmatched, drift=0.0).query("kind == 'timed'")
+        assert set(two_sample["verdict"]) == {"within noise"}
+        assert all(why.startswith("t test on log values, 5 against 5 samples") for why in two_sample["why"])
+
+
 def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
     """A/A: 40 reviews of the 28-case grid at five pairs and of 3-pair timings, heavy-tailed noise."""
     for seed in range(40):
