@@ -101,26 +101,25 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
     generations: list[SpeculativeResult] = []
+    # Pair i generates its own text, seed + 1 + warm-up + i (the seeds the pairs drew when each
+    # call took the next one), in every run: a timed speedup over one seeded text is that text's
+    # (200 characters hold ~80 passes, whose characters per pass vary by ~5%), not the loop's, and
+    # two runs' pair i time the same text, which the review matches (runner.metrics: seeded_pairs).
+    # The counts are the first generation's, seeded as ever.
+    first_pair_seed = seed + 1 + context.harness.warmup
+    pair = 0
 
-    def loop() -> SpeculativeResult:
-        # Each generation its own seed: a timed speedup over one seeded text is that text's
-        # (200 characters hold ~80 passes, whose characters per pass vary by ~5%), not the
-        # loop's; the counts are the first generation's, seeded as ever.
+    def generation(text_seed: int) -> SpeculativeResult:
         result = speculative_decode(
-            target,
-            draft,
-            schedule.k,
-            prompt,
-            n,
-            temperature=temperature,
-            seed=seed + len(generations),
-            impl=impl,
-            schedule=schedule,
+            target, draft, schedule.k, prompt, n, temperature=temperature, seed=text_seed, impl=impl, schedule=schedule
         )
         generations.append(result)
         return result
 
-    counted = loop()
+    def loop() -> SpeculativeResult:
+        return generation(first_pair_seed + pair)
+
+    counted = generation(seed)
     # The cost sessions draft a fixed length: the loop's mean, rounded.
     k = min(schedule.longest, max(1, round(counted.mean_draft_length)))
     # After each pair, the pass costs replaying the loop's own passes, so each pair's
@@ -129,8 +128,18 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
     sessions: list[PassCosts] = []
+
+    def next_pair() -> None:
+        nonlocal pair
+        sessions.append(cost_session())
+        pair += 1
+
+    # On the fast impl a generation lasts a few milliseconds, and one pair hit by the host moved a
+    # case's ratio 15-27% alone (the Xeon, issue 42): there a pair's sample loops its text until it
+    # lasts MIN_SAMPLE_SECONDS, the two sides' calls interleaved. The other impls' generations
+    # last longer than that already, and settling them cost the quick sweep 20 s.
     paired = context.harness.paired(
-        plain_decode(case, context), loop, pairs=case["pairs"], between=lambda: sessions.append(cost_session())
+        plain_decode(case, context), loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast"
     )
     return TimedLoop(counted, generations[1:], paired, sessions, k, n)
 
