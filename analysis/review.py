@@ -581,7 +581,9 @@ def timed_logs(
             run_pairs, base_pairs = pair_ratios(run_frame), pair_ratios(base_frame)
             if run_pairs and base_pairs and run_pairs.keys() == base_pairs.keys():
                 run_samples, base_samples = list(run_pairs.values()), list(base_pairs.values())
-                method += SEEDED_METHOD
+                # A ratio without a log (a zero time) leaves its pair unmatched: both runs by their pairs.
+                if len(log_values(run_samples + base_samples)) == len(run_samples) + len(base_samples):
+                    method += SEEDED_METHOD
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"

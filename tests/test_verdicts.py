@@ -206,6 +206,11 @@ def test_speculative_pairs_are_matched_by_their_seeded_text_across_runs() -> Non
         two_sample = review.verdict_table(run, baseline, unmatched, drift=0.0).query("kind == 'timed'")
         assert set(two_sample["verdict"]) == {"within noise"}
         assert all(why.startswith("t test on log values, 5 against 5 samples") for why in two_sample["why"])
+    # A pair without a log on one side (a zero time) cannot be matched: that row falls back to its pairs.
+    zero = samples.copy()
+    zero.loc[(zero["measurement_id"] == 2000) & (zero["pair_index"] == 1) & (zero["side"] == "A"), "seconds"] = 0.0
+    whys = review.verdict_table(run, baseline, zero, drift=0.0).query("kind == 'timed'")["why"]
+    assert sum(why.startswith("t test on log values, 4 against 5 samples") for why in whys) == 1
 
 
 def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
