@@ -48,5 +48,7 @@ def test_pair_i_generates_the_same_seeded_text_in_every_run(impl: str, monkeypat
         assert seeds[1:] == sorted(seeds[1:])
         assert set(seeds[1:]) == {context.seed + 2 + pair for pair in range(PAIRS)}
         assert len(timed.paired.candidate_seconds) == PAIRS == len(timed.sessions)
+        # What the counted figures pool: each pair's text once, however often a sample looped it.
+        assert len(timed.timed) == PAIRS
         pair_texts.append([tuple(generation.tokens) for generation in timed.timed])
     assert pair_texts[0] == pair_texts[1]

@@ -79,8 +79,8 @@ def speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
 @dataclass(frozen=True)
 class TimedLoop:
     """The loop timed in pairs against plain decoding: ``counted`` is its first generation
-    (seeded as ever: the counted figures), ``timed`` the paired ones, ``sessions`` the pass costs
-    replayed after each pair, drafting ``k`` a turn."""
+    (seeded as ever: the counted figures), ``timed`` the pairs' texts (one generation each),
+    ``sessions`` the pass costs replayed after each pair, drafting ``k`` a turn."""
 
     counted: SpeculativeResult
     timed: list[SpeculativeResult]
@@ -100,7 +100,7 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     followed by a cost session replaying the loop's own passes."""
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
-    generations: list[SpeculativeResult] = []
+    texts: dict[int, SpeculativeResult] = {}  # by seed: each text's generation, once
     # Pair i generates its own text, seed + 1 + warm-up + i (the seeds the pairs drew when each
     # call took the next one), in every run: a timed speedup over one seeded text is that text's
     # (200 characters hold ~80 passes, whose characters per pass vary by ~5%), not the loop's, and
@@ -113,7 +113,7 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
         result = speculative_decode(
             target, draft, schedule.k, prompt, n, temperature=temperature, seed=text_seed, impl=impl, schedule=schedule
         )
-        generations.append(result)
+        texts.setdefault(text_seed, result)
         return result
 
     def loop() -> SpeculativeResult:
@@ -141,7 +141,10 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     paired = context.harness.paired(
         plain_decode(case, context), loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast"
     )
-    return TimedLoop(counted, generations[1:], paired, sessions, k, n)
+    # The pairs' texts, each once however often a sample looped it: what the counted figures pool
+    # is the same in every run, whatever the timing chose.
+    timed = [texts[first_pair_seed + index] for index in range(case["pairs"])]
+    return TimedLoop(counted, timed, paired, sessions, k, n)
 
 
 def pooled_per_pass(timed: list[SpeculativeResult]) -> tuple[float, float, float]:
