@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Hashable
+from typing import Any
 
 import pandas as pd
 
@@ -33,21 +35,32 @@ from store.store import Store
 NEWEST_RUNS = 2
 
 
-def spreads(store: Store, run_ids: list[int]) -> pd.DataFrame:
-    """One row per timed measurement with two or more samples: experiment, impl, spread."""
-    rows = []
+# A run's timed measurements with their samples: (measurement record, its samples) each.
+RunSamples = list[tuple[dict[Hashable, Any], pd.DataFrame]]
+
+
+def read_runs(store: Store, run_ids: list[int]) -> dict[int, RunSamples]:
+    """Each run's measurements that have samples, read once for both spreads."""
+    read: dict[int, RunSamples] = {}
     for run_id in run_ids:
         measured = frames.measurements(store, run_id)
-        if measured.empty:
-            continue
-        samples = frames.samples(store, [int(ident) for ident in measured["measurement_id"]])
-        if samples.empty:
-            continue
-        by_id = dict(tuple(samples.groupby("measurement_id")))
-        for record in measured.to_dict("records"):
-            group = by_id.get(record["measurement_id"])
-            if group is None:
-                continue
+        samples = (
+            pd.DataFrame() if measured.empty else frames.samples(store, [int(i) for i in measured["measurement_id"]])
+        )
+        by_id = {} if samples.empty else dict(tuple(samples.groupby("measurement_id")))
+        read[run_id] = [
+            (record, by_id[record["measurement_id"]])
+            for record in measured.to_dict("records")
+            if record["measurement_id"] in by_id
+        ]
+    return read
+
+
+def spreads(runs: dict[int, RunSamples]) -> pd.DataFrame:
+    """One row per timed measurement with two or more samples: experiment, impl, spread."""
+    rows = []
+    for measured in runs.values():
+        for record, group in measured:
             values, _ = sample_statistic(group)
             logs = [math.log(value) for value in values if value > 0 and math.isfinite(value)]
             if len(logs) < 2:
@@ -57,31 +70,26 @@ def spreads(store: Store, run_ids: list[int]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["experiment", "impl", "spread"])
 
 
-def matched_spreads(store: Store, run_ids: list[int]) -> pd.DataFrame:
+def matched_spreads(runs: dict[int, RunSamples]) -> pd.DataFrame:
     """For metrics whose pair i times the same seeded text in every run (a speculative speedup:
     runner.metrics.has_seeded_pairs), the spread of a case's per-pair ratios taken against the same
     pair of the run before (largest minus smallest log of run_i / earlier_i): what the timing
     adds once the texts' own spread, which repeats run after run, is set aside. Both runs' noise
     is in it, so it overstates one run's."""
     by_run: dict[int, dict[tuple[str, str, str], tuple[str, dict[int, float]]]] = {}
-    for run_id in run_ids:
-        measured = frames.measurements(store, run_id)
-        if measured.empty:
-            continue
-        measured = measured[measured["metric"].map(has_seeded_pairs)]
-        samples = frames.samples(store, [int(ident) for ident in measured["measurement_id"]])
-        by_id = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
+    for run_id, measured in runs.items():
         cases = {}
-        for record in measured.to_dict("records"):
-            ratios = pair_ratios(by_id[record["measurement_id"]]) if record["measurement_id"] in by_id else None
+        for record, group in measured:
+            ratios = pair_ratios(group) if has_seeded_pairs(record["metric"]) else None
             if ratios:
                 impl = str(record["params"].get("impl", DEFAULT_IMPL))
                 cases[(record["experiment"], record["metric"], case_key(record["params"]))] = (impl, ratios)
         by_run[run_id] = cases
+    run_ids = list(runs)
     rows = []
     for earlier, later in zip(run_ids, run_ids[1:], strict=False):
-        for key, (impl, ratios) in by_run.get(later, {}).items():
-            _, before = by_run.get(earlier, {}).get(key, (impl, {}))
+        for key, (impl, ratios) in by_run[later].items():
+            _, before = by_run[earlier].get(key, (impl, {}))
             logs = [math.log(ratios[pair] / before[pair]) for pair in ratios.keys() & before.keys()]
             if len(logs) >= 2:
                 rows.append({"experiment": key[0], "impl": impl, "spread": max(logs) - min(logs)})
@@ -115,8 +123,8 @@ def main() -> int:
         if not run_ids:
             print(f"--preset: no done {arguments.preset} run in the store", file=sys.stderr)
             return 2
-        table = spreads(store, run_ids)
-        matched = matched_spreads(store, run_ids)
+        runs = read_runs(store, run_ids)
+        table, matched = spreads(runs), matched_spreads(runs)
     finally:
         store.close()
     print(f"timing_runs={','.join(map(str, run_ids))}")
