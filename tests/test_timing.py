@@ -157,25 +157,29 @@ def test_a_steady_timing_loops_short_calls_to_a_long_enough_sample_and_settles_f
 def test_a_slow_side_is_not_looped_as_often_as_its_quick_partner() -> None:
     """A 0.5 s call beside a 0.01 s one: one call already lasts longer than MIN_SAMPLE_SECONDS,
     so each of its samples is one call (looping it five times, as its partner needs, made a
-    kv_cache case a minute long)."""
+    kv_cache case a minute long), and the call that chose that count is its first settling
+    sample: a warm-up, that call, one more settling sample that agrees with it, three rounds."""
     clock = FakeClock()
     order: list[str] = []
     slow, quick = clock.taking(0.5, "slow", order), clock.taking(0.01, "quick", order)
     Harness(clock=clock).interleaved([slow, quick], rounds=3, steady=True)
-    assert order.count("slow") == 1 + 1 + 2 + 3
+    assert order.count("slow") == 1 + 1 + 1 + 3
+    assert order.count("quick") == 1 + 1 + 5 * (2 + 3), "a looped function settles on samples of its loop count"
 
 
 def test_settling_stops_at_two_agreeing_samples_or_after_steady_rounds() -> None:
     from runner.measure import timing
 
     clock = FakeClock()
-    # Warm-up, the loop-count call, then samples falling 1.0, 0.5, 0.49: the third agrees with the second.
-    function, queue = clock.runner([1.0, 1.0, 1.0, 0.5, 0.49, 0.48, 0.47, 0.46])
+    # Warm-up, then the loop-count call (one call lasts a sample: the first settling sample) and
+    # samples falling 1.0, 0.5, 0.49: the third agrees with the second.
+    function, queue = clock.runner([1.0, 1.0, 0.5, 0.49, 0.48, 0.47, 0.46])
     result = Harness(clock=clock).min_of(function, repeats=3, steady=True)
     assert result.seconds == pytest.approx((0.48, 0.47, 0.46)) and not queue
     clock = FakeClock()
-    # Samples that never agree: STEADY_ROUNDS warm-up samples, then the timed one (3.0).
-    wild = [1.0, 1.0] + [1.0 + index % 2 for index in range(timing.STEADY_ROUNDS)] + [3.0]
+    # Samples that never agree: the warm-up, STEADY_ROUNDS settling samples (the loop-count call
+    # the first), then the timed one (3.0).
+    wild = [1.0] + [1.0 + index % 2 for index in range(timing.STEADY_ROUNDS)] + [3.0]
     function, queue = clock.runner(wild)
     assert Harness(clock=clock).min_of(function, repeats=1, steady=True).seconds == (3.0,) and not queue
 

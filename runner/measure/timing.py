@@ -162,6 +162,13 @@ class Paired:
         )
 
 
+def loops_for_seconds(seconds: float) -> int:
+    """How many calls of ``seconds`` each make one sample last MIN_SAMPLE_SECONDS."""
+    if seconds <= 0:
+        return MAX_LOOPS
+    return max(1, min(MAX_LOOPS, math.ceil(MIN_SAMPLE_SECONDS / seconds)))
+
+
 class Harness:
     """Times callables on one device; the clock is injectable so tests can use a fake one."""
 
@@ -183,14 +190,21 @@ class Harness:
 
     def loops_for(self, function: Callable[[], object]) -> int:
         """How many calls of ``function`` make one sample last MIN_SAMPLE_SECONDS."""
-        seconds = self.time_once(function)
-        if seconds <= 0:
-            return MAX_LOOPS
-        return max(1, min(MAX_LOOPS, math.ceil(MIN_SAMPLE_SECONDS / seconds)))
+        return loops_for_seconds(self.time_once(function))
 
-    def _settle(self, functions: Sequence[Callable[[], object]], loops: Sequence[int]) -> None:
-        """Warm-up samples until two consecutive ones of every function agree (STEADY_TOLERANCE)."""
-        previous = [self.time_once(function, count) for function, count in zip(functions, loops, strict=True)]
+    def _settle(
+        self,
+        functions: Sequence[Callable[[], object]],
+        loops: Sequence[int],
+        first: Sequence[float | None] | None = None,
+    ) -> None:
+        """Warm-up samples until two consecutive ones of every function agree (STEADY_TOLERANCE).
+        ``first``: a sample already timed at its function's loop count (None where there is none)."""
+        known = first if first is not None else [None] * len(functions)
+        previous = [
+            self.time_once(function, count) if seconds is None else seconds
+            for function, count, seconds in zip(functions, loops, known, strict=True)
+        ]
         for _ in range(STEADY_ROUNDS - 1):
             current = [self.time_once(function, count) for function, count in zip(functions, loops, strict=True)]
             agree = all(
@@ -201,16 +215,25 @@ class Harness:
                 return
             previous = current
 
-    def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool) -> list[int]:
-        """Warm up; for a ``steady`` timing, choose each function's loop count and settle.
+    def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool, warm: bool = True) -> list[int]:
+        """Warm up (unless ``warm`` is False: the caller ran every function just before); for a
+        ``steady`` timing, choose each function's loop count and settle.
         Returns the loop counts. A loop count per function, not the quickest one's for all: a
         0.5 s generation looped as often as its 10 ms partner needs made one kv_cache case a
         minute long, for no less noise (its single call already swamps the timer)."""
-        self._warm(*functions)
+        if warm:
+            self._warm(*functions)
         if not steady:
             return [1] * len(functions)
-        loops = [self.loops_for(function) for function in functions]
-        self._settle(functions, loops)
+        single_calls = [self.time_once(function) for function in functions]
+        loops = [loops_for_seconds(seconds) for seconds in single_calls]
+        # A function whose one call already lasts a sample has had its first settling sample
+        # timed: a second would cost the kv_cache experiment's 0.8 s no-cache generations again.
+        self._settle(
+            functions,
+            loops,
+            [seconds if count == 1 else None for seconds, count in zip(single_calls, loops, strict=True)],
+        )
         return loops
 
     def _warm(self, *functions: Callable[[], object]) -> None:
@@ -263,6 +286,7 @@ class Harness:
         between: Callable[[], object] | None = None,
         *,
         steady: bool = False,
+        warm: bool = True,
     ) -> tuple[tuple[float, ...], ...]:
         """Time every function once per round, rotating which goes first (round r starts with
         function r mod len; in a steady sample, on a tie of ``time_interleaved``'s schedule),
@@ -272,11 +296,12 @@ class Harness:
         ``between``, if given, runs untimed after every round: a measurement that should see the
         machine as each round saw it (cost breakdowns to set beside the round's ratio).
         ``steady``: the functions keep no state between calls: every sample loops each of them
-        until it lasts MIN_SAMPLE_SECONDS (seconds per call) after warm-up until steady."""
+        until it lasts MIN_SAMPLE_SECONDS (seconds per call) after warm-up until steady.
+        ``warm=False`` skips the warm-up call of each: the caller has just run them."""
         if rounds < 1:
             raise ValueError("rounds must be at least 1")
         with pinned():
-            loops = self._prepare(functions, steady)
+            loops = self._prepare(functions, steady, warm)
             seconds: list[list[float]] = [[] for _ in functions]
             for index in range(rounds):
                 if steady:
@@ -325,9 +350,12 @@ class Harness:
         between: Callable[[], object] | None = None,
         *,
         steady: bool = False,
+        warm: bool = True,
     ) -> Paired:
         """Baseline and candidate alternating (A B, B A, A B …): ``interleaved`` of two."""
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
-        baseline_seconds, candidate_seconds = self.interleaved((baseline, candidate), pairs, between, steady=steady)
+        baseline_seconds, candidate_seconds = self.interleaved(
+            (baseline, candidate), pairs, between, steady=steady, warm=warm
+        )
         return Paired(baseline_seconds, candidate_seconds)
