@@ -95,9 +95,12 @@ class TimedLoop:
         return [seconds / self.new_tokens for seconds in self.paired.baseline_seconds]
 
 
-def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule) -> TimedLoop:
+def time_loop(
+    case: dict[str, Any], context: ExperimentContext, draft: Draft, schedule: Schedule, warm_plain: bool = False
+) -> TimedLoop:
     """One generation to count, then the loop timed in pairs against plain decoding, each pair
-    followed by a cost session replaying the loop's own passes."""
+    followed by a cost session replaying the loop's own passes. ``warm_plain``: plain decoding
+    of the case has just run (the a-priori prediction's rounds), so it needs no warm-up call."""
     target, prompt, impl = context.model, context.prompt(), case["impl"]
     n, temperature, seed = case["new_tokens"], case["temperature"], context.seed
     texts: dict[int, SpeculativeResult] = {}  # by seed: each text's generation, once
@@ -137,9 +140,14 @@ def time_loop(case: dict[str, Any], context: ExperimentContext, draft: Draft, sc
     # On the fast impl a generation lasts a few milliseconds, and one pair hit by the host moved a
     # case's ratio 15-27% alone (the Xeon, issue 42): there a pair's sample loops its text until it
     # lasts MIN_SAMPLE_SECONDS, the two sides' calls interleaved. The other impls' generations
-    # last longer than that already, and settling them cost the quick sweep 20 s.
+    # last longer than that already, and settling them cost the quick sweep 20 s. No warm-up call:
+    # both sides have just run (the counted generation, and plain decoding in the a-priori rounds
+    # or the line below), and the static impl's cost the quick sweep 2.4 s.
+    plain = plain_decode(case, context)
+    if not warm_plain:
+        plain()
     paired = context.harness.paired(
-        plain_decode(case, context), loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast"
+        plain, loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast", warm=False
     )
     # The pairs' texts, each once however often a sample looped it: what the counted figures pool
     # is the same in every run, whatever the timing chose.
@@ -275,7 +283,7 @@ def speculative(case: dict[str, Any], context: ExperimentContext) -> list[Measur
     schedule = schedule_of(case)
     draft = make_draft(case, context)
     a_priori = a_priori_prediction(case, context, draft, schedule, plain_decode(case, context))
-    timed = time_loop(case, context, draft, schedule)
+    timed = time_loop(case, context, draft, schedule, warm_plain=True)
     prompt, n = context.prompt(), case["new_tokens"]
     single_calls = single_call_costs(
         context.model,
