@@ -8,7 +8,8 @@
   pair keeping its own noise, the second run's), the way regressions happen: one case at a time
   (every tested timed case in turn, or a seeded sample of SINGLE_CASES of them), one experiment ·
   impl family at a time, and the whole run.
-  Recall is the share of the injected tested rows that say ``regressed``.
+  Recall is the share of the injected tested rows that say ``regressed``, over the review and per
+  experiment · impl family (``Calibration.family_figures``: which families a shortfall comes from).
 
 The review's tests and adjustments stay within an experiment · impl family (analysis.review), so
 a case or family injected alone is judged by judging its family alone: exactly its verdict in
@@ -35,6 +36,7 @@ SLOWDOWNS = (0.10, 0.25, 0.50)
 # How a regression is injected: into one case, one experiment · impl family, the whole run.
 SCOPES = ("single_case", "group", "run")
 ALERTS = ("regressed", "improved")
+Family = tuple[str, str]  # (experiment, impl): the review's tests and adjustments stay within one
 # The newest pairs the Review page and reports calibrate on (the benchmark takes every pair unless
 # given --newest): each pair's injections cost a few seconds.
 PAGE_PAIRS = 3
@@ -53,6 +55,10 @@ class Calibration:
     detectable: list[float] = field(default_factory=list)  # every tested row's minimum detectable effect
     flagged: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → regressed rows
     injected: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → injected rows
+    # The same per experiment · impl family: (scope, slowdown, experiment, impl) → rows
+    family_flagged: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
+    family_injected: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
+    family_detectable: dict[Family, list[float]] = field(default_factory=dict)  # the A/A rows' detectable changes
 
     @property
     def untested(self) -> int:
@@ -73,6 +79,33 @@ class Calibration:
 
     def detectable_median(self) -> float | None:
         return float(pd.Series(self.detectable).median()) if self.detectable else None
+
+    def count(self, scope: str, slowdown: float, family: Family, flagged: int, injected: int) -> None:
+        """Adds one trial's regressed and injected rows of ``family``, to its figures and the totals."""
+        key = (scope, slowdown, *family)
+        self.family_flagged[key] = self.family_flagged.get(key, 0) + flagged
+        self.family_injected[key] = self.family_injected.get(key, 0) + injected
+        self.flagged[(scope, slowdown)] = self.flagged.get((scope, slowdown), 0) + flagged
+        self.injected[(scope, slowdown)] = self.injected.get((scope, slowdown), 0) + injected
+
+    def family_figures(self, scope: str = "group", slowdown: float = 0.10) -> dict[str, float | int | None]:
+        """Per experiment · impl family: its recall with ``scope`` injections of ``slowdown``, its
+        injected rows and its A/A rows' median detectable change; where the whole-review figure
+        falls short, the families that could not see the change (their floors, in the Review page's
+        explanation of each row) are named here."""
+        figures: dict[str, float | int | None] = {}
+        percent = round(slowdown * 100)
+        for experiment, impl in sorted(self.family_detectable):
+            key = (scope, slowdown, experiment, impl)
+            injected = self.family_injected.get(key, 0)
+            name = f"{experiment}_{impl}"
+            figures[f"review_recall_{scope}_at_{percent}pct_{name}"] = (
+                self.family_flagged.get(key, 0) / injected if injected else None
+            )
+            figures[f"review_{scope}_rows_{name}"] = injected
+            detectable = self.family_detectable[(experiment, impl)]
+            figures[f"review_detectable_median_{name}"] = float(pd.Series(detectable).median()) if detectable else None
+        return figures
 
     def figures(self) -> dict[str, float | int | None]:
         """The benchmark's printed figures (name → value)."""
@@ -193,11 +226,16 @@ def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     return found.astype({"point": str}).merge(keys.astype({"point": str}), on=on, how="left")
 
 
-def regressed_among(table: pd.DataFrame, rows: pd.DataFrame, measurement_ids: set[int]) -> tuple[int, int]:
-    """(regressed, injected tested rows) among the rows of ``measurement_ids``."""
+def regressed_by_family(
+    table: pd.DataFrame, rows: pd.DataFrame, measurement_ids: set[int]
+) -> dict[Family, tuple[int, int]]:
+    """Per experiment · impl family: (regressed, injected tested rows) among the rows of ``measurement_ids``."""
     hit = keyed(table, rows)
     hit = hit[hit["measurement_id_run"].isin(measurement_ids)]
-    return int((hit["verdict"] == "regressed").sum()), len(hit)
+    return {
+        (str(experiment), str(impl)): (int((group["verdict"] == "regressed").sum()), len(group))
+        for (experiment, impl), group in hit.groupby(["experiment", "impl"])
+    }
 
 
 def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newest: int | None = None) -> Calibration:
@@ -221,6 +259,9 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
         result.reviews_with_false_alert += alerts > 0
         injector = Injector(inputs)
         cases = keyed(table, injector.rows)
+        for (experiment, impl), group in cases.groupby(["experiment", "impl"]):
+            found = result.family_detectable.setdefault((str(experiment), str(impl)), [])
+            found += group["detectable"].astype(float).tolist()
         families = {
             family: (injector.rows[(injector.rows["experiment"] == family[0]) & (injector.rows["impl"] == family[1])])
             for family in set(zip(cases["experiment"], cases["impl"], strict=True))
@@ -248,7 +289,7 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
             ]
             trials.append(("run", None, {int(ident) for ident in cases["measurement_id_run"]}))
             for scope, rows, ids in trials:
-                flagged, injected = regressed_among(injector.judged(rows, ids, 1.0 + slowdown), injector.rows, ids)
-                result.flagged[(scope, slowdown)] = result.flagged.get((scope, slowdown), 0) + flagged
-                result.injected[(scope, slowdown)] = result.injected.get((scope, slowdown), 0) + injected
+                judged_trial = injector.judged(rows, ids, 1.0 + slowdown)
+                for family, (flagged, injected) in regressed_by_family(judged_trial, injector.rows, ids).items():
+                    result.count(scope, slowdown, family, flagged, injected)
     return result

@@ -5,6 +5,11 @@ a time, one experiment · impl family at a time and into the whole run (analysis
 
     python benchmarks/review_calibration.py --db URL [--preset quick] [--newest N]
 
+Then, per experiment · impl family, ``review_recall_group_at_10pct_<experiment>_<impl>=``,
+``review_group_rows_<experiment>_<impl>=`` (its injected rows) and
+``review_detectable_median_<experiment>_<impl>=``: where the review's group recall falls short,
+which families could not see 10% and the change their rows could have seen.
+
 The last line it prints is the Review page's and the reports' calibration line for the same
 pairs (the page takes the newest 3 on the run's machine: --newest 3 on a one-machine store).
 Targets on four quiet quick runs: review_false_alert_rate ≤ 0.01, review_reviews_with_false_alert ≤ 0.05,
@@ -42,7 +47,8 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    for name, value in result.figures().items():
+    # The whole review's figures, then each family's at the group target's 10%: which families are blind.
+    for name, value in {**result.figures(), **result.family_figures("group", 0.10)}.items():
         print(f"{name}={'nan' if value is None else f'{value:.6g}' if isinstance(value, float) else value}")
     print(result.line())
     return 0

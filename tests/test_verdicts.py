@@ -499,6 +499,14 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
     for scope in ("single_case", "group", "run"):
         recall = [float(figures[f"review_recall_{scope}_at_{size}pct"]) for size in (10, 25, 50)]
         assert recall == sorted(recall) and recall[-1] > 0, (scope, recall)
+    # Each family's group recall at 10%, weighted by its injected rows, makes up the review's.
+    families = [name.removeprefix("review_group_rows_") for name in figures if name.startswith("review_group_rows_")]
+    assert families and all(f"review_detectable_median_{family}" in figures for family in families)
+    rows = {family: int(figures[f"review_group_rows_{family}"]) for family in families}
+    recalls = {family: float(figures[f"review_recall_group_at_10pct_{family}"]) for family in families if rows[family]}
+    assert all(0.0 <= recall <= 1.0 for recall in recalls.values())
+    weighted = sum(recalls[family] * rows[family] for family in recalls) / sum(rows.values())
+    assert weighted == pytest.approx(float(figures["review_recall_group_at_10pct"]), abs=1e-5)
     assert result.stdout.splitlines()[-1] == page_line, "the report's calibration line is the benchmark's"
     assert "one case at a time" in page_line and f"over {calibration.PAGE_PAIRS} A/A pair(s)" in page_line
     refused = subprocess.run(
