@@ -143,13 +143,31 @@ class Calibration:
             return "n/a" if recall is None else f"{recall:.0%}"
 
         detectable = self.detectable_median()
+        blind = self.blind_families()
+        missed = (
+            "; missed most 10% slowdowns in "
+            + ", ".join(f"{escape(experiment)} · {escape(impl)} ({recall:.0%})" for experiment, impl, recall in blind)
+            if blind
+            else ""
+        )
         return (
             f"on this machine ({preset}), a slowdown injected into real samples is flagged: one case at a time "
             f"{share('single_case', 0.25)} at 25%, {share('single_case', 0.10)} at 10%; one experiment · impl "
-            f"{share('group', 0.10)} at 10%; the whole run {share('run', 0.10)} at 10%; a tested row would have "
-            f"seen {review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
+            f"{share('group', 0.10)} at 10%{missed}; the whole run {share('run', 0.10)} at 10%; a tested row would "
+            f"have seen {review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
             f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
         )
+
+    def blind_families(self, slowdown: float = 0.10, below: float = 0.5) -> list[tuple[str, str, float]]:
+        """(experiment, impl, recall) of the families whose group recall at ``slowdown`` is under
+        ``below``, the blindest first: where a change of that size passes the review unseen."""
+        found = []
+        for experiment, impl in self.family_detectable:
+            key = ("group", slowdown, experiment, impl)
+            injected = self.family_injected.get(key, 0)
+            if injected and self.family_flagged.get(key, 0) / injected < below:
+                found.append((experiment, impl, self.family_flagged.get(key, 0) / injected))
+        return sorted(found, key=lambda family: (family[2], family[0], family[1]))
 
 
 def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None) -> list[tuple[int, int]]:

@@ -454,6 +454,26 @@ def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() ->
     assert review.sample_statistic(slowed[slowed["measurement_id"] == 2001])[0] == before[2001]
 
 
+def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> None:
+    """The calibration line says which experiment · impl families missed most 10% slowdowns,
+    from their own counts; the totals are the families' sums."""
+    from analysis.calibration import Calibration
+
+    result = Calibration("quick", pairs=1, timed_rows=30, timed_verdicts=30, detectable=[0.05] * 30)
+    counts = {("kv_cache", "fast"): (0, 6), ("speculative", "fast"): (3, 14), ("overhead", "static"): (10, 10)}
+    for family, (flagged, injected) in counts.items():
+        result.family_detectable[family] = [0.05] * injected
+        result.count("group", 0.10, family, flagged, injected)
+    assert result.blind_families() == [("kv_cache", "fast", 0.0), ("speculative", "fast", pytest.approx(3 / 14))]
+    assert result.recall("group", 0.10) == pytest.approx(13 / 30)
+    figures = result.family_figures()
+    assert figures["review_recall_group_at_10pct_overhead_static"] == 1.0
+    assert figures["review_group_rows_speculative_fast"] == 14
+    line = result.line()
+    assert "one experiment · impl 43% at 10%; missed most 10% slowdowns in kv_cache · fast (0%), " in line
+    assert "speculative · fast (21%); the whole run" in line and "overhead · static" not in line
+
+
 def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
     """The calibration judges an injected case or family by judging its family alone: the
     tests, priors and adjustments never cross families, so the verdicts are the same."""
@@ -507,7 +527,12 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
     assert all(0.0 <= recall <= 1.0 for recall in recalls.values())
     weighted = sum(recalls[family] * rows[family] for family in recalls) / sum(rows.values())
     assert weighted == pytest.approx(float(figures["review_recall_group_at_10pct"]), abs=1e-5)
-    assert result.stdout.splitlines()[-1] == page_line, "the report's calibration line is the benchmark's"
+    # The report's line is Markdown (the store's text in it escaped); as plain text it is the benchmark's.
+    from store.user_text import markdown_plain
+
+    assert result.stdout.splitlines()[-1] == markdown_plain(page_line), (
+        "the report's calibration line is the benchmark's"
+    )
     assert "one case at a time" in page_line and f"over {calibration.PAGE_PAIRS} A/A pair(s)" in page_line
     refused = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", "seed"],
