@@ -7,7 +7,7 @@ Prints ``sweep_seconds_<run>_<experiment>[_<part>][_<impl>]=`` per group and run
 ``sweep_seconds_<run>_total=`` (the cases' time, without training or loading the model), and a
 table with a column per run. The runs default to the store's newest two done ones. A case's
 record closes it, so a gap also holds what ran between two cases (building a draft, say): it is
-charged to the case after it, as the runner's estimate charges it (runner.spec.calibrated_estimate).
+charged to the case after it, as the runner's estimate charges it (runner.spec.calibrated_estimate.case_gaps).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from datetime import datetime
 
 from sqlalchemy import select
 
+from runner.spec.calibrated_estimate import case_gaps
 from store.schema import Case, Run
 from store.store import Store
 
@@ -36,11 +36,9 @@ def part_seconds(store: Store, run_id: int) -> dict[str, float]:
             .order_by(Case.created_at, Case.id)
         ).all()
     seconds: dict[str, float] = defaultdict(float)
-    previous: datetime = started
-    for experiment, params, created_at in rows:
+    for (experiment, params, _), gap in zip(rows, case_gaps(started, [row.created_at for row in rows]), strict=True):
         key = " · ".join(str(name) for name in (experiment, params.get("part"), params.get("impl")) if name)
-        seconds[key] += max((created_at - previous).total_seconds(), 0.0)
-        previous = created_at
+        seconds[key] += gap
     if finished is None or (rows and not started <= rows[-1].created_at <= finished):
         # An imported run's cases are recorded at import time: their gaps say nothing of the run.
         raise ValueError(f"--runs: run {run_id}'s cases were not recorded while it ran (unfinished or imported)")

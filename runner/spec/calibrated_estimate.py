@@ -18,9 +18,11 @@ overhead, a real one's arithmetic) or no training at all: the cost model alone.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -142,6 +144,18 @@ def earlier_sweeps(store: Store, machine_name: str, spec: SweepSpec) -> tuple[fl
     return tuple(seconds for seconds in found if seconds >= 0)[:CALIBRATION_RUNS]
 
 
+def case_gaps(started_at: datetime, recorded_at: Sequence[datetime]) -> list[float]:
+    """What each case of a run took as its records tell it: the seconds since the previous case's
+    record (the run's start for the first), never negative. A case's record closes it, so a gap
+    also holds what ran between two cases (building a draft, say), charged to the case after it."""
+    gaps: list[float] = []
+    previous = started_at
+    for created_at in recorded_at:
+        gaps.append(max((created_at - previous).total_seconds(), 0.0))
+        previous = created_at
+    return gaps
+
+
 def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
     """Per experiment: recorded seconds over the cost model's, over this machine's newest done runs."""
     newest = (
@@ -161,17 +175,15 @@ def scale_factors(store: Store, machine_name: str) -> dict[str, float]:
         rows = session.execute(query).all()
     recorded: dict[str, float] = defaultdict(float)
     modelled: dict[str, float] = defaultdict(float)
-    previous: tuple[int, datetime] | None = None
-    for run_id, experiment, params, created_at, started_at, spec in rows:
-        since = previous[1] if previous is not None and previous[0] == run_id else started_at
-        previous = (run_id, created_at)
-        model = spec.get("model", {})
-        try:
-            priced = case_seconds(experiment, params, model)
-        except KeyError:
-            continue  # a case of an older shape the model cannot price: left out of the calibration
-        recorded[experiment] += max((created_at - since).total_seconds(), 0.0)
-        modelled[experiment] += priced
+    for run_rows in (list(group) for _, group in itertools.groupby(rows, key=lambda row: row.run_id)):
+        gaps = case_gaps(run_rows[0].started_at, [row.created_at for row in run_rows])
+        for (_, experiment, params, _, _, spec), gap in zip(run_rows, gaps, strict=True):
+            try:
+                priced = case_seconds(experiment, params, spec.get("model", {}))
+            except KeyError:
+                continue  # a case of an older shape the model cannot price: left out of the calibration
+            recorded[experiment] += gap
+            modelled[experiment] += priced
     return {name: recorded[name] / modelled[name] for name in modelled if modelled[name] > 0 and recorded[name] > 0}
 
 
