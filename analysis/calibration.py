@@ -53,11 +53,9 @@ class Calibration:
     false_alerts: int = 0
     reviews_with_false_alert: int = 0
     detectable: list[float] = field(default_factory=list)  # every tested row's minimum detectable effect
-    flagged: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → regressed rows
-    injected: dict[tuple[str, float], int] = field(default_factory=dict)  # (scope, slowdown) → injected rows
-    # The same per experiment · impl family: (scope, slowdown, experiment, impl) → rows
-    family_flagged: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
-    family_injected: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
+    # (scope, slowdown, experiment, impl) → regressed and injected rows; the review's are their sums.
+    flagged: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
+    injected: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
     family_detectable: dict[Family, list[float]] = field(default_factory=dict)  # the A/A rows' detectable changes
 
     @property
@@ -73,9 +71,11 @@ class Calibration:
     def judged_fraction(self) -> float | None:
         return self.timed_verdicts / self.timed_rows if self.timed_rows else None
 
-    def recall(self, scope: str, slowdown: float) -> float | None:
-        injected = self.injected.get((scope, slowdown), 0)
-        return self.flagged.get((scope, slowdown), 0) / injected if injected else None
+    def recall(self, scope: str, slowdown: float, family: Family | None = None) -> float | None:
+        """The share of injected rows flagged ``regressed``: the review's, or one family's."""
+        keys = [key for key in self.injected if key[:2] == (scope, slowdown) and (family is None or key[2:] == family)]
+        injected = sum(self.injected[key] for key in keys)
+        return sum(self.flagged.get(key, 0) for key in keys) / injected if injected else None
 
     def detectable_median(self) -> float | None:
         return float(pd.Series(self.detectable).median()) if self.detectable else None
@@ -83,10 +83,8 @@ class Calibration:
     def count(self, scope: str, slowdown: float, family: Family, flagged: int, injected: int) -> None:
         """Adds one trial's regressed and injected rows of ``family``, to its figures and the totals."""
         key = (scope, slowdown, *family)
-        self.family_flagged[key] = self.family_flagged.get(key, 0) + flagged
-        self.family_injected[key] = self.family_injected.get(key, 0) + injected
-        self.flagged[(scope, slowdown)] = self.flagged.get((scope, slowdown), 0) + flagged
-        self.injected[(scope, slowdown)] = self.injected.get((scope, slowdown), 0) + injected
+        self.flagged[key] = self.flagged.get(key, 0) + flagged
+        self.injected[key] = self.injected.get(key, 0) + injected
 
     def family_figures(self, scope: str = "group", slowdown: float = 0.10) -> dict[str, float | int | None]:
         """Per experiment · impl family: its recall with ``scope`` injections of ``slowdown``, its
@@ -96,13 +94,9 @@ class Calibration:
         figures: dict[str, float | int | None] = {}
         percent = round(slowdown * 100)
         for experiment, impl in sorted(self.family_detectable):
-            key = (scope, slowdown, experiment, impl)
-            injected = self.family_injected.get(key, 0)
             name = f"{experiment}_{impl}"
-            figures[f"review_recall_{scope}_at_{percent}pct_{name}"] = (
-                self.family_flagged.get(key, 0) / injected if injected else None
-            )
-            figures[f"review_{scope}_rows_{name}"] = injected
+            figures[f"review_recall_{scope}_at_{percent}pct_{name}"] = self.recall(scope, slowdown, (experiment, impl))
+            figures[f"review_{scope}_rows_{name}"] = self.injected.get((scope, slowdown, experiment, impl), 0)
             detectable = self.family_detectable[(experiment, impl)]
             figures[f"review_detectable_median_{name}"] = float(pd.Series(detectable).median()) if detectable else None
         return figures
@@ -161,12 +155,8 @@ class Calibration:
     def blind_families(self, slowdown: float = 0.10, below: float = 0.5) -> list[tuple[str, str, float]]:
         """(experiment, impl, recall) of the families whose group recall at ``slowdown`` is under
         ``below``, the blindest first: where a change of that size passes the review unseen."""
-        found = []
-        for experiment, impl in self.family_detectable:
-            key = ("group", slowdown, experiment, impl)
-            injected = self.family_injected.get(key, 0)
-            if injected and self.family_flagged.get(key, 0) / injected < below:
-                found.append((experiment, impl, self.family_flagged.get(key, 0) / injected))
+        recalls = {family: self.recall("group", slowdown, family) for family in self.family_detectable}
+        found = [(*family, recall) for family, recall in recalls.items() if recall is not None and recall < below]
         return sorted(found, key=lambda family: (family[2], family[0], family[1]))
 
 
