@@ -113,7 +113,7 @@ def build_report(
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         sweep = markdown_text(sweep_label(run.get("preset"), run.get("spec")))  # by name, never "nan"; escaped
         warnings.append(
-            f"fewer than three earlier done runs of {sweep} on this machine: how far a timing "
+            f"fewer than two earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
             f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size are `unknown drift`, not a "
             "regression (run the preset again to learn it)"

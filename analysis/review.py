@@ -20,7 +20,8 @@ Verdicts:
   experiment and impl (a single case can speak: it competes with its family, not with the whole
   review); and a shift beyond the between-run floor (analysis.between_runs: the case's
   run-to-run spread over the earlier runs of the preset on the machine, moderated towards its
-  group's) where there are three such runs. With fewer earlier runs a paired ratio's shift within the machine's
+  group's, and centred on the mean of the earlier runs of the baseline's code) where there are
+  two such runs. With fewer earlier runs a paired ratio's shift within the machine's
   drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the machine may have drifted between
   the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
   its minimum detectable effect (``detectable``): the change it would have flagged with
@@ -52,6 +53,7 @@ from analysis.between_runs import (
     DRIFT_QUANTILE,
     HISTORY_WINDOW,
     MIN_EARLIER_RUNS,
+    between_run_centers,
     between_run_floors,
     between_run_multiplier,
     drift_moves,
@@ -92,6 +94,7 @@ __all__ = [
     "VERDICT_ORDER",
     "Headline",
     "TimedTest",
+    "between_run_centers",
     "between_run_floors",
     "between_run_multiplier",
     "cannot_see",
@@ -152,7 +155,7 @@ VERDICT_MEANINGS = {
     "regressed": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the worse way",
     "improved": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the better way",
     "changed": "a deterministic figure differs: it must reproduce exactly",
-    "unknown drift": "fewer than three earlier runs: the shift is within what the machine may drift between runs",
+    "unknown drift": "fewer than two earlier runs: the shift is within what the machine may drift between runs",
     "within noise": (
         f"the adjusted p is not below {ALPHA:g}, or the shift is within the between-run floor; "
         "it says the smallest change it would have seen"
@@ -312,6 +315,9 @@ class Floor:
     between: float | None  # the between-run floor, where MIN_EARLIER_RUNS earlier runs hold the case
     drift: float  # the drift a shift must exceed while ``between`` is unknown: ``unknown drift`` within it
     source: str
+    # The baseline's log distance from the mean of the earlier runs (the floor's centre): a shift
+    # against the baseline plus this is the run's distance from that mean, what ``between`` bounds.
+    offset: float = 0.0
 
     @property
     def value(self) -> float | None:
@@ -327,19 +333,20 @@ class Floor:
 # in one run, know nothing of how far the machine moves between runs, so the t test finds every
 # run-to-run move significant and only a between-run floor can judge it (measured on the 2-core
 # EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift allowance).
-NO_HISTORY = "an absolute time, judged only against three earlier runs of its case on this machine"
+NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
 
 
-def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
-    """The floor of a timed row whose samples' statistic is ``method``. A min-of-N row (absolute
-    seconds) without a between-run floor gets an infinite drift allowance, so it is at most
-    ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
+def row_floor(between: float | None, drift: float, method: str = "paired", offset: float = 0.0) -> Floor:
+    """The floor of a timed row whose samples' statistic is ``method``; ``offset``: the baseline's
+    log distance from the mean of the earlier runs the floor was learned on. A min-of-N row
+    (absolute seconds) without a between-run floor gets an infinite drift allowance, so it is at
+    most ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
     if between is not None:
-        return Floor(between, drift, "between earlier runs")
+        return Floor(between, drift, "between earlier runs", offset)
     # "min", or an A/B session's "min, per round" judged against a run of another session.
     if method.split(",")[0] == "min" and drift > 0:
         return Floor(None, math.inf, NO_HISTORY)
-    return Floor(None, drift, "drift allowance (fewer than three earlier runs)")
+    return Floor(None, drift, "drift allowance (fewer than two earlier runs)")
 
 
 def seen(detectable: float, precision: str = ".0%") -> str:
@@ -367,11 +374,16 @@ class TimedTest:
     matched: bool = False  # and paired round by round
 
 
-def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
+def decided(
+    p_value: float, shift: float, better: str, floor: float, drift: float | None = None, offset: float = 0.0
+) -> str:
     """The verdict of a tested timed row: within noise unless p < ALPHA and the shift is beyond
-    the floor; unknown drift if it is not beyond ``drift`` either (where that applies)."""
+    the floor; unknown drift if it is not beyond ``drift`` either (where that applies). With an
+    ``offset`` (the baseline's log distance from the floor's centre) the floor bounds the run's
+    distance from that centre, which must lie the same way as the shift."""
     size = abs(math.log1p(shift))
-    if p_value >= ALPHA or size <= floor:
+    from_centre = math.log1p(shift) + offset
+    if p_value >= ALPHA or abs(from_centre) <= floor or from_centre * math.log1p(shift) <= 0:
         return "within noise"
     if drift is not None and size <= drift:
         return "unknown drift"
@@ -458,6 +470,7 @@ def verdict_table(
     *,
     headline_only: bool = True,
     between_runs: dict[tuple[str, str, str], float] | None = None,
+    between_centers: Mapping[tuple[str, str, str], float] | None = None,
     drift: float | None = None,
     paired_rows: pd.DataFrame | None = None,
     unmeasured: Mapping[tuple[str, str], str] | None = None,
@@ -465,7 +478,9 @@ def verdict_table(
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
-    between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
+    between-run floors of ``between_run_floors``, where the store has them, and
+    ``between_centers`` their centres (``between_run_centers``: without them a floor is centred
+    on the baseline); ``drift`` the
     machine's drift figure (``drift_of``; DEFAULT_DRIFT where None). The timed rows' p-values
     are adjusted within their experiment · impl family before any verdict is given.
     ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
@@ -488,7 +503,11 @@ def verdict_table(
             continue
         run_logs, base_logs, method = to_test
         key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
-        floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor, method)
+        floor_key = (row["experiment"], row["metric"], key)
+        centre = (between_centers or {}).get(floor_key)
+        baseline_value = row["value_baseline"]
+        offset = math.log(baseline_value) - centre if centre is not None and baseline_value > 0 else 0.0
+        floor = row_floor(between.get(floor_key), drift_floor, method, offset)
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
@@ -634,7 +653,9 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
-            entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
+            entry["verdict"] = decided(
+                adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule, test.floor.offset
+            )
             entry["why"] = explanation(entry, test, len(members))
 
 
@@ -656,7 +677,11 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
     and the floor or drift allowance it had to clear."""
     experiment, impl = test.family
     if test.floor.between is not None:
-        floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
+        from_centre = math.expm1(math.log1p(entry["change"]) + test.floor.offset)
+        floor = (
+            f"between-run floor ±{math.expm1(test.floor.between):.1%} around the earlier runs' mean "
+            f"(this run {from_centre:+.1%} from it)"
+        )
     elif math.isinf(test.floor.drift):
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
     else:
@@ -697,7 +722,7 @@ def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def waiting_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The tested timed rows that could see no change yet: min-of-N times whose case fewer than
-    three earlier runs hold (NO_HISTORY)."""
+    two earlier runs hold (NO_HISTORY)."""
     if table.empty or "detectable" not in table.columns:
         return table.iloc[0:0]
     return table[table["detectable"].astype(float).map(math.isinf)]
@@ -710,7 +735,7 @@ def waiting_line(table: pd.DataFrame) -> str | None:
         return None
     rows = "1 min-of-N time waits" if len(waiting) == 1 else f"{len(waiting)} min-of-N times wait"
     return (
-        f"{rows} for history: absolute seconds are judged only against three earlier runs of their case on "
+        f"{rows} for history: absolute seconds are judged only against two earlier runs of their case on "
         "this machine, so until then they are at most unknown drift (run the preset again)"
     )
 
@@ -771,7 +796,7 @@ def seen_line(table: pd.DataFrame) -> str:
     if math.isinf(smallest):
         return (
             "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
-            f"times, judged only against three earlier runs of their case here ({rows})"
+            f"times, judged only against two earlier runs of their case here ({rows})"
         )
     if smallest > UNDERPOWERED_CHANGE:
         return (
