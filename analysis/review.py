@@ -20,8 +20,7 @@ Verdicts:
   experiment and impl (a single case can speak: it competes with its family, not with the whole
   review); and a shift beyond the between-run floor (analysis.between_runs: the case's
   run-to-run spread over the earlier runs of the preset on the machine, moderated towards its
-  group's, and centred on the mean of the earlier runs of the baseline's code) where there are
-  two such runs. With fewer earlier runs a paired ratio's shift within the machine's
+  group's) where there are two such runs. With fewer earlier runs a paired ratio's shift within the machine's
   drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the machine may have drifted between
   the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
   its minimum detectable effect (``detectable``): the change it would have flagged with
@@ -53,7 +52,6 @@ from analysis.between_runs import (
     DRIFT_QUANTILE,
     HISTORY_WINDOW,
     MIN_EARLIER_RUNS,
-    between_run_centers,
     between_run_floors,
     between_run_multiplier,
     drift_moves,
@@ -94,7 +92,6 @@ __all__ = [
     "VERDICT_ORDER",
     "Headline",
     "TimedTest",
-    "between_run_centers",
     "between_run_floors",
     "between_run_multiplier",
     "cannot_see",
@@ -315,9 +312,6 @@ class Floor:
     between: float | None  # the between-run floor, where MIN_EARLIER_RUNS earlier runs hold the case
     drift: float  # the drift a shift must exceed while ``between`` is unknown: ``unknown drift`` within it
     source: str
-    # The baseline's log distance from the mean of the earlier runs (the floor's centre): a shift
-    # against the baseline plus this is the run's distance from that mean, what ``between`` bounds.
-    offset: float = 0.0
 
     @property
     def value(self) -> float | None:
@@ -336,13 +330,12 @@ class Floor:
 NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
 
 
-def row_floor(between: float | None, drift: float, method: str = "paired", offset: float = 0.0) -> Floor:
-    """The floor of a timed row whose samples' statistic is ``method``; ``offset``: the baseline's
-    log distance from the mean of the earlier runs the floor was learned on. A min-of-N row
-    (absolute seconds) without a between-run floor gets an infinite drift allowance, so it is at
-    most ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
+def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
+    """The floor of a timed row whose samples' statistic is ``method``. A min-of-N row (absolute
+    seconds) without a between-run floor gets an infinite drift allowance, so it is at most
+    ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
     if between is not None:
-        return Floor(between, drift, "between earlier runs", offset)
+        return Floor(between, drift, "between earlier runs")
     # "min", or an A/B session's "min, per round" judged against a run of another session.
     if method.split(",")[0] == "min" and drift > 0:
         return Floor(None, math.inf, NO_HISTORY)
@@ -374,16 +367,11 @@ class TimedTest:
     matched: bool = False  # and paired round by round
 
 
-def decided(
-    p_value: float, shift: float, better: str, floor: float, drift: float | None = None, offset: float = 0.0
-) -> str:
+def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
     """The verdict of a tested timed row: within noise unless p < ALPHA and the shift is beyond
-    the floor; unknown drift if it is not beyond ``drift`` either (where that applies). With an
-    ``offset`` (the baseline's log distance from the floor's centre) the floor bounds the run's
-    distance from that centre, which must lie the same way as the shift."""
+    the floor; unknown drift if it is not beyond ``drift`` either (where that applies)."""
     size = abs(math.log1p(shift))
-    from_centre = math.log1p(shift) + offset
-    if p_value >= ALPHA or abs(from_centre) <= floor or from_centre * math.log1p(shift) <= 0:
+    if p_value >= ALPHA or size <= floor:
         return "within noise"
     if drift is not None and size <= drift:
         return "unknown drift"
@@ -470,7 +458,6 @@ def verdict_table(
     *,
     headline_only: bool = True,
     between_runs: dict[tuple[str, str, str], float] | None = None,
-    between_centers: Mapping[tuple[str, str, str], float] | None = None,
     drift: float | None = None,
     paired_rows: pd.DataFrame | None = None,
     unmeasured: Mapping[tuple[str, str], str] | None = None,
@@ -478,9 +465,7 @@ def verdict_table(
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
-    between-run floors of ``between_run_floors``, where the store has them, and
-    ``between_centers`` their centres (``between_run_centers``: without them a floor is centred
-    on the baseline); ``drift`` the
+    between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
     machine's drift figure (``drift_of``; DEFAULT_DRIFT where None). The timed rows' p-values
     are adjusted within their experiment · impl family before any verdict is given.
     ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
@@ -503,11 +488,7 @@ def verdict_table(
             continue
         run_logs, base_logs, method = to_test
         key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
-        floor_key = (row["experiment"], row["metric"], key)
-        centre = (between_centers or {}).get(floor_key)
-        baseline_value = row["value_baseline"]
-        offset = math.log(baseline_value) - centre if centre is not None and baseline_value > 0 else 0.0
-        floor = row_floor(between.get(floor_key), drift_floor, method, offset)
+        floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor, method)
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
@@ -653,9 +634,7 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
-            entry["verdict"] = decided(
-                adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule, test.floor.offset
-            )
+            entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
             entry["why"] = explanation(entry, test, len(members))
 
 
@@ -677,11 +656,7 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
     and the floor or drift allowance it had to clear."""
     experiment, impl = test.family
     if test.floor.between is not None:
-        from_centre = math.expm1(math.log1p(entry["change"]) + test.floor.offset)
-        floor = (
-            f"between-run floor ±{math.expm1(test.floor.between):.1%} around the earlier runs' mean "
-            f"(this run {from_centre:+.1%} from it)"
-        )
+        floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
     elif math.isinf(test.floor.drift):
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
     else:

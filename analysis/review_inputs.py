@@ -29,7 +29,6 @@ class ReviewInputs:
     samples: pd.DataFrame
     earlier: list[int]  # the runs the between-run floors were taken over
     between: dict[tuple[str, str, str], float]
-    centers: dict[tuple[str, str, str], float]  # each between-run floor's centre: the earlier runs' mean log
     drift: float | None  # the machine's drift figure, None where too few earlier runs hold one
     # An A/B pair (analysis.runs.interleaved_pair): both runs measured interleaved in one session,
     # so drift between runs cannot separate them: no between-run floor, no drift allowance.
@@ -75,15 +74,9 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
     history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
     between: dict[tuple[str, str, str], float] = {}
-    centers: dict[tuple[str, str, str], float] = {}
     drift = None
     if not history.empty and not interleaved:
-        earlier_history = history[history["run_id"].isin(earlier)]
-        # Floors centred on the earlier runs of the baseline's code, as like the baseline as runs get.
-        versions = runs.set_index("run_id")["code_version"]
-        like_baseline = {run for run in earlier if versions.get(run) == baseline["code_version"]}
-        between = review.between_run_floors(earlier_history, like_baseline)
-        centers = review.between_run_centers(earlier_history, like_baseline)
+        between = review.between_run_floors(history[history["run_id"].isin(earlier)])
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
         run,
@@ -93,7 +86,6 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         frames.samples(store, ids),
         earlier,
         between,
-        centers,
         NO_DRIFT if interleaved else drift,
         interleaved,
         {(experiment, case_key(params)): why for experiment, params, why in store.results.unmeasured_cases(run_id)},
@@ -151,7 +143,6 @@ def judge(
         inputs.samples if samples is None else samples,
         headline_only=headline_only,
         between_runs=inputs.between,
-        between_centers=inputs.centers,
         drift=inputs.drift,
         paired_rows=inputs.side_by_side(headline_only) if rows is None else rows,
         unmeasured=inputs.unmeasured,
