@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import between_runs, calibration, review, review_charts, review_inputs
+from analysis import between_runs, calibration, review, review_charts, review_inputs, review_lines
 from analysis.figures import Figure
 from analysis.formats import REPORT_FORMATS as REPORT_FORMATS
 from analysis.runs import sweep_label
@@ -118,7 +118,7 @@ def build_report(
             f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size are `unknown drift`, not a "
             "regression (run the preset again to learn it)"
         )
-    if waiting := review.waiting_line(table):
+    if waiting := review_lines.waiting_line(table):
         warnings.append(waiting)
     report = RunReport(
         run,
@@ -238,7 +238,7 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
         change = change_text(row["change"])
         rows.append(
             [
-                review.verdict_label(row),
+                review_lines.verdict_label(row),
                 row["experiment"],
                 row["metric"],
                 row["point"],
@@ -293,9 +293,9 @@ def to_markdown(report: RunReport) -> str:
         f"# decodelab: run {report.run['run_id']} against baseline {report.baseline['run_id']}",
         "",
         # What the review could see comes first: "0 regressed" below means nothing beyond it.
-        f"**{review.seen_line(report.table)}**",
+        f"**{review_lines.seen_line(report.table)}**",
         "",
-        *([f"**{power}**", ""] if (power := review.power_line(report.table)) else []),
+        *([f"**{power}**", ""] if (power := review_lines.power_line(report.table)) else []),
         f"- run: {describe(report.run, markdown_text)}",
         f"- baseline: {describe(report.baseline, markdown_text)}",
         f"- verdicts: {verdicts_markdown(report.table)}",
@@ -320,7 +320,11 @@ def to_markdown(report: RunReport) -> str:
 
 def verdicts_markdown(table: pd.DataFrame) -> str:
     """The summary line, its verdict words linked to their meanings (two runs sharing no case: said so)."""
-    return review.summary_line(table) if review.shares_no_case(table) else linked_counts(review.verdict_counts(table))
+    return (
+        review_lines.summary_line(table)
+        if review_lines.shares_no_case(table)
+        else linked_counts(review_lines.verdict_counts(table))
+    )
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, linked_first: bool = False) -> list[str]:
@@ -402,12 +406,13 @@ def to_html(report: RunReport) -> str:
         f'<li id="{anchor(verdict)}"><b>{escape(verdict)}</b>: {escape(meaning)}</li>'
         for verdict, meaning in review.VERDICT_MEANINGS.items()
     )
+    seen_class = " class='warning'" if review_lines.cannot_see(report.table) else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
 <h1>{escape(title)}</h1>
-<p{" class='warning'" if review.cannot_see(report.table) else ""}><b>{escape(review.seen_line(report.table))}</b></p>
-{f"<p class='warning'><b>{escape(power)}</b></p>" if (power := review.power_line(report.table)) else ""}
+<p{seen_class}><b>{escape(review_lines.seen_line(report.table))}</b></p>
+{f"<p class='warning'><b>{escape(power)}</b></p>" if (power := review_lines.power_line(report.table)) else ""}
 <ul>
 <li>run: {escape(describe(report.run))}</li>
 <li>baseline: {escape(describe(report.baseline))}</li>
@@ -429,9 +434,9 @@ def to_html(report: RunReport) -> str:
 
 def verdicts_html(table: pd.DataFrame) -> str:
     """The summary line with each verdict word a link to its meaning."""
-    if review.shares_no_case(table):
-        return html.escape(review.summary_line(table))
-    counts = review.verdict_counts(table)
+    if review_lines.shares_no_case(table):
+        return html.escape(review_lines.summary_line(table))
+    counts = review_lines.verdict_counts(table)
     return (
         ", ".join(
             f'{count} <a href="#{anchor(verdict)}">{html.escape(verdict)}</a>' for verdict, count in counts.items()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,17 @@ from analysis.between_runs import (
     between_run_multiplier,
     drift_moves,
     drift_of,
+)
+from analysis.review_samples import (
+    MATCHED_METHOD,
+    ROUND_METHOD,
+    SEEDED_METHOD,
+    is_matched,
+    log_values,
+    pair_ratios,
+    rounds_of,
+    sample_statistic,
+    side_statistic,
 )
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import (
@@ -94,32 +105,18 @@ __all__ = [
     "TimedTest",
     "between_run_floors",
     "between_run_multiplier",
-    "cannot_see",
     "case_points",
     "current_names",
     "default_baseline",
-    "detectable_line",
     "drift_moves",
     "drift_of",
     "earlier_comparable_runs",
-    "judged_fraction",
     "noise_floors",
     "params_key",
-    "power_line",
-    "sample_statistic",
     "seen",
-    "seen_line",
-    "shares_no_case",
-    "smallest_detectable",
     "smallest_p_value",
-    "summary_line",
     "tag_set",
-    "underpowered_rows",
-    "verdict_counts",
-    "verdict_label",
     "verdict_table",
-    "waiting_line",
-    "waiting_rows",
 ]
 
 # The false discovery rate controlled within each experiment · impl family of timed tests.
@@ -229,82 +226,6 @@ def noise_floors(*measurements: pd.DataFrame) -> dict[tuple[str, str, str], floa
     return floors
 
 
-ROUND_METHOD = ", per round"
-# Both sides' rounds paired round by round (an A/B session's: round i of each side ran together).
-MATCHED_METHOD = ", per round, matched"
-# Both runs' pairs paired pair by pair: a metric whose pair i times the same seeded text in every
-# run (runner.metrics.has_seeded_pairs), so the spread between the texts cancels.
-SEEDED_METHOD = ", per pair, matched by seed"
-
-
-def is_matched(method: str) -> bool:
-    """Whether a method's values pair one to one across the two runs (the paired t test)."""
-    return method.endswith((MATCHED_METHOD, SEEDED_METHOD))
-
-
-def round_values(samples: pd.DataFrame) -> tuple[dict[int, float], str]:
-    """Round index → the geometric mean of the round's values (``sample_statistic`` of its
-    samples), and the method of those values."""
-    per_round: dict[int, float] = {}
-    method = "paired"
-    for key, in_round in samples.groupby("round_index", sort=True):
-        round_index: Any = key  # a number: the column holds round indexes only
-        values, method = sample_statistic(in_round.drop(columns="round_index"))
-        if logs := log_values(values):
-            per_round[int(round_index)] = math.exp(statistics.fmean(logs))
-    return per_round, method
-
-
-def rounds_of(samples: pd.DataFrame) -> tuple[dict[int, float], str] | None:
-    """``round_values`` of samples that all carry their round (an A/B session's), else None."""
-    if samples.empty or "round_index" not in samples or not samples["round_index"].notna().all():
-        return None
-    return round_values(samples)
-
-
-def per_round_statistic(rounds: tuple[dict[int, float], str]) -> tuple[list[float], str]:
-    """``sample_statistic`` of an A/B session's samples, from their ``round_values``."""
-    per_round, method = rounds
-    return list(per_round.values()), method + ROUND_METHOD
-
-
-def side_statistic(samples: pd.DataFrame, rounds: tuple[dict[int, float], str] | None) -> tuple[list[float], str]:
-    """``sample_statistic`` of ``samples`` whose ``rounds_of`` is already known."""
-    return per_round_statistic(rounds) if rounds is not None else sample_statistic(samples)
-
-
-def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
-    """What a timed measurement's samples say, and by which method: per-pair ratios A/B for a
-    paired measurement (sides A and B, method ``paired``), the raw seconds for a min-of-N one
-    (side A only, method ``min``). Samples of an A/B session's rounds (``round_index`` set) give
-    one value per round instead, the geometric mean of the round's: a round's pairs share its
-    worker processes, whose own speed moves them together, so the rounds are the independent
-    units (method ``paired, per round`` or ``min, per round``)."""
-    if samples.empty:
-        return [], "paired"
-    if (rounds := rounds_of(samples)) is not None:
-        return per_round_statistic(rounds)
-    ratios = pair_ratios(samples)
-    if ratios is not None:
-        return list(ratios.values()), "paired"
-    return [float(value) for value in samples["seconds"]], "min"
-
-
-def pair_ratios(samples: pd.DataFrame) -> dict[int, float] | None:
-    """Pair index → the pair's ratio A/B, in pair order, for a paired measurement's samples (sides A
-    and B); None for a min-of-N one (side A only)."""
-    # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
-    # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
-    # compares, and a pivot table each time made the calibration the slowest part of a report.
-    first: dict[str, dict[int, float]] = {}
-    for pair_index, side, seconds in zip(samples["pair_index"], samples["side"], samples["seconds"], strict=True):
-        if not (pd.isna(pair_index) or pd.isna(seconds)):
-            first.setdefault(side, {}).setdefault(int(pair_index), float(seconds))
-    if "A" not in first or "B" not in first:
-        return None
-    return {pair: first["A"][pair] / first["B"][pair] for pair in sorted(first["A"].keys() & first["B"].keys())}
-
-
 @dataclass(frozen=True)
 class Floor:
     """What a timed row's shift must exceed besides the test (|log| scale), and what it rests on."""
@@ -346,11 +267,6 @@ def seen(detectable: float, precision: str = ".0%") -> str:
     """What a row with this minimum detectable effect could have seen, in words: ``≥ 8%``, or
     ``no change`` where nothing could have been flagged (a min-of-N row without history)."""
     return "no change" if math.isinf(detectable) else f"≥ {detectable:{precision}}"
-
-
-def log_values(values: Sequence[float]) -> list[float]:
-    """The timed values on a log scale (a ratio's halving and doubling are the same distance)."""
-    return [math.log(value) for value in values if value > 0 and math.isfinite(value)]
 
 
 @dataclass(frozen=True)
@@ -674,137 +590,3 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> 
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
         f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}"
     )
-
-
-def verdict_label(row: Mapping[Any, Any]) -> str:
-    """The verdict as a reader sees it: a tested timed row says what it could have seen,
-    ``within noise (would have seen ≥ 8%)``."""
-    detectable = row.get("detectable")
-    if detectable is None or pd.isna(detectable) or row["verdict"] in ("regressed", "improved"):
-        return str(row["verdict"])
-    return f"{row['verdict']} (would have seen {seen(float(detectable))})"
-
-
-def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The tested timed rows that could not have seen a change of UNDERPOWERED_CHANGE at their
-    sample count and noise. Rows waiting for history (``waiting_rows``) are not among them: more
-    pairs or a quieter machine would not let them see more, only earlier runs would."""
-    if table.empty or "detectable" not in table.columns:
-        return table.iloc[0:0]
-    detectable = table["detectable"].astype(float)
-    return table[detectable.notna() & (detectable > UNDERPOWERED_CHANGE) & ~detectable.map(math.isinf)]
-
-
-def waiting_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The tested timed rows that could see no change yet: min-of-N times whose case fewer than
-    two earlier runs hold (NO_HISTORY)."""
-    if table.empty or "detectable" not in table.columns:
-        return table.iloc[0:0]
-    return table[table["detectable"].astype(float).map(math.isinf)]
-
-
-def waiting_line(table: pd.DataFrame) -> str | None:
-    """``N min-of-N times wait for history: …`` where some tested row is waiting; None otherwise."""
-    waiting = waiting_rows(table)
-    if waiting.empty:
-        return None
-    rows = "1 min-of-N time waits" if len(waiting) == 1 else f"{len(waiting)} min-of-N times wait"
-    return (
-        f"{rows} for history: absolute seconds are judged only against two earlier runs of their case on "
-        "this machine, so until then they are at most unknown drift (run the preset again)"
-    )
-
-
-def power_line(table: pd.DataFrame) -> str | None:
-    """``underpowered: …`` where some tested timed row could not have seen UNDERPOWERED_CHANGE; None otherwise."""
-    weak = underpowered_rows(table)
-    if weak.empty:
-        return None
-    tested = int(table["detectable"].notna().sum())
-    return (
-        f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
-        f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen {seen(float(weak['detectable'].max()))}); "
-        "more pairs or a quieter machine would lower it"
-    )
-
-
-def detectable_line(table: pd.DataFrame) -> str | None:
-    """What the tested timed rows could have seen, in a few words; None without such rows."""
-    if table.empty or "detectable" not in table.columns:
-        return None
-    detectable = table["detectable"].dropna().astype(float)
-    if detectable.empty:
-        return None
-    return (
-        f"{len(detectable)} tested timed rows would have seen {seen(float(detectable.median()))} "
-        f"(median; the weakest {seen(float(detectable.max()))})"
-    )
-
-
-def smallest_detectable(table: pd.DataFrame) -> float | None:
-    """The smallest change any tested timed row would have seen (its ``detectable``): below it the
-    review could flag no timed change at all. None without tested timed rows."""
-    if table.empty or "detectable" not in table.columns:
-        return None
-    detectable = table["detectable"].dropna().astype(float)
-    return float(detectable.min()) if not detectable.empty else None
-
-
-def cannot_see(table: pd.DataFrame) -> bool:
-    """Whether even the review's most sensitive tested timed row could not see UNDERPOWERED_CHANGE."""
-    smallest = smallest_detectable(table)
-    return smallest is not None and smallest > UNDERPOWERED_CHANGE
-
-
-def seen_line(table: pd.DataFrame) -> str:
-    """What the review could see, said before its counts: the smallest timed change it could have
-    flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
-    machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
-    (``detectable_line``). A count of "0 regressed" means nothing beyond what this line allows."""
-    smallest = smallest_detectable(table)
-    if smallest is None:
-        return (
-            "What this review could see: no timed row was tested (too few samples or no timed metric on both "
-            "sides), so no timed change could have been flagged; deterministic metrics are compared for equality"
-        )
-    rows = detectable_line(table)
-    if math.isinf(smallest):
-        return (
-            "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
-            f"times, judged only against two earlier runs of their case here ({rows})"
-        )
-    if smallest > UNDERPOWERED_CHANGE:
-        return (
-            f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
-            f"could have flagged is {smallest:.0%} ({rows})"
-        )
-    return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows})"
-
-
-def judged_fraction(table: pd.DataFrame) -> float | None:
-    """Tested timed rows over all timed rows with a value on both sides; None without such rows."""
-    if table.empty:
-        return None
-    timed = table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
-    return float(timed["p_value"].notna().sum() / len(timed)) if len(timed) else None
-
-
-def verdict_counts(table: pd.DataFrame) -> dict[str, int]:
-    """How many rows got each verdict, in VERDICT_ORDER, leaving out those with none."""
-    counts = table["verdict"].value_counts().to_dict() if not table.empty else {}
-    return {verdict: int(counts[verdict]) for verdict in VERDICT_ORDER if counts.get(verdict)}
-
-
-def shares_no_case(table: pd.DataFrame) -> bool:
-    """Whether the two runs compared hold no case in common (every row only in one of them)."""
-    return not table.empty and bool(table["verdict"].isin(["only in run", "only in baseline"]).all())
-
-
-def summary_line(table: pd.DataFrame) -> str:
-    counts = verdict_counts(table)
-    if shares_no_case(table):
-        return (
-            f"the two runs share no case ({counts.get('only in run', 0)} figures only in the run, "
-            f"{counts.get('only in baseline', 0)} only in the baseline): nothing to compare"
-        )
-    return ", ".join(f"{count} {verdict}" for verdict, count in counts.items()) or "nothing to compare"

@@ -67,10 +67,10 @@ def ab(
     store = open_store(db, "ab")
     outcome = run_ab(store, root, base, cand, chosen, preset, rounds, log_to_stderr)
     # The review's code (pandas, the statistics) is loaded once the session is stored.
-    from analysis import report, review
+    from analysis import report, review_lines
 
     built = report.build_report(store, outcome.candidate_run, outcome.baseline_run)
-    summary = review.summary_line(built.table)
+    summary = review_lines.summary_line(built.table)
     typer.echo(
         f"A/B: baseline {base.short} (run {outcome.baseline_run}) against candidate {cand.short} "
         f"(run {outcome.candidate_run}): {outcome.cases} cases, {outcome.cases_interleaved} timed ones "
@@ -92,6 +92,6 @@ def ab(
     )
     standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
     if standing:
-        counts = review.verdict_counts(built.table)
+        counts = review_lines.verdict_counts(built.table)
         typer.echo(f"--fail-on: {', '.join(f'{counts[name]} {name}' for name in standing)}", err=True)
         raise typer.Exit(1)

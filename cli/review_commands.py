@@ -22,7 +22,7 @@ RunOutOption = Annotated[
     Path, typer.Option("--out", help="The file to write (FILE.html or FILE.md), or - for stdout (with --format md).")
 ]
 # The verdicts a CI job may fail on (`--fail-on`), and `underpowered`: the review has tested
-# timed rows that could not have seen a 25% change (analysis.review.power_line).
+# timed rows that could not have seen a 25% change (analysis.review_lines.power_line).
 GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "underpowered")
 FormatOption = Annotated[
     str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
@@ -133,7 +133,7 @@ def report_run(
     store = open_store(db, "report run", read_only=True)
     check_run(store, run_id)
     # The report's code (pandas, the statistics) is loaded once the input is known good.
-    from analysis import report, review
+    from analysis import report, review, review_lines
     from store import frames
 
     runs = frames.runs(store)
@@ -150,13 +150,13 @@ def report_run(
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
     built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
-    power, detectable = review.power_line(built.table), review.detectable_line(built.table)
-    summary = f"run {run_id} against baseline {baseline_id}: {review.summary_line(built.table)}"
+    power, detectable = review_lines.power_line(built.table), review_lines.detectable_line(built.table)
+    summary = f"run {run_id} against baseline {baseline_id}: {review_lines.summary_line(built.table)}"
     if detectable:
         summary = f"{summary}; {detectable}"
     if power:
         summary = f"{summary}; {power}"
-    if waiting := review.waiting_line(built.table):
+    if waiting := review_lines.waiting_line(built.table):
         summary = f"{summary}; {waiting}"
     if str(out) == "-":
         typer.echo(report.render(built, chosen_format), nl=False)
@@ -165,10 +165,10 @@ def report_run(
         write_file(out, report.render(built, chosen_format))
         typer.echo(f"wrote {out}: {summary}")
     standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
-    counts = review.verdict_counts(built.table)
+    counts = review_lines.verdict_counts(built.table)
     reasons = [f"{counts[name]} {name}" for name in standing]
     if "underpowered" in gate and power:
-        reasons.append(f"underpowered ({len(review.underpowered_rows(built.table))} rows could not see 25%)")
+        reasons.append(f"underpowered ({len(review_lines.underpowered_rows(built.table))} rows could not see 25%)")
     if reasons:
         seen = f" ({detectable})" if detectable else ""
         typer.echo(f"--fail-on: {', '.join(reasons)}{seen}", err=True)

@@ -534,22 +534,22 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     from streamlit.testing.v1.element_tree import Info, Metric
     from streamlit.testing.v1.element_tree import Warning as WarningBox
 
-    from analysis import report, review
+    from analysis import report, review_lines
 
     nodes = list(app.main)
     first_box = next(index for index, node in enumerate(nodes) if isinstance(node, Info | WarningBox))
     assert first_box < next(index for index, node in enumerate(nodes) if isinstance(node, Metric))
     judged = report.build_report(Store(url), slowed, baseline, calibrated=False).table
     opening = nodes[first_box]
-    assert isinstance(opening, Info | WarningBox) and opening.value == review.seen_line(judged)
-    assert isinstance(opening, WarningBox) == review.cannot_see(judged)
+    assert isinstance(opening, Info | WarningBox) and opening.value == review_lines.seen_line(judged)
+    assert isinstance(opening, WarningBox) == review_lines.cannot_see(judged)
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
     # A tested timed row that did not alert says what it could have seen.
     labels = [label for label in table["verdict"] if label.startswith("within noise")]
     assert all(label.startswith("within noise (would have seen ") for label in labels), labels
     # ≥ some change for a paired ratio; a min-of-N time with no history yet could see none.
-    waiting = len(review.waiting_rows(judged).query("verdict == 'within noise'"))
+    waiting = len(review_lines.waiting_rows(judged).query("verdict == 'within noise'"))
     assert sum(label.endswith("no change)") for label in labels) == waiting
     assert sum("would have seen ≥ " in label for label in labels) == len(labels) - waiting > 0
     # It opens with the verdict counts, each verdict word a link to its meaning, and the calibration line.

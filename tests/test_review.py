@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import report, review
+from analysis import report, review, review_lines
 from analysis.statistics import robust_sigma
 from store import frames
 from store.errors import StoreError
@@ -169,12 +169,14 @@ def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
     blind = verdict_of(review.verdict_table(slower, faster, samples), "seconds_per_token")
     assert blind["verdict"] == "unknown drift" and math.isinf(blind["detectable"])
     assert review.NO_HISTORY in blind["why"] and "would have seen no change" in blind["why"]
-    assert review.verdict_label(blind) == "unknown drift (would have seen no change)"
+    assert review_lines.verdict_label(blind) == "unknown drift (would have seen no change)"
     # Waiting for history is said on its own line, not as underpowered: more pairs would not help.
     blind_table = review.verdict_table(slower, faster, samples)
-    assert review.power_line(blind_table) is None and review.underpowered_rows(blind_table).empty
-    assert (waiting := review.waiting_line(blind_table)) and waiting.startswith("1 min-of-N time waits for history")
-    assert review.waiting_line(table) is None
+    assert review_lines.power_line(blind_table) is None and review_lines.underpowered_rows(blind_table).empty
+    assert (waiting := review_lines.waiting_line(blind_table)) and waiting.startswith(
+        "1 min-of-N time waits for history"
+    )
+    assert review_lines.waiting_line(table) is None
     # An A/B session's rounds judged against a run of another session are absolute times too.
     assert math.isinf(review.row_floor(None, review.DEFAULT_DRIFT, "min, per round").drift)
     assert review.row_floor(None, review.DEFAULT_DRIFT, "paired, per round").drift == review.DEFAULT_DRIFT
@@ -295,9 +297,9 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     for verdict in set(table["verdict"]):
         assert f'<a id="{report.anchor(verdict)}"></a>**{verdict}**' in markdown, verdict
     assert "t test on log values" in markdown and "Benjamini–Hochberg" in markdown
-    assert ("**underpowered: " in markdown.split("\n- run:")[0]) == (review.power_line(table) is not None)
+    assert ("**underpowered: " in markdown.split("\n- run:")[0]) == (review_lines.power_line(table) is not None)
     # Issue 44 D5: the first line under the title says what the review could see, before the counts.
-    seen = review.seen_line(table)
+    seen = review_lines.seen_line(table)
     assert markdown.splitlines()[2] == f"**{seen}**", markdown[:600]
     assert markdown.index(seen) < markdown.index("- verdicts: ")
     assert "\n- drift: " in markdown and "drift figure" in built.machine_drift

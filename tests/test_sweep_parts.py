@@ -38,6 +38,7 @@ def test_the_parts_add_up_to_the_runs_time_for_its_cases(filled_store_url: str) 
             started, finished = session.execute(select(Run.started_at, Run.finished_at).where(Run.id == 1)).one()
     finally:
         store.close()
+    assert finished is not None, "a done run has its end"
     assert 0 < total <= (finished - started).total_seconds() + 0.01, "the cases' gaps fall within the run"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import review
+from analysis import review, review_lines, review_samples
 from runner import metrics
 from store import frames
 from store.store import Store
@@ -218,7 +218,7 @@ def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
     for seed in range(40):
         table, _ = grid_review(seed, slowed=None)
         assert not table["verdict"].isin(["regressed", "improved"]).any(), seed
-        assert review.judged_fraction(table) == 1.0
+        assert review_lines.judged_fraction(table) == 1.0
 
 
 def test_the_minimum_detectable_effect_shrinks_as_pairs_are_added() -> None:
@@ -240,12 +240,12 @@ def test_a_review_that_could_not_see_25_percent_says_it_is_underpowered() -> Non
     quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
     table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
-    line = review.power_line(table)
+    line = review_lines.power_line(table)
     assert line is not None and line.startswith("underpowered: 4 of 4 tested timed rows could not have seen a 25%")
-    labels = [review.verdict_label(row) for row in table[table["kind"] == "timed"].to_dict("records")]
+    labels = [review_lines.verdict_label(row) for row in table[table["kind"] == "timed"].to_dict("records")]
     assert all(label.startswith("within noise (would have seen ≥ ") for label in labels), labels
-    assert review.power_line(review_of(1.0)) is None, "steady pairs see a few percent"
-    line = review.detectable_line(table)
+    assert review_lines.power_line(review_of(1.0)) is None, "steady pairs see a few percent"
+    line = review_lines.detectable_line(table)
     assert line is not None and line.startswith("4 tested timed rows would have seen ≥ ")
 
 
@@ -257,21 +257,21 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
     blind = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
     smallest = float(blind["detectable"].min())
-    assert smallest > review.UNDERPOWERED_CHANGE and review.cannot_see(blind)
-    line = review.seen_line(blind)
+    assert smallest > review.UNDERPOWERED_CHANGE and review_lines.cannot_see(blind)
+    line = review_lines.seen_line(blind)
     assert line.startswith(f"This review cannot see changes below {smallest:.0%} on this machine: "), line
-    rows = review.detectable_line(blind)
+    rows = review_lines.detectable_line(blind)
     assert rows is not None and rows in line  # what its rows would have seen, as the gate says it
 
     steady = review_of(1.0)
     smallest = float(steady["detectable"].min())
-    assert smallest <= review.UNDERPOWERED_CHANGE and not review.cannot_see(steady)
-    line = review.seen_line(steady)
+    assert smallest <= review.UNDERPOWERED_CHANGE and not review_lines.cannot_see(steady)
+    line = review_lines.seen_line(steady)
     assert line.startswith(f"The smallest timed change this review could have flagged: {smallest:.0%} ("), line
     assert "cannot see" not in line
 
     untested = steady.assign(detectable=float("nan"))
-    assert not review.cannot_see(untested) and "no timed row was tested" in review.seen_line(untested)
+    assert not review_lines.cannot_see(untested) and "no timed row was tested" in review_lines.seen_line(untested)
 
 
 def test_the_between_run_floor_cannot_collapse_on_three_runs() -> None:
@@ -288,7 +288,7 @@ def test_the_between_run_floor_cannot_collapse_on_three_runs() -> None:
 
 
 def pivot_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
-    """review.sample_statistic as it was written first, with a pandas pivot table: the reference."""
+    """review_samples.sample_statistic as it was written first, with a pandas pivot table: the reference."""
     if samples.empty:
         return [], "paired"
     sides = samples.pivot_table(index="pair_index", columns="side", values="seconds", aggfunc="first")
@@ -312,7 +312,7 @@ def pivot_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
 )
 def test_the_sample_statistic_pairs_sides_as_a_pivot_table_does(rows: list[tuple[int, str, float]]) -> None:
     samples = pd.DataFrame(rows, columns=["pair_index", "side", "seconds"])
-    (values, method), (expected, expected_method) = review.sample_statistic(samples), pivot_statistic(samples)
+    (values, method), (expected, expected_method) = review_samples.sample_statistic(samples), pivot_statistic(samples)
     # Series.equals counts a missing value equal to a missing value in the same place.
     assert method == expected_method and pd.Series(values, dtype=float).equals(pd.Series(expected, dtype=float))
 
@@ -357,7 +357,7 @@ def test_an_ab_sessions_rounds_not_its_pairs_are_the_units_of_its_test() -> None
             session_rows(2, slowed, candidate_shifts),
         )
         samples = pd.DataFrame(base_samples + run_samples)
-        values, method = review.sample_statistic(samples[samples["measurement_id"] == 2000])
+        values, method = review_samples.sample_statistic(samples[samples["measurement_id"] == 2000])
         assert method == "paired, per round" and len(values) == len(candidate_shifts)
         table = review.verdict_table(run, baseline, samples, drift=0.0)
         timed = table[table["kind"] == "timed"].reset_index(drop=True)
@@ -415,7 +415,7 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
     from analysis import report
 
     store = Store(url)
-    underpowered = review.power_line(report.build_report(store, slowed, baseline, calibrated=False).table)
+    underpowered = review_lines.power_line(report.build_report(store, slowed, baseline, calibrated=False).table)
     store.close()
     powered = run_decodelab(*common, "--out", "p.md", "--fail-on", "underpowered", cwd=tmp_path)
     assert powered.returncode == (1 if underpowered else 0), powered.stderr
@@ -445,13 +445,13 @@ def test_an_injected_regression_keeps_the_noise_of_the_samples_it_came_from() ->
     samples = samples[~(min_of_n & (samples["side"] == "B"))]  # a min-of-N time: side A only
     chosen = {2000, 2003}
     slowed = review_inputs.injected(samples, chosen, 1.25)
-    before = {ident: review.sample_statistic(group)[0] for ident, group in samples.groupby("measurement_id")}
-    after = {ident: review.sample_statistic(group)[0] for ident, group in slowed.groupby("measurement_id")}
+    before = {ident: review_samples.sample_statistic(group)[0] for ident, group in samples.groupby("measurement_id")}
+    after = {ident: review_samples.sample_statistic(group)[0] for ident, group in slowed.groupby("measurement_id")}
     for ident, values in before.items():
         moves = [math.log(new / old) for new, old in zip(after[ident], values, strict=True)]
         expected = math.log(1 / 1.25) if ident == 2000 else math.log(1.25) if ident == 2003 else 0.0
         assert moves == pytest.approx([expected] * len(values)), ident
-    assert review.sample_statistic(slowed[slowed["measurement_id"] == 2001])[0] == before[2001]
+    assert review_samples.sample_statistic(slowed[slowed["measurement_id"] == 2001])[0] == before[2001]
 
 
 def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> None:
@@ -649,8 +649,8 @@ def test_a_review_of_two_runs_that_share_no_case_says_so_in_one_line() -> None:
     run, run_samples = case_rows(2, kv, {})
     baseline, baseline_samples = case_rows(1, speculative, {})
     table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
-    assert review.shares_no_case(table)
-    assert review.summary_line(table) == (
+    assert review_lines.shares_no_case(table)
+    assert review_lines.summary_line(table) == (
         "the two runs share no case (2 figures only in the run, 3 only in the baseline): nothing to compare"
     )
-    assert not review.shares_no_case(review_of(1.0)), "runs of one sweep share their cases"
+    assert not review_lines.shares_no_case(review_of(1.0)), "runs of one sweep share their cases"

@@ -5,7 +5,7 @@ hold the choice, so a link shows the same comparison."""
 import pandas as pd
 import streamlit as st
 
-from analysis import report, review
+from analysis import report, review, review_lines
 from analysis.runs import default_review_run, same_sweep_runs
 from dashboard import data, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
@@ -61,26 +61,25 @@ if opened:
     headline_only = not st.toggle("Every metric, not only the headline ones", key="review_all_metrics")
     built = data.load_report(url, int(run_id), int(baseline_id), headline_only)
     table = built.table
-    if review.shares_no_case(table):
+    if review_lines.shares_no_case(table):
         for warning in built.warnings:
             st.warning(warning)
-        st.info(
-            f"Run {run_id} against run {baseline_id}: {review.summary_line(table)}. Pick a baseline of the same preset."
-        )
+        summary = review_lines.summary_line(table)
+        st.info(f"Run {run_id} against run {baseline_id}: {summary}. Pick a baseline of the same preset.")
         st.stop()
     # The page opens with what it could see, before any count: "0 regressed" from a review that
     # cannot see a 50% change is no clean bill of health.
-    seen = review.seen_line(table)
-    if review.cannot_see(table):
+    seen = review_lines.seen_line(table)
+    if review_lines.cannot_see(table):
         st.warning(seen)
     else:
         st.info(seen)
     for warning in built.warnings:
         st.warning(warning)
-    power = review.power_line(table)
+    power = review_lines.power_line(table)
     if power:
         st.warning(power)
-    counts = review.verdict_counts(table)
+    counts = review_lines.verdict_counts(table)
     columns = st.columns(5)
     shown_verdicts = ("regressed", "changed", "improved", "unknown drift", "within noise")
     for column, verdict in zip(columns, shown_verdicts, strict=True):
@@ -108,7 +107,7 @@ if opened:
     if chosen_experiments:
         shown = shown[shown["experiment"].isin(chosen_experiments)]
     # A tested row's verdict says what it could have seen: "within noise (would have seen ≥ 8%)".
-    shown = shown.assign(verdict=[review.verdict_label(row) for row in shown.to_dict("records")])
+    shown = shown.assign(verdict=[review_lines.verdict_label(row) for row in shown.to_dict("records")])
     # A row waiting for history could see no change: its label says so, the number column stays empty.
     shown = shown.assign(detectable=shown["detectable"].astype(float).replace(float("inf"), float("nan")))
     ui.table(shown, "review", review.COLUMNS)

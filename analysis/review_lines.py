@@ -1,0 +1,148 @@
+"""What a verdict table (analysis.review.verdict_table) says in words: each row's label, the
+lines a review opens with (what it could see, whether it is underpowered, which rows wait for
+history) and its one-line summary. Plain functions of the table, shared by the Review page, the
+Markdown and HTML reports, `decodelab report run` and `decodelab ab`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from analysis.review import UNDERPOWERED_CHANGE, VERDICT_ORDER, seen
+
+
+def verdict_label(row: Mapping[Any, Any]) -> str:
+    """The verdict as a reader sees it: a tested timed row says what it could have seen,
+    ``within noise (would have seen ≥ 8%)``."""
+    detectable = row.get("detectable")
+    if detectable is None or pd.isna(detectable) or row["verdict"] in ("regressed", "improved"):
+        return str(row["verdict"])
+    return f"{row['verdict']} (would have seen {seen(float(detectable))})"
+
+
+def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The tested timed rows that could not have seen a change of UNDERPOWERED_CHANGE at their
+    sample count and noise. Rows waiting for history (``waiting_rows``) are not among them: more
+    pairs or a quieter machine would not let them see more, only earlier runs would."""
+    if table.empty or "detectable" not in table.columns:
+        return table.iloc[0:0]
+    detectable = table["detectable"].astype(float)
+    return table[detectable.notna() & (detectable > UNDERPOWERED_CHANGE) & ~detectable.map(math.isinf)]
+
+
+def waiting_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The tested timed rows that could see no change yet: min-of-N times whose case fewer than
+    two earlier runs hold (NO_HISTORY)."""
+    if table.empty or "detectable" not in table.columns:
+        return table.iloc[0:0]
+    return table[table["detectable"].astype(float).map(math.isinf)]
+
+
+def waiting_line(table: pd.DataFrame) -> str | None:
+    """``N min-of-N times wait for history: …`` where some tested row is waiting; None otherwise."""
+    waiting = waiting_rows(table)
+    if waiting.empty:
+        return None
+    rows = "1 min-of-N time waits" if len(waiting) == 1 else f"{len(waiting)} min-of-N times wait"
+    return (
+        f"{rows} for history: absolute seconds are judged only against two earlier runs of their case on "
+        "this machine, so until then they are at most unknown drift (run the preset again)"
+    )
+
+
+def power_line(table: pd.DataFrame) -> str | None:
+    """``underpowered: …`` where some tested timed row could not have seen UNDERPOWERED_CHANGE; None otherwise."""
+    weak = underpowered_rows(table)
+    if weak.empty:
+        return None
+    tested = int(table["detectable"].notna().sum())
+    return (
+        f"underpowered: {len(weak)} of {tested} tested timed rows could not have seen a "
+        f"{UNDERPOWERED_CHANGE:.0%} change (the weakest would have seen {seen(float(weak['detectable'].max()))}); "
+        "more pairs or a quieter machine would lower it"
+    )
+
+
+def detectable_line(table: pd.DataFrame) -> str | None:
+    """What the tested timed rows could have seen, in a few words; None without such rows."""
+    if table.empty or "detectable" not in table.columns:
+        return None
+    detectable = table["detectable"].dropna().astype(float)
+    if detectable.empty:
+        return None
+    return (
+        f"{len(detectable)} tested timed rows would have seen {seen(float(detectable.median()))} "
+        f"(median; the weakest {seen(float(detectable.max()))})"
+    )
+
+
+def smallest_detectable(table: pd.DataFrame) -> float | None:
+    """The smallest change any tested timed row would have seen (its ``detectable``): below it the
+    review could flag no timed change at all. None without tested timed rows."""
+    if table.empty or "detectable" not in table.columns:
+        return None
+    detectable = table["detectable"].dropna().astype(float)
+    return float(detectable.min()) if not detectable.empty else None
+
+
+def cannot_see(table: pd.DataFrame) -> bool:
+    """Whether even the review's most sensitive tested timed row could not see UNDERPOWERED_CHANGE."""
+    smallest = smallest_detectable(table)
+    return smallest is not None and smallest > UNDERPOWERED_CHANGE
+
+
+def seen_line(table: pd.DataFrame) -> str:
+    """What the review could see, said before its counts: the smallest timed change it could have
+    flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
+    machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
+    (``detectable_line``). A count of "0 regressed" means nothing beyond what this line allows."""
+    smallest = smallest_detectable(table)
+    if smallest is None:
+        return (
+            "What this review could see: no timed row was tested (too few samples or no timed metric on both "
+            "sides), so no timed change could have been flagged; deterministic metrics are compared for equality"
+        )
+    rows = detectable_line(table)
+    if math.isinf(smallest):
+        return (
+            "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
+            f"times, judged only against two earlier runs of their case here ({rows})"
+        )
+    if smallest > UNDERPOWERED_CHANGE:
+        return (
+            f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
+            f"could have flagged is {smallest:.0%} ({rows})"
+        )
+    return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows})"
+
+
+def judged_fraction(table: pd.DataFrame) -> float | None:
+    """Tested timed rows over all timed rows with a value on both sides; None without such rows."""
+    if table.empty:
+        return None
+    timed = table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
+    return float(timed["p_value"].notna().sum() / len(timed)) if len(timed) else None
+
+
+def verdict_counts(table: pd.DataFrame) -> dict[str, int]:
+    """How many rows got each verdict, in VERDICT_ORDER, leaving out those with none."""
+    counts = table["verdict"].value_counts().to_dict() if not table.empty else {}
+    return {verdict: int(counts[verdict]) for verdict in VERDICT_ORDER if counts.get(verdict)}
+
+
+def shares_no_case(table: pd.DataFrame) -> bool:
+    """Whether the two runs compared hold no case in common (every row only in one of them)."""
+    return not table.empty and bool(table["verdict"].isin(["only in run", "only in baseline"]).all())
+
+
+def summary_line(table: pd.DataFrame) -> str:
+    counts = verdict_counts(table)
+    if shares_no_case(table):
+        return (
+            f"the two runs share no case ({counts.get('only in run', 0)} figures only in the run, "
+            f"{counts.get('only in baseline', 0)} only in the baseline): nothing to compare"
+        )
+    return ", ".join(f"{count} {verdict}" for verdict, count in counts.items()) or "nothing to compare"

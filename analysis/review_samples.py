@@ -1,0 +1,93 @@
+"""What a timed measurement's raw samples say, and by which method: per-pair ratios A/B of a
+paired measurement, the seconds of a min-of-N one, one value per round of an A/B session's
+(`decodelab ab`), and the method's name the review's explanation carries. Plain functions of
+store.frames.samples frames, used by analysis.review's tests of timed rows."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+ROUND_METHOD = ", per round"
+# Both sides' rounds paired round by round (an A/B session's: round i of each side ran together).
+MATCHED_METHOD = ", per round, matched"
+# Both runs' pairs paired pair by pair: a metric whose pair i times the same seeded text in every
+# run (runner.metrics.has_seeded_pairs), so the spread between the texts cancels.
+SEEDED_METHOD = ", per pair, matched by seed"
+
+
+def is_matched(method: str) -> bool:
+    """Whether a method's values pair one to one across the two runs (the paired t test)."""
+    return method.endswith((MATCHED_METHOD, SEEDED_METHOD))
+
+
+def round_values(samples: pd.DataFrame) -> tuple[dict[int, float], str]:
+    """Round index → the geometric mean of the round's values (``sample_statistic`` of its
+    samples), and the method of those values."""
+    per_round: dict[int, float] = {}
+    method = "paired"
+    for key, in_round in samples.groupby("round_index", sort=True):
+        round_index: Any = key  # a number: the column holds round indexes only
+        values, method = sample_statistic(in_round.drop(columns="round_index"))
+        if logs := log_values(values):
+            per_round[int(round_index)] = math.exp(statistics.fmean(logs))
+    return per_round, method
+
+
+def rounds_of(samples: pd.DataFrame) -> tuple[dict[int, float], str] | None:
+    """``round_values`` of samples that all carry their round (an A/B session's), else None."""
+    if samples.empty or "round_index" not in samples or not samples["round_index"].notna().all():
+        return None
+    return round_values(samples)
+
+
+def per_round_statistic(rounds: tuple[dict[int, float], str]) -> tuple[list[float], str]:
+    """``sample_statistic`` of an A/B session's samples, from their ``round_values``."""
+    per_round, method = rounds
+    return list(per_round.values()), method + ROUND_METHOD
+
+
+def side_statistic(samples: pd.DataFrame, rounds: tuple[dict[int, float], str] | None) -> tuple[list[float], str]:
+    """``sample_statistic`` of ``samples`` whose ``rounds_of`` is already known."""
+    return per_round_statistic(rounds) if rounds is not None else sample_statistic(samples)
+
+
+def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
+    """What a timed measurement's samples say, and by which method: per-pair ratios A/B for a
+    paired measurement (sides A and B, method ``paired``), the raw seconds for a min-of-N one
+    (side A only, method ``min``). Samples of an A/B session's rounds (``round_index`` set) give
+    one value per round instead, the geometric mean of the round's: a round's pairs share its
+    worker processes, whose own speed moves them together, so the rounds are the independent
+    units (method ``paired, per round`` or ``min, per round``)."""
+    if samples.empty:
+        return [], "paired"
+    if (rounds := rounds_of(samples)) is not None:
+        return per_round_statistic(rounds)
+    ratios = pair_ratios(samples)
+    if ratios is not None:
+        return list(ratios.values()), "paired"
+    return [float(value) for value in samples["seconds"]], "min"
+
+
+def pair_ratios(samples: pd.DataFrame) -> dict[int, float] | None:
+    """Pair index → the pair's ratio A/B, in pair order, for a paired measurement's samples (sides A
+    and B); None for a min-of-N one (side A only)."""
+    # The first non-missing seconds of each side and pair, as pandas' pivot_table(aggfunc="first")
+    # gives them, in plain Python: a review calls this for every timed row of every pair of runs it
+    # compares, and a pivot table each time made the calibration the slowest part of a report.
+    first: dict[str, dict[int, float]] = {}
+    for pair_index, side, seconds in zip(samples["pair_index"], samples["side"], samples["seconds"], strict=True):
+        if not (pd.isna(pair_index) or pd.isna(seconds)):
+            first.setdefault(side, {}).setdefault(int(pair_index), float(seconds))
+    if "A" not in first or "B" not in first:
+        return None
+    return {pair: first["A"][pair] / first["B"][pair] for pair in sorted(first["A"].keys() & first["B"].keys())}
+
+
+def log_values(values: Sequence[float]) -> list[float]:
+    """The timed values on a log scale (a ratio's halving and doubling are the same distance)."""
+    return [math.log(value) for value in values if value > 0 and math.isfinite(value)]
