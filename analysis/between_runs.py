@@ -43,8 +43,8 @@ MIN_EARLIER_RUNS = 2
 # test's), with the mean variance as the prior in place of the median 0.1–0.3% but 2× as wide;
 # on two earlier runs (one degree of freedom a case) 1.6–2.1% with 2 (tests/test_between_runs.py).
 # Two earlier runs are enough to start: with fewer, a paired ratio is judged against the machine's
-# drift figure, a 95% quantile of all cases' moves, which the noisiest families' A/A moves cross
-# far more often than 1% (12 false alerts of 75 verdicts on the Xeon, docs/review.md).
+# drift figure, one quantile of all cases' moves, which the noisiest families' A/A moves cross
+# more often than 1% (at the 95th, 12 false alerts of 75 verdicts on the Xeon, docs/review.md).
 BETWEEN_PRIOR_FREEDOM = 2
 MIN_PRIOR_CASES = 3
 # How far two runs of the same code on one machine may drift apart when the machine's own figure
