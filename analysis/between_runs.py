@@ -115,6 +115,10 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
         prior = priors.get((experiment, metric, impl))
         prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
         variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
+        if variance <= 0.0:
+            # Earlier values all equal and no group to learn from: a zero floor would let the
+            # in-run test alone judge a move between runs; the case waits for a spread instead.
+            continue
         floors[(experiment, metric, key)] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
     return floors
 

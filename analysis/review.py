@@ -25,7 +25,7 @@ Verdicts:
   the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
   its minimum detectable effect (``detectable``): the change it would have flagged with
   MDE_POWER moving alone, never below its floor or drift allowance; a review some of whose rows
-  could not see UNDERPOWERED_CHANGE says it is underpowered (``power_line``);
+  could not see UNDERPOWERED_CHANGE says it is underpowered (analysis.review_lines.power_line);
 - a metric with neither (fitted or predicted values, benchmark lines without samples) is
   ``not judged``; fewer than MIN_SAMPLES samples a side is ``too few samples``.
 

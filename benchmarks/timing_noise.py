@@ -25,7 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.review import DEFAULT_IMPL, pair_ratios, sample_statistic
+from analysis.review import DEFAULT_IMPL
+from analysis.review_samples import pair_ratios, sample_statistic
 from runner.metrics import has_seeded_pairs
 from store import frames
 from store.records import case_key

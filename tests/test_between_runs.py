@@ -60,6 +60,14 @@ def test_a_case_without_enough_companions_keeps_its_own_spread() -> None:
         assert math.isclose(floor_of(floors, case), between_runs.between_run_multiplier(3) * robust_sigma(logs))
 
 
+def test_a_lone_case_whose_earlier_values_agree_exactly_gets_no_floor() -> None:
+    """Two equal earlier values and no group: no spread to learn, so no floor (a zero one would let
+    the in-run test alone judge a move between runs); the drift rule judges the case instead."""
+    floors = between_runs.between_run_floors(history([[0.1, 0.1], [0.0, 0.02]]))
+    assert ("speculative", "speedup_median", case_key({"part": "speculative", "k": 0, "impl": "fast"})) not in floors
+    assert floor_of(floors, 1) > 0
+
+
 def test_moderated_floors_are_crossed_with_chance_alpha_where_cases_differ_in_noise() -> None:
     """Run-to-run standard deviations spread as measured on the EPYC (0.004–0.13 among the
     speculative cases of one impl): an A/A move of each case against the newest of its earlier

@@ -12,7 +12,7 @@ it times by the same few percent. Measured on the AMD EPYC: with one process per
 whole session, the bf16 row of an A/A session moved +4.8% consistently over 20 rounds (p = 0.002)
 and the 10% slower int8 kernel moved 5.1–11.9% by session. With a process per round that shift is
 part of each round's own noise, and the review tests the rounds (every sample keeps its
-``round_index``; analysis.review.sample_statistic).
+``round_index``; analysis.review_samples.sample_statistic).
 
 Every sample's pair index counts through the session: a case-round's samples are numbered after
 every sample taken before it, on either side, keeping the pairs inside the case (A and B of one
