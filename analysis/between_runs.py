@@ -41,7 +41,7 @@ MIN_EARLIER_RUNS = 2
 # unequal as the EPYC's (log-uniform over 0.004–0.13 in a group of 14), three earlier runs: an A/A
 # move crosses the floor 0.7% of the time with 2, 1.3% with 3, 1.8% with 4 (the within-run
 # test's), with the mean variance as the prior in place of the median 0.1–0.3% but 2× as wide;
-# on two earlier runs (one degree of freedom a case) 1.6–2.1% with 2 (tests/test_between_runs.py).
+# on two earlier runs (one degree of freedom a case) 1.6–1.8% with 2 (three seeds) (tests/test_between_runs.py).
 # Two earlier runs are enough to start: with fewer, a paired ratio is judged against the machine's
 # drift figure, one quantile of all cases' moves, which the noisiest families' A/A moves cross
 # more often than 1% (at the 95th, 12 false alerts of 75 verdicts on the Xeon, docs/review.md).
