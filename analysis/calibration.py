@@ -52,11 +52,16 @@ class Calibration:
     timed_verdicts: int = 0  # tested timed verdicts over the A/A pairs
     false_alerts: int = 0
     reviews_with_false_alert: int = 0
-    detectable: list[float] = field(default_factory=list)  # every tested row's minimum detectable effect
     # (scope, slowdown, experiment, impl) → regressed and injected rows; the review's are their sums.
     flagged: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
     injected: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
-    family_detectable: dict[Family, list[float]] = field(default_factory=dict)  # the A/A rows' detectable changes
+    # Per family, its tested A/A rows' minimum detectable effects (``detectable``: all of them).
+    family_detectable: dict[Family, list[float]] = field(default_factory=dict)
+
+    @property
+    def detectable(self) -> list[float]:
+        """Every tested row's minimum detectable effect, over the families."""
+        return [value for values in self.family_detectable.values() for value in values]
 
     @property
     def untested(self) -> int:
@@ -261,7 +266,6 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
         result.pairs += 1
         result.timed_rows += timed_rows(table)
         result.timed_verdicts += len(judged)
-        result.detectable += judged["detectable"].astype(float).tolist()
         alerts = int(judged["verdict"].isin(ALERTS).sum())
         result.false_alerts += alerts
         result.reviews_with_false_alert += alerts > 0

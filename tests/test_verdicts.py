@@ -459,7 +459,7 @@ def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> 
     from their own counts; the totals are the families' sums."""
     from analysis.calibration import Calibration
 
-    result = Calibration("quick", pairs=1, timed_rows=30, timed_verdicts=30, detectable=[0.05] * 30)
+    result = Calibration("quick", pairs=1, timed_rows=30, timed_verdicts=30)
     counts = {("kv_cache", "fast"): (0, 6), ("speculative", "fast"): (3, 14), ("overhead", "static"): (10, 10)}
     for family, (flagged, injected) in counts.items():
         result.family_detectable[family] = [0.05] * injected
