@@ -10,6 +10,10 @@
   impl family at a time, and the whole run.
   Recall is the share of the injected tested rows that say ``regressed``, over the review and per
   experiment · impl family (``Calibration.family_figures``: which families a shortfall comes from).
+  Beside it, what a CI gate sees (``caught``): the share of injections, a family or the whole run
+  at once, with at least one of their rows ``regressed``, so that ``--fail-on regressed`` fails.
+  For one case the two are the same; for a family a gate that fails on two of its fourteen rows
+  has caught the change that the row share counts as 1/7 seen.
 
 The review's tests and adjustments stay within an experiment · impl family (analysis.review), so
 a case or family injected alone is judged by judging its family alone: exactly its verdict in
@@ -57,6 +61,9 @@ class Calibration:
     injected: dict[tuple[str, float, str, str], int] = field(default_factory=dict)
     # Per family, its tested A/A rows' minimum detectable effects (``detectable``: all of them).
     family_detectable: dict[Family, list[float]] = field(default_factory=dict)
+    # (scope, slowdown) → injections with a tested row, and those of them with a row ``regressed``.
+    trials: dict[tuple[str, float], int] = field(default_factory=dict)
+    caught_trials: dict[tuple[str, float], int] = field(default_factory=dict)
 
     @property
     def detectable(self) -> list[float]:
@@ -81,6 +88,19 @@ class Calibration:
         keys = [key for key in self.injected if key[:2] == (scope, slowdown) and (family is None or key[2:] == family)]
         injected = sum(self.injected[key] for key in keys)
         return sum(self.flagged.get(key, 0) for key in keys) / injected if injected else None
+
+    def caught(self, scope: str, slowdown: float) -> float | None:
+        """The share of ``scope`` injections of ``slowdown`` that left a row ``regressed``: how often
+        ``--fail-on regressed`` fails on such a change."""
+        trials = self.trials.get((scope, slowdown), 0)
+        return self.caught_trials.get((scope, slowdown), 0) / trials if trials else None
+
+    def count_trial(self, scope: str, slowdown: float, flagged: int, injected: int) -> None:
+        """Adds one injection with ``injected`` tested rows, ``flagged`` of them regressed."""
+        if injected:
+            key = (scope, slowdown)
+            self.trials[key] = self.trials.get(key, 0) + 1
+            self.caught_trials[key] = self.caught_trials.get(key, 0) + (flagged > 0)
 
     def detectable_median(self) -> float | None:
         return float(pd.Series(self.detectable).median()) if self.detectable else None
@@ -123,6 +143,10 @@ class Calibration:
         for scope in SCOPES:
             for slowdown in SLOWDOWNS:
                 figures[f"review_recall_{scope}_at_{round(slowdown * 100)}pct"] = self.recall(scope, slowdown)
+        # One case is one row: its catch rate is its recall.
+        for scope in SCOPES[1:]:
+            for slowdown in SLOWDOWNS:
+                figures[f"review_caught_{scope}_at_{round(slowdown * 100)}pct"] = self.caught(scope, slowdown)
         return figures
 
     def line(self, escape: Callable[[object], str] = str) -> str:
@@ -141,6 +165,10 @@ class Calibration:
             recall = self.recall(scope, slowdown)
             return "n/a" if recall is None else f"{recall:.0%}"
 
+        def caught(scope: str) -> str:
+            rate = self.caught(scope, 0.10)
+            return "n/a" if rate is None else f"{rate:.0%}"
+
         detectable = self.detectable_median()
         blind = self.blind_families()
         missed = (
@@ -152,7 +180,8 @@ class Calibration:
         return (
             f"on this machine ({preset}), a slowdown injected into real samples is flagged: one case at a time "
             f"{share('single_case', 0.25)} at 25%, {share('single_case', 0.10)} at 10%; one experiment · impl "
-            f"{share('group', 0.10)} at 10%{missed}; the whole run {share('run', 0.10)} at 10%; a tested row would "
+            f"{share('group', 0.10)} at 10% ({caught('group')} of such changes fail --fail-on regressed){missed}; "
+            f"the whole run {share('run', 0.10)} at 10% ({caught('run')} fail it); a tested row would "
             f"have seen {review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
             f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
         )
@@ -302,6 +331,8 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
             trials.append(("run", None, {int(ident) for ident in cases["measurement_id_run"]}))
             for scope, rows, ids in trials:
                 judged_trial = injector.judged(rows, ids, 1.0 + slowdown)
-                for family, (flagged, injected) in regressed_by_family(judged_trial, injector.rows, ids).items():
+                counts = regressed_by_family(judged_trial, injector.rows, ids)
+                for family, (flagged, injected) in counts.items():
                     result.count(scope, slowdown, family, flagged, injected)
+                result.count_trial(scope, slowdown, *map(sum, zip(*counts.values(), strict=True)) if counts else (0, 0))
     return result

@@ -464,14 +464,19 @@ def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> 
     for family, (flagged, injected) in counts.items():
         result.family_detectable[family] = [0.05] * injected
         result.count("group", 0.10, family, flagged, injected)
+        result.count_trial("group", 0.10, flagged, injected)
+    result.count_trial("group", 0.10, 0, 0)  # an injection with no tested row is no trial
+    # Two of three families' changes leave a row regressed: the gate fails on them.
+    assert result.caught("group", 0.10) == pytest.approx(2 / 3) and result.caught("run", 0.10) is None
     assert result.blind_families() == [("kv_cache", "fast", 0.0), ("speculative", "fast", pytest.approx(3 / 14))]
     assert result.recall("group", 0.10) == pytest.approx(13 / 30)
     figures = result.family_figures()
     assert figures["review_recall_group_at_10pct_overhead_static"] == 1.0
     assert figures["review_group_rows_speculative_fast"] == 14
     line = result.line()
-    assert "one experiment · impl 43% at 10%; missed most 10% slowdowns in kv_cache · fast (0%), " in line
-    assert "speculative · fast (21%); the whole run" in line and "overhead · static" not in line
+    assert "one experiment · impl 43% at 10% (67% of such changes fail --fail-on regressed); missed most 10% " in line
+    assert "slowdowns in kv_cache · fast (0%), speculative · fast (21%); the whole run" in line
+    assert "overhead · static" not in line
 
 
 def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
@@ -519,6 +524,10 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
     for scope in ("single_case", "group", "run"):
         recall = [float(figures[f"review_recall_{scope}_at_{size}pct"]) for size in (10, 25, 50)]
         assert recall == sorted(recall) and recall[-1] > 0, (scope, recall)
+        if scope != "single_case":
+            # What --fail-on regressed catches: any row of the injection regressed, so it grows with the slowdown.
+            caught = [float(figures[f"review_caught_{scope}_at_{size}pct"]) for size in (10, 25, 50)]
+            assert caught == sorted(caught) and caught[-1] > 0 and all(rate <= 1 for rate in caught), (scope, caught)
     # Each family's group recall at 10%, weighted by its injected rows, makes up the review's.
     families = [name.removeprefix("review_group_rows_") for name in figures if name.startswith("review_group_rows_")]
     assert families and all(f"review_detectable_median_{family}" in figures for family in families)
