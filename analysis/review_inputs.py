@@ -108,7 +108,7 @@ def record_machine_drift(store: Store, run_id: int) -> float | None:
     history = timed_headline_history(store, {(headline.experiment, headline.metric) for headline in review.HEADLINES})
     moves = machine_moves(history, runs, chosen) if not history.empty else []
     figure = review.drift_of(moves)
-    store.drift.save(run_id, figure, len(moves))
+    store.drift.save(run_id, figure, len(moves), review.DRIFT_QUANTILE)
     return figure
 
 

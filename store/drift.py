@@ -21,6 +21,7 @@ class DriftRecord:
     moves: int
     run_id: int | None  # the run whose finish last updated it
     updated_at: datetime
+    quantile: float | None = None  # the share of moves within it; None: kept before it was recorded
 
 
 class Drift:
@@ -28,12 +29,15 @@ class Drift:
         self._sessions = sessions
 
     @survives_outages
-    def save(self, run_id: int, log_ratio: float | None, moves: int) -> None:
-        """Set the drift figure of ``run_id``'s machine, learned over its runs up to that one."""
+    def save(self, run_id: int, log_ratio: float | None, moves: int, quantile: float) -> None:
+        """Set the drift figure of ``run_id``'s machine, learned over its runs up to that one: the
+        ``quantile`` quantile of ``moves`` moves."""
         if log_ratio is not None and not log_ratio >= 0:
             raise ValueError(f"log_ratio must be a non-negative number, got {log_ratio!r}")
         if moves < 0:
             raise ValueError(f"moves must be >= 0, got {moves}")
+        if not 0 < quantile < 1:
+            raise ValueError(f"quantile must be between 0 and 1, got {quantile!r}")
         with self._sessions.write() as session:
             machine_id = session.scalar(select(Run.machine_id).where(Run.id == run_id))
             if machine_id is None:
@@ -41,7 +45,13 @@ class Drift:
             session.execute(
                 update(Machine)
                 .where(Machine.id == machine_id)
-                .values(drift_log_ratio=log_ratio, drift_moves=moves, drift_run_id=run_id, drift_updated_at=utc_now())
+                .values(
+                    drift_log_ratio=log_ratio,
+                    drift_moves=moves,
+                    drift_quantile=quantile,
+                    drift_run_id=run_id,
+                    drift_updated_at=utc_now(),
+                )
             )
 
     @survives_outages
@@ -53,6 +63,7 @@ class Drift:
                     Machine.name,
                     Machine.drift_log_ratio,
                     Machine.drift_moves,
+                    Machine.drift_quantile,
                     Machine.drift_run_id,
                     Machine.drift_updated_at,
                 ).where(Machine.fingerprint == fingerprint)
@@ -60,5 +71,10 @@ class Drift:
         if row is None or row.drift_updated_at is None:
             return None
         return DriftRecord(
-            row.name, row.drift_log_ratio, int(row.drift_moves or 0), row.drift_run_id, row.drift_updated_at
+            row.name,
+            row.drift_log_ratio,
+            int(row.drift_moves or 0),
+            row.drift_run_id,
+            row.drift_updated_at,
+            row.drift_quantile,
         )

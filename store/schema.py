@@ -56,8 +56,10 @@ class Machine(Base):
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     # The machine's drift figure (store.drift): the DRIFT_QUANTILE quantile of |log ratio| of its
     # timed headline values between consecutive comparable runs (None: fewer moves than it needs),
-    # how many moves it rests on, and the run whose finish last updated it.
+    # how many moves it rests on, the quantile it was taken at (None: kept before that was
+    # recorded, the 95th), and the run whose finish last updated it.
     drift_log_ratio: Mapped[float | None] = mapped_column(Float)
+    drift_quantile: Mapped[float | None] = mapped_column(Float)
     drift_moves: Mapped[int | None] = mapped_column(Integer)
     drift_run_id: Mapped[int | None] = mapped_column(Integer)
     drift_updated_at: Mapped[datetime | None] = mapped_column()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -213,6 +213,21 @@ def test_a_finished_run_keeps_its_machines_drift_figure_with_the_machine(store: 
         if len(moves) < DRIFT_MIN_VALUES:
             assert kept.log_ratio is None, "too few moves for a figure"
     assert kept is not None and kept.log_ratio == pytest.approx(float(pd.Series(moves).quantile(DRIFT_QUANTILE)))
+    assert kept.quantile == DRIFT_QUANTILE, "the figure says which quantile it is"
     with pytest.raises(ValueError, match="log_ratio"):
-        store.drift.save(run_id, -0.1, 3)
+        store.drift.save(run_id, -0.1, 3, DRIFT_QUANTILE)
+    with pytest.raises(ValueError, match="quantile"):
+        store.drift.save(run_id, 0.1, 3, 99.0)
     assert store.drift.of_fingerprint(fingerprint) == kept, "a refused figure leaves the kept one"
+
+
+def test_a_drift_figure_kept_before_its_quantile_was_recorded_says_the_95th(store: Store) -> None:
+    """Figures kept before migration 0013 were the 95th percentile of the moves; the report's
+    line says so rather than the quantile the review uses now."""
+    from analysis.report import drift_line
+    from store.drift import DriftRecord
+
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    old = drift_line(DriftRecord("laptop", math.log(1.04), 40, 7, at), None, 8)
+    new = drift_line(DriftRecord("laptop", math.log(1.04), 40, 7, at, 0.99), None, 8)
+    assert "±4.0% (95% of 40 moves" in old and "±4.0% (99% of 40 moves" in new
