@@ -1,0 +1,188 @@
+"""How a timed row of a review is judged, once its two runs' log values are in hand: the floor
+it must clear besides the test (between-run, drift allowance, or none yet for a min-of-N time),
+the t test of its shift with its variance moderated towards its group's, the Benjamini–Hochberg
+adjustment within its experiment · impl family, the verdict, what it could have seen and why.
+analysis.review builds the verdict table around these."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_matched
+from analysis.statistics import (
+    LogShiftTest,
+    adjusted_p_values,
+    log_shift_test,
+    matched_variance,
+    minimum_detectable_log,
+    pooled_variance,
+)
+
+# The false discovery rate controlled within each experiment · impl family of timed tests.
+ALPHA = 0.01
+# The t test's variance: a row's own pooled variance of log values moderated towards its group's
+# median one with PRIOR_FREEDOM degrees of freedom (empirical Bayes, as limma's moderated t).
+PRIOR_FREEDOM = 4
+# A row's minimum detectable effect is the shift it flags with this chance, moving alone.
+MDE_POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What a timed row's shift must exceed besides the test (|log| scale), and what it rests on."""
+
+    between: float | None  # the between-run floor, where MIN_EARLIER_RUNS earlier runs hold the case
+    drift: float  # the drift a shift must exceed while ``between`` is unknown: ``unknown drift`` within it
+    source: str
+
+    @property
+    def value(self) -> float | None:
+        return self.between
+
+    @property
+    def threshold(self) -> float:
+        """The shift below which the row cannot be regressed or improved, whatever its p."""
+        return self.between if self.between is not None else self.drift
+
+
+# Why a min-of-N row with too little history cannot be regressed: its samples, taken back to back
+# in one run, know nothing of how far the machine moves between runs, so the t test finds every
+# run-to-run move significant and only a between-run floor can judge it (measured on the 2-core
+# EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift allowance).
+NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
+
+
+def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
+    """The floor of a timed row whose samples' statistic is ``method``. A min-of-N row (absolute
+    seconds) without a between-run floor gets an infinite drift allowance, so it is at most
+    ``unknown drift``, unless the caller says no drift is possible (``drift`` 0: an A/B session)."""
+    if between is not None:
+        return Floor(between, drift, "between earlier runs")
+    # "min", or an A/B session's "min, per round" judged against a run of another session.
+    if method.split(",")[0] == "min" and drift > 0:
+        return Floor(None, math.inf, NO_HISTORY)
+    return Floor(None, drift, "drift allowance (fewer than two earlier runs)")
+
+
+def seen(detectable: float, precision: str = ".0%") -> str:
+    """What a row with this minimum detectable effect could have seen, in words: ``≥ 8%``, or
+    ``no change`` where nothing could have been flagged (a min-of-N row without history)."""
+    return "no change" if math.isinf(detectable) else f"≥ {detectable:{precision}}"
+
+
+@dataclass(frozen=True)
+class TimedTest:
+    """One timed row's test, before its p-value is adjusted within its family."""
+
+    test: LogShiftTest
+    run_count: int
+    baseline_count: int
+    family: tuple[str, str]  # (experiment, impl): the p-values adjusted together
+    direction: str
+    floor: Floor
+    per_round: bool = False  # an A/B session's rounds, not single samples, are the units
+    matched: bool = False  # and paired round by round
+
+
+def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
+    """The verdict of a tested timed row: within noise unless p < ALPHA and the shift is beyond
+    the floor; unknown drift if it is not beyond ``drift`` either (where that applies)."""
+    size = abs(math.log1p(shift))
+    if p_value >= ALPHA or size <= floor:
+        return "within noise"
+    if drift is not None and size <= drift:
+        return "unknown drift"
+    worse = shift < 0 if better == "higher" else shift > 0
+    return "regressed" if worse else "improved"
+
+
+def detectable_log(test: TimedTest, family_size: int) -> float:
+    """The row's minimum detectable effect (|log| scale): the shift it flags with MDE_POWER when
+    it moves alone in its family (Benjamini–Hochberg then asks p < ALPHA / family size), and
+    never below its floor or drift allowance."""
+    statistical = minimum_detectable_log(
+        test.test.standard_error, test.test.degrees_of_freedom, ALPHA / max(family_size, 1), MDE_POWER
+    )
+    return max(statistical, test.floor.threshold)
+
+
+Group = tuple[str, str, str]  # (experiment, impl, method)
+
+
+def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]]) -> dict[Group, float]:
+    """Per (experiment, impl, method): the median pooled variance of its rows' log values, the
+    prior each row's own variance is moderated towards."""
+    pooled: dict[Group, list[float]] = {}
+    for group, run_logs, baseline_logs in tests.values():
+        matched = is_matched(group[2])
+        variance, freedom = (matched_variance if matched else pooled_variance)(run_logs, baseline_logs)
+        if freedom:
+            pooled.setdefault(group, []).append(variance)
+    return {group: statistics.median(values) for group, values in pooled.items()}
+
+
+def judge_timed_rows(
+    rows: list[dict[str, Any]],
+    candidates: Mapping[int, tuple[Group, list[float], list[float]]],
+    floors: Mapping[int, tuple[Floor, str]],
+) -> None:
+    """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
+    p-values within each experiment · impl family, and give each its verdict and why."""
+    priors = group_variances(candidates)
+    tests: dict[int, TimedTest] = {}
+    for index, (group, run_logs, base_logs) in candidates.items():
+        floor, direction = floors[index]
+        matched = is_matched(group[2])
+        shift_test = log_shift_test(run_logs, base_logs, priors.get(group, 0.0), PRIOR_FREEDOM, matched=matched)
+        tests[index] = TimedTest(
+            shift_test,
+            len(run_logs),
+            len(base_logs),
+            (group[0], group[1]),
+            direction,
+            floor,
+            per_round=group[2].endswith((ROUND_METHOD, MATCHED_METHOD)),
+            matched=matched,
+        )
+    families: dict[tuple[str, str], list[int]] = {}
+    for index, timed in tests.items():
+        families.setdefault(timed.family, []).append(index)
+    for members in families.values():
+        adjusted = adjusted_p_values([tests[index].test.p_value for index in members])
+        for index, adjusted_p in zip(members, adjusted, strict=True):
+            entry, test = rows[index], tests[index]
+            shift = math.expm1(test.test.shift)
+            entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
+            entry["detectable"] = math.expm1(detectable_log(test, len(members)))
+            drift_rule = None if test.floor.between is not None else test.floor.drift
+            entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
+            entry["why"] = explanation(entry, test, len(members))
+
+
+def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> str:
+    """Why a tested timed row got its verdict: the test, the adjusted p, what it could have seen
+    and the floor or drift allowance it had to clear."""
+    experiment, impl = test.family
+    if test.floor.between is not None:
+        floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
+    elif math.isinf(test.floor.drift):
+        floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
+    else:
+        floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
+    units = "rounds (fresh processes each)" if test.per_round else "samples"
+    if not test.matched:
+        test_name = "t test on log values"
+    elif test.per_round:
+        test_name = "paired t test on log values, rounds matched in time"
+    else:
+        test_name = "paired t test on log values, pairs matched by their seeded text"
+    return (
+        f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
+        f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
+        f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
+        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}"
+    )
