@@ -161,13 +161,14 @@ class Calibration:
         if not self.timed_verdicts:
             return f"on this machine ({preset}), no timed verdict could be tested over {self.pairs} A/A pair(s)"
 
+        def percent(rate: float | None) -> str:
+            return "n/a" if rate is None else f"{rate:.0%}"
+
         def share(scope: str, slowdown: float) -> str:
-            recall = self.recall(scope, slowdown)
-            return "n/a" if recall is None else f"{recall:.0%}"
+            return percent(self.recall(scope, slowdown))
 
         def caught(scope: str) -> str:
-            rate = self.caught(scope, 0.10)
-            return "n/a" if rate is None else f"{rate:.0%}"
+            return percent(self.caught(scope, 0.10))
 
         detectable = self.detectable_median()
         blind = self.blind_families()
@@ -334,5 +335,6 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
                 counts = regressed_by_family(judged_trial, injector.rows, ids)
                 for family, (flagged, injected) in counts.items():
                     result.count(scope, slowdown, family, flagged, injected)
-                result.count_trial(scope, slowdown, *map(sum, zip(*counts.values(), strict=True)) if counts else (0, 0))
+                flagged_rows = sum(flagged for flagged, _ in counts.values())
+                result.count_trial(scope, slowdown, flagged_rows, sum(injected for _, injected in counts.values()))
     return result

@@ -167,10 +167,6 @@ def ab_line(run: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     )
 
 
-# The quantile of the drift figures kept before store revision 0013 recorded it.
-OLD_DRIFT_QUANTILE = 0.95
-
-
 def drift_line(kept: DriftRecord | None, used: float | None, run_id: int) -> str:
     """The machine's drift figure as the store keeps it, and the allowance this review used (learned
     from the runs before ``run_id`` only: a run's own shifts must not widen its allowance)."""
@@ -182,10 +178,8 @@ def drift_line(kept: DriftRecord | None, used: float | None, run_id: int) -> str
             f"(kept after run {kept.run_id})"
         )
     else:
-        # A figure kept before its quantile was recorded was the 95th percentile's.
-        quantile = OLD_DRIFT_QUANTILE if kept.quantile is None else kept.quantile
         stored = (
-            f"±{math.expm1(kept.log_ratio):.1%} ({quantile:.0%} of {kept.moves} moves of a timed headline "
+            f"±{math.expm1(kept.log_ratio):.1%} ({kept.quantile:.0%} of {kept.moves} moves of a timed headline "
             f"value between its consecutive runs stay within it; kept after run {kept.run_id})"
         )
     allowance = (

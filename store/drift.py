@@ -13,6 +13,9 @@ from store.outage import survives_outages
 from store.results import Sessions
 from store.schema import Machine, Run, utc_now
 
+# The quantile of the figures kept before migration 0013 recorded it (its column is NULL there).
+QUANTILE_BEFORE_0013 = 0.95
+
 
 @dataclass(frozen=True)
 class DriftRecord:
@@ -21,7 +24,7 @@ class DriftRecord:
     moves: int
     run_id: int | None  # the run whose finish last updated it
     updated_at: datetime
-    quantile: float | None = None  # the share of moves within it; None: kept before it was recorded
+    quantile: float = QUANTILE_BEFORE_0013  # the share of moves within it
 
 
 class Drift:
@@ -76,5 +79,5 @@ class Drift:
             int(row.drift_moves or 0),
             row.drift_run_id,
             row.drift_updated_at,
-            row.drift_quantile,
+            QUANTILE_BEFORE_0013 if row.drift_quantile is None else row.drift_quantile,
         )

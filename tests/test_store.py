@@ -231,3 +231,11 @@ def test_a_drift_figure_kept_before_its_quantile_was_recorded_says_the_95th(stor
     old = drift_line(DriftRecord("laptop", math.log(1.04), 40, 7, at), None, 8)
     new = drift_line(DriftRecord("laptop", math.log(1.04), 40, 7, at, 0.99), None, 8)
     assert "±4.0% (95% of 40 moves" in old and "±4.0% (99% of 40 moves" in new
+    # As the store reads such a figure back: its quantile column is NULL.
+    machine_id = store.results.machine_id(MACHINE)
+    run_id = store.results.start_run(machine_id=machine_id, spec={"name": "quick"}, code_version="a", model_id=None)
+    store.drift.save(run_id, math.log(1.04), 40, 0.99)
+    with store.engine.begin() as connection:
+        connection.execute(sa.text("UPDATE machine SET drift_quantile = NULL"))
+    kept = store.drift.of_fingerprint(MACHINE.fingerprint())
+    assert kept is not None and kept.quantile == 0.95
