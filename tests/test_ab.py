@@ -117,7 +117,7 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
     rounds = 3
     result = ab(
         repository, db, "--baseline", "base", "--candidate", "HEAD", "--spec", str(TINY_SPEC),
-        "--only", "quantization", "--rounds", str(rounds), "--fail-on", "regressed,improved,changed",
+        "--only", "quantization", "--rounds", str(rounds), "--fail-on", "changed",
         "--out", str(tmp_path / "ab.md"), cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -165,15 +165,19 @@ def test_ab_end_to_end_interleaves_stores_a_pair_and_finds_no_change(
             assert len(set(order[:split])) == 1 and len(set(order[split:])) == 1, measurement
             firsts.append(order[0])
         assert all(first != after for first, after in zip(firsts, firsts[1:], strict=False)), measurement
-    # A/A (a README change): every deterministic figure equal, no timed verdict either way, and
-    # the review defaults to the session's baseline and needs no drift allowance.
+    # A/A (a README change): every deterministic figure equal, the timed rows tested round by
+    # round, and the review defaults to the session's baseline and needs no drift allowance.
+    # Whether a timed row alerts is chance, not a property of the code: its rate on A/A sessions
+    # is benchmarks/ab_error_rate.py's figure (a CI run of this test, the other core busy with the
+    # suite, once met one regressed row in three rounds), so the gate here fails on `changed` only.
     report = (tmp_path / "ab.md").read_text()
     assert "no drift allowance is needed" in report
+    assert "paired t test on log values, rounds matched in time" in report
     assert "deterministic figures, computed once per revision: " in result.stdout
     assert " 0 differ; review: " in result.stdout
     again = run_decodelab(
         "report", "run", "--run", str(candidate_run), "--out", "-", "--format", "md", "--db", db,
-        "--fail-on", "regressed,improved,changed", cwd=tmp_path,
+        "--fail-on", "changed", cwd=tmp_path,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert f"against baseline {baseline_run}" in again.stderr
