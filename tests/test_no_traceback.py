@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cli.main import EXIT_BUG, click_command, main
+from cli.exits import EXIT_BUG
+from cli.main import click_command, main
 from tests.conftest import ROOT
 
 FORCED = (RuntimeError("forced"), KeyError("forced"), AssertionError("forced"), ZeroDivisionError("forced"))
