@@ -6,9 +6,9 @@ data.
 The colours are defined once, here (``colour_of``): impls, drafts and precisions have fixed
 colours; any other value (a machine, a run, a History series, a ceiling) takes a colour from its
 own text, never from which other values a chart happens to show, so "laptop" is the same colour
-in every chart. Every chart builder (dashboard/charts.py, analysis/review_charts.py,
-analysis/roofline.py, dashboard/speculative_figures.py) colours its series through ``color``;
-every page draws through ``dashboard.ui.chart``, which calls ``finish``.
+in every chart. Every chart builder (dashboard/charts.py, dashboard/history_charts.py,
+analysis/review_charts.py, analysis/roofline.py, dashboard/speculative_figures.py) colours its
+series through ``color``; every page draws through ``dashboard.ui.chart``, which calls ``finish``.
 """
 
 from __future__ import annotations

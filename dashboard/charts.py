@@ -1,6 +1,7 @@
-"""Altair chart builders: pure functions of DataFrames, testable without a server. Colours,
-legends and scales come from analysis.theme, so a series reads the same on every page; every
-builder titles its chart."""
+"""The experiments' Altair charts, each drawn from one run's cases, and the building blocks every
+dashboard chart shares (the charts over runs and machines, in dashboard/history_charts.py, use
+them). Pure functions of DataFrames, testable without a server. Colours, legends and scales come
+from analysis.theme, so a series reads the same on every page; every builder titles its chart."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ from runner.metrics import lookup
 BINARY_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
 
 
-def _base(frame: pd.DataFrame) -> alt.Chart:
+def base_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Every chart's start, here and in dashboard/history_charts.py: one place to change them all."""
     return alt.Chart(frame)
 
 
 def _diagonal(bottom: float, top: float) -> alt.Chart:
     """The y = x reference line from ``bottom`` to ``top``."""
     line = pd.DataFrame({"x": [bottom, top], "y": [bottom, top]})
-    return _base(line).mark_line(color=REFERENCE_COLOR, strokeDash=[2, 2]).encode(x="x:Q", y="y:Q")
+    return base_chart(line).mark_line(color=REFERENCE_COLOR, strokeDash=[2, 2]).encode(x="x:Q", y="y:Q")
 
 
-def _values(frame: pd.DataFrame, *columns: str) -> list[float]:
+def axis_values(frame: pd.DataFrame, *columns: str) -> list[float]:
     """Every present value of ``columns`` in ``frame``: what a fitted axis spans."""
     found: list[float] = []
     for column in columns:
@@ -33,7 +35,7 @@ def _values(frame: pd.DataFrame, *columns: str) -> list[float]:
     return found
 
 
-def _discrete_axis(title: str | None, label_angle: int = 0) -> alt.Axis:
+def discrete_axis(title: str | None, label_angle: int = 0) -> alt.Axis:
     """Every category labelled, whole (a bar without its label says nothing)."""
     return alt.Axis(title=title, labelOverlap=False, labelLimit=0, labelAngle=label_angle)
 
@@ -56,25 +58,25 @@ def band_with_median(
     """A median line with a shaded min–max band, one per ``color`` group; the y axis spans the
     band, ``extra_y`` (columns drawn on the same axis by a layer over it) and ``y_includes``."""
     if discrete_x:
-        x_encoding = alt.X(f"{x}:O", title=x_title or x, axis=_discrete_axis(x_title or x))
+        x_encoding = alt.X(f"{x}:O", title=x_title or x, axis=discrete_axis(x_title or x))
     else:
         # Ticks at the recorded values only: a length or width is a parameter point, not a continuum.
         ticks = sorted(frame[x].dropna().unique().tolist()) if x in frame.columns else alt.Undefined
         x_encoding = alt.X(
             f"{x}:Q",
             title=x_title or x,
-            scale=fitted_scale(_values(frame, x), log=log_x),
+            scale=fitted_scale(axis_values(frame, x), log=log_x),
             axis=alt.Axis(values=ticks),
         )
-    y_scale = fitted_scale(_values(frame, median, low, high, *extra_y) + list(y_includes), log=log_y)
+    y_scale = fitted_scale(axis_values(frame, median, low, high, *extra_y) + list(y_includes), log=log_y)
     encodings = {"color": theme.color(color, frame)} if color else {}
     band = (
-        _base(frame)
+        base_chart(frame)
         .mark_area(opacity=0.25)
         .encode(x=x_encoding, y=alt.Y(f"{low}:Q", title=y_title, scale=y_scale), y2=f"{high}:Q", **encodings)
     )
     line = (
-        _base(frame)
+        base_chart(frame)
         .mark_line(point=True)
         .encode(x=x_encoding, y=alt.Y(f"{median}:Q", scale=y_scale), tooltip=[x, median, low, high], **encodings)
     )
@@ -96,14 +98,14 @@ def kv_speedup(timing: pd.DataFrame) -> Figure:
         extra_y=("arithmetic_ratio",),
     )
     arithmetic = (
-        _base(timing)
+        base_chart(timing)
         .mark_line(strokeDash=[6, 3], color=REFERENCE_COLOR, point=True)
         .encode(
-            x=alt.X("n:Q", scale=fitted_scale(_values(timing, "n"), log=True)),
+            x=alt.X("n:Q", scale=fitted_scale(axis_values(timing, "n"), log=True)),
             y=alt.Y(
                 "arithmetic_ratio:Q",
                 scale=fitted_scale(
-                    _values(
+                    axis_values(
                         timing, "measured_speedup", "measured_speedup_low", "measured_speedup_high", "arithmetic_ratio"
                     ),
                     log=True,
@@ -120,10 +122,10 @@ def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
     by_impl = {"color": theme.color("impl", frame), "xOffset": "impl:N"} if "impl" in frame.columns else {}
     impl_tooltip = ["impl"] if by_impl else []
     return (
-        _base(frame)
+        base_chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X(f"{x}:O", axis=_discrete_axis(x)),
+            x=alt.X(f"{x}:O", axis=discrete_axis(x)),
             y=alt.Y("received_fraction:Q", axis=alt.Axis(format="%"), title="received fraction (dense count)"),
             tooltip=[x, *impl_tooltip, "received_fraction", "measured_speedup", "arithmetic_ratio"],
             **by_impl,
@@ -143,7 +145,7 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
     title = "seconds per generation against n (log–log)"
     x_axis = alt.X("n:Q", title="generated tokens n", scale=fitted_scale(long["n"], log=True))
     points = (
-        _base(long)
+        base_chart(long)
         .mark_line(point=True)
         .encode(
             x=x_axis,
@@ -170,7 +172,7 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
     # The fits in gray, told apart by their legend entry: the series colours stay the impls'.
     fits = pd.DataFrame(rows)
     lines = (
-        _base(fits)
+        base_chart(fits)
         .mark_line(color=REFERENCE_COLOR, opacity=0.6)
         .encode(
             x="n:Q",
@@ -197,7 +199,7 @@ def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
     scale, unit = next((size, name) for size, name in BINARY_UNITS if largest >= size or size == 1)
     long["size"] = long["bytes"] / scale
     lines = (
-        _base(long)
+        base_chart(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("n:Q", title="tokens in cache"),
@@ -207,7 +209,7 @@ def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
         )
     )
     weights = (
-        _base(pd.DataFrame({"size": [weight_bytes / scale], "weight_bytes": [weight_bytes]}))
+        base_chart(pd.DataFrame({"size": [weight_bytes / scale], "weight_bytes": [weight_bytes]}))
         .mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
         .encode(y="size:Q", tooltip=["weight_bytes"])
     )
@@ -225,10 +227,10 @@ def bars(
     """One bar per ``category`` (each labelled), coloured by ``color`` where given."""
     encodings = {"color": theme.color(color, frame)} if color else {}
     return (
-        _base(frame)
+        base_chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X(f"{category}:N", sort=None, axis=_discrete_axis(category, label_angle=-30)),
+            x=alt.X(f"{category}:N", sort=None, axis=discrete_axis(category, label_angle=-30)),
             y=alt.Y(f"{value}:Q", title=title or value),
             tooltip=[category, value],
             **encodings,
@@ -243,9 +245,9 @@ def divergence(frame: pd.DataFrame, category: str, position: str, generated: str
     shown = frame.assign(diverged=frame[position] < frame[generated])
     shown["note"] = shown["diverged"].map({True: "", False: "never diverged"})
     shown["index"] = shown[position].where(shown["diverged"])
-    axis = alt.X(f"{category}:N", sort=None, axis=_discrete_axis(category, label_angle=-30))
+    axis = alt.X(f"{category}:N", sort=None, axis=discrete_axis(category, label_angle=-30))
     columns = (
-        _base(shown)
+        base_chart(shown)
         .mark_bar()
         .encode(
             x=axis,
@@ -255,7 +257,7 @@ def divergence(frame: pd.DataFrame, category: str, position: str, generated: str
         )
     )
     never = (
-        _base(shown[~shown["diverged"]])
+        base_chart(shown[~shown["diverged"]])
         .mark_text(angle=270, align="left", dx=-4, color=REFERENCE_COLOR)
         .encode(x=axis, y=alt.datum(0), text="note:N")
     )
@@ -266,11 +268,11 @@ def divergence(frame: pd.DataFrame, category: str, position: str, generated: str
 def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None = None) -> Figure:
     """``y`` against a discrete parameter ``x`` (k, n, impl), one line per ``color`` group."""
     return (
-        _base(frame)
+        base_chart(frame)
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{x}:O", axis=_discrete_axis(x)),
-            y=alt.Y(f"{y}:Q", title=title or y, scale=fitted_scale(_values(frame, y))),
+            x=alt.X(f"{x}:O", axis=discrete_axis(x)),
+            y=alt.Y(f"{y}:Q", title=title or y, scale=fitted_scale(axis_values(frame, y))),
             color=theme.color(color, frame),
             tooltip=[x, y, color],
         )
@@ -290,7 +292,7 @@ def speedup_bands(speculative: pd.DataFrame) -> Figure:
         discrete_x=True,
         y_includes=(1.0,),
     )
-    parity = _base(pd.DataFrame({"y": [1.0]})).mark_rule(color=REFERENCE_COLOR).encode(y="y:Q")
+    parity = base_chart(pd.DataFrame({"y": [1.0]})).mark_rule(color=REFERENCE_COLOR).encode(y="y:Q")
     return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
 
 
@@ -311,9 +313,9 @@ def predicted_vs_measured(speculative: pd.DataFrame, models: list[str] | None = 
         id_vars=["draft", "k", "speedup_median"], value_vars=chosen, var_name="model", value_name="modelled"
     )
     long["model"] = long["model"].map(SPEEDUP_MODELS)
-    span = _values(long, "modelled", "speedup_median") or [1.0]
+    span = axis_values(long, "modelled", "speedup_median") or [1.0]
     points = (
-        _base(long)
+        base_chart(long)
         .mark_point(filled=True, size=70)
         .encode(
             x=alt.X("modelled:Q", title="modelled speedup", scale=fitted_scale(span)),
@@ -332,9 +334,9 @@ def tvd(distribution: pd.DataFrame) -> Figure:
     )
     long["sampler"] = long["sampler"].map({"tvd": "speculative", "tvd_direct": "direct"})
     # The axis reaches the highest bar and the highest bound: a tick is never drawn off the chart.
-    top = max(_values(long, "total variation") + _values(distribution, "tvd_noise_bound") + [1e-9]) * 1.1
+    top = max(axis_values(long, "total variation") + axis_values(distribution, "tvd_noise_bound") + [1e-9]) * 1.1
     columns = (
-        _base(long)
+        base_chart(long)
         .mark_bar()
         .encode(
             x=alt.X("draft:N"),
@@ -345,9 +347,9 @@ def tvd(distribution: pd.DataFrame) -> Figure:
         )
     )
     bound = (
-        _base(distribution)
+        base_chart(distribution)
         .mark_tick(color=theme.BOUND_COLOR, thickness=2, size=30)
-        .encode(x=alt.X("draft:N", axis=_discrete_axis("draft")), y="tvd_noise_bound:Q", tooltip=["tvd_noise_bound"])
+        .encode(x=alt.X("draft:N", axis=discrete_axis("draft")), y="tvd_noise_bound:Q", tooltip=["tvd_noise_bound"])
     )
     return alt.layer(columns, bound).properties(
         title="TV distance to the target (black tick: 99.9% sampling-noise bound)"
@@ -358,9 +360,9 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     long = table.melt(id_vars=["n"], value_vars=["quad_mults", "linear_mults"], var_name="part", value_name="mults")
     long["part"] = long["part"].map({"quad_mults": "quadratic (attention)", "linear_mults": "linear (per position)"})
     # The crossover widens the n axis when it lies beyond the lengths counted: drawn, never off the chart.
-    lengths = _values(long, "n") + ([crossover] if crossover is not None else [])
+    lengths = axis_values(long, "n") + ([crossover] if crossover is not None else [])
     lines = (
-        _base(long)
+        base_chart(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("n:Q", scale=fitted_scale(lengths, log=True), title="context length n"),
@@ -371,81 +373,16 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     )
     layers: list[Figure] = [lines]
     if crossover is not None:
-        rule = _base(pd.DataFrame({"n": [crossover]})).mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
+        rule = base_chart(pd.DataFrame({"n": [crossover]})).mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
         layers.append(rule.encode(x="n:Q", tooltip=["n"]))
     return alt.layer(*layers).properties(title="quadratic vs linear multiplications (dashed: crossover)")
 
 
-def when(started_at: pd.Series) -> alt.X:
-    """The time axis: dates (with one run Vega-Lite would otherwise label milliseconds), spanning
-    the runs plus a margin, an hour either side of a single run."""
-    times = pd.to_datetime(started_at.dropna())
-    axis = alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30)
-    if times.empty:
-        return alt.X("started_at:T", title="started", axis=axis)
-    first, last = times.min(), times.max()
-    margin = max((last - first) * 0.05, pd.Timedelta(hours=1) if first == last else pd.Timedelta(0))
-    domain = [(first - margin).isoformat(), (last + margin).isoformat()]
-    return alt.X("started_at:T", title="started", axis=axis, scale=alt.Scale(domain=domain))
-
-
-def history(
-    points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None, legend: str = "bottom"
-) -> Figure:
-    """A metric per ``color`` group over time with each level's band; change points
-    (``change_point``) drawn as red diamonds that link to the Review page (``review`` column)
-    when it is given."""
-    tooltip = ["run_id", "machine", color, "value", "median", "started_at"] if color != "machine" else None
-    tooltip = tooltip or ["run_id", "machine", "value", "median", "started_at"]
-    x_axis = when(points["started_at"]) if "started_at" in points.columns else alt.X("started_at:T")
-    y_scale = fitted_scale(_values(points, "value", "low", "high"))
-    colour = theme.color(color, points, columns=1 if legend == "bottom" else None, orient=legend)
-    band = (
-        _base(points)
-        .mark_area(opacity=0.2)
-        .encode(x=x_axis, y=alt.Y("low:Q", title=y_title, scale=y_scale), y2="high:Q", color=colour)
-    )
-    line = _base(points).mark_line(point=True).encode(x=x_axis, y="value:Q", color=colour, tooltip=tooltip)
-    flagged_encodings = {"href": "review:N"} if "review" in points.columns else {}
-    flagged = (
-        _base(points[points["change_point"]])
-        .mark_point(color="red", size=140, shape="diamond", filled=True)
-        .encode(x=x_axis, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
-    )
-    return alt.layer(band, line, flagged).properties(title=title or f"{y_title} over time")
-
-
-def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:
-    """Side-by-side values per parameter point; a min–max band where the metric has one."""
-    # Cases in the order they ran, their labels whole (a case's label is short, never its JSON).
-    axis = alt.X(f"{x}:N", sort=None, title=x, axis=_discrete_axis(x, label_angle=-30))
-    title = f"{metric} per {x}, side by side per {series}"
-    columns = (
-        _base(frame)
-        .mark_bar()
-        .encode(
-            x=axis,
-            xOffset=f"{series}:N",
-            y=alt.Y("value:Q", title=metric),
-            color=theme.color(series, frame),
-            tooltip=[x, series, "value", "run_id"],
-        )
-    )
-    if "low" not in frame.columns:
-        return columns.properties(title=title)
-    band = (
-        _base(frame)
-        .mark_rule(strokeWidth=2, color="black")
-        .encode(x=axis, xOffset=f"{series}:N", y="low:Q", y2="high:Q", tooltip=[series, "low", "high"])
-    )
-    return alt.layer(columns, band).properties(title=f"{title} (black: min–max band)")
-
-
 def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
     """Measured against predicted, with the y = x line."""
-    span = _values(frame, measured, predicted) or [1.0]
+    span = axis_values(frame, measured, predicted) or [1.0]
     points = (
-        _base(frame)
+        base_chart(frame)
         .mark_point(filled=True, size=70)
         .encode(
             x=alt.X(f"{predicted}:Q", title=predicted.replace("_", " "), scale=fitted_scale(span)),

@@ -9,7 +9,7 @@ import streamlit as st
 
 from analysis.machines import band_of
 from analysis.review import SUSPECT, tag_set
-from dashboard import charts, data, ui
+from dashboard import data, history_charts, ui
 from dashboard.metrics import is_deterministic, opening_metric
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
@@ -77,7 +77,7 @@ def show(url: str, runs: pd.DataFrame) -> None:
     values["case"] = case_labels(values["params"].tolist())
     unit = values["unit"].iloc[0] if not values.empty else ""
     deterministic = is_deterministic(metric, unit)
-    ui.chart(charts.compare_machines(values, "case", metric, series="series"))
+    ui.chart(history_charts.compare_machines(values, "case", metric, series="series"))
     table = data.compare_table(values.assign(machine=values["series"]), ["case"], deterministic)
     if deterministic and "equal" in table and not bool(table["equal"].all()):
         models = values.groupby("series")["model_hash"].first()

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import theme
 from analysis.runs import job_label
-from dashboard import charts, data, history_series
+from dashboard import charts, data, history_charts, history_series
 from dashboard import pages as dashboard_pages
 from dashboard.launch import LaunchRequest, build_spec, launch
 from runner.errors import InputError
@@ -177,7 +177,8 @@ def test_tvd_chart_and_history_change_points() -> None:
     # Every change point, not only the last: the jump to 5.0, the return, the new level at 1.6.
     assert flagged.index[flagged["change_point"]].tolist() == [5, 6, 8]
     assert flagged.loc[8, "review"] == "review?run=8&baseline=7" and flagged.loc[3, "review"] == "review?run=3"
-    assert [layer["mark"]["type"] for layer in layers(charts.history(flagged, "seconds"))] == ["area", "line", "point"]
+    marks = [layer["mark"]["type"] for layer in layers(history_charts.history(flagged, "seconds"))]
+    assert marks == ["area", "line", "point"]
 
 
 def test_compare_table_flags_deterministic_differences() -> None:

@@ -5,7 +5,7 @@ import streamlit as st
 
 from analysis.review import tag_set
 from analysis.runs import sweep_labels
-from dashboard import charts, data, history_series, ui
+from dashboard import data, history_charts, history_series, ui
 from dashboard.metrics import opening_metric
 from runner.labels import case_labels
 from runner.metrics import EXPERIMENT_ORDER
@@ -36,7 +36,9 @@ if opened:
                     continue
                 st.caption(series.method)
                 # Legend below: in half the page's width a legend at the side left the plot under 300 px.
-                figure = charts.history(history, f"{series.name} ({series.unit})", color="series", legend="bottom")
+                figure = history_charts.history(
+                    history, f"{series.name} ({series.unit})", color="series", legend="bottom"
+                )
                 ui.chart(figure)
                 changes = history[history["change_point"]]
                 if not changes.empty:
@@ -116,7 +118,7 @@ if opened:
             points = list(dict.fromkeys(values["point"]))
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
             flagged = history_series.change_points(values[values["point"] == point], runs)
-            ui.chart(charts.history(flagged, metric))
+            ui.chart(history_charts.history(flagged, metric))
             if flagged.empty or not flagged["change_point"].any():
                 st.write("No change point: every machine's series stays at one level.")
             else:
