@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis import machines as machines_module
 from analysis import roofline
-from analysis.report import STYLE, markdown_table
+from analysis.report_render import STYLE, markdown_table
 from store import frames
 from store.store import Store
 from store.user_text import markdown_text
@@ -171,7 +171,7 @@ def to_html(report: MachinesReport) -> str:
 
 
 def render(report: MachinesReport, report_format: str) -> str:
-    from analysis.report import REPORT_FORMATS
+    from analysis.formats import REPORT_FORMATS
 
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")

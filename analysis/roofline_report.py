@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import roofline
-from analysis.report import STYLE, markdown_table, to_svg
+from analysis import roofline, roofline_conclusions
+from analysis.report_render import STYLE, markdown_table, to_svg
 from store import frames
 from store.store import Store
 from store.user_text import markdown_text
@@ -40,7 +40,7 @@ class RooflineReport:
 
     def conclusions(self) -> list[str]:
         empty = pd.DataFrame()
-        return roofline.conclusions(
+        return roofline_conclusions.conclusions(
             self.points, self.cases.get("quantization", empty), self.cases.get("speculative", empty), self.machine
         )
 
@@ -135,7 +135,7 @@ def to_html(report: RooflineReport) -> str:
 
 
 def render(report: RooflineReport, report_format: str) -> str:
-    from analysis.report import REPORT_FORMATS
+    from analysis.formats import REPORT_FORMATS
 
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")

@@ -201,7 +201,7 @@ def loop_compiled(case: pd.Series) -> bool:
 def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any] | None) -> str:
     """Which cost decides speculative decoding on this machine's impl, in plain steps a pass of the
     case predicted fastest, and the acceptance its drafts need (k calls a pass, each proposal kept
-    alike): what the Roofline page says of a run (analysis.roofline.speculative_sentence)."""
+    alike): what the Roofline page says of a run (analysis.roofline_conclusions.speculative_sentence)."""
     assert row is not None
     parts, case = row["parts"], row["case"]
     k = int(row["k"])

@@ -67,7 +67,7 @@ def ab(
     store = open_store(db, "ab")
     outcome = run_ab(store, root, base, cand, chosen, preset, rounds, log_to_stderr)
     # The review's code (pandas, the statistics) is loaded once the session is stored.
-    from analysis import report, review_lines
+    from analysis import report, report_render, review_lines
 
     built = report.build_report(store, outcome.candidate_run, outcome.baseline_run)
     summary = review_lines.summary_line(built.table)
@@ -79,9 +79,9 @@ def ab(
     )
     if out is not None and chosen_format is not None:
         if str(out) == "-":
-            typer.echo(report.render(built, chosen_format), nl=False)
+            typer.echo(report_render.render(built, chosen_format), nl=False)
         else:
-            write_file(out, report.render(built, chosen_format))
+            write_file(out, report_render.render(built, chosen_format))
             typer.echo(f"wrote {out}")
     verdicts = built.table["verdict"] if not built.table.empty else None
     equal = int((verdicts == "unchanged").sum()) if verdicts is not None else 0

@@ -133,7 +133,7 @@ def report_run(
     store = open_store(db, "report run", read_only=True)
     check_run(store, run_id)
     # The report's code (pandas, the statistics) is loaded once the input is known good.
-    from analysis import report, review, review_lines
+    from analysis import report, report_render, review, review_lines
     from store import frames
 
     runs = frames.runs(store)
@@ -159,10 +159,10 @@ def report_run(
     if waiting := review_lines.waiting_line(built.table):
         summary = f"{summary}; {waiting}"
     if str(out) == "-":
-        typer.echo(report.render(built, chosen_format), nl=False)
+        typer.echo(report_render.render(built, chosen_format), nl=False)
         typer.echo(summary, err=True)  # stdout holds the comment alone
     else:
-        write_file(out, report.render(built, chosen_format))
+        write_file(out, report_render.render(built, chosen_format))
         typer.echo(f"wrote {out}: {summary}")
     standing = sorted(set(gate) & set(built.table["verdict"]) if not built.table.empty else set())
     counts = review_lines.verdict_counts(built.table)

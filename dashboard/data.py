@@ -212,7 +212,7 @@ def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: boo
     (the charts to SVG take seconds). Built on the page, not on click: a file Streamlit generates
     for a click belongs to no element and is collected two script runs later (the jobs panel
     reruns every 2 seconds), so a browser slower than that to ask for it saw the download cancelled."""
-    from analysis.report import to_html
+    from analysis.report_render import to_html
 
     return to_html(load_report(url, run_id, baseline_id, headline_only))
 

@@ -450,7 +450,7 @@ def test_each_kind_of_broken_chart_is_caught_in_a_report_too(browser: Any, tmp_p
     """The same checks on the broken charts drawn as the offline report draws its own (inline SVG
     from vl-convert at the report's size): each caught, the whole one and the one small on purpose
     with its reason passing."""
-    from analysis.report import STYLE, to_svg
+    from analysis.report_render import STYLE, to_svg
     from tests.fixtures.broken_charts import CHART_KINDS, chart_of
 
     page = browser.new_page()

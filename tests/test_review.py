@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import report, review, review_lines
+from analysis import report, report_render, review, review_lines
 from analysis.statistics import robust_sigma
 from store import frames
 from store.errors import StoreError
@@ -291,11 +291,11 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     assert table.iloc[0]["verdict"] == "regressed" and table.iloc[0]["experiment"] == "speculative"
     deterministic = table[table["kind"] == "deterministic"]
     assert not deterministic.empty and set(deterministic["verdict"]) == {"unchanged"}, "an identical copy"
-    markdown = report.to_markdown(built)
+    markdown = report_render.to_markdown(built)
     assert markdown.count("\n| [regressed](#verdict-regressed) |") == (table["verdict"] == "regressed").sum()
     # Every verdict word links to its meaning, and each row says why (the test, adjusted p, floor).
     for verdict in set(table["verdict"]):
-        assert f'<a id="{report.anchor(verdict)}"></a>**{verdict}**' in markdown, verdict
+        assert f'<a id="{report_render.anchor(verdict)}"></a>**{verdict}**' in markdown, verdict
     assert "t test on log values" in markdown and "Benjamini–Hochberg" in markdown
     assert ("**underpowered: " in markdown.split("\n- run:")[0]) == (review_lines.power_line(table) is not None)
     # Issue 44 D5: the first line under the title says what the review could see, before the counts.
@@ -303,10 +303,12 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     assert markdown.splitlines()[2] == f"**{seen}**", markdown[:600]
     assert markdown.index(seen) < markdown.index("- verdicts: ")
     assert "\n- drift: " in markdown and "drift figure" in built.machine_drift
-    page = report.to_html(built)
+    page = report_render.to_html(built)
     assert re.search(r"</h1>\n<p( class='warning')?><b>" + re.escape(html.escape(seen)) + "</b></p>", page), page[:900]
     assert page.index(html.escape(seen)) < page.index("<li>verdicts: ")
-    assert f'href="#{report.anchor("regressed")}"' in page and f'id="{report.anchor("regressed")}"' in page
+    assert (
+        f'href="#{report_render.anchor("regressed")}"' in page and f'id="{report_render.anchor("regressed")}"' in page
+    )
     assert page.count("<svg") == len(built.charts) >= 2
     # Self-contained: no URL but the SVG and XLink namespaces, no script, no stylesheet link.
     addresses = set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page))

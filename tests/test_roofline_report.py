@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import machines_report, roofline
+from analysis import machines_report, roofline, roofline_conclusions
 from analysis.roofline_report import build, render
 from tests.conftest import ROOT, copy_store, run_decodelab
 
@@ -67,7 +67,7 @@ def test_the_chart_holds_both_machines_roofs_and_the_points() -> None:
 
 def test_sentences_come_from_the_figures() -> None:
     placed = pd.DataFrame([placed_point(), placed_point(impl="static", case="static n=64", prediction_error=-0.5)])
-    sentences = roofline.conclusions(placed, pd.DataFrame(), pd.DataFrame(), "box")
+    sentences = roofline_conclusions.conclusions(placed, pd.DataFrame(), pd.DataFrame(), "box")
     assert sentences[0].startswith("On box the fast fp32 step (kv_cache, fast n=64) is memory-bound")
     assert "at 59% of the roof" in sentences[0]
     assert "the roofline predicted 50.0 µs per token, 25% above the measured 40.0" in sentences[0]
@@ -83,7 +83,7 @@ def test_sentences_come_from_the_figures() -> None:
             "speedup_median": [0.95, 0.85],
         }
     )
-    sentence = roofline.speculative_sentence(speculative)
+    sentence = roofline_conclusions.speculative_sentence(speculative)
     assert sentence is not None
     assert "a 5-position verification costs 2.50 steps (the roofline says 2.40)" in sentence
     assert "acceptance above 0.80" in sentence and "says speculative decoding loses" in sentence
@@ -95,13 +95,13 @@ def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
         [{"impl": "fast", "seconds_cache": 1.0, "predicted_seconds_cache": 1.1, "seconds_no_cache": 14.0,
           "predicted_seconds_no_cache": 145.0}]
     )  # fmt: skip
-    summary = roofline.fit_summary(placed, calibrated)
+    summary = roofline_conclusions.fit_summary(placed, calibrated)
     assert summary.set_index(["model", "side"])["fits"].to_dict() == {
         ("overhead a + b·mults", "cached step"): True,
         ("overhead a + b·mults", "no-cache step"): False,
         ("roofline", "cached step"): True,
     }
-    warning = roofline.misfit_warning(summary, "measured against predicted")
+    warning = roofline_conclusions.misfit_warning(summary, "measured against predicted")
     assert warning is not None
     # Which figure and group, by how much, why it matters and what to do, in one warning.
     assert warning.startswith(
@@ -110,7 +110,7 @@ def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
         "no-cache step 10.4× too slow (median |error| 936% over 1 points). Why it matters:"
     )
     assert "What to do: measure the roof with the machine idle (`decodelab machine profile`)" in warning
-    assert roofline.misfit_warning(summary[summary["fits"]], "measured against predicted") is None
+    assert roofline_conclusions.misfit_warning(summary[summary["fits"]], "measured against predicted") is None
 
 
 @pytest.mark.slow
@@ -162,7 +162,7 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
             "roofline_speculative_withheld": [None, None, 0],
         }
     )
-    sentence = roofline.speculative_sentence(speculative, "epyc")
+    sentence = roofline_conclusions.speculative_sentence(speculative, "epyc")
     assert sentence is not None
     # fast_int8: verification 2.2 steps, drafts 4 × 0.5 = 2.0, loop 1.0: 5.2 steps a pass.
     assert sentence.startswith(

@@ -179,7 +179,7 @@ def test_an_error_quoting_a_stored_name_reaches_the_terminal_without_escapes(leg
 
 def test_a_chart_that_cannot_be_drawn_is_one_line_in_the_html_report() -> None:
     """Before: vl-convert's error ended the report (and, through the dashboard, its page)."""
-    from analysis.report import to_svg
+    from analysis.report_render import to_svg
 
     class Undrawable:
         def to_dict(self) -> dict[str, object]:

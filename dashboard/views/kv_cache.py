@@ -6,7 +6,7 @@ ones after it."""
 import pandas as pd
 import streamlit as st
 
-from analysis import roofline
+from analysis import roofline, roofline_conclusions
 from dashboard import charts, data, ui
 
 YES_NO = {1.0: "yes", 0.0: "no"}
@@ -158,14 +158,14 @@ def calibration(url: str, run_id: int, cases: pd.DataFrame, timing: pd.DataFrame
         chosen = int(same_machine["run_id"].iloc[0])
     fits = data.part(data.load_cases(url, chosen, "overhead"), "fit") if chosen is not None else pd.DataFrame()
     calibrated = data.calibrated_prediction(pd.concat([timing, data.part(cases, "width")]), fits)
-    summary = roofline.fit_summary(placed, calibrated)
+    summary = roofline_conclusions.fit_summary(placed, calibrated)
     st.caption(
         "Each point's time from the counts and this machine's measured roof alone, made before timing: per pass "
         "max(bytes ÷ bandwidth at its working set, flops ÷ peak) plus the impl's fitted per-pass overhead. "
-        f"A model fits where its median |error| is at most {roofline.FIT_LIMIT:.0%}."
+        f"A model fits where its median |error| is at most {roofline_conclusions.FIT_LIMIT:.0%}."
     )
     figure = charts.predicted_against_measured(placed, "measured_us_per_token", "predicted_us_per_token", "side")
-    warning = roofline.misfit_warning(summary, str(figure.title))
+    warning = roofline_conclusions.misfit_warning(summary, str(figure.title))
     if warning is not None:
         st.warning(warning)  # once for the page, however many groups miss
     ui.chart(figure)

@@ -5,7 +5,7 @@ hold the choice, so a link shows the same comparison."""
 import pandas as pd
 import streamlit as st
 
-from analysis import report, review, review_lines
+from analysis import report_render, review, review_lines
 from analysis.runs import default_review_run, same_sweep_runs
 from dashboard import data, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
@@ -26,7 +26,7 @@ if opened:
             f"Run `{ui.FILL_COMMAND}` again (or launch a sweep from the sidebar) to have two."
         )
         st.stop()
-    labels = {row["run_id"]: report.describe(row) for row in runs.to_dict("records")}
+    labels = {row["run_id"]: report_render.describe(row) for row in runs.to_dict("records")}
     options = runs["run_id"].tolist()  # newest first
     left, right = st.columns(2)
     wanted = ui.query_int("run")
@@ -85,15 +85,15 @@ if opened:
     for column, verdict in zip(columns, shown_verdicts, strict=True):
         column.metric(verdict, counts.get(verdict, 0), help=review.VERDICT_MEANINGS[verdict])
     # Every verdict word links to its meaning below; each row's `why` says which floor, test and adjusted p.
-    st.markdown("**Verdicts:** " + report.linked_counts(counts))
+    st.markdown("**Verdicts:** " + report_render.linked_counts(counts))
     st.markdown(f"**Calibration:** {built.calibration}")
     st.caption(f"Drift: {markdown_text(built.machine_drift)}")
-    st.caption(f"A/A spread: {report.floors_line(built.floors)}. {report.METHOD}")
+    st.caption(f"A/A spread: {report_render.floors_line(built.floors)}. {report_render.METHOD}")
     first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
     if not first.empty:
         st.markdown(
             "**Look at these first:**\n"
-            + "\n".join(f"- {report.one_line_row(row)}" for row in first.to_dict("records"))
+            + "\n".join(f"- {report_render.one_line_row(row)}" for row in first.to_dict("records"))
         )
 
     verdicts = [verdict for verdict in review.VERDICT_ORDER if verdict in counts]
@@ -112,7 +112,7 @@ if opened:
     shown = shown.assign(detectable=shown["detectable"].astype(float).replace(float("inf"), float("nan")))
     ui.table(shown, "review", review.COLUMNS)
     st.markdown("#### What each verdict means")
-    st.markdown(report.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to
+    st.markdown(report_render.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to
     for chart in built.charts:
         ui.chart(chart)
 
@@ -157,7 +157,7 @@ if opened:
     # file for as long as its button is shown. A click only downloads ("ignore"): no rerun to wait for.
     markdown.download_button(
         "Download the report (Markdown)",
-        report.to_markdown(built),
+        report_render.to_markdown(built),
         file_name=f"{name}.md",
         mime="text/markdown",
         key="review_download_markdown",
