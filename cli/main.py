@@ -14,6 +14,7 @@ import typer.core
 import typer.main
 
 from cli import ab as cli_ab
+from cli import bench as cli_bench
 from cli import fleet as cli_fleet
 from cli import review_commands as cli_review_commands
 from cli import roofline as cli_roofline
@@ -269,48 +270,7 @@ def import_runs(
         typer.echo(f"run {for_terminal(uid)} → run {run_id} in {store.masked_url}: {added} cases added")
 
 
-@app.command()
-def bench(
-    db: DbOption = None,
-    only: Annotated[list[str] | None, typer.Option(help="Run just these benchmarks (repeatable).")] = None,
-    timeout_seconds: Annotated[
-        float, typer.Option(min=1, max=86400, help="Stop a benchmark running longer than this; the run fails.")
-    ] = 1800.0,
-) -> None:
-    """Run the side-by-side benchmarks and record them in the store as a run (experiment bench)."""
-    import subprocess
-    import time
-
-    from cli.bench import BENCHMARKS, run_benchmark
-    from runner.execution.execute import log_to_stderr
-    from runner.execution.lifecycle import run_lifecycle
-    from runner.measure.machine import code_version, fingerprint
-
-    known = {benchmark.name: benchmark for benchmark in BENCHMARKS}
-    chosen = only or list(known)
-    for name in chosen:
-        if name not in known:
-            raise InputError(f"--only: {name!r} is not a benchmark (allowed: {', '.join(known)})")
-    store = open_store(db, "bench")
-    run_id = store.results.start_run(
-        machine_id=store.results.machine_id(fingerprint()),
-        spec={"benchmarks": chosen},
-        code_version=code_version(),
-        model_id=None,
-        preset="bench",
-    )
-    started = time.perf_counter()
-    try:
-        with run_lifecycle(store, run_id, started=started):
-            for name in chosen:
-                store.results.record_case(run_id, run_benchmark(known[name], store.url, log_to_stderr, timeout_seconds))
-    except (RuntimeError, OSError, subprocess.SubprocessError) as error:
-        # A benchmark that failed or hung: the run is marked failed; one line here.
-        raise InputError(str(error).strip().splitlines()[0]) from None
-    from analysis.review_inputs import record_machine_drift
-
-    record_machine_drift(store, run_id)
-    typer.echo(f"bench run {run_id}: {len(chosen)} benchmarks in {time.perf_counter() - started:.0f} s")
+app.command()(cli_bench.bench)
 
 
 @report_app.command("context-cost")
