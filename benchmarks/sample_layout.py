@@ -20,6 +20,10 @@ dynamic_int8 kernel at 64 tokens, as quantization times them; no cache against t
 tokens, as kv_cache does) print ``layout_ratio_median_<layout>_<pair>=`` (median over every pair
 of every group) and ``layout_bias_<pair>=``, the interleaved median over the block one, less 1.
 
+First, what the harness itself adds to every timed call: ``harness_timed_noop_us_median=`` and
+``..._min=``, a call of nothing timed NOOP_CALLS times with ``time_once`` (two clock reads and the
+call between them; 0.19 us on the Xeon VM, 0.81 us while each read also asked torch for the device).
+
     python benchmarks/sample_layout.py [--groups 12] [--cpu 0]
 """
 
@@ -40,6 +44,7 @@ from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
 
 PAIRS = 5
+NOOP_CALLS = 20_000
 LENGTHS = ((8, "static"), (32, "static"), (64, "naive"), (128, "static"))
 
 
@@ -49,6 +54,11 @@ def decode(model: CharGPT, prompt: list[int], tokens: int, impl: str, use_cache:
             return generate(model, prompt, tokens, use_cache=use_cache, temperature=0.0, impl=impl)
 
     return call
+
+
+def timed_noop_seconds(harness: Harness) -> list[float]:
+    """NOOP_CALLS timings of a call that does nothing: the harness' own share of every sample."""
+    return [harness.time_once(lambda: None) for _ in range(NOOP_CALLS)]
 
 
 def spread(ratios: list[float]) -> float:
@@ -93,6 +103,9 @@ def main() -> int:
     model = CharGPT(ModelConfig(vocab_size=65, d_model=128, n_layer=3, n_head=4, context_length=1024)).eval()
     prompt = list(range(16))
     harness = Harness()
+    noop = timed_noop_seconds(harness)
+    print(f"harness_timed_noop_us_median={statistics.median(noop) * 1e6:.3g}")
+    print(f"harness_timed_noop_us_min={min(noop) * 1e6:.3g}")
     for tokens, impl in LENGTHS:
         first, second = decode(model, prompt, tokens, impl), decode(model, prompt, tokens, impl)
         for _ in range(3):
