@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis import machines as machines_module
 from analysis import roofline
+from analysis.formats import REPORT_FORMATS
 from analysis.report_render import STYLE, markdown_table
 from store import frames
 from store.store import Store
@@ -171,8 +172,6 @@ def to_html(report: MachinesReport) -> str:
 
 
 def render(report: MachinesReport, report_format: str) -> str:
-    from analysis.formats import REPORT_FORMATS
-
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
     return to_html(report) if report_format == "html" else to_markdown(report)

@@ -24,8 +24,7 @@ from analysis.runs import sweep_label
 from store.user_text import flatten_lines, markdown_cell, markdown_plain, markdown_text, xml_safe
 
 if TYPE_CHECKING:
-    # The type only: analysis.report imports this module to re-export its names, so importing
-    # it back at load time would close a cycle.
+    # The type only: rendering needs none of the store-reading modules analysis.report loads.
     from analysis.report import RunReport
 
 

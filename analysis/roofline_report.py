@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import roofline, roofline_conclusions
+from analysis.formats import REPORT_FORMATS
 from analysis.report_render import STYLE, markdown_table, to_svg
 from store import frames
 from store.store import Store
@@ -135,8 +136,6 @@ def to_html(report: RooflineReport) -> str:
 
 
 def render(report: RooflineReport, report_format: str) -> str:
-    from analysis.formats import REPORT_FORMATS
-
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
     return to_html(report) if report_format == "html" else to_markdown(report)

@@ -22,7 +22,8 @@ of every group) and ``layout_bias_<pair>=``, the interleaved median over the blo
 
 First, what the harness itself adds to every timed call: ``harness_timed_noop_us_median=`` and
 ``..._min=``, a call of nothing timed NOOP_CALLS times with ``time_once`` (two clock reads and the
-call between them; 0.19 us on the Xeon VM, 0.81 us while each read also asked torch for the device).
+call between them; 0.19 us on the Xeon VM, 0.81 us while each timed call also asked torch for the
+device).
 
     python benchmarks/sample_layout.py [--groups 12] [--cpu 0]
 """
@@ -44,7 +45,7 @@ from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
 
 PAIRS = 5
-NOOP_CALLS = 20_000
+NOOP_CALLS = 20_000  # about 4 ms: a median of a fraction of a microsecond steady to 1%
 LENGTHS = ((8, "static"), (32, "static"), (64, "naive"), (128, "static"))
 
 

@@ -272,7 +272,7 @@ def test_a_steady_pair_interleaves_its_calls_call_by_call_so_both_sides_see_the_
 
 def test_a_cpu_sample_times_the_call_alone_between_its_clock_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing but the call runs between a sample's two clock reads on the CPU: asking torch which
-    device it times (a torch.device built per read) cost 0.6 us on the Xeon VM, inside the window:
+    device it times (a torch.device built per timed call) cost 0.6 us on the Xeon VM, inside the window:
     3% of a table draft's 20 us turn in the cost sessions."""
     import torch
 
@@ -295,3 +295,20 @@ def test_a_cpu_sample_times_the_call_alone_between_its_clock_reads(monkeypatch: 
     assert "device" not in events, f"no device query while timing: {events}"
     # Timed calls: one, two rounds (after one untimed warm-up call), three; each between two reads.
     assert events.count("call") == 1 + (1 + 2) + 3 and events.count("clock") == 2 * (1 + 2 + 3)
+
+
+def test_a_cuda_sample_still_waits_for_the_device_before_each_clock_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path keeps its synchronisation: before the first read (queued work is not the
+    call's) and after the call, inside the window (the call's kernels are). No GPU needed: the
+    harness only builds a torch.device, and torch.cuda.synchronize is stood in for."""
+    import torch
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(f"sync {device}"))
+
+    def clock() -> float:
+        events.append("clock")
+        return float(len(events))
+
+    Harness("cuda:0", clock=clock).time_once(lambda: events.append("call"))
+    assert events == ["sync cuda:0", "clock", "call", "sync cuda:0", "clock"]

@@ -175,9 +175,10 @@ class Harness:
         self.device = device
         self.clock = clock
         self.warmup = warmup
-        # Decided once, not per clock read: building a torch.device to ask took 0.6 us on the Xeon
+        # Decided once, not per timed call: building a torch.device to ask took 0.6 us on the Xeon
         # VM, inside the timed window after every call (a timed no-op: 0.81 us, now 0.19 us), 3%
-        # of a table draft's 20 us turn in the cost sessions.
+        # of a table draft's 20 us turn in the cost sessions. (So ``device`` is not to be changed
+        # on a built harness: build another.)
         self.synchronize: Callable[[], None] = (
             (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else no_synchronize
         )
