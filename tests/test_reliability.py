@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,38 @@ def test_ctrl_c_and_sigterm_interrupt_the_run_keep_its_cases_and_requeue_the_job
     assert QUICK_CASES <= recorded < spec.cases_total()
     assert f"recorded cases are kept; job {job_id} requeued for the next worker" in output
     assert set(frames.workers(store)["state"]) == {"stopped"}
+
+
+@pytest.mark.parametrize("stopping", [False, True])
+def test_a_refused_heartbeat_stops_the_job_unless_the_worker_is_stopping_already(
+    monkeypatch: pytest.MonkeyPatch, stopping: bool
+) -> None:
+    """A heartbeat the store refuses raises ClaimLost into the main thread; but after the worker's
+    own Ctrl-C or SIGTERM the refusal is its own doing (the stop requeued the job), and a
+    ClaimLost then would replace the stop being handled: the worker exited 0, not 130."""
+    from runner.execution import lifecycle, worker
+    from store.errors import ClaimLost
+    from store.records import Claim
+
+    monkeypatch.setattr(lifecycle, "_stop_requested", stopping)
+    refused = threading.Event()
+
+    class RefusingJobs:
+        def heartbeat(self, claim: Claim) -> bool:
+            refused.set()
+            return False
+
+    class RefusingStore:
+        jobs = RefusingJobs()
+
+    raised: list[BaseException] = []
+
+    class RecordingStop:
+        def stop_with(self, error: BaseException) -> None:
+            raised.append(error)
+
+    beat = worker.Heartbeat(RefusingStore(), Claim(1, 1, 1), 0.01, RecordingStop(), lambda _: None)  # type: ignore[arg-type]
+    with beat:
+        assert refused.wait(5), "the heartbeat thread asked the store"
+        time.sleep(0.05)  # not a wait for something: room for a wrong stop to land
+    assert [type(error) for error in raised] == ([] if stopping else [ClaimLost])

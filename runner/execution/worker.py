@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Literal
 
 from runner.errors import InputError
+from runner.execution import lifecycle
 from runner.execution.execute import Log, RunOutcome, execute, log_to_stderr
 from runner.execution.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals
 from runner.measure.machine import machine_name
@@ -99,7 +100,11 @@ class Heartbeat:
                 self._log(f"heartbeat for job {self._claim.job_id} failed: {failure}")
             if error is not None:
                 with self._lock:
-                    if not self._done.is_set():
+                    # A stop of this process's own (Ctrl-C, SIGTERM) requeues the job as the run
+                    # ends, and the store then refuses the next beat: raised into the main thread,
+                    # that ClaimLost would replace the stop it is handling (the worker exited 0,
+                    # not 130, in a fresh-clone CI run). The main thread is stopping already.
+                    if not self._done.is_set() and not lifecycle.stop_was_requested():
                         self._done.set()
                         self._stop.stop_with(error)
                 return
