@@ -30,9 +30,8 @@ from types import FrameType
 from typing import Literal
 
 from runner.errors import InputError
-from runner.execution import lifecycle
 from runner.execution.execute import Log, RunOutcome, execute, log_to_stderr
-from runner.execution.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals
+from runner.execution.lifecycle import check_stop, job_ends_before_its_run, stop_on_signals, stop_was_requested
 from runner.measure.machine import machine_name
 from runner.model.data_folder import check_dashboard_job, check_dashboard_models, split_dashboard_job
 from runner.spec.calibrated_estimate import estimate_here
@@ -104,7 +103,7 @@ class Heartbeat:
                     # ends, and the store then refuses the next beat: raised into the main thread,
                     # that ClaimLost would replace the stop it is handling (the worker exited 0,
                     # not 130, in a fresh-clone CI run). The main thread is stopping already.
-                    if not self._done.is_set() and not lifecycle.stop_was_requested():
+                    if not self._done.is_set() and not stop_was_requested():
                         self._done.set()
                         self._stop.stop_with(error)
                 return
