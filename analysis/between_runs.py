@@ -12,6 +12,13 @@ so the prior is given two degrees of freedom (BETWEEN_PRIOR_FREEDOM): a case noi
 group keeps much of its own spread. On three runs the floor is t(0.995, 4) · √2 = 6.5 moderated
 standard deviations wide.
 
+A case with fewer than MIN_PRIOR_CASES companions in its group (the quick preset's two fast
+quantization cases, its training summary) borrows the next wider pool's median: its experiment ·
+metric over every impl, else every case of the history. Alone, three runs gave it a floor of
+t(0.995, 2) · √2 = 14 deviations, which hid a 25% change of those cases on the Xeon's quiet stores;
+simulated, a borrowed floor is crossed as often as a grouped one where the lone case is drawn like
+the rest (0.75% on three runs), 2.1% where it is three times noisier (docs/review.md).
+
 The floor is centred on the baseline (√2: both runs vary), not on the mean of the earlier runs
 (a prediction interval, √(1 + 1/n)). The mean would narrow it by a fifth where the earlier runs
 share the baseline's code, which a CI store running each commit once never has, and it assumes
@@ -37,7 +44,8 @@ FLOOR_ALPHA = 0.01
 HISTORY_WINDOW = 20
 MIN_EARLIER_RUNS = 2
 # The prior's weight, in degrees of freedom, where the group has MIN_PRIOR_CASES cases with a
-# spread of their own (fewer: each case stands alone). Simulated with run-to-run spreads as
+# spread of their own (fewer: the experiment · metric over every impl, then every case of the
+# history; fewer than that in all, each case stands alone). Simulated with run-to-run spreads as
 # unequal as the EPYC's (log-uniform over 0.004–0.13 in a group of 14), three earlier runs: an A/A
 # move crosses the floor 0.7% of the time with 2, 1.3% with 3, 1.8% with 4 (the within-run
 # test's), with the mean variance as the prior in place of the median 0.1–0.3% but 2× as wide;
@@ -98,6 +106,12 @@ def case_spreads(history: pd.DataFrame) -> dict[FloorKey, tuple[int, float, str]
     return spreads
 
 
+def prior_pools(experiment: str, metric: str, impl: str) -> tuple[tuple[str, ...], ...]:
+    """Where a case's prior comes from, the first with MIN_PRIOR_CASES cases: its experiment ·
+    metric · impl group, its experiment · metric over every impl, every case of the history."""
+    return ((experiment, metric, impl), (experiment, metric), ())
+
+
 def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
     """How far a timed value moves from run to run on its own: per (experiment, metric, case
     key), ``between_run_multiplier`` moderated run-to-run standard deviations of its log over
@@ -106,17 +120,18 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
     shared VM slowing down for minutes, a process's own speed) is invisible to the pairs inside
     one run."""
     spreads = case_spreads(history)
-    by_group: dict[tuple[str, str, str], list[float]] = {}
+    spreads_by_pool: dict[tuple[str, ...], list[float]] = {}
     for (experiment, metric, _), (_, sigma, impl) in spreads.items():
-        by_group.setdefault((experiment, metric, impl), []).append(sigma**2)
+        for pool in prior_pools(experiment, metric, impl):
+            spreads_by_pool.setdefault(pool, []).append(sigma**2)
     priors = {
-        group: statistics.median(variances)
-        for group, variances in by_group.items()
+        pool: statistics.median(variances)
+        for pool, variances in spreads_by_pool.items()
         if len(variances) >= MIN_PRIOR_CASES
     }
     floors: dict[FloorKey, float] = {}
     for (experiment, metric, key), (runs, sigma, impl) in spreads.items():
-        prior = priors.get((experiment, metric, impl))
+        prior = next((priors[pool] for pool in prior_pools(experiment, metric, impl) if pool in priors), None)
         prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
         variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
         if variance <= 0.0:
