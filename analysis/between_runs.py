@@ -142,6 +142,46 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
     return floors
 
 
+FamilyKey = tuple[str, str, str]  # (experiment, metric, impl)
+
+
+def family_floors(history: pd.DataFrame) -> dict[FamilyKey, float]:
+    """How far a whole experiment · metric · impl group of cases moves together from run to run:
+    per group with MIN_PRIOR_CASES cases in each of MIN_EARLIER_RUNS or more of ``history``'s runs
+    (the newest HISTORY_WINDOW), ``between_run_multiplier`` robust standard deviations of the
+    group's level, each run's median over its cases of the case's log value less the case's mean,
+    moderated towards the median group's with BETWEEN_PRIOR_FREEDOM degrees of freedom where there
+    are MIN_PRIOR_CASES groups. A case's own floor must cover its own moves; the median of a group
+    averages them out, so a group moving together can be seen where none of its cases alone could
+    (analysis.review_timed: a row moving with its group is judged against this floor)."""
+    if history.empty:
+        return {}
+    frame = history[history["value"] > 0].sort_values(["started_at", "run_id"])
+    frame = frame.assign(
+        key=frame["params"].map(case_key),
+        impl=frame["params"].map(lambda params: str(params.get("impl", DEFAULT_IMPL))),
+        log=frame["value"].map(math.log),
+    )
+    spreads: dict[FamilyKey, tuple[int, float]] = {}
+    for (experiment, metric, impl), group in frame.groupby(["experiment", "metric", "impl"]):
+        newest = list(dict.fromkeys(group["run_id"]))[-HISTORY_WINDOW:]
+        table = group.pivot_table(index="key", columns="run_id", values="log")[newest]
+        table = table.loc[:, table.count() >= MIN_PRIOR_CASES]
+        if table.shape[1] < MIN_EARLIER_RUNS:
+            continue
+        levels = table.sub(table.mean(axis=1), axis=0).median()
+        spreads[(str(experiment), str(metric), str(impl))] = (table.shape[1], robust_sigma(levels.tolist()))
+    variances = [sigma**2 for _, sigma in spreads.values()]
+    prior = statistics.median(variances) if len(variances) >= MIN_PRIOR_CASES else None
+    prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
+    floors: dict[FamilyKey, float] = {}
+    for family, (runs, sigma) in spreads.items():
+        variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
+        if variance > 0.0:
+            floors[family] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
+    return floors
+
+
 def drift_moves(history: pd.DataFrame) -> list[float]:
     """How far each timed headline value moved between consecutive comparable runs (|log| of
     their ratio), over ``history`` (run_id, started_at, preset, experiment, metric, params, value

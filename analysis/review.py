@@ -20,12 +20,16 @@ Verdicts:
   experiment and impl (a single case can speak: it competes with its family, not with the whole
   review); and a shift beyond the between-run floor (analysis.between_runs: the case's
   run-to-run spread over the earlier runs of the preset on the machine, moderated towards its
-  group's) where there are two such runs. With fewer earlier runs a paired ratio's shift within the machine's
-  drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the machine may have drifted between
-  the two runs; a min-of-N time is at most ``unknown drift`` (NO_HISTORY). Every tested row carries
-  its minimum detectable effect (``detectable``): the change it would have flagged with
-  MDE_POWER moving alone, never below its floor or drift allowance; a review some of whose rows
-  could not see UNDERPOWERED_CHANGE says it is underpowered (analysis.review_lines.power_line);
+  group's) where there are two such runs, or, for a ratio row moving the same way as its
+  experiment · metric · impl group, beyond that group's floor where the group's median shift is
+  (analysis.between_runs.family_floors, analysis.review_timed.group_moves: a change of a whole
+  group, seen where no single case clears its own floor). With fewer earlier runs a paired
+  ratio's shift within the machine's drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the
+  machine may have drifted between the two runs; a min-of-N time is at most ``unknown drift``
+  (NO_HISTORY). Every tested row carries its minimum detectable effect (``detectable``): the
+  change it would have flagged with MDE_POWER moving alone, never below its floor or drift
+  allowance; a review some of whose rows could not see UNDERPOWERED_CHANGE says it is
+  underpowered (analysis.review_lines.power_line);
 - a metric with neither (fitted or predicted values, benchmark lines without samples) is
   ``not judged``; fewer than MIN_SAMPLES samples a side is ``too few samples``.
 
@@ -56,6 +60,7 @@ from analysis.between_runs import (
     between_run_multiplier,
     drift_moves,
     drift_of,
+    family_floors,
 )
 from analysis.review_samples import (
     MATCHED_METHOD,
@@ -118,6 +123,7 @@ __all__ = [
     "drift_moves",
     "drift_of",
     "earlier_comparable_runs",
+    "family_floors",
     "noise_floors",
     "params_key",
     "row_floor",
@@ -284,6 +290,7 @@ def verdict_table(
     drift: float | None = None,
     paired_rows: pd.DataFrame | None = None,
     unmeasured: Mapping[tuple[str, str], str] | None = None,
+    families: Mapping[tuple[str, str, str], float] | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -293,7 +300,8 @@ def verdict_table(
     are adjusted within their experiment · impl family before any verdict is given.
     ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
     ``unmeasured``: (experiment, params key) → reason, the run's cases it could not measure: their
-    rows say so and are never judged."""
+    rows say so and are never judged. ``families``: ``family_floors`` of the same earlier runs, how
+    far each experiment · metric · impl group moves together between runs."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
@@ -315,7 +323,7 @@ def verdict_table(
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
-    judge_timed_rows(rows, candidates, floors)
+    judge_timed_rows(rows, candidates, floors, families or {})
     return ordered_table(rows)
 
 

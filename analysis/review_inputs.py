@@ -35,6 +35,9 @@ class ReviewInputs:
     interleaved: bool = False
     # (experiment, params key) → reason: the run's cases it could not measure (store.results.unmeasured_cases)
     unmeasured: dict[tuple[str, str], str] = field(default_factory=dict)
+    # review.family_floors over the same earlier runs: how far each experiment · metric · impl group
+    # moves together between runs.
+    families: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -74,9 +77,11 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
     history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
     between: dict[tuple[str, str, str], float] = {}
+    families: dict[tuple[str, str, str], float] = {}
     drift = None
     if not history.empty and not interleaved:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])
+        families = review.family_floors(history[history["run_id"].isin(earlier)])
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
         run,
@@ -89,6 +94,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         NO_DRIFT if interleaved else drift,
         interleaved,
         {(experiment, case_key(params)): why for experiment, params, why in store.results.unmeasured_cases(run_id)},
+        families,
     )
 
 
@@ -146,6 +152,7 @@ def judge(
         drift=inputs.drift,
         paired_rows=inputs.side_by_side(headline_only) if rows is None else rows,
         unmeasured=inputs.unmeasured,
+        families=inputs.families,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

@@ -56,6 +56,12 @@ class Floor:
 NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
 
 
+def is_absolute(method: str) -> bool:
+    """Whether samples of ``method`` are absolute seconds ("min", or an A/B session's "min, per
+    round"), not ratios of two sides timed together."""
+    return method.split(",")[0] == "min"
+
+
 def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
     """The floor of a timed row whose samples' statistic is ``method``. A min-of-N row (absolute
     seconds) without a between-run floor gets an infinite drift allowance, so it is at most
@@ -63,7 +69,7 @@ def row_floor(between: float | None, drift: float, method: str = "paired") -> Fl
     if between is not None:
         return Floor(between, drift, "between earlier runs")
     # "min", or an A/B session's "min, per round" judged against a run of another session.
-    if method.split(",")[0] == "min" and drift > 0:
+    if is_absolute(method) and drift > 0:
         return Floor(None, math.inf, NO_HISTORY)
     return Floor(None, drift, "drift allowance (fewer than two earlier runs)")
 
@@ -86,6 +92,7 @@ class TimedTest:
     floor: Floor
     per_round: bool = False  # an A/B session's rounds, not single samples, are the units
     matched: bool = False  # and paired round by round
+    absolute: bool = False  # a min-of-N time (seconds), not a ratio of two sides timed together
 
 
 def decided(p_value: float, shift: float, better: str, floor: float, drift: float | None = None) -> str:
@@ -111,6 +118,43 @@ def detectable_log(test: TimedTest, family_size: int) -> float:
 
 
 Group = tuple[str, str, str]  # (experiment, impl, method)
+GroupKey = tuple[str, str, str]  # (experiment, metric, impl): a group of cases whose level moves together
+
+# A group's median shift speaks for it with at least this many rows that have a between-run floor.
+GROUP_MIN_ROWS = 3
+
+
+@dataclass(frozen=True)
+class GroupMove:
+    """An experiment · metric · impl group whose rows moved together beyond its between-run floor."""
+
+    shift: float  # the median log shift of its rows
+    floor: float  # analysis.between_runs.family_floors: how far the group's level moves between runs
+    rows: int
+
+
+def group_moves(
+    rows: list[dict[str, Any]], tests: Mapping[int, TimedTest], families: Mapping[GroupKey, float]
+) -> dict[GroupKey, GroupMove]:
+    """The groups of ratio rows (a paired speedup's, not a min-of-N time's) whose median shift, over
+    GROUP_MIN_ROWS or more rows with a between-run floor, is beyond their group floor. A case's own
+    floor must cover its own moves between runs as well as its group's; the median of a group
+    averages the cases' own moves out, so a change that moves a whole group can be seen where no
+    single case of it clears its own floor. Min-of-N times are left out: the host's speed moves
+    every absolute time of a group alike and in heavy-tailed steps (on one Xeon store a group
+    whose level deviated 0.5% from run to run over eight runs moved 3.8% in the ninth), where a
+    ratio's two sides cancel it."""
+    shifts: dict[GroupKey, list[float]] = {}
+    for index, test in tests.items():
+        if test.floor.between is not None and not test.absolute:
+            key = (str(rows[index]["experiment"]), str(rows[index]["metric"]), test.family[1])
+            shifts.setdefault(key, []).append(test.test.shift)
+    moves = {
+        key: GroupMove(statistics.median(values), families[key], len(values))
+        for key, values in shifts.items()
+        if key in families and len(values) >= GROUP_MIN_ROWS
+    }
+    return {key: move for key, move in moves.items() if abs(move.shift) > move.floor}
 
 
 def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]]) -> dict[Group, float]:
@@ -129,9 +173,12 @@ def judge_timed_rows(
     rows: list[dict[str, Any]],
     candidates: Mapping[int, tuple[Group, list[float], list[float]]],
     floors: Mapping[int, tuple[Floor, str]],
+    families: Mapping[GroupKey, float] | None = None,
 ) -> None:
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
-    p-values within each experiment · impl family, and give each its verdict and why."""
+    p-values within each experiment · impl family, and give each its verdict and why. A row of a
+    group that moved together beyond its ``families`` floor (``group_moves``), moving the same
+    way, is judged against that floor where it is the lower one."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -147,11 +194,13 @@ def judge_timed_rows(
             floor,
             per_round=group[2].endswith((ROUND_METHOD, MATCHED_METHOD)),
             matched=matched,
+            absolute=is_absolute(group[2]),
         )
-    families: dict[tuple[str, str], list[int]] = {}
+    moved = group_moves(rows, tests, families or {})
+    by_family: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
-        families.setdefault(timed.family, []).append(index)
-    for members in families.values():
+        by_family.setdefault(timed.family, []).append(index)
+    for members in by_family.values():
         adjusted = adjusted_p_values([tests[index].test.p_value for index in members])
         for index, adjusted_p in zip(members, adjusted, strict=True):
             entry, test = rows[index], tests[index]
@@ -159,15 +208,32 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
-            entry["verdict"] = decided(adjusted_p, shift, test.direction, test.floor.between or 0.0, drift_rule)
-            entry["why"] = explanation(entry, test, len(members))
+            own_floor = test.floor.between or 0.0
+            move = moved.get((str(entry["experiment"]), str(entry["metric"]), test.family[1]))
+            if (
+                move is None
+                or test.floor.between is None
+                or move.floor >= own_floor
+                or move.shift * test.test.shift <= 0
+            ):
+                move = None
+            entry["verdict"] = decided(
+                adjusted_p, shift, test.direction, own_floor if move is None else move.floor, drift_rule
+            )
+            entry["why"] = explanation(entry, test, len(members), move)
 
 
-def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int) -> str:
+def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int, move: GroupMove | None = None) -> str:
     """Why a tested timed row got its verdict: the test, the adjusted p, what it could have seen
-    and the floor or drift allowance it had to clear."""
+    and the floor or drift allowance it had to clear (its group's, where it moved with its group)."""
     experiment, impl = test.family
-    if test.floor.between is not None:
+    if move is not None:
+        floor = (
+            f"its {move.rows} cases of {experiment} · {entry['metric']} · {impl} moved {math.expm1(move.shift):+.1%} "
+            f"together (median), beyond their group's between-run floor ±{math.expm1(move.floor):.1%}, which it "
+            f"was judged against (its own ±{math.expm1(test.floor.between or 0.0):.1%})"
+        )
+    elif test.floor.between is not None:
         floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
     elif math.isinf(test.floor.drift):
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"

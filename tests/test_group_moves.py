@@ -1,0 +1,109 @@
+"""A group of cases moving together: its level's between-run floor (analysis.between_runs.family_floors)
+and the review judging a row that moved with its group against it (analysis.review_timed.group_moves),
+so that a change of a whole experiment · impl is seen where no single case clears its own floor."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+
+from analysis import between_runs, review
+from analysis.review_timed import Floor, GroupMove, TimedTest, group_moves
+from analysis.statistics import LogShiftTest
+from tests.test_between_runs import history
+from tests.test_verdicts import case_rows, steady
+
+GROUP = [
+    ("speculative", {"part": "speculative", "draft": draft, "k": k, "impl": "fast"})
+    for draft in ("bigram", "ngram", "small")
+    for k in (2, 4)
+]
+METRIC = "speedup_median"
+OWN_FLOOR = math.log(1.15)  # each case's own between-run floor: its own moves are wide
+GROUP_FLOOR = math.log(1.03)  # the group's level moves little: the cases' own moves average out
+
+
+def grouped_review(factors: list[float], families: bool = True) -> pd.DataFrame:
+    """The six cases of GROUP at ratio 1.5 in a baseline and at 1.5 / factor in a run, each with
+    OWN_FLOOR as its between-run floor and, if ``families``, GROUP_FLOOR as its group's."""
+    baseline, baseline_samples = case_rows(1, [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(GROUP)], {})
+    run_cases = [
+        (e, p, steady(1.5 / factor, i + 50)) for i, ((e, p), factor) in enumerate(zip(GROUP, factors, strict=True))
+    ]
+    run, run_samples = case_rows(2, run_cases, {})
+    floors = {(experiment, METRIC, review.params_key(params)): OWN_FLOOR for experiment, params in GROUP}
+    table = review.verdict_table(
+        run,
+        baseline,
+        pd.DataFrame(run_samples + baseline_samples),
+        between_runs=floors,
+        families={("speculative", METRIC, "fast"): GROUP_FLOOR} if families else None,
+    )
+    return table[table["kind"] == "timed"]
+
+
+def test_a_group_slowed_10_percent_together_is_regressed_against_its_group_floor() -> None:
+    """Every case 10% slower: each is within its own 15% floor, but the group's median moved
+    beyond the group's 3%, so each row is regressed, and says why."""
+    table = grouped_review([1.10] * len(GROUP))
+    assert (table["verdict"] == "regressed").all(), table[["point", "verdict", "why"]]
+    assert table["why"].str.contains("moved -9.1% together").all(), table["why"].iloc[0]
+    assert table["why"].str.contains("group's between-run floor ±3.0%").all()
+    alone = grouped_review([1.10] * len(GROUP), families=False)
+    assert (alone["verdict"] == "within noise").all(), "without the group floor each case keeps its own"
+
+
+def test_a_single_case_or_a_small_common_drift_keeps_each_row_to_its_own_floor() -> None:
+    """One case 10% slower leaves the group's median where it was; every case 2% slower is a move
+    within the group's floor: neither is an alert."""
+    single = grouped_review([1.10] + [1.0] * (len(GROUP) - 1))
+    assert (single["verdict"] == "within noise").all(), single[["point", "verdict"]]
+    drift = grouped_review([1.02] * len(GROUP))
+    assert not drift["verdict"].isin(["regressed", "improved"]).any(), drift[["point", "verdict"]]
+    assert not drift["why"].str.contains("together").any()
+
+
+def test_a_row_moving_against_its_group_is_not_judged_by_the_group() -> None:
+    """Five cases 10% slower and one 10% faster: the five are regressed with their group, the one
+    moving the other way keeps its own floor (within noise), not 'improved' on the group's account."""
+    table = grouped_review([1.10] * (len(GROUP) - 1) + [1 / 1.10])
+    verdicts = table.set_index("point")["verdict"]
+    assert (verdicts == "regressed").sum() == len(GROUP) - 1 and (verdicts == "within noise").sum() == 1
+
+
+def timed(shift: float, absolute: bool) -> TimedTest:
+    floor = Floor(OWN_FLOOR, 0.0, "between earlier runs")
+    return TimedTest(
+        LogShiftTest(shift, 0.001, 8, 1e-9), 3, 3, ("overhead", "static"), "lower", floor, absolute=absolute
+    )
+
+
+def test_min_of_n_times_never_move_a_group() -> None:
+    """Absolute times move with the host's speed, every case of a group alike: their median is not
+    taken as a group's move, however far it went; ratios of the same shifts are."""
+    rows = [{"experiment": "overhead", "metric": "seconds_per_token"} for _ in range(6)]
+    families = {("overhead", "seconds_per_token", "static"): GROUP_FLOOR}
+    assert group_moves(rows, {i: timed(0.1, absolute=True) for i in range(6)}, families) == {}
+    moved = group_moves(rows, {i: timed(0.1, absolute=False) for i in range(6)}, families)
+    assert moved == {("overhead", "seconds_per_token", "static"): GroupMove(0.1, GROUP_FLOOR, 6)}
+
+
+def test_a_groups_level_floor_is_narrower_than_its_cases_own_floors() -> None:
+    """Fifteen cases (a quick run's speculative cases of one impl) whose own run-to-run moves are
+    wide (σ 0.05) around a level that moves little (σ 0.005): the median of fifteen averages the
+    cases' own moves out, so the group's floor is under half the median case's (three such groups,
+    so that each is moderated as in a review); with fewer than MIN_PRIOR_CASES cases a group has none."""
+    generator = random.Random(4)
+    groups = []
+    for impl in ("fast", "static", "naive"):
+        levels = [generator.gauss(0.0, 0.005) for _ in range(4)]
+        cases = [[level + generator.gauss(0.0, 0.05) for level in levels] for _ in range(15)]
+        groups.append(history(cases, impl=impl))
+    frame = pd.concat(groups, ignore_index=True)
+    case_floors = sorted(between_runs.between_run_floors(frame).values())
+    group_floor = between_runs.family_floors(frame)[("speculative", METRIC, "fast")]
+    assert group_floor < 0.5 * case_floors[len(case_floors) // 2], (group_floor, case_floors)
+    assert between_runs.family_floors(history(cases[:2])) == {}
+    assert between_runs.family_floors(history([logs[:1] for logs in cases])) == {}, "one run: no spread yet"
