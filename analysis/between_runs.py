@@ -12,7 +12,7 @@ so the prior is given two degrees of freedom (BETWEEN_PRIOR_FREEDOM): a case noi
 group keeps much of its own spread. On three runs the floor is t(0.995, 4) · √2 = 6.5 moderated
 standard deviations wide.
 
-A case with fewer than MIN_PRIOR_CASES companions in its group (the quick preset's two fast
+A case in a group of fewer than MIN_PRIOR_CASES cases (the quick preset's two fast
 quantization cases, its training summary) borrows the next wider pool's median: its experiment ·
 metric over every impl, else every case of the history. Alone, three runs gave it a floor of
 t(0.995, 2) · √2 = 14 deviations, which hid a 25% change of those cases on the Xeon's quiet stores;
@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -145,7 +146,14 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
 FamilyKey = tuple[str, str, str]  # (experiment, metric, impl)
 
 
-def family_floors(history: pd.DataFrame) -> dict[FamilyKey, float]:
+class FamilyFloor(NamedTuple):
+    """How far a group's level moves between runs, and over how many cases a run it was learned."""
+
+    floor: float  # |log|: the group's median shift must exceed it
+    cases: int  # the median over its runs of the cases a run held: a median of fewer is noisier
+
+
+def family_floors(history: pd.DataFrame) -> dict[FamilyKey, FamilyFloor]:
     """How far a whole experiment · metric · impl group of cases moves together from run to run:
     per group with MIN_PRIOR_CASES cases in each of MIN_EARLIER_RUNS or more of ``history``'s runs
     (the newest HISTORY_WINDOW), ``between_run_multiplier`` robust standard deviations of the
@@ -162,23 +170,26 @@ def family_floors(history: pd.DataFrame) -> dict[FamilyKey, float]:
         impl=frame["params"].map(lambda params: str(params.get("impl", DEFAULT_IMPL))),
         log=frame["value"].map(math.log),
     )
-    spreads: dict[FamilyKey, tuple[int, float]] = {}
+    spreads: dict[FamilyKey, tuple[int, float, int]] = {}
     for (experiment, metric, impl), group in frame.groupby(["experiment", "metric", "impl"]):
         newest = list(dict.fromkeys(group["run_id"]))[-HISTORY_WINDOW:]
         table = group.pivot_table(index="key", columns="run_id", values="log")[newest]
+        # A case with one value is 0 once centred and would pull every run's median towards 0.
+        table = table[table.count(axis=1) >= MIN_EARLIER_RUNS]
         table = table.loc[:, table.count() >= MIN_PRIOR_CASES]
         if table.shape[1] < MIN_EARLIER_RUNS:
             continue
         levels = table.sub(table.mean(axis=1), axis=0).median()
-        spreads[(str(experiment), str(metric), str(impl))] = (table.shape[1], robust_sigma(levels.tolist()))
-    variances = [sigma**2 for _, sigma in spreads.values()]
+        cases = int(statistics.median(table.count().tolist()))
+        spreads[(str(experiment), str(metric), str(impl))] = (table.shape[1], robust_sigma(levels.tolist()), cases)
+    variances = [sigma**2 for _, sigma, _ in spreads.values()]
     prior = statistics.median(variances) if len(variances) >= MIN_PRIOR_CASES else None
     prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
-    floors: dict[FamilyKey, float] = {}
-    for family, (runs, sigma) in spreads.items():
+    floors: dict[FamilyKey, FamilyFloor] = {}
+    for family, (runs, sigma, cases) in spreads.items():
         variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
         if variance > 0.0:
-            floors[family] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
+            floors[family] = FamilyFloor(between_run_multiplier(runs, prior_freedom) * math.sqrt(variance), cases)
     return floors
 
 

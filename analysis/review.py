@@ -56,6 +56,7 @@ from analysis.between_runs import (
     DRIFT_QUANTILE,
     HISTORY_WINDOW,
     MIN_EARLIER_RUNS,
+    FamilyFloor,
     between_run_floors,
     between_run_multiplier,
     drift_moves,
@@ -112,6 +113,7 @@ __all__ = [
     "UNDERPOWERED_CHANGE",
     "VERDICT_MEANINGS",
     "VERDICT_ORDER",
+    "FamilyFloor",
     "Floor",
     "Headline",
     "TimedTest",
@@ -290,7 +292,7 @@ def verdict_table(
     drift: float | None = None,
     paired_rows: pd.DataFrame | None = None,
     unmeasured: Mapping[tuple[str, str], str] | None = None,
-    families: Mapping[tuple[str, str, str], float] | None = None,
+    families: Mapping[tuple[str, str, str], FamilyFloor] | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;

@@ -37,7 +37,7 @@ class ReviewInputs:
     unmeasured: dict[tuple[str, str], str] = field(default_factory=dict)
     # review.family_floors over the same earlier runs: how far each experiment · metric · impl group
     # moves together between runs.
-    families: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    families: dict[tuple[str, str, str], review.FamilyFloor] = field(default_factory=dict)
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -77,7 +77,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     present = set(zip(run_measurements["experiment"], run_measurements["metric"], strict=True))
     history = timed_headline_history(store, present) if not run_measurements.empty else pd.DataFrame()
     between: dict[tuple[str, str, str], float] = {}
-    families: dict[tuple[str, str, str], float] = {}
+    families: dict[tuple[str, str, str], review.FamilyFloor] = {}
     drift = None
     if not history.empty and not interleaved:
         between = review.between_run_floors(history[history["run_id"].isin(earlier)])

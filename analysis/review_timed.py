@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.between_runs import FamilyFloor
 from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_matched
 from analysis.statistics import (
     LogShiftTest,
@@ -120,8 +121,12 @@ def detectable_log(test: TimedTest, family_size: int) -> float:
 Group = tuple[str, str, str]  # (experiment, impl, method)
 GroupKey = tuple[str, str, str]  # (experiment, metric, impl): a group of cases whose level moves together
 
-# A group's median shift speaks for it with at least this many rows that have a between-run floor.
+# A group's median shift speaks for it with at least this many rows that have a between-run floor,
+# and at least GROUP_ROW_SHARE of the cases a run held where its floor was learned: a median of
+# three quarters as many rows is at most √(4/3) ≈ 1.15 times as noisy (a run's history may hold a
+# case its review does not test, such as a speculative A/A case).
 GROUP_MIN_ROWS = 3
+GROUP_ROW_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,7 @@ class GroupMove:
 
 
 def group_moves(
-    rows: list[dict[str, Any]], tests: Mapping[int, TimedTest], families: Mapping[GroupKey, float]
+    rows: list[dict[str, Any]], tests: Mapping[int, TimedTest], families: Mapping[GroupKey, FamilyFloor]
 ) -> dict[GroupKey, GroupMove]:
     """The groups of ratio rows (a paired speedup's, not a min-of-N time's) whose median shift, over
     GROUP_MIN_ROWS or more rows with a between-run floor, is beyond their group floor. A case's own
@@ -150,9 +155,9 @@ def group_moves(
             key = (str(rows[index]["experiment"]), str(rows[index]["metric"]), test.family[1])
             shifts.setdefault(key, []).append(test.test.shift)
     moves = {
-        key: GroupMove(statistics.median(values), families[key], len(values))
+        key: GroupMove(statistics.median(values), families[key].floor, len(values))
         for key, values in shifts.items()
-        if key in families and len(values) >= GROUP_MIN_ROWS
+        if key in families and len(values) >= max(GROUP_MIN_ROWS, math.ceil(GROUP_ROW_SHARE * families[key].cases))
     }
     return {key: move for key, move in moves.items() if abs(move.shift) > move.floor}
 
@@ -173,7 +178,7 @@ def judge_timed_rows(
     rows: list[dict[str, Any]],
     candidates: Mapping[int, tuple[Group, list[float], list[float]]],
     floors: Mapping[int, tuple[Floor, str]],
-    families: Mapping[GroupKey, float] | None = None,
+    families: Mapping[GroupKey, FamilyFloor] | None = None,
 ) -> None:
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
@@ -217,6 +222,8 @@ def judge_timed_rows(
                 or move.shift * test.test.shift <= 0
             ):
                 move = None
+            if move is not None:
+                entry["noise_floor"] = move.floor  # the floor it was judged against
             entry["verdict"] = decided(
                 adjusted_p, shift, test.direction, own_floor if move is None else move.floor, drift_rule
             )

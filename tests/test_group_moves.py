@@ -10,6 +10,7 @@ import random
 import pandas as pd
 
 from analysis import between_runs, review
+from analysis.between_runs import FamilyFloor
 from analysis.review_timed import Floor, GroupMove, TimedTest, group_moves
 from analysis.statistics import LogShiftTest
 from tests.test_between_runs import history
@@ -39,7 +40,7 @@ def grouped_review(factors: list[float], families: bool = True) -> pd.DataFrame:
         baseline,
         pd.DataFrame(run_samples + baseline_samples),
         between_runs=floors,
-        families={("speculative", METRIC, "fast"): GROUP_FLOOR} if families else None,
+        families={("speculative", METRIC, "fast"): FamilyFloor(GROUP_FLOOR, len(GROUP))} if families else None,
     )
     return table[table["kind"] == "timed"]
 
@@ -51,6 +52,7 @@ def test_a_group_slowed_10_percent_together_is_regressed_against_its_group_floor
     assert (table["verdict"] == "regressed").all(), table[["point", "verdict", "why"]]
     assert table["why"].str.contains("moved -9.1% together").all(), table["why"].iloc[0]
     assert table["why"].str.contains("group's between-run floor ±3.0%").all()
+    assert (table["noise_floor"] == GROUP_FLOOR).all(), "the floor shown is the one it was judged against"
     alone = grouped_review([1.10] * len(GROUP), families=False)
     assert (alone["verdict"] == "within noise").all(), "without the group floor each case keeps its own"
 
@@ -84,7 +86,7 @@ def test_min_of_n_times_never_move_a_group() -> None:
     """Absolute times move with the host's speed, every case of a group alike: their median is not
     taken as a group's move, however far it went; ratios of the same shifts are."""
     rows = [{"experiment": "overhead", "metric": "seconds_per_token"} for _ in range(6)]
-    families = {("overhead", "seconds_per_token", "static"): GROUP_FLOOR}
+    families = {("overhead", "seconds_per_token", "static"): FamilyFloor(GROUP_FLOOR, 6)}
     assert group_moves(rows, {i: timed(0.1, absolute=True) for i in range(6)}, families) == {}
     moved = group_moves(rows, {i: timed(0.1, absolute=False) for i in range(6)}, families)
     assert moved == {("overhead", "seconds_per_token", "static"): GroupMove(0.1, GROUP_FLOOR, 6)}
@@ -103,7 +105,73 @@ def test_a_groups_level_floor_is_narrower_than_its_cases_own_floors() -> None:
         groups.append(history(cases, impl=impl))
     frame = pd.concat(groups, ignore_index=True)
     case_floors = sorted(between_runs.between_run_floors(frame).values())
-    group_floor = between_runs.family_floors(frame)[("speculative", METRIC, "fast")]
+    group_floor = between_runs.family_floors(frame)[("speculative", METRIC, "fast")].floor
     assert group_floor < 0.5 * case_floors[len(case_floors) // 2], (group_floor, case_floors)
     assert between_runs.family_floors(history(cases[:2])) == {}
     assert between_runs.family_floors(history([logs[:1] for logs in cases])) == {}, "one run: no spread yet"
+
+
+def test_a_case_with_one_earlier_value_does_not_narrow_its_groups_floor() -> None:
+    """A case new in the newest run is 0 once centred: kept, it would pull that run's median to 0."""
+    generator = random.Random(9)
+    cases = [[generator.gauss(0.0, 0.03) for _ in range(4)] for _ in range(6)]
+    new_cases = [[math.nan, math.nan, math.nan, generator.gauss(0.0, 0.03)] for _ in range(5)]
+    frame = history(cases)
+    with_new = history(cases + new_cases)
+    with_new = with_new[with_new["value"].map(math.isfinite)]
+    key = ("speculative", METRIC, "fast")
+    assert between_runs.family_floors(with_new)[key] == between_runs.family_floors(frame)[key]
+
+
+def test_a_group_needs_most_of_the_cases_its_floor_was_learned_over() -> None:
+    """A median of six rows is noisier than the median of fifteen a run held when the floor was
+    learned: a review holding fewer than three quarters of them leaves each row to its own floor."""
+    rows = [{"experiment": "overhead", "metric": "seconds_per_token"} for _ in range(6)]
+    tests = {i: timed(0.1, absolute=False) for i in range(6)}
+    key = ("overhead", "seconds_per_token", "static")
+    assert group_moves(rows, tests, {key: FamilyFloor(GROUP_FLOOR, 15)}) == {}
+    assert key in group_moves(rows, tests, {key: FamilyFloor(GROUP_FLOOR, 8)})
+
+
+def test_group_floors_from_a_stores_history_reach_the_verdicts() -> None:
+    """From earlier runs' values to a verdict: the keys family_floors builds from the history's
+    params (with an impl, and without one: the default impl) are the ones the review looks up.
+    Six cases of each of three groups whose own values move 1% from run to run around a level that
+    moves 0.2%: every case of a group 10% slower is regressed as its group's, and with no group floors
+    none is."""
+    generator = random.Random(21)
+    kinds = [
+        ("speculative", METRIC, [{"part": "speculative", "k": k, "impl": impl} for k in range(6)])
+        for impl in ("fast", "static")
+    ] + [("kv_cache", "measured_speedup", [{"part": "timing", "n": 16 * (k + 1)} for k in range(6)])]
+    records = []
+    for run_index in range(3):
+        level = generator.gauss(0.0, 0.002)
+        for experiment, metric, params_list in kinds:
+            for params in params_list:
+                value = 1.5 * math.exp(level + generator.gauss(0.0, 0.01))
+                records.append(
+                    {
+                        "run_id": run_index + 1,
+                        "started_at": pd.Timestamp("2026-12-01") + pd.Timedelta(hours=run_index),
+                        "experiment": experiment,
+                        "metric": metric,
+                        "params": params,
+                        "value": value,
+                    }
+                )
+    earlier = pd.DataFrame(records)
+    families = between_runs.family_floors(earlier)
+    assert set(families) >= {("speculative", METRIC, "fast"), ("kv_cache", "measured_speedup", "static")}
+    cases = [(experiment, params) for experiment, _, params_list in kinds for params in params_list]
+    baseline, baseline_samples = case_rows(1, [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(cases)], {})
+    slowed, slowed_samples = case_rows(2, [(e, p, steady(1.5 / 1.10, i + 50)) for i, (e, p) in enumerate(cases)], {})
+    samples = pd.DataFrame(slowed_samples + baseline_samples)
+    own = {key: math.log(1.3) for key in between_runs.between_run_floors(earlier)}
+    with_groups = review.verdict_table(slowed, baseline, samples, between_runs=own, families=families)
+    without = review.verdict_table(slowed, baseline, samples, between_runs=own)
+    timed_rows = with_groups[with_groups["kind"] == "timed"]
+    assert len(timed_rows) == len(cases) and (timed_rows["verdict"] == "regressed").all(), timed_rows[
+        ["point", "verdict"]
+    ]
+    assert (without[without["kind"] == "timed"]["verdict"] == "within noise").all()
