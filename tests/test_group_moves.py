@@ -26,15 +26,15 @@ OWN_FLOOR = math.log(1.15)  # each case's own between-run floor: its own moves a
 GROUP_FLOOR = math.log(1.03)  # the group's level moves little: the cases' own moves average out
 
 
-def grouped_review(factors: list[float], families: bool = True) -> pd.DataFrame:
+def grouped_review(factors: list[float], families: bool = True, own_floor: float = OWN_FLOOR) -> pd.DataFrame:
     """The six cases of GROUP at ratio 1.5 in a baseline and at 1.5 / factor in a run, each with
-    OWN_FLOOR as its between-run floor and, if ``families``, GROUP_FLOOR as its group's."""
+    ``own_floor`` as its between-run floor and, if ``families``, GROUP_FLOOR as its group's."""
     baseline, baseline_samples = case_rows(1, [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(GROUP)], {})
     run_cases = [
         (e, p, steady(1.5 / factor, i + 50)) for i, ((e, p), factor) in enumerate(zip(GROUP, factors, strict=True))
     ]
     run, run_samples = case_rows(2, run_cases, {})
-    floors = {(experiment, METRIC, review.params_key(params)): OWN_FLOOR for experiment, params in GROUP}
+    floors = {(experiment, METRIC, review.params_key(params)): own_floor for experiment, params in GROUP}
     table = review.verdict_table(
         run,
         baseline,
@@ -73,6 +73,14 @@ def test_a_row_moving_against_its_group_is_not_judged_by_the_group() -> None:
     table = grouped_review([1.10] * (len(GROUP) - 1) + [1 / 1.10])
     verdicts = table.set_index("point")["verdict"]
     assert (verdicts == "regressed").sum() == len(GROUP) - 1 and (verdicts == "within noise").sum() == 1
+
+
+def test_a_row_whose_own_floor_is_the_lower_keeps_it() -> None:
+    """The group floor only ever lowers what a row must clear: where a case's own floor (2%) is
+    below its group's (3%), a group 10% slower is regressed on the case's own account."""
+    table = grouped_review([1.10] * len(GROUP), own_floor=math.log(1.02))
+    assert (table["verdict"] == "regressed").all()
+    assert not table["why"].str.contains("together").any() and (table["noise_floor"] == math.log(1.02)).all()
 
 
 def timed(shift: float, absolute: bool) -> TimedTest:
