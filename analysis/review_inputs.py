@@ -80,8 +80,9 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     families: dict[tuple[str, str, str], review.FamilyFloor] = {}
     drift = None
     if not history.empty and not interleaved:
-        between = review.between_run_floors(history[history["run_id"].isin(earlier)])
-        families = review.family_floors(history[history["run_id"].isin(earlier)])
+        earlier_history = history[history["run_id"].isin(earlier)]
+        between = review.between_run_floors(earlier_history)
+        families = review.family_floors(earlier_history)
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
     return ReviewInputs(
         run,

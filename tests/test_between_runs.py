@@ -37,6 +37,29 @@ def floor_of(floors: dict[tuple[str, str, str], float], case: int, impl: str = "
     return floors[("speculative", "speedup_median", case_key({"part": "speculative", "k": case, "impl": impl}))]
 
 
+def assert_crossed_with_chance_alpha(seed: int, grouped: int, lone: int = 0) -> None:
+    """An A/A move of each judged case against the newest of its earlier runs crosses its floor at
+    most 1.5 FLOOR_ALPHA of the time on three and eight runs, 2.5 FLOOR_ALPHA on two, over 250
+    draws of ``grouped`` fast cases and ``lone`` static ones (those judged where there are any),
+    every run-to-run spread log-uniform over 0.004–0.13 (the EPYC's speculative cases of one impl)."""
+    generator = random.Random(seed)
+    judged, impl = (range(grouped, grouped + lone), "static") if lone else (range(grouped), "fast")
+    for runs in (2, 3, 8):
+        crossed = trials = 0
+        for _ in range(250):
+            sigmas = [math.exp(generator.uniform(math.log(0.004), math.log(0.13))) for _ in range(grouped + lone)]
+            cases = [[generator.gauss(0.0, sigma) for _ in range(runs)] for sigma in sigmas]
+            frame = history(cases[:grouped], impl="fast")
+            if lone:
+                frame = pd.concat([frame, history(cases[grouped:], impl="static")], ignore_index=True)
+            floors = between_runs.between_run_floors(frame)
+            for position, case in enumerate(judged):
+                crossed += abs(generator.gauss(0.0, sigmas[case]) - cases[case][-1]) > floor_of(floors, position, impl)
+                trials += 1
+        allowed = (2.5 if runs == 2 else 1.5) * between_runs.FLOOR_ALPHA
+        assert crossed / trials <= allowed, (runs, crossed, trials)
+
+
 def test_a_group_prior_narrows_the_floor_of_three_runs() -> None:
     """Fourteen cases of one spread: alone, three runs give t(0.995, 2) · √2 = 14 standard
     deviations; with the group's prior (2 degrees of freedom) t(0.995, 4) · √2 = 6.5."""
@@ -86,19 +109,7 @@ def test_borrowed_floors_are_crossed_with_chance_alpha_where_the_lone_cases_are_
     1.5 FLOOR_ALPHA of the time on three and eight runs, 2.5 FLOOR_ALPHA on two, as a grouped
     case does. (Lone cases three times noisier than the rest cross 2.1% of the time on three runs
     and 4.5% on two in the same simulation: docs/review.md.)"""
-    generator = random.Random(13)
-    for runs in (2, 3, 8):
-        crossed = trials = 0
-        for _ in range(250):
-            sigmas = [math.exp(generator.uniform(math.log(0.004), math.log(0.13))) for _ in range(16)]
-            cases = [[generator.gauss(0.0, sigma) for _ in range(runs)] for sigma in sigmas]
-            both = pd.concat([history(cases[:14], impl="fast"), history(cases[14:], impl="static")], ignore_index=True)
-            floors = between_runs.between_run_floors(both)
-            for case, (sigma, logs) in enumerate(zip(sigmas[14:], cases[14:], strict=True)):
-                crossed += abs(generator.gauss(0.0, sigma) - logs[-1]) > floor_of(floors, case, "static")
-                trials += 1
-        allowed = (2.5 if runs == 2 else 1.5) * between_runs.FLOOR_ALPHA
-        assert crossed / trials <= allowed, (runs, crossed, trials)
+    assert_crossed_with_chance_alpha(13, grouped=14, lone=2)
 
 
 def test_a_lone_case_whose_earlier_values_agree_exactly_gets_no_floor() -> None:
@@ -117,18 +128,7 @@ def test_moderated_floors_are_crossed_with_chance_alpha_where_cases_differ_in_no
     two, where each case's own spread rests on one degree of freedom and the group's prior pulls
     a noisy case's floor in (0 to 1 of 75 verdicts on the Xeon's quiet A/A pairs with two earlier
     runs, where the drift figure that judged them before gave 12: docs/review.md)."""
-    generator = random.Random(11)
-    for runs in (2, 3, 8):
-        crossed = trials = 0
-        for _ in range(250):
-            sigmas = [math.exp(generator.uniform(math.log(0.004), math.log(0.13))) for _ in range(14)]
-            cases = [[generator.gauss(0.0, sigma) for _ in range(runs)] for sigma in sigmas]
-            floors = between_runs.between_run_floors(history(cases))
-            for case, (sigma, logs) in enumerate(zip(sigmas, cases, strict=True)):
-                crossed += abs(generator.gauss(0.0, sigma) - logs[-1]) > floor_of(floors, case)
-                trials += 1
-        allowed = (2.5 if runs == 2 else 1.5) * between_runs.FLOOR_ALPHA
-        assert crossed / trials <= allowed, (runs, crossed, trials)
+    assert_crossed_with_chance_alpha(11, grouped=14)
 
 
 def test_groups_are_kept_apart_by_impl() -> None:
