@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -40,6 +42,10 @@ def test_dequantized_values_are_within_half_a_step(
     assert bool((error <= step / 2 * (1 + 1e-5) + 1e-12).all())
     rows_back = quantized.dequantize_rows(torch.tensor([rows - 1, 0]))
     assert torch.equal(rows_back, quantized.dequantize()[[rows - 1, 0]])
+    # Into a buffer (what a layer does while decoding): the very same numbers, in a longer buffer too.
+    buffer = torch.full((rows * groups * group_size + 3,), float("nan"))
+    into = quantized.dequantize_into(buffer[: rows * groups * group_size])
+    assert torch.equal(into, quantized.dequantize())
 
 
 def test_byte_counts_are_exact_for_a_known_shape(model: CharGPT) -> None:
@@ -95,6 +101,25 @@ def test_int8_logits_are_close_to_float32(model: CharGPT) -> None:
     spread = reference.abs().max().item()
     assert (int8 - reference).abs().max().item() < 0.02 * spread
     assert (int8 - reference).abs().max() < (int4 - reference).abs().max(), "4-bit is coarser than 8-bit"
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_decoding_dequantizes_into_one_buffer_with_the_same_logits(model: CharGPT, precision: str) -> None:
+    """In inference mode every fake-quantized layer dequantizes into one reused buffer a thread
+    (runner.model.quantize.dequantize_buffer); the logits are bit for bit those of a fresh weight
+    per layer, as computed outside inference mode, from any thread."""
+    quantized = quantize_model(model, precision, group_size=8)
+    tokens = torch.randint(0, 10, (1, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        fresh = quantized(tokens)
+
+    def reused() -> torch.Tensor:
+        with torch.inference_mode():
+            return quantized(tokens).clone()
+
+    assert torch.equal(reused(), fresh)
+    with ThreadPoolExecutor(2) as pool:
+        assert all(torch.equal(logits, fresh) for logits in pool.map(lambda _: reused(), range(4)))
 
 
 @pytest.mark.parametrize(("precision", "kernel"), [("int8", "fake"), ("int4", "fake"), ("int8", "dynamic_int8")])
