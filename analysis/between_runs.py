@@ -17,14 +17,14 @@ quantization cases, its training summary) borrows the next wider pool's median: 
 metric over every impl, else every case of the history. Alone, three runs gave it a floor of
 t(0.995, 2) · √2 = 14 deviations, which hid a 25% change of those cases on the Xeon's quiet stores;
 simulated, a borrowed floor is crossed as often as a grouped one where the lone case is drawn like
-the rest (0.75% on three runs), 2.1% where it is three times noisier (docs/review.md).
+the rest (0.75% on three runs), 2.1% where it is three times noisier (docs/review-measurements.md).
 
 The floor is centred on the baseline (√2: both runs vary), not on the mean of the earlier runs
 (a prediction interval, √(1 + 1/n)). The mean would narrow it by a fifth where the earlier runs
 share the baseline's code, which a CI store running each commit once never has, and it assumes
 the run is drawn like the earlier ones: on the Xeon's quick runs it gave 5–8 points more recall
 at 10% in the calibration, but 3 false alerts of 225 where one core was kept busy (1 centred on
-the baseline), against the 0.01 target (docs/review.md).
+the baseline), against the 0.01 target (docs/review-measurements.md).
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ MIN_EARLIER_RUNS = 2
 # on two earlier runs (one degree of freedom a case) 1.6–1.8% with 2 (three seeds) (tests/test_between_runs.py).
 # Two earlier runs are enough to start: with fewer, a paired ratio is judged against the machine's
 # drift figure, one quantile of all cases' moves, which the noisiest families' A/A moves cross
-# more often than 1% (at the 95th, 12 false alerts of 75 verdicts on the Xeon, docs/review.md).
+# more often than 1% (at the 95th, 12 false alerts of 75 verdicts on the Xeon, docs/review-measurements.md).
 BETWEEN_PRIOR_FREEDOM = 2
 MIN_PRIOR_CASES = 3
 # How far two runs of the same code on one machine may drift apart when the machine's own figure
-# is not known yet (|log| of the ratio of medians): 15%. On the Xeon VM (docs/review.md), three of
+# is not known yet (|log| of the ratio of medians): 15%. On the Xeon VM (docs/review-measurements.md), three of
 # four four-run stores met first-review A/A moves past 10%: the eager int8 paths' up to 23%, the
 # fast table drafts' speculative speedups 12-14% (their plain side reads its weights from the L3
 # the host shares), kv_cache · fast 11% with a core busy. At 10% those were 10 false alerts in 900

@@ -108,7 +108,7 @@ def test_borrowed_floors_are_crossed_with_chance_alpha_where_the_lone_cases_are_
     the EPYC's (0.004–0.13): an A/A move of a lone case crosses its borrowed floor at most
     1.5 FLOOR_ALPHA of the time on three and eight runs, 2.5 FLOOR_ALPHA on two, as a grouped
     case does. (Lone cases three times noisier than the rest cross 2.1% of the time on three runs
-    and 4.5% on two in the same simulation: docs/review.md.)"""
+    and 4.5% on two in the same simulation: docs/review-measurements.md.)"""
     assert_crossed_with_chance_alpha(13, grouped=14, lone=2)
 
 
@@ -127,7 +127,7 @@ def test_moderated_floors_are_crossed_with_chance_alpha_where_cases_differ_in_no
     prior degrees of freedom in place of 2, 1.8% on three runs), and at most 2.5 FLOOR_ALPHA on
     two, where each case's own spread rests on one degree of freedom and the group's prior pulls
     a noisy case's floor in (0 to 1 of 75 verdicts on the Xeon's quiet A/A pairs with two earlier
-    runs, where the drift figure that judged them before gave 12: docs/review.md)."""
+    runs, where the drift figure that judged them before gave 12: docs/review-measurements.md)."""
     assert_crossed_with_chance_alpha(11, grouped=14)
 
 
