@@ -5,8 +5,10 @@ process: the part of a case's run-to-run spread that no sample inside a run can 
 
 Each of ``--processes`` fresh Python processes builds the quick model's shape (untrained: timing
 needs no training), then times ``--blocks`` blocks of interleaved steady samples (the harness the
-experiments use) of three greedy generations: the fast impl with the cache (128 tokens), the fast
-impl without it (64) and the static impl with it (64). It prints, per generation,
+experiments use) of four greedy generations: the fast impl with the cache (128 tokens), the fast
+impl without it (64), the static impl with it (64) and the static impl on the model fake-quantized
+to int8 with its embeddings (64: the quick preset's quantization case, whose weights are
+dequantized at every call). It prints, per generation,
 ``process_spread_between_<name>=`` (standard deviation of the log of the processes' medians) and
 ``process_spread_within_<name>=`` (median over the processes of the standard deviation of the log
 of their blocks' medians). A between figure well above the within one is a property of the
@@ -26,7 +28,7 @@ import statistics
 import subprocess
 import sys
 
-NAMES = ("fast_cache", "fast_no_cache", "static_cache")
+NAMES = ("fast_cache", "fast_no_cache", "static_cache", "static_fake_int8")
 
 CHILD = """
 import copy, json, statistics, sys, torch
@@ -34,20 +36,23 @@ torch.set_num_threads(1)
 from runner.decoding.decode import generate
 from runner.measure.timing import Harness
 from runner.model.gpt import CharGPT, ModelConfig
+from runner.model.quantize import quantize_model
 torch.manual_seed(0)
 model = CharGPT(ModelConfig(vocab_size=96, d_model=128, n_layer=3, n_head=4, context_length=1024)).eval()
 prompt = list(range(20))
 harness = Harness("cpu")
-copies = [model]
+copies = [(model, quantize_model(model, "int8", kernel="fake", embeddings=True))]
 blocks = []
 for _ in range(int(sys.argv[1])):
     if sys.argv[2] == "repack":
-        copies.append(copy.deepcopy(model))
-    timed = copies[-1]
+        fresh = copy.deepcopy(model)
+        copies.append((fresh, quantize_model(fresh, "int8", kernel="fake", embeddings=True)))
+    timed, fake_int8 = copies[-1]
     calls = [
         lambda: generate(timed, prompt, 128, use_cache=True, temperature=0.0, impl="fast"),
         lambda: generate(timed, prompt, 64, use_cache=False, temperature=0.0, impl="fast"),
         lambda: generate(timed, prompt, 64, use_cache=True, temperature=0.0, impl="static"),
+        lambda: generate(fake_int8, prompt, 64, use_cache=True, temperature=0.0, impl="static"),
     ]
     blocks.append([statistics.median(seconds) for seconds in harness.interleaved(calls, 5, steady=True)])
 print(json.dumps(blocks))
