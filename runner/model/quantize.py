@@ -113,9 +113,10 @@ class QuantizedTensor(nn.Module):
 
 # Per thread and device, one float32 buffer that every fake-quantized layer dequantizes its weight
 # into while decoding. A fresh float32 weight per layer and call left each process's temporaries
-# wherever its heap put them: on the 2-core Xeon the fake int8 speedup over float32 ranged 0.45-0.71
+# wherever its heap put them: on the 2-core Xeon the fake int8 speedup over float32 ranged 0.46-0.66
 # from one fresh process to the next (log standard deviation 14%, 1.5% inside a process); with one
-# reused buffer, 0.62-0.69 (3%, docs/review-measurements.md). Threads keep their own: a model may decode on two.
+# reused buffer, 0.68-0.70 (0.4%, docs/review-measurements.md). Threads keep their own: a model may
+# decode on two.
 _dequantized = threading.local()
 
 
