@@ -76,17 +76,18 @@ class QuantizedTensor(nn.Module):
         self.register_buffer("data", values)
         self.register_buffer("scales", scales.squeeze(-1).contiguous())
 
-    def _values(self, data: torch.Tensor) -> torch.Tensor:
+    def _integers(self, data: torch.Tensor) -> torch.Tensor:
+        """Rows of stored ``data`` as int8 values, one per column (int4 unpacked, low nibble first)."""
         if self.precision == "int8":
-            return data.float()
+            return data
         low = (data & 0x0F).to(torch.int8) - 8
         high = (data >> 4).to(torch.int8) - 8
-        return torch.stack([low, high], dim=-1).reshape(data.shape[0], -1).float()
+        return torch.stack([low, high], dim=-1).reshape(data.shape[0], -1)
 
     def dequantize_rows(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         data = self.data if rows is None else self.data[rows]
         scales = self.scales if rows is None else self.scales[rows]
-        values = self._values(data.reshape(-1, data.shape[-1]))
+        values = self._integers(data.reshape(-1, data.shape[-1])).float()
         groups = values.reshape(values.shape[0], -1, self.group_size) * scales.reshape(values.shape[0], -1, 1)
         return groups.reshape(*data.shape[:-1], self.shape[1])
 
@@ -97,12 +98,7 @@ class QuantizedTensor(nn.Module):
         """The whole weight dequantized into ``out`` (float32, rows × columns elements), the same
         numbers as ``dequantize``: each integer converted to float32, times its group's scale."""
         rows, columns = self.shape
-        if self.precision == "int8":
-            values = self.data
-        else:
-            low = (self.data & 0x0F).to(torch.int8) - 8
-            high = (self.data >> 4).to(torch.int8) - 8
-            values = torch.stack([low, high], dim=-1)
+        values = self._integers(self.data)
         groups = columns // self.group_size
         grouped = out.view(rows, groups, self.group_size)
         # Two passes, each one dtype (a conversion, then a multiply in place): faster than one
