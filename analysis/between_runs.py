@@ -134,14 +134,22 @@ def between_run_floors(history: pd.DataFrame) -> dict[FloorKey, float]:
     floors: dict[FloorKey, float] = {}
     for (experiment, metric, key), (runs, sigma, impl) in spreads.items():
         prior = next((priors[pool] for pool in prior_pools(experiment, metric, impl) if pool in priors), None)
-        prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
-        variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
-        if variance <= 0.0:
-            # Earlier values all equal and no group to learn from: a zero floor would let the
-            # in-run test alone judge a move between runs; the case waits for a spread instead.
-            continue
-        floors[(experiment, metric, key)] = between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
+        floor = moderated_floor(sigma, runs, prior)
+        if floor is not None:
+            floors[(experiment, metric, key)] = floor
     return floors
+
+
+def moderated_floor(sigma: float, runs: int, prior: float | None) -> float | None:
+    """``between_run_multiplier`` standard deviations of a spread ``sigma`` seen over ``runs`` runs,
+    its variance moderated towards ``prior`` with BETWEEN_PRIOR_FREEDOM degrees of freedom (none
+    without a prior). None where the moderated variance is 0: earlier values all equal and nothing
+    to learn from, where a zero floor would let the in-run test alone judge a move between runs."""
+    prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
+    variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
+    if variance <= 0.0:
+        return None
+    return between_run_multiplier(runs, prior_freedom) * math.sqrt(variance)
 
 
 FamilyKey = tuple[str, str, str]  # (experiment, metric, impl)
@@ -185,12 +193,11 @@ def family_floors(history: pd.DataFrame) -> dict[FamilyKey, FamilyFloor]:
         spreads[(str(experiment), str(metric), str(impl))] = (table.shape[1], robust_sigma(levels.tolist()), cases)
     variances = [sigma**2 for _, sigma, _ in spreads.values()]
     prior = statistics.median(variances) if len(variances) >= MIN_PRIOR_CASES else None
-    prior_freedom = 0.0 if prior is None else float(BETWEEN_PRIOR_FREEDOM)
     floors: dict[FamilyKey, FamilyFloor] = {}
     for family, (runs, sigma, cases) in spreads.items():
-        variance = moderated_variance(sigma**2, runs - 1, prior or 0.0, prior_freedom)
-        if variance > 0.0:
-            floors[family] = FamilyFloor(between_run_multiplier(runs, prior_freedom) * math.sqrt(variance), cases)
+        floor = moderated_floor(sigma, runs, prior)
+        if floor is not None:
+            floors[family] = FamilyFloor(floor, cases)
     return floors
 
 
