@@ -134,21 +134,23 @@ def test_the_harness_refuses_zero_repeats() -> None:
 
 
 def test_a_steady_timing_loops_short_calls_to_a_long_enough_sample_and_settles_first() -> None:
-    """Calls of 0.02 s and 0.01 s: one untimed warm-up each, one timed call each to choose its
-    own loop count (MIN_SAMPLE_SECONDS / 0.02 = 3 loops, / 0.01 = 5 loops), warm-up samples until
-    two consecutive ones agree (the second already does on a steady clock), then pairs whose
-    samples are seconds per call."""
+    """Calls of 1/32 s and 1/128 s (binary fractions: the fake clock's sums are exact, so the
+    loop counts do not hang on rounding): one warm-up each, one timed call each to choose its own
+    loop count (MIN_SAMPLE_SECONDS / (1/32) = 1.6: 2 loops, / (1/128) = 6.4: 7 loops), warm-up
+    samples until two consecutive ones agree (the second already does on a steady clock), then
+    pairs whose samples are seconds per call."""
     from runner.measure import timing
 
     clock = FakeClock()
     order: list[str] = []
-    baseline, candidate = clock.taking(0.02, "A", order), clock.taking(0.01, "B", order)
+    slow_call, quick_call = 1 / 32, 1 / 128
+    baseline, candidate = clock.taking(slow_call, "A", order), clock.taking(quick_call, "B", order)
     result = Harness(clock=clock).paired(baseline, candidate, pairs=3, steady=True)
-    loops_baseline = math.ceil(timing.MIN_SAMPLE_SECONDS / 0.02 - 1e-9)
-    loops_candidate = math.ceil(timing.MIN_SAMPLE_SECONDS / 0.01 - 1e-9)
-    assert (loops_baseline, loops_candidate) == (3, 5)
-    assert result.baseline_seconds == pytest.approx((0.02,) * 3)
-    assert result.candidate_seconds == pytest.approx((0.01,) * 3)
+    loops_baseline = math.ceil(timing.MIN_SAMPLE_SECONDS / slow_call)
+    loops_candidate = math.ceil(timing.MIN_SAMPLE_SECONDS / quick_call)
+    assert (loops_baseline, loops_candidate) == (2, 7)
+    assert result.baseline_seconds == pytest.approx((slow_call,) * 3)
+    assert result.candidate_seconds == pytest.approx((quick_call,) * 3)
     settle_rounds = 2
     assert order.count("A") == 1 + 1 + loops_baseline * (settle_rounds + 3)
     assert order.count("B") == 1 + 1 + loops_candidate * (settle_rounds + 3)
@@ -157,29 +159,50 @@ def test_a_steady_timing_loops_short_calls_to_a_long_enough_sample_and_settles_f
 def test_a_slow_side_is_not_looped_as_often_as_its_quick_partner() -> None:
     """A 0.5 s call beside a 0.01 s one: one call already lasts longer than MIN_SAMPLE_SECONDS,
     so each of its samples is one call (looping it five times, as its partner needs, made a
-    kv_cache case a minute long), and the call that chose that count is its first settling
-    sample: a warm-up, that call, one more settling sample that agrees with it, three rounds."""
+    kv_cache case a minute long). Its timed warm-up call (at least LONG_CALL_SECONDS) is its first
+    settling sample, needing no loop-count call: the warm-up, one more settling sample that agrees
+    with it, three rounds."""
     clock = FakeClock()
     order: list[str] = []
     slow, quick = clock.taking(0.5, "slow", order), clock.taking(0.01, "quick", order)
     Harness(clock=clock).interleaved([slow, quick], rounds=3, steady=True)
-    assert order.count("slow") == 1 + 1 + 1 + 3
+    assert order.count("slow") == 1 + 1 + 3
     assert order.count("quick") == 1 + 1 + 5 * (2 + 3), "a looped function settles on samples of its loop count"
+
+
+def test_a_settled_function_is_not_sampled_again_while_its_partner_settles() -> None:
+    """A steady 0.5 s call settles at its first settling round; its quick partner speeds up from
+    1/64 s to 1/128 s a call after its sixth call and needs a second round. Each stops on its own:
+    the slow call is not run again for the partner (a kv_cache case's 0.7 s generation was)."""
+    clock = FakeClock()
+    order: list[str] = []
+    slow = clock.taking(0.5, "slow", order)
+    quick_calls = {"made": 0}
+
+    def quick() -> None:
+        quick_calls["made"] += 1
+        order.append("quick")
+        clock.now += 1 / 64 if quick_calls["made"] <= 6 else 1 / 128
+
+    Harness(clock=clock).interleaved([slow, quick], rounds=3, steady=True)
+    assert order.count("slow") == 1 + 1 + 3, "its warm-up, one agreeing sample, three rounds"
+    # Warm-up, the loop-count call (4 loops), a first sample, two settling samples, three rounds.
+    assert order.count("quick") == 1 + 1 + 4 * (1 + 2 + 3)
 
 
 def test_settling_stops_at_two_agreeing_samples_or_after_steady_rounds() -> None:
     from runner.measure import timing
 
     clock = FakeClock()
-    # Warm-up, then the loop-count call (one call lasts a sample: the first settling sample) and
-    # samples falling 1.0, 0.5, 0.49: the third agrees with the second.
-    function, queue = clock.runner([1.0, 1.0, 0.5, 0.49, 0.48, 0.47, 0.46])
+    # The warm-up call lasts a sample (the first settling sample), then samples falling 0.5, 0.49:
+    # the third agrees with the second.
+    function, queue = clock.runner([1.0, 0.5, 0.49, 0.48, 0.47, 0.46])
     result = Harness(clock=clock).min_of(function, repeats=3, steady=True)
     assert result.seconds == pytest.approx((0.48, 0.47, 0.46)) and not queue
     clock = FakeClock()
-    # Samples that never agree: the warm-up, STEADY_ROUNDS settling samples (the loop-count call
-    # the first), then the timed one (3.0).
-    wild = [1.0] + [1.0 + index % 2 for index in range(timing.STEADY_ROUNDS)] + [3.0]
+    # Samples that never agree: STEADY_ROUNDS settling samples (the warm-up the first), then the
+    # timed one (3.0).
+    wild = [1.0 + index % 2 for index in range(timing.STEADY_ROUNDS)] + [3.0]
     function, queue = clock.runner(wild)
     assert Harness(clock=clock).min_of(function, repeats=1, steady=True).seconds == (3.0,) and not queue
 
@@ -233,25 +256,28 @@ def test_timing_does_not_pin_a_process_whose_fast_path_runs_helper_threads() -> 
 
 
 def test_a_steady_pair_interleaves_its_calls_call_by_call_so_both_sides_see_the_same_phases() -> None:
-    """Calls of 0.02 s and 0.01 s (3 and 5 loops a sample): inside each timed sample the quick
-    side's five calls are spread among the slow side's three, never all of one side first; sides
-    of equal loops alternate call by call, the leading side alternating by round. A clock that
-    runs 3× slow for the last half of a sample's calls slows both sides nearly alike, where one
-    side's whole loop after the other's read the pair's ratio of 2 as 0.77 (interleaved: 1.52)."""
+    """Calls of 1/64 s and 1/128 s (4 and 7 loops a sample; binary fractions, so that the fake
+    clock's sums are exact): inside each timed sample the quick side's seven calls are spread
+    among the slow side's four, never all of one side first; sides of equal loops alternate call
+    by call, the leading side alternating by round. A clock that runs 3× slow for the last half of
+    a sample's calls slows both sides nearly alike, where one side's whole loop after the other's
+    read the pair's ratio of 2 as 0.77 (interleaved: 1.52)."""
     clock = FakeClock()
     order: list[str] = []
-    baseline, candidate = clock.taking(0.02, "A", order), clock.taking(0.01, "B", order)
+    baseline, candidate = clock.taking(1 / 64, "A", order), clock.taking(1 / 128, "B", order)
     Harness(clock=clock).paired(baseline, candidate, pairs=2, steady=True)
-    warm_up, loop_counts, settling = 2, 2, 2 * (3 + 5)
+    warm_up, loop_counts, settling = 2, 2, 2 * (4 + 7)
     samples = order[warm_up + loop_counts + settling :]
-    first, second = samples[:8], samples[8:]
-    assert len(second) == 8 and first.count("A") == second.count("A") == 3
+    first, second = samples[:11], samples[11:]
+    assert len(second) == 11 and first.count("A") == second.count("A") == 4
     for sample in (first, second):
         assert "AA" not in "".join(sample) and "BBB" not in "".join(sample), sample
     equal: list[str] = []
-    Harness(clock=clock).paired(clock.taking(0.01, "A", equal), clock.taking(0.01, "B", equal), pairs=2, steady=True)
-    timed = equal[2 + 2 + 2 * (5 + 5) :]
-    assert timed == ["A", "B"] * 5 + ["B", "A"] * 5, "equal sides alternate, and the one leading alternates by round"
+    Harness(clock=clock).paired(
+        clock.taking(1 / 128, "A", equal), clock.taking(1 / 128, "B", equal), pairs=2, steady=True
+    )
+    timed = equal[2 + 2 + 2 * (7 + 7) :]
+    assert timed == ["A", "B"] * 7 + ["B", "A"] * 7, "equal sides alternate, and the one leading alternates by round"
 
     calls = {"made": 0}
 

@@ -41,6 +41,10 @@ MAX_LOOPS = 64
 # agree within this (|log| of their ratio), or after STEADY_ROUNDS.
 STEADY_TOLERANCE = math.log(1.05)
 STEADY_ROUNDS = 4
+# A steady function whose warm-up call lasts this long needs no loop-count call (one call is a
+# sample however much faster a warm one is) and its warm-up call is its first settling sample: the
+# kv_cache experiment's no-cache generations (0.2-0.7 s each on the Xeon) paid for one more call.
+LONG_CALL_SECONDS = 4 * MIN_SAMPLE_SECONDS
 
 
 def current_cpu() -> int | None:
@@ -198,28 +202,22 @@ class Harness:
         """How many calls of ``function`` make one sample last MIN_SAMPLE_SECONDS."""
         return loops_for_seconds(self.time_once(function))
 
-    def _settle(
-        self,
-        functions: Sequence[Callable[[], object]],
-        loops: Sequence[int],
-        first: Sequence[float | None] | None = None,
-    ) -> None:
-        """Warm-up samples until two consecutive ones of every function agree (STEADY_TOLERANCE).
-        ``first``: a sample already timed at its function's loop count (None where there is none)."""
-        known = first if first is not None else [None] * len(functions)
-        previous = [
-            self.time_once(function, count) if seconds is None else seconds
-            for function, count, seconds in zip(functions, loops, known, strict=True)
-        ]
+    def _settle(self, functions: Sequence[Callable[[], object]], loops: Sequence[int], first: Sequence[float]) -> None:
+        """Warm-up samples of each function until two consecutive ones agree (STEADY_TOLERANCE),
+        each function stopping on its own (a settled 0.7 s generation sampled again while its
+        quick partner settles cost a kv_cache case its time for nothing), at most STEADY_ROUNDS
+        samples each. ``first``: each function's first sample, already timed at its loop count."""
+        previous = list(first)
+        unsettled = set(range(len(functions)))
         for _ in range(STEADY_ROUNDS - 1):
-            current = [self.time_once(function, count) for function, count in zip(functions, loops, strict=True)]
-            agree = all(
-                before > 0 and after > 0 and abs(math.log(after / before)) <= STEADY_TOLERANCE
-                for before, after in zip(previous, current, strict=True)
-            )
-            if agree:
+            for index in sorted(unsettled):
+                current = self.time_once(functions[index], loops[index])
+                before = previous[index]
+                if before > 0 and current > 0 and abs(math.log(current / before)) <= STEADY_TOLERANCE:
+                    unsettled.discard(index)
+                previous[index] = current
+            if not unsettled:
                 return
-            previous = current
 
     def _prepare(self, functions: Sequence[Callable[[], object]], steady: bool, warm: bool = True) -> list[int]:
         """Warm up (unless ``warm`` is False: the caller ran every function just before); for a
@@ -227,19 +225,29 @@ class Harness:
         Returns the loop counts. A loop count per function, not the quickest one's for all: a
         0.5 s generation looped as often as its 10 ms partner needs made one kv_cache case a
         minute long, for no less noise (its single call already swamps the timer)."""
-        if warm:
-            self._warm(*functions)
         if not steady:
+            if warm:
+                self._warm(*functions)
             return [1] * len(functions)
-        single_calls = [self.time_once(function) for function in functions]
-        loops = [loops_for_seconds(seconds) for seconds in single_calls]
-        # A function whose one call already lasts a sample has had its first settling sample
-        # timed: a second would cost the kv_cache experiment's 0.8 s no-cache generations again.
-        self._settle(
-            functions,
-            loops,
-            [seconds if count == 1 else None for seconds, count in zip(single_calls, loops, strict=True)],
-        )
+        # A steady timing times its warm-up calls: one that lasted LONG_CALL_SECONDS is a sample.
+        warm_calls: list[float | None] = [None] * len(functions)
+        if warm:
+            for _ in range(self.warmup):
+                warm_calls = [self.time_once(function) for function in functions]
+        first: list[float] = []
+        loops: list[int] = []
+        for function, warm_seconds in zip(functions, warm_calls, strict=True):
+            if warm_seconds is not None and warm_seconds >= LONG_CALL_SECONDS:
+                loops.append(1)
+                first.append(warm_seconds)
+                continue
+            # The call that chooses the loop count; where one call already lasts a sample it is the
+            # first settling sample (a second would cost the kv_cache experiment's 0.8 s no-cache
+            # generations again).
+            single = self.time_once(function)
+            loops.append(loops_for_seconds(single))
+            first.append(single if loops[-1] == 1 else self.time_once(function, loops[-1]))
+        self._settle(functions, loops, first)
         return loops
 
     def _warm(self, *functions: Callable[[], object]) -> None:
