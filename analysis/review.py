@@ -313,6 +313,11 @@ def verdict_table(
     # Rows to test, by their index in ``rows``: (group, run logs, baseline logs), then their floors.
     candidates: dict[int, tuple[Group, list[float], list[float]]] = {}
     floors: dict[int, tuple[Floor, str]] = {}
+    # A case's timed rows with the very same samples are one measurement: judged once, under the
+    # first (kv_cache's speedup_vs_eager_no_cache is measured_speedup for the eager impls, whose
+    # own no-cache path is the eager one); counted twice, one event made two false alerts.
+    first_with_samples: dict[tuple[Any, ...], int] = {}
+    same_samples: dict[int, list[str]] = {}
     for row in merged.to_dict("records"):
         entry = row_entry(row)
         rows.append(entry)
@@ -320,12 +325,20 @@ def verdict_table(
         if to_test is None:
             continue
         run_logs, base_logs, method = to_test
+        sample_key = (row["experiment"], row["point"], method, tuple(run_logs), tuple(base_logs))
+        if sample_key in first_with_samples:
+            rows.pop()
+            same_samples.setdefault(first_with_samples[sample_key], []).append(str(row["metric"]))
+            continue
+        first_with_samples[sample_key] = len(rows) - 1
         key = row["params_key_run"] if isinstance(row["params_key_run"], str) else row["params_key_baseline"]
         floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor, method)
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
     judge_timed_rows(rows, candidates, floors, families or {})
+    for index, metrics in same_samples.items():
+        rows[index]["why"] += f" ({', '.join(metrics)}: the same samples, judged here once)"
     return ordered_table(rows)
 
 

@@ -103,6 +103,46 @@ def test_a_copy_slowed_by_25_percent_is_flagged_with_raw_and_adjusted_p() -> Non
     assert all("adjusted within" in why and "would have seen ≥" in why for why in timed["why"])
 
 
+def with_eager_metric(
+    frame: pd.DataFrame, samples: list[dict[str, Any]], other_ratio: float | None = None
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Each kv_cache row again as ``speedup_vs_eager_no_cache``: with the same samples (an eager
+    impl's, whose own no-cache path is the eager one), or at ``other_ratio`` (the fast impl's)."""
+    kv = frame[frame["experiment"] == "kv_cache"].copy()
+    copies, copied_samples = [], []
+    for record in kv.to_dict("records"):
+        ident = record["measurement_id"] + 300
+        copies.append(
+            {**record, "metric": "speedup_vs_eager_no_cache", "case_id": record["case_id"], "measurement_id": ident}
+        )
+        for sample in samples:
+            if sample["measurement_id"] == record["measurement_id"]:
+                seconds = (
+                    sample["seconds"]
+                    if other_ratio is None or sample["side"] == "B"
+                    else (sample["seconds"] * other_ratio)
+                )
+                copied_samples.append({**sample, "measurement_id": ident, "seconds": seconds})
+    return pd.concat([frame, pd.DataFrame(copies)], ignore_index=True), samples + copied_samples
+
+
+def test_a_cases_rows_with_the_same_samples_are_judged_once() -> None:
+    """kv_cache's speedup_vs_eager_no_cache is measured_speedup's own samples for the eager impls:
+    one measurement, one verdict (judged twice, one slow pair made two false alerts). Rows whose
+    samples differ (the fast impl's eager side) keep their own verdicts."""
+    cases = [(e, p, steady(1.5, i)) for i, (e, p) in enumerate(CASES)]
+    slowed = [(e, p, steady(1.5 / 1.25, i + 50)) for i, (e, p) in enumerate(CASES)]
+    for other_ratio, rows_per_case in ((None, 1), (20.0, 2)):
+        baseline, baseline_samples = with_eager_metric(*case_rows(1, cases, AA), other_ratio)
+        run, run_samples = with_eager_metric(*case_rows(2, slowed, AA), other_ratio)
+        table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+        kv = table[(table["experiment"] == "kv_cache") & (table["kind"] == "timed")]
+        assert len(kv) == 2 * rows_per_case, kv[["metric", "point", "verdict"]]
+        assert set(kv["verdict"]) == {"regressed"}
+        judged_once = kv["why"].str.contains("speedup_vs_eager_no_cache: the same samples, judged here once")
+        assert judged_once.all() if other_ratio is None else not judged_once.any(), kv["why"].tolist()
+
+
 def test_a_case_without_an_aa_case_of_its_own_is_still_tested_on_its_own_samples() -> None:
     """The KV cache's timings have no A/A case here: the t test measures their noise from their
     own samples (and their group's), so they are judged like the others."""
