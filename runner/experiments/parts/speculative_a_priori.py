@@ -136,7 +136,7 @@ def cost_rounds(
     sessions put a case's costs 25% low when the machine's speed drifted between them (static
     bigram, confidence: an a-priori verification of 0.88 steps, the loop's 1.18); within a
     round, as within the loop's pairs, a ratio sees one state of the machine."""
-    harness.min_of(plain, repeats=1)  # a warm-up and one timing: the first generation pays for both
+    plain()  # a warm-up (a timed call after it, discarded, cost the quick sweep 1.5 s)
     steps: list[float] = []
     rounds: list[dict[int, PassCosts]] = []
     for _ in range(A_PRIORI_COST_SESSIONS):
