@@ -2,7 +2,8 @@
 
 - Warm up first, synchronise the device before every clock read.
 - Quiet samples: the timing process is pinned to the CPU it is on while it times (one-thread
-  runs, where the OS allows it), the garbage collector is off inside a sample, and for
+  runs, where the OS allows it), the garbage collector is off inside a sample, the process's
+  background work (the store heartbeat) waits for the gap between samples (runner.measure.quiet), and for
   functions that may run any number of times (``steady=True``: no state kept between calls) a
   sample repeats the call until it lasts MIN_SAMPLE_SECONDS (each function its own loop count,
   so a slow side is not looped as often as the quickest one needs; each sample the per-call
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runner.measure import quiet
 from store.records import MeasurementRecord, SampleRecord
 
 Clock = Callable[[], float]
@@ -190,7 +192,7 @@ class Harness:
     def time_once(self, function: Callable[[], object], loops: int = 1) -> float:
         """Seconds per call of ``function`` over ``loops`` calls, the collector off."""
         self.synchronize()
-        with collector_off():
+        with quiet.sample(), collector_off():
             start = self.clock()
             for _ in range(loops):
                 function()
@@ -348,7 +350,7 @@ class Harness:
         )
         totals = [0.0] * count
         self.synchronize()
-        with collector_off():
+        with quiet.sample(), collector_off():
             for _, _, position in schedule:
                 start = self.clock()
                 functions[position]()
