@@ -63,16 +63,7 @@ from analysis.between_runs import (
     drift_of,
     family_floors,
 )
-from analysis.review_samples import (
-    MATCHED_METHOD,
-    ROUND_METHOD,
-    SEEDED_METHOD,
-    log_values,
-    pair_ratios,
-    rounds_of,
-    sample_statistic,
-    side_statistic,
-)
+from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, both_sides, log_values
 from analysis.review_timed import (
     ALPHA,
     MDE_POWER,
@@ -393,43 +384,11 @@ def timed_logs(
 ) -> tuple[list[float], list[float], str] | None:
     """A timed row's log values on each side and their statistic, or None with the verdict given
     where a side has no samples (not judged) or too few (too few samples)."""
-    run_frame = by_measurement.get(row["measurement_id_run"], pd.DataFrame())
-    base_frame = by_measurement.get(row["measurement_id_baseline"], pd.DataFrame())
-    # Each side's rounds worked out once (an A/B session's samples carry them; None otherwise).
-    run_rounds, base_rounds = rounds_of(run_frame), rounds_of(base_frame)
-    if (run_rounds is None) != (base_rounds is None) and not (run_frame.empty or base_frame.empty):
-        # An A/B session's run against a run of no session (an explicit baseline): both sides by
-        # their pairs, so that the test compares like with like.
-        run_samples, method = sample_statistic(run_frame.drop(columns="round_index", errors="ignore"))
-        base_samples, _ = sample_statistic(base_frame.drop(columns="round_index", errors="ignore"))
-    else:
-        run_samples, method = side_statistic(run_frame, run_rounds)
-        base_samples, base_method = side_statistic(base_frame, base_rounds)
-        if (
-            run_rounds is not None
-            and base_rounds is not None
-            and base_method == method
-            and run_rounds[0].keys() == base_rounds[0].keys()
-        ):
-            # The two runs of one A/B session: round i of each ran together, side by side in time,
-            # so the test pairs them and what the round shared (the machine's phase) cancels.
-            run_samples = [run_rounds[0][index] for index in sorted(run_rounds[0])]
-            base_samples = [base_rounds[0][index] for index in sorted(run_rounds[0])]
-            method = method.removesuffix(ROUND_METHOD) + MATCHED_METHOD
-        elif (
-            run_rounds is None
-            and base_rounds is None
-            and method == base_method == "paired"
-            and has_seeded_pairs(str(row["metric"]))
-        ):
-            # Pair i of each run generated the same seeded text: the test pairs them, so what the
-            # text does to the ratio (speculative acceptance varies with it) cancels.
-            run_pairs, base_pairs = pair_ratios(run_frame), pair_ratios(base_frame)
-            if run_pairs and base_pairs and run_pairs.keys() == base_pairs.keys():
-                run_samples, base_samples = list(run_pairs.values()), list(base_pairs.values())
-                # A ratio without a log (a zero time) leaves its pair unmatched: both runs by their pairs.
-                if len(log_values(run_samples + base_samples)) == len(run_samples) + len(base_samples):
-                    method += SEEDED_METHOD
+    run_samples, base_samples, method = both_sides(
+        by_measurement.get(row["measurement_id_run"], pd.DataFrame()),
+        by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()),
+        has_seeded_pairs(str(row["metric"])),
+    )
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"

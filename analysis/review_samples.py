@@ -91,3 +91,44 @@ def pair_ratios(samples: pd.DataFrame) -> dict[int, float] | None:
 def log_values(values: Sequence[float]) -> list[float]:
     """The timed values on a log scale (a ratio's halving and doubling are the same distance)."""
     return [math.log(value) for value in values if value > 0 and math.isfinite(value)]
+
+
+def both_sides(
+    run_frame: pd.DataFrame, base_frame: pd.DataFrame, seeded_pairs: bool
+) -> tuple[list[float], list[float], str]:
+    """The values a timed row's test compares, the run's and the baseline's, and their method:
+    each side's rounds where both are one A/B session's (matched round by round), each side's pairs
+    where only one is, pairs matched by their seeded text where ``seeded_pairs`` (the metric's pair
+    i times the same text in every run: runner.metrics.has_seeded_pairs), else each side's own
+    statistic."""
+    # Each side's rounds worked out once (an A/B session's samples carry them; None otherwise).
+    run_rounds, base_rounds = rounds_of(run_frame), rounds_of(base_frame)
+    if (run_rounds is None) != (base_rounds is None) and not (run_frame.empty or base_frame.empty):
+        # An A/B session's run against a run of no session (an explicit baseline): both sides by
+        # their pairs, so that the test compares like with like.
+        run_samples, method = sample_statistic(run_frame.drop(columns="round_index", errors="ignore"))
+        base_samples, _ = sample_statistic(base_frame.drop(columns="round_index", errors="ignore"))
+    else:
+        run_samples, method = side_statistic(run_frame, run_rounds)
+        base_samples, base_method = side_statistic(base_frame, base_rounds)
+        if (
+            run_rounds is not None
+            and base_rounds is not None
+            and base_method == method
+            and run_rounds[0].keys() == base_rounds[0].keys()
+        ):
+            # The two runs of one A/B session: round i of each ran together, side by side in time,
+            # so the test pairs them and what the round shared (the machine's phase) cancels.
+            run_samples = [run_rounds[0][index] for index in sorted(run_rounds[0])]
+            base_samples = [base_rounds[0][index] for index in sorted(run_rounds[0])]
+            method = method.removesuffix(ROUND_METHOD) + MATCHED_METHOD
+        elif run_rounds is None and base_rounds is None and method == base_method == "paired" and seeded_pairs:
+            # Pair i of each run generated the same seeded text: the test pairs them, so what the
+            # text does to the ratio (speculative acceptance varies with it) cancels.
+            run_pairs, base_pairs = pair_ratios(run_frame), pair_ratios(base_frame)
+            if run_pairs and base_pairs and run_pairs.keys() == base_pairs.keys():
+                run_samples, base_samples = list(run_pairs.values()), list(base_pairs.values())
+                # A ratio without a log (a zero time) leaves its pair unmatched: both runs by their pairs.
+                if len(log_values(run_samples + base_samples)) == len(run_samples) + len(base_samples):
+                    method += SEEDED_METHOD
+    return run_samples, base_samples, method
