@@ -2,9 +2,10 @@
 
 A run's store heartbeat (runner.execution.worker.Heartbeat) beats from a thread every five
 seconds: an ORM update and a commit, a few milliseconds of Python that takes the interpreter
-lock from the thread being timed. Landing inside a 50 ms sample it made that sample 5-13% slow
-(the Xeon VM, 2026-12-05: 5 and 12 samples of 150 slowed by a beat every 0.5 s, 0 and 1 without),
-and the training summary's three samples read 18% apart in two runs of four. So a sample is a
+lock from the thread being timed. Landing inside a 50 ms sample it made that sample slow
+(benchmarks/heartbeat_noise.py on the Xeon VM, 2026-12-05, a write every 0.5 s: 39 of 450 samples
+more than 5% slow, the slowest 32%; 8 with the writes waiting for a gap, 4 with no writes), and
+the training summary's three samples read 18% apart in two runs of four. So a sample is a
 window that such work does not enter: ``sample()`` around every timed window, ``between_samples()``
 around the background work, which then runs once the current sample ends and before the next
 begins. Neither side waits without bound: background work that waited MAX_WAIT_SECONDS for a gap
