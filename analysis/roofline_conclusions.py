@@ -96,7 +96,9 @@ def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, mach
     # The verification was priced at the loop's mean draft length, rounded (speculative_timing).
     length = best.get("mean_draft_length")
     k = int(best["k"]) if length is None or pd.isna(length) else min(int(best["k"]), max(1, round(float(length))))
-    step = best["roofline_step_seconds"]
+    # In the plain steps the speedup is over: the case's measured one (roofline_placement.LoopParts).
+    measured_step = best.get("target_step_seconds")
+    step = best["roofline_step_seconds"] if measured_step is None or pd.isna(measured_step) else measured_step
     calls = best.get("predicted_mean_draft_calls")
     calls = float(best["k"]) if calls is None or pd.isna(calls) else float(calls)
     costs = {

@@ -14,7 +14,10 @@ loop's per-pass overhead, fitted as the median over the impl's *other* cases who
 same kind (one C++ call, or Python) of what their loops took beyond their priced parts (a run fits
 on its earlier cases only; read back, every other case is at hand). Characters and draft calls per
 pass are the a-priori prediction's where the run recorded it, else the i.i.d. E at the
-calibrated acceptance and k calls. Eager targets are withheld, as a run withholds them.
+calibrated acceptance and k calls. The speedup is the case's measured plain step over the
+predicted pass, and the plain steps a pass costs are counted in that measured step
+(runner.experiments.parts.roofline_placement.LoopParts). Eager targets are withheld, as a run
+withholds them.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import pandas as pd
 from analysis.roofline import wide
 from runner.cost import roofline_model
 from runner.cost.roofline_model import Shape
+from runner.errors import InputError
 from runner.experiments.parts.roofline_placement import loop_parts, named_draft_pass
+from runner.model.corpus import DEFAULT_CORPUS, load_corpus
 from store import frames
 from store.store import Store
 
@@ -60,15 +65,24 @@ def figure(case: pd.Series, *names: str) -> float | None:
 
 def vocabulary_size(store: Store, run_id: int, model_hash: str | None, model: dict[str, Any]) -> int:
     """The run's vocabulary: from its training summary's parameter count, else from the stored model
-    (a spec without a training summary, such as benchmarks/specs/quick-speculative.toml)."""
+    (a spec without a training summary, such as benchmarks/specs/quick-speculative.toml), else from
+    the run's corpus where this checkout holds it (an imported held-out run: its model stayed on its
+    machine, its corpus is benchmarks/specs/held_out_corpus.txt)."""
     training = frames.measurements(store, run_id, "training_summary")
     counts = list(training[training["metric"] == "parameter_count"]["value"])
     record = store.results.find_model(weights_hash=model_hash) if model_hash and not counts else None
     if record is not None:
         counts = [record.parameter_count]
-    if not counts:
-        raise SystemExit(f"error: --run: run {run_id} has neither a training summary nor a stored model")
-    return vocab_of(int(counts[0]), model["d_model"], model["n_layer"], model["context_length"])
+    if counts:
+        return vocab_of(int(counts[0]), model["d_model"], model["n_layer"], model["context_length"])
+    corpus = str(model.get("corpus", DEFAULT_CORPUS))
+    try:
+        return len(load_corpus(corpus).vocabulary)
+    except InputError:
+        raise SystemExit(
+            f"error: --run: run {run_id} has no training summary, no stored model, and its corpus {corpus!r} "
+            "is not here"
+        ) from None
 
 
 def main() -> None:
@@ -126,6 +140,7 @@ def main() -> None:
             draft_passes,
             case["draft_call_us"] * 1e-6,
             (intercepts.get(impl, 0.0), intercepts.get(draft_impl or "", 0.0)),
+            plain_step_seconds=case["target_step_seconds"],
         )
         calls = figure(case, "mean_draft_calls") or float(k)
         measured = {
@@ -206,10 +221,10 @@ def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any]
     parts, case = row["parts"], row["case"]
     k = int(row["k"])
     costs = {
-        "verification": parts.verify_seconds / parts.step_seconds,
-        "draft": row["calls"] * parts.draft_call_seconds / parts.step_seconds,
-        "cache_refill": parts.cache_refill_seconds / parts.step_seconds,
-        "loop_overhead": row["fitted"] / parts.step_seconds,
+        "verification": parts.verify_seconds / parts.baseline_step_seconds,
+        "draft": row["calls"] * parts.draft_call_seconds / parts.baseline_step_seconds,
+        "cache_refill": parts.cache_refill_seconds / parts.baseline_step_seconds,
+        "loop_overhead": row["fitted"] / parts.baseline_step_seconds,
     }
     decider = max(costs, key=lambda name: costs[name])
     break_even = parts.break_even_acceptance(k, row["fitted"])

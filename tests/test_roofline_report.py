@@ -172,3 +172,8 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
         "decoding loses here (best 0.80×), measured it loses."
     )
     assert "On the static impl the roofline predicts no speculative speedup: an eager verification" in sentence
+    # A run that recorded its measured plain step counts the pass in it, the step the speedup is over
+    # (roofline_placement.LoopParts): 50 us measured against the roof's 40 makes each part 0.8 as many steps.
+    measured = roofline_conclusions.speculative_sentence(speculative.assign(target_step_seconds=50e-6), "epyc")
+    assert measured is not None
+    assert "costs 4.16 plain steps (verification 1.76, draft calls 1.60, loop's own overhead 0.80)" in measured

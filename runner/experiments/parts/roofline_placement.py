@@ -168,7 +168,8 @@ def speculative(
     (sampling, the accept rule, cache rewinds, Python): the median over this run's earlier cases of
     the impl whose loop is of the same kind (one C++ call or Python) of what their loops took beyond
     their priced parts (each case records its own, ``roofline_loop_overhead_seconds``). Characters
-    and draft calls per pass are the a-priori prediction's. An eager target's verification is not
+    and draft calls per pass are the a-priori prediction's; the speedup is the case's measured plain
+    step over that pass (LoopParts says why). An eager target's verification is not
     priced (runner.cost.roofline_model's module doc): withheld, as is the first case of a kind."""
     if context.roof is None:
         return []
@@ -189,6 +190,7 @@ def speculative(
         measured["draft_call_us"] * 1e-6,
         (overhead, draft_overhead),
         (threads, fast_threads(draft_impl or "static")),
+        measured["target_step_seconds"],
     )
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
@@ -242,7 +244,15 @@ class LoopParts:
     """A speculative pass's priced parts (seconds): the plain step and the verification on the
     roof, a draft call as its pass's price on the roof plus a fixed part, and the cache refill:
     what the verification and the pass's first draft call cost beyond their own prices because the
-    other model's data shares the caches (loop_parts)."""
+    other model's data shares the caches (loop_parts).
+
+    ``plain_step_seconds`` is the plain decoding step the speedup is relative to: the run's own
+    measured one, where known. The roof predicts the pass; the plain step it is divided into was
+    timed beside it, and the loop overhead is fitted against that measured step, so pricing the
+    numerator on the roof mixed two units. Where a target's working set sits at a cache's edge the
+    roof's price of its step is off by a third (the held-out spec's 2.1 MB target on the 2 MiB L2
+    of two Xeons: 25 and 40 us priced, 36 and 57 us measured), and so was every speedup, with the
+    verdicts of its best cases (docs/performance.md)."""
 
     step_seconds: float
     verify_seconds: float
@@ -250,6 +260,7 @@ class LoopParts:
     draft_fixed_seconds: float
     cache_refill_seconds: float = 0.0
     verify_regime: str | None = None  # the verification's regime on the roof (loop_parts sets it)
+    plain_step_seconds: float | None = None  # the measured plain step the speedup is over, where known
 
     @classmethod
     def price(
@@ -260,6 +271,7 @@ class LoopParts:
         draft_call_seconds: float,
         cache_refill_seconds: float = 0.0,
         verify_regime: str | None = None,
+        plain_step_seconds: float | None = None,
     ) -> LoopParts:
         """The fixed part of a draft call: what one timed call took beyond its pass's price."""
         return cls(
@@ -269,11 +281,17 @@ class LoopParts:
             max(0.0, draft_call_seconds - draft_token_seconds),
             cache_refill_seconds,
             verify_regime,
+            plain_step_seconds,
         )
 
     @property
     def draft_call_seconds(self) -> float:
         return self.draft_token_seconds + self.draft_fixed_seconds
+
+    @property
+    def baseline_step_seconds(self) -> float:
+        """The plain step a pass is weighed against: the measured one where given, else the roof's."""
+        return self.step_seconds if self.plain_step_seconds is None else self.plain_step_seconds
 
     def loop_overhead(self, measured: Mapping[str, float]) -> float:
         """What the measured loop spent per pass beyond these parts (its own step, characters
@@ -294,7 +312,7 @@ class LoopParts:
         return speculative_cost.loop_speedup(
             chars_per_pass,
             draft_calls_per_pass,
-            self.step_seconds,
+            self.baseline_step_seconds,
             self.verify_seconds,
             self.draft_call_seconds,
             loop_overhead_seconds + self.cache_refill_seconds,
@@ -303,7 +321,7 @@ class LoopParts:
     def break_even_acceptance(self, k: int, loop_overhead_seconds: float) -> float | None:
         return speculative_cost.loop_break_even_acceptance(
             k,
-            self.step_seconds,
+            self.baseline_step_seconds,
             self.draft_call_seconds,
             self.verify_seconds,
             loop_overhead_seconds + self.cache_refill_seconds,
@@ -320,10 +338,12 @@ def loop_parts(
     draft_call_seconds: float,
     overheads: tuple[float, float] = (0.0, 0.0),
     threads: tuple[int, int] = (1, 1),
+    plain_step_seconds: float | None = None,
 ) -> LoopParts:
     """The priced parts of a pass of k proposals at cache position ``start``: the plain step and the
     verification of ``impl`` in float32, the draft's pass (``draft_passes``) and its timed call.
-    ``overheads`` and ``threads``: the target's and the draft's per-pass overhead and threads.
+    ``overheads`` and ``threads``: the target's and the draft's per-pass overhead and threads;
+    ``plain_step_seconds``: the measured plain step the speedup is over (LoopParts).
 
     The loop runs both models through one set of caches, so each pass finds part of its data evicted
     by the other: the verification and the pass's first draft call are priced again with the other's
@@ -361,4 +381,5 @@ def loop_parts(
         draft_call_seconds,
         refill,
         verify_placement.regime,
+        plain_step_seconds,
     )
