@@ -3,6 +3,7 @@ passes a cost session replays, the cost sessions, and the rounds that set them b
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from runner.experiments.parts.speculative_costs import (
     held_out_windows,
     passes_of_run,
 )
-from runner.measure.timing import Harness
+from runner.measure.timing import Harness, MinOfN
 from runner.model.gpt import CharGPT
 from runner.model.quantize import quantize_model
 from tests.shared_parts import VOCAB, peaked_target
@@ -78,6 +79,45 @@ def test_a_cost_session_replays_the_loops_passes(target: CharGPT) -> None:
     assert costs.draft_turn_seconds > 0 and costs.verify_seconds > 0
     with pytest.raises(ValueError, match="at least one pass"):
         CostSession(target, "static", draft, 3, 1.0, [1, 2], [], seed=5, harness=Harness())
+
+
+class ApartDearHarness(Harness):
+    """A harness whose call-by-call timing finds each call dearer than the rounds run in one stretch
+    (the harness's own Python between calls evicting what the next finds warm): a draft turn 1 ms
+    and a verification 3 ms apart, a round 2 ms in one stretch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call_by_call = 0
+
+    def alternating(
+        self,
+        functions: Sequence[Callable[[], object]],
+        rounds: int,
+        repeats: int = 3,
+        setup: Callable[[], object] | None = None,
+    ) -> tuple[MinOfN, ...]:
+        self.call_by_call += 1
+        return MinOfN((1e-3,)), MinOfN((3e-3,))
+
+    def time_once(self, function: Callable[[], object], loops: int = 1) -> float:
+        function()
+        return 2e-3 * COST_CALLS
+
+
+def test_a_python_loops_pass_is_timed_in_one_stretch_and_split_call_by_call(target: CharGPT) -> None:
+    """Where the loop runs in Python, a session's pass is its rounds timed in one stretch, as the loop
+    runs them; the calls timed apart only split it (a quarter draft turn, three quarters
+    verification here), once a session: the split holds from pair to pair."""
+    draft = ModelDraft(target, "itself")
+    run = speculative_decode(target, draft, 3, [1, 2], 120, temperature=1.0, seed=5)
+    assert len(run.accepted_per_pass) > COST_CALLS, "enough passes for a full session"
+    harness = ApartDearHarness()
+    session = CostSession(target, "static", draft, 3, 1.0, [1, 2] + run.tokens, passes_of_run(run, 2), 5, harness)
+    for _ in range(3):
+        costs = session()
+        assert costs.draft_turn_seconds == pytest.approx(0.5e-3) and costs.verify_seconds == pytest.approx(1.5e-3)
+    assert harness.call_by_call == 1
 
 
 def test_centred_passes_straddle_the_generations_middle() -> None:
