@@ -50,28 +50,45 @@ def name_values(printed: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in printed.splitlines() if "=" in line and " " not in line)
 
 
-def test_the_epyc_figures_and_verdict_come_back_from_its_files_alone() -> None:
-    """The offline run reproduces what `roofline_predict.py --measure` printed on the EPYC itself
-    (from a store holding the same profile): every predicted figure and the wrong verdict."""
+# What roofline_predict.py prints from a profile alone: offline it must equal the machine's own run.
+PREDICTED_FIGURES = (
+    "fast_predicted_us_per_token",
+    "fast_int8_predicted_us_per_token",
+    "fast_verify_k4_predicted_steps",
+    "fast_int8_draft_break_even_acceptance",
+)
+
+
+def predicted_offline(machine: str, *more_bench: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """roofline_predict.py on ``machine``'s profile and bench lines (and ``more_bench`` files),
+    asserted to reproduce every PREDICTED_FIGURES line of its run on the machine itself."""
+    bench = [str(FIXTURES / f"{machine}-bench.txt"), *more_bench]
     result = run_script(
-        PREDICT,
-        "--profile",
-        str(FIXTURES / "epyc-profile.json"),
-        "--bench",
-        str(FIXTURES / "epyc-bench.txt"),
-        "--bench",
-        str(FIXTURES / "epyc-roofline-predict.txt"),
+        PREDICT, "--profile", str(FIXTURES / f"{machine}-profile.json"), *(f"--bench={path}" for path in bench)
     )
     assert result.returncode == 0, result.stderr
     offline = name_values(result.stdout)
-    on_the_machine = name_values((FIXTURES / "epyc-roofline-predict.txt").read_text())
-    for name in (
-        "fast_predicted_us_per_token",
-        "fast_int8_predicted_us_per_token",
-        "fast_verify_k4_predicted_steps",
-        "fast_int8_draft_break_even_acceptance",
-    ):
+    on_the_machine = name_values((FIXTURES / f"{machine}-roofline-predict.txt").read_text())
+    for name in PREDICTED_FIGURES:
         assert offline[name] == on_the_machine[name], name
+    return result, offline
+
+
+def import_fixture_runs(names: tuple[str, ...], url: str, directory: Path) -> None:
+    """Each tests/fixtures/NAME.json.gz unpacked into ``directory`` and put in ``url`` through
+    `decodelab import`, in order (run 1, 2, ...)."""
+    for name in names:
+        unpacked = directory / f"{name}.json"
+        with gzip.open(FIXTURES / f"{name}.json.gz", "rb") as packed, unpacked.open("wb") as out:
+            shutil.copyfileobj(packed, out)
+        result = run_decodelab("import", str(unpacked), "--db", url, cwd=directory)
+        assert result.returncode == 0, result.stderr
+
+
+def test_the_epyc_figures_and_verdict_come_back_from_its_files_alone() -> None:
+    """The offline run reproduces what `roofline_predict.py --measure` printed on the EPYC itself
+    (from a store holding the same profile): every predicted figure and the wrong verdict."""
+    result, offline = predicted_offline("epyc", str(FIXTURES / "epyc-roofline-predict.txt"))
     # The benchmark's own lines judged: the fast step within +4%, the verdict as printed there.
     assert "fast: memory-bound in L3" in result.stdout and "prediction error +10%" in result.stdout
     # The measured speedup is read back rounded as printed (0.75), so the error may move by a point.
@@ -112,23 +129,7 @@ def test_the_third_cpus_figures_come_back_from_its_files_alone() -> None:
     figure printed there from the store, the fast step within 5%, the verification within 15%
     (memory-bound there: the Xeons' verification is cheap) and the int8 step's known shortfall
     (its kernel reaches 55% of the roof, so the roof's price is 25% short)."""
-    result = run_script(
-        PREDICT,
-        "--profile",
-        str(FIXTURES / "xeon16-profile.json"),
-        "--bench",
-        str(FIXTURES / "xeon16-bench.txt"),
-    )
-    assert result.returncode == 0, result.stderr
-    offline = name_values(result.stdout)
-    on_the_machine = name_values((FIXTURES / "xeon16-roofline-predict.txt").read_text())
-    for name in (
-        "fast_predicted_us_per_token",
-        "fast_int8_predicted_us_per_token",
-        "fast_verify_k4_predicted_steps",
-        "fast_int8_draft_break_even_acceptance",
-    ):
-        assert offline[name] == on_the_machine[name], name
+    result, offline = predicted_offline("xeon16")
     bench = name_values((FIXTURES / "xeon16-bench.txt").read_text())
     assert abs(float(offline["fast_predicted_us_per_token"]) / float(bench["fast_us_per_token"]) - 1) <= 0.05
     verify = float(offline["fast_verify_k4_predicted_steps"]) / float(bench["fast_verify_k4_steps"])
@@ -227,12 +228,7 @@ def imported_quick_runs(tmp_path_factory: pytest.TempPathFactory) -> str:
     run 2, the third CPU's run 3)."""
     directory = tmp_path_factory.mktemp("quick-runs")
     url = f"sqlite:///{directory / 'runs.db'}"
-    for name in ("epyc-quick", "xeon-amx-quick", "xeon16-quick"):
-        unpacked = directory / f"{name}.json"
-        with gzip.open(FIXTURES / f"{name}.json.gz", "rb") as packed, unpacked.open("wb") as out:
-            shutil.copyfileobj(packed, out)
-        result = run_decodelab("import", str(unpacked), "--db", url, cwd=directory)
-        assert result.returncode == 0, result.stderr
+    import_fixture_runs(("epyc-quick", "xeon-amx-quick", "xeon16-quick"), url, directory)
     return url
 
 
@@ -304,12 +300,7 @@ def test_the_held_out_spec_on_two_xeons_gets_its_verdicts_right(tmp_path: Path) 
     speedup's own baseline), both runs are within 10% and every clear verdict is right. Their models
     stayed on their machines: the vocabulary comes from the spec's corpus, which this checkout holds."""
     url = f"sqlite:///{tmp_path / 'held-out.db'}"
-    for name in ("xeon-vm-held-out", "xeon16-held-out"):
-        unpacked = tmp_path / f"{name}.json"
-        with gzip.open(FIXTURES / f"{name}.json.gz", "rb") as packed, unpacked.open("wb") as out:
-            shutil.copyfileobj(packed, out)
-        result = run_decodelab("import", str(unpacked), "--db", url, cwd=ROOT)
-        assert result.returncode == 0, result.stderr
+    import_fixture_runs(("xeon-vm-held-out", "xeon16-held-out"), url, tmp_path)
     for run, machine in (("1", "xeon-vm"), ("2", "xeon16")):
         result = run_script(CHECK, "--db", url, "--run", run)
         assert result.returncode == 0, result.stderr
