@@ -310,3 +310,22 @@ def test_the_held_out_spec_on_two_xeons_gets_its_verdicts_right(tmp_path: Path) 
         assert cases >= 10 and right == cases, machine
         fixed = [line for line in result.stdout.splitlines() if line.startswith("fast   fast_int8 fixed")]
         assert len(fixed) == 3 and all("verdict right" in line for line in fixed), machine
+
+
+def test_an_imported_run_whose_model_and_corpus_are_elsewhere_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Without a training summary, a stored model or its corpus here, the vocabulary is unknown:
+    one line naming the run and the corpus, nothing predicted."""
+    with gzip.open(FIXTURES / "xeon16-held-out.json.gz", "rt") as packed:
+        rows = json.load(packed)
+    for row in rows:
+        row["run"]["spec"]["model"]["corpus"] = "elsewhere/corpus.txt"
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(rows))
+    url = f"sqlite:///{tmp_path / 'moved.db'}"
+    assert run_decodelab("import", str(moved), "--db", url, cwd=tmp_path).returncode == 0
+    result = run_script(CHECK, "--db", url, "--run", "1")
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: --run: run 1 has no training summary, no stored model, "
+        "and its corpus 'elsewhere/corpus.txt' is not here"
+    ]
