@@ -6,10 +6,26 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from store.outage import survives_outages
 from store.results import Sessions
 from store.schema import Case, Machine, MachineProfile, Measurement, Run, utc_now
+
+
+def newest_roof(session: Session, machine: Machine) -> dict[str, Any] | None:
+    """The machine's newest roof, or None if it was never profiled. A fingerprint differs with the
+    thread count and software versions; the roof does not, so a profile of the same host (name and
+    CPU model) under another fingerprint counts too: `decodelab machine profile` runs on every
+    core, a sweep on one thread, and each gets a fingerprint of its own."""
+    figures = session.scalars(
+        select(MachineProfile.figures)
+        .join(Machine, Machine.id == MachineProfile.machine_id)
+        .where(Machine.name == machine.name, Machine.cpu_model == machine.cpu_model)
+        .order_by((MachineProfile.machine_id == machine.id).desc(), MachineProfile.id.desc())
+        .limit(1)
+    ).first()
+    return dict(figures) if figures is not None else None
 
 
 class Profiles:
@@ -32,21 +48,10 @@ class Profiles:
 
     @survives_outages
     def latest(self, machine_id: int) -> dict[str, Any] | None:
-        """The newest profile's figures of this machine, or None if it was never profiled. A
-        fingerprint differs with the thread count and software versions; the roof does not, so a
-        profile of the same host (name and CPU model) under another fingerprint counts too."""
+        """The newest profile's figures of this machine, or None if it was never profiled."""
         with self._sessions.read() as session:
             machine = session.get(Machine, machine_id)
-            if machine is None:
-                return None
-            figures = session.scalars(
-                select(MachineProfile.figures)
-                .join(Machine, Machine.id == MachineProfile.machine_id)
-                .where(Machine.name == machine.name, Machine.cpu_model == machine.cpu_model)
-                .order_by((MachineProfile.machine_id == machine_id).desc(), MachineProfile.id.desc())
-                .limit(1)
-            ).first()
-            return dict(figures) if figures is not None else None
+            return newest_roof(session, machine) if machine is not None else None
 
     def for_run(self, run_id: int) -> tuple[str, dict[str, Any] | None]:
         """The run's machine name and that machine's newest roof (None if never profiled)."""

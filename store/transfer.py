@@ -26,9 +26,10 @@ from store.annotations import check_tag
 from store.errors import StoreError
 from store.files import write_whole
 from store.import_checks import check_row
+from store.profiles import newest_roof
 from store.records import CaseRecord, MachineRecord, MeasurementRecord, SampleRecord, case_key
 from store.results import write_measurements
-from store.schema import Case, Machine, MachineProfile, Measurement, Model, Run, RunTag, Sample, utc_now
+from store.schema import Case, Machine, Measurement, Model, Run, RunTag, Sample, utc_now
 from store.store import Store
 from store.user_text import flatten_lines
 
@@ -56,13 +57,8 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
                 "finished_at": _time(run.finished_at),
                 "machine": {field: getattr(machine, field) for field in MACHINE_FIELDS},
                 "tags": sorted(session.scalars(select(RunTag.name).where(RunTag.run_id == run.id))),
-                # The machine's newest measured roof travels with its runs (None if never profiled).
-                "machine_profile": session.scalars(
-                    select(MachineProfile.figures)
-                    .where(MachineProfile.machine_id == run.machine_id)
-                    .order_by(MachineProfile.id.desc())
-                    .limit(1)
-                ).first(),
+                # The roof the run is judged on travels with it (None if the host was never profiled).
+                "machine_profile": newest_roof(session, machine),
             }
             cases = session.execute(
                 select(Case, Measurement)

@@ -139,3 +139,39 @@ def test_an_ab_sessions_rounds_travel_with_its_samples(filled_store_url: str, st
     imported_id = int(frames.runs(target).iloc[-1]["run_id"])
     pd.testing.assert_frame_equal(snapshot(source, run_id)[1], snapshot(target, imported_id)[1], check_dtype=False)
     assert snapshot(target, imported_id)[1]["round_index"].notna().any()
+
+
+def test_a_run_exports_the_roof_its_host_was_profiled_with_under_another_fingerprint(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    """`decodelab machine profile` runs on every core and a sweep on one thread, so the same host
+    has two fingerprints: the run is judged on the roof stored under the other one
+    (Profiles.latest), and that roof must travel with its export too (it was exported as none)."""
+    import sqlalchemy as sa
+
+    from tests.conftest import copy_store
+
+    url = copy_store(filled_store_url, tmp_path / "two-fingerprints.db")
+    store = Store(url)
+    run_id = int(frames.runs(store).iloc[-1]["run_id"])
+    with store.engine.begin() as connection:
+        machine_id = connection.execute(sa.text("select machine_id from run where id = :run"), {"run": run_id}).scalar()
+        columns = "name, cpu_model, cores, memory_bytes, os, python_version, torch_version, device, created_at"
+        connection.execute(
+            sa.text(
+                f"insert into machine (fingerprint, threads, {columns}) "
+                f"select 'all-cores', threads + 1, {columns} from machine where id = :machine"
+            ),
+            {"machine": machine_id},
+        )
+        profiled = connection.execute(sa.text("select id from machine where fingerprint = 'all-cores'")).scalar()
+        connection.execute(sa.text("delete from machine_profile"))
+    roof = {"instruction_set": "avx2", "bandwidth": {"L1": 1.0}}
+    store.profiles.save(profiled, "avx2", False, roof)
+    assert store.profiles.for_run(run_id)[1] == roof
+    exported = tmp_path / "run.json"
+    done = decodelab(
+        "export", "--db", url, "--run", str(run_id), "--format", "json", "--out", str(exported), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert {json.dumps(row["run"]["machine_profile"]) for row in json.loads(exported.read_text())} == {json.dumps(roof)}
