@@ -9,7 +9,8 @@ profile``'s, as in tests/fixtures/*-profile.json), so nothing is measured and no
 a developer on one CPU checks the model against the other's files. ``--bench`` is a file of the
 benchmark's ``name=value`` lines (e.g. another machine's), given as often as there are files; a
 ``--measure`` output's sentence ``measured acceptance A: measured Sx`` is read too (older
-outputs printed the speculative figures only that way), and ``--measured-acceptance`` /
+outputs printed the speculative figures only that way), as is the benchmark's own ``fast
+speculative, fast_int8 draft, k=4: Sx ... at acceptance A`` line, and ``--measured-acceptance`` /
 ``--measured-speedup`` give them where no file holds them. The predictions need only the roof,
 so a machine that cannot run here is judged by its profile.
 ``--measure`` times the figures here instead, in seconds rather than the benchmark's minutes
@@ -40,13 +41,18 @@ QUICK = roofline_model.Shape(vocab=103, d_model=128, layers=3, heads=4)  # the q
 TOKENS, VERIFY_K = 256, 4
 
 
-# An older --measure output's speculative sentence (its figures had no name=value lines).
-MEASURED_SENTENCE = re.compile(r"measured acceptance ([0-9.]+): measured ([0-9.]+)x")
+# An older --measure output's speculative sentence (its figures had no name=value lines), and
+# decode_vs_transformers.py's (its acceptance has no name=value line): (acceptance, speedup) each.
+MEASURED_SENTENCE = re.compile(r"measured acceptance (?P<acceptance>[0-9.]+): measured (?P<speedup>[0-9.]+)x")
+BENCH_SENTENCE = re.compile(
+    rf"fast speculative, fast_int8 draft, k={VERIFY_K}: (?P<speedup>[0-9.]+)x plain fast decoding .* "
+    r"at acceptance (?P<acceptance>[0-9.]+)"
+)
 
 
 def read_bench(paths: list[Path]) -> dict[str, float]:
     """Every ``name=value`` line of the files (a later file's value wins), and the speculative
-    figures of an older --measure output's sentence."""
+    figures of an older --measure output's sentence or of the benchmark's k = 4 line."""
     measured: dict[str, float] = {}
     for path in paths:
         for line in path.read_text().splitlines():
@@ -54,10 +60,10 @@ def read_bench(paths: list[Path]) -> dict[str, float]:
             try:
                 measured[name.strip()] = float(value)
             except ValueError:
-                found = MEASURED_SENTENCE.search(line)
+                found = MEASURED_SENTENCE.search(line) or BENCH_SENTENCE.search(line)
                 if found:
-                    measured[f"fast_int8_draft_k{VERIFY_K}_acceptance"] = float(found.group(1))
-                    measured[f"fast_int8_draft_k{VERIFY_K}_speedup"] = float(found.group(2))
+                    measured[f"fast_int8_draft_k{VERIFY_K}_acceptance"] = float(found["acceptance"])
+                    measured[f"fast_int8_draft_k{VERIFY_K}_speedup"] = float(found["speedup"])
     return measured
 
 
