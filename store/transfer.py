@@ -2,12 +2,12 @@
 the seven export columns first) with what an import needs beside it, and the import.
 
 Each row also carries its case key, its raw samples and its run (uid, machine fingerprint
-fields, model hash, spec, status, times, the reviewers' note and tags, the machine's newest
-measured roof). Importing recreates the machine by fingerprint (with its roof, where this store
-has none for it), links the model where the target store holds it (the run keeps the hash
-either way), and writes each run in one transaction; a run whose uid is already there only gains
-the cases it lacks, so importing twice adds nothing. Tags are merged; a note is taken where the
-run has none here.
+fields, model hash, spec, status, times, the reviewers' note and tags, the roof it is judged on:
+its host's newest, under any of the host's fingerprints). Importing recreates the machine by
+fingerprint (with its roof, where this store has none for it), links the model where the target
+store holds it (the run keeps the hash either way), and writes each run in one transaction; a run
+whose uid is already there only gains the cases it lacks, so importing twice adds nothing. Tags
+are merged; a note is taken where the run has none here.
 """
 
 from __future__ import annotations
