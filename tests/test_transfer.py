@@ -164,7 +164,7 @@ def test_a_run_exports_the_roof_its_host_was_profiled_with_under_another_fingerp
             ),
             {"machine": machine_id},
         )
-        profiled = connection.execute(sa.text("select id from machine where fingerprint = 'all-cores'")).scalar()
+        profiled = connection.execute(sa.text("select id from machine where fingerprint = 'all-cores'")).scalar_one()
         connection.execute(sa.text("delete from machine_profile"))
     roof = {"instruction_set": "avx2", "bandwidth": {"L1": 1.0}}
     store.profiles.save(profiled, "avx2", False, roof)
