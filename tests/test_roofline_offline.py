@@ -88,6 +88,20 @@ def import_fixture_runs(names: tuple[str, ...], url: str, directory: Path) -> No
         assert result.returncode == 0, result.stderr
 
 
+def checked_run(url: str, run: str) -> tuple[str, dict[str, str]]:
+    """speculative_roofline_check.py on ``run`` of ``url``, asserted to succeed: its output and its
+    ``name=value`` figures."""
+    result = run_script(CHECK, "--db", url, "--run", run)
+    assert result.returncode == 0, result.stderr
+    return result.stdout, name_values(result.stdout)
+
+
+def verdicts(figures: dict[str, str], name: str) -> tuple[int, int]:
+    """(right, cases) of a ``fast_<name>`` count such as ``fast_clear_verdicts_right=8/9``."""
+    right, cases = map(int, figures[f"fast_{name}"].split("/"))
+    return right, cases
+
+
 def test_the_epyc_figures_and_verdict_come_back_from_its_files_alone() -> None:
     """The offline run reproduces what `roofline_predict.py --measure` printed on the EPYC itself
     (from a store holding the same profile): every predicted figure and the wrong verdict."""
@@ -256,13 +270,11 @@ def test_the_loops_costs_put_the_epyc_speculative_cases_right(imported_quick_run
     """On the EPYC's quiet quick run the roofline without the loop's costs was 95% off (median)
     and called every fast case a win that lost; with them the fast impl's median |error| is within
     25% and every verdict right. The eager static target is withheld, not predicted."""
-    result = run_script(CHECK, "--db", imported_quick_runs, "--run", "1")
-    assert result.returncode == 0, result.stderr
-    figures = name_values(result.stdout)
+    output, figures = checked_run(imported_quick_runs, "1")
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
-    right, cases = map(int, figures["fast_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "verdicts_right")
     assert cases == 14 and right == cases
-    assert result.stdout.count("withheld (eager target)") == 14
+    assert output.count("withheld (eager target)") == 14
     assert "static_median_abs_roofline_speedup_error" not in figures
     # What decides on the EPYC: its verification (a compute-bound pass of several positions).
     assert figures["fast_deciding_cost"] == "verification"
@@ -284,9 +296,9 @@ def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_r
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
     # Every case measured more than 10% from a tie is called right; the ties (bigram 1.03x and
     # 1.05x, fast_int8 0.94x) are predicted within 16% but on the other side of 1.0.
-    right, cases = map(int, figures["fast_clear_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "clear_verdicts_right")
     assert cases >= 5 and right == cases
-    right, cases = map(int, figures["fast_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "verdicts_right")
     assert cases == 10 and right >= 7
     # What decides on the Xeon: the draft calls (its verification costs only 1.3 steps there).
     assert figures["fast_deciding_cost"] == "draft"
@@ -299,16 +311,14 @@ def test_the_loops_costs_put_the_third_cpus_speculative_cases_right(imported_qui
     miss is a tie: the n-gram draft's confidence schedule, measured 1.04x and predicted 1.00x). As
     on the EPYC, its verification decides, and speculative decoding wins there (1.8-1.9x with the
     fast int8 draft at k = 4)."""
-    result = run_script(CHECK, "--db", imported_quick_runs, "--run", "3")
-    assert result.returncode == 0, result.stderr
-    figures = name_values(result.stdout)
+    output, figures = checked_run(imported_quick_runs, "3")
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
-    right, cases = map(int, figures["fast_clear_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "clear_verdicts_right")
     assert cases >= 10 and right == cases
-    right, cases = map(int, figures["fast_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "verdicts_right")
     assert cases == 14 and right >= 13
     assert figures["fast_deciding_cost"] == "verification"
-    assert "xeon16 fast: best predicted fast_int8 k=4" in result.stdout
+    assert "xeon16 fast: best predicted fast_int8 k=4" in output
 
 
 def test_the_loops_costs_put_the_zen5_epycs_fast_int8_cases_right(imported_quick_runs: str) -> None:
@@ -318,16 +328,14 @@ def test_the_loops_costs_put_the_zen5_epycs_fast_int8_cases_right(imported_quick
     from a tie in this run; its verification decides. In its three other quick runs one or two
     clear verdicts were wrong, each a table draft's (the loop in Python: bigram and n-gram, fixed k
     under-predicted and the confidence schedule over-predicted by 10-28%; docs/performance.md)."""
-    result = run_script(CHECK, "--db", imported_quick_runs, "--run", "4")
-    assert result.returncode == 0, result.stderr
-    figures = name_values(result.stdout)
+    output, figures = checked_run(imported_quick_runs, "4")
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
-    right, cases = map(int, figures["fast_clear_verdicts_right"].split("/"))
+    right, cases = verdicts(figures, "clear_verdicts_right")
     assert cases >= 8 and right == cases
-    compiled = [line for line in result.stdout.splitlines() if line.startswith("fast   fast_int8")]
+    compiled = [line for line in output.splitlines() if line.startswith("fast   fast_int8")]
     assert len(compiled) == 6 and all("verdict right" in line for line in compiled)
     assert figures["fast_deciding_cost"] == "verification"
-    assert "epyc5 fast: best predicted fast_int8 k=4" in result.stdout
+    assert "epyc5 fast: best predicted fast_int8 k=4" in output
 
 
 def test_the_held_out_spec_on_two_xeons_gets_its_verdicts_right(tmp_path: Path) -> None:
@@ -341,13 +349,11 @@ def test_the_held_out_spec_on_two_xeons_gets_its_verdicts_right(tmp_path: Path) 
     url = f"sqlite:///{tmp_path / 'held-out.db'}"
     import_fixture_runs(("xeon-vm-held-out", "xeon16-held-out"), url, tmp_path)
     for run, machine in (("1", "xeon-vm"), ("2", "xeon16")):
-        result = run_script(CHECK, "--db", url, "--run", run)
-        assert result.returncode == 0, result.stderr
-        figures = name_values(result.stdout)
+        output, figures = checked_run(url, run)
         assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.10, machine
-        right, cases = map(int, figures["fast_clear_verdicts_right"].split("/"))
+        right, cases = verdicts(figures, "clear_verdicts_right")
         assert cases >= 10 and right == cases, machine
-        fixed = [line for line in result.stdout.splitlines() if line.startswith("fast   fast_int8 fixed")]
+        fixed = [line for line in output.splitlines() if line.startswith("fast   fast_int8 fixed")]
         assert len(fixed) == 3 and all("verdict right" in line for line in fixed), machine
 
 
@@ -388,13 +394,11 @@ def test_the_held_out_spec_on_the_zen5_epyc_prices_its_compiled_loop_right(impor
     overlaps (its 5-position verification costs 1.49 plain steps by the kernel clock, the roof
     prices 1.73), and the Python loop's fitted overhead cannot carry an error that grows with the
     positions verified (docs/performance.md)."""
-    result = run_script(CHECK, "--db", imported_held_out_runs, "--run", "3")
-    assert result.returncode == 0, result.stderr
-    figures = name_values(result.stdout)
+    output, figures = checked_run(imported_held_out_runs, "3")
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.10
-    compiled = [line for line in result.stdout.splitlines() if line.startswith("fast   fast_int8")]
+    compiled = [line for line in output.splitlines() if line.startswith("fast   fast_int8")]
     assert len(compiled) == 6 and all("verdict right" in line for line in compiled)
-    wrong = [line.split()[1:3] for line in result.stdout.splitlines() if "verdict wrong" in line]
+    wrong = [line.split()[1:3] for line in output.splitlines() if "verdict wrong" in line]
     assert wrong == [["bigram", "confidence"], ["ngram", "confidence"]]
 
 
