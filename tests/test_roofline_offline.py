@@ -88,10 +88,10 @@ def import_fixture_runs(names: tuple[str, ...], url: str, directory: Path) -> No
         assert result.returncode == 0, result.stderr
 
 
-def checked_run(url: str, run: str) -> tuple[str, dict[str, str]]:
-    """speculative_roofline_check.py on ``run`` of ``url``, asserted to succeed: its output and its
-    ``name=value`` figures."""
-    result = run_script(CHECK, "--db", url, "--run", run)
+def checked_run(url: str, run: str, *more: str) -> tuple[str, dict[str, str]]:
+    """speculative_roofline_check.py on ``run`` of ``url`` (and ``more`` arguments), asserted to
+    succeed: its output and its ``name=value`` figures."""
+    result = run_script(CHECK, "--db", url, "--run", run, *more)
     assert result.returncode == 0, result.stderr
     return result.stdout, name_values(result.stdout)
 
@@ -288,11 +288,7 @@ def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_r
     refused = run_script(CHECK, "--db", imported_quick_runs, "--run", "2")
     assert refused.returncode != 0
     assert refused.stderr.strip() == "error: --profile: run 2's machine xeon-amx has no stored roof; give one"
-    result = run_script(
-        CHECK, "--db", imported_quick_runs, "--run", "2", "--profile", str(FIXTURES / "xeon-amx-profile.json")
-    )
-    assert result.returncode == 0, result.stderr
-    figures = name_values(result.stdout)
+    _, figures = checked_run(imported_quick_runs, "2", "--profile", str(FIXTURES / "xeon-amx-profile.json"))
     assert float(figures["fast_median_abs_roofline_speedup_error"]) <= 0.25
     # Every case measured more than 10% from a tie is called right; the ties (bigram 1.03x and
     # 1.05x, fast_int8 0.94x) are predicted within 16% but on the other side of 1.0.
