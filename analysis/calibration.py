@@ -308,7 +308,10 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
             family: (injector.rows[(injector.rows["experiment"] == family[0]) & (injector.rows["impl"] == family[1])])
             for family in set(zip(cases["experiment"], cases["impl"], strict=True))
         }
-        singles = cases if len(cases) <= SINGLE_CASES else cases.sample(SINGLE_CASES, random_state=run_id)
+        # In a fixed order first: the review lists its rows by verdict, and the sample must not
+        # depend on what the A/A review said.
+        ordered = cases.sort_values(["experiment", "impl", "metric", "point"], key=lambda column: column.astype(str))
+        singles = ordered if len(ordered) <= SINGLE_CASES else ordered.sample(SINGLE_CASES, random_state=run_id)
         for slowdown in SLOWDOWNS:
             trials: list[tuple[str, pd.DataFrame | None, set[int]]] = [
                 ("single_case", families[(str(experiment), str(impl))], {int(ident)})

@@ -261,6 +261,26 @@ def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
         assert review_lines.judged_fraction(table) == 1.0
 
 
+def test_a_change_below_the_smallest_one_the_review_flags_is_within_noise_however_sure() -> None:
+    """Quiet samples (σ 0.2%) on a machine known not to drift: a case 2% slower is significant but
+    below SMALLEST_CHANGE (3%), so within noise, and says it would have seen ≥ 3%; 5% is regressed."""
+    for slowdown, expected in ((1.02, "within noise"), (1.05, "regressed")):
+        base_cases = [(e, p, noisy_ratios(1.5, i, sigma=0.002)) for i, (e, p) in enumerate(GRID)]
+        run_cases = [
+            (e, p, noisy_ratios(1.5 / (slowdown if i == 0 else 1.0), 50 + i, sigma=0.002))
+            for i, (e, p) in enumerate(GRID)
+        ]
+        (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+        table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples), drift=0.0)
+        slowed = table[table["point"] == review.case_points(run)[(GRID[0][0], review.params_key(GRID[0][1]))]]
+        assert len(slowed) == 1 and float(slowed["adjusted_p"].iloc[0]) < review.ALPHA, slowed
+        assert slowed["verdict"].iloc[0] == expected, (slowdown, slowed[["change", "verdict"]])
+        assert (table.loc[table["kind"] == "timed", "detectable"] >= review.SMALLEST_CHANGE - 1e-12).all()
+        others = table[(table["kind"] == "timed") & (table.index != slowed.index[0])]
+        assert not others["verdict"].isin(["regressed", "improved"]).any()
+    assert review_lines.verdict_label(slowed.iloc[0].to_dict()) == "regressed"
+
+
 def test_the_minimum_detectable_effect_shrinks_as_pairs_are_added() -> None:
     """The same noise at 3, 5, 9 and 17 pairs: each tested row would have seen less (on a machine
     known not to drift, so that the drift allowance does not set the bound)."""
