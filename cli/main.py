@@ -234,7 +234,7 @@ def export(
     """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit.
 
     JSON rows also carry each measurement's raw samples and its run, so `decodelab import` can
-    recreate the run in another store."""
+    recreate the run in another store; a JSON file named *.gz is written gzip-compressed."""
     from store.export import EXPORT_FORMATS, write_export
 
     if export_format not in EXPORT_FORMATS:
@@ -256,7 +256,9 @@ def export(
 
 @app.command("import")
 def import_runs(
-    file: Annotated[Path, typer.Argument(help="A JSON file written by `decodelab export --format json`.")],
+    file: Annotated[
+        Path, typer.Argument(help="A JSON file written by `decodelab export --format json`, plain or gzip-compressed.")
+    ],
     db: DbOption = None,
 ) -> None:
     """Import exported runs into this store (importing twice adds nothing)."""

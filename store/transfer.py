@@ -8,11 +8,16 @@ fingerprint (with its roof, where this store has none for it), links the model w
 store holds it (the run keeps the hash either way), and writes each run in one transaction; a run
 whose uid is already there only gains the cases it lacks, so importing twice adds nothing. Tags
 are merged; a note is taken where the run has none here.
+
+An export whose name ends in ``.gz`` is written gzip-compressed (a quick run's 2 MB becomes about
+200 KB), and an import reads either kind, whatever the name.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections import defaultdict
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -35,6 +40,11 @@ from store.user_text import flatten_lines
 
 MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
 RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
+GZIP_MAGIC = b"\x1f\x8b"
+# An export is a few MB of JSON (a quick run's about 2 MB). A file holding more is refused before it
+# fills memory: a gzip-compressed one can inflate a thousandfold, so a shared file of 1 MB could
+# otherwise ask for a gigabyte.
+MAX_EXPORT_BYTES = 256 * 1024 * 1024
 
 
 def _time(value: datetime | None) -> str | None:
@@ -94,9 +104,26 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
 
 def write_json_export(store: Store, path: Path, run_id: int | None = None) -> int:
     rows = export_json_rows(store, run_id)
-    text = json.dumps(rows, indent=1, default=str)
-    write_whole(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    data = json.dumps(rows, indent=1, default=str).encode("utf-8")
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)  # the same rows give the same bytes
+    write_whole(path, lambda temporary: temporary.write_bytes(data))
     return len(rows)
+
+
+def export_text(path: Path) -> str:
+    """The JSON text of an export, plain or gzip-compressed (told by its first two bytes); at most
+    MAX_EXPORT_BYTES of it."""
+    with path.open("rb") as handle:
+        compressed = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    with gzip.open(path, "rb") if compressed else path.open("rb") as handle:
+        data = handle.read(MAX_EXPORT_BYTES + 1)
+    if len(data) > MAX_EXPORT_BYTES:
+        raise StoreError(
+            f"import: {str(path)!r} holds more than {MAX_EXPORT_BYTES // 2**20} MiB of JSON"
+            f"{' once decompressed' if compressed else ''} (allowed: at most {MAX_EXPORT_BYTES // 2**20} MiB)"
+        )
+    return data.decode("utf-8")
 
 
 def _parse_time(value: str | None, field: str) -> datetime | None:
@@ -114,9 +141,10 @@ def read_export(path: Path) -> list[dict[str, Any]]:
     """The rows of an export, each checked and its text cleaned (store.import_checks): a bad file
     is refused in one line before anything is written."""
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        # ValueError: malformed JSON, or an integer longer than Python reads (4,300 digits).
+        rows = json.loads(export_text(path))
+    except (OSError, UnicodeDecodeError, ValueError, EOFError, zlib.error) as error:
+        # ValueError: malformed JSON, or an integer longer than Python reads (4,300 digits);
+        # OSError, EOFError, zlib.error: a file that cannot be read, or a damaged or cut gzip stream.
         reason = flatten_lines(str(error))[:200]
         raise StoreError(f"import: cannot read {str(path)!r} as a decodelab JSON export ({reason})") from None
     except RecursionError:

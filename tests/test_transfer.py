@@ -105,6 +105,53 @@ def test_importing_something_else_is_refused(tmp_path: Path, sqlite_url: str) ->
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_export_named_gz_is_compressed_and_imports_as_the_plain_one_does(
+    filled_store_url: str, exported_run: tuple[int, Path], tmp_path: Path
+) -> None:
+    """`--out run.json.gz` writes gzip (the shared machines' runs travel so); an import reads it
+    whatever its name, and the run it makes is the plain export's run."""
+    run_id, plain = exported_run
+    packed = tmp_path / "run.json.gz"
+    exported = decodelab(
+        "export", "--db", filled_store_url, "--run", str(run_id), "--format", "json", "--out", str(packed), cwd=tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert packed.read_bytes()[:2] == b"\x1f\x8b" and packed.stat().st_size < plain.stat().st_size / 3
+    renamed = tmp_path / "run.json"  # the content, not the name, says it is compressed
+    renamed.write_bytes(packed.read_bytes())
+    stores = {}
+    for name, path in (("plain", plain), ("packed", renamed)):
+        url = f"sqlite:///{tmp_path / name}.db"
+        result = decodelab("import", str(path), "--db", url, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        stores[name] = Store(url)
+    plain_measurements, plain_samples, plain_run = snapshot(stores["plain"], 1)
+    packed_measurements, packed_samples, packed_run = snapshot(stores["packed"], 1)
+    assert plain_measurements.equals(packed_measurements) and plain_samples.equals(packed_samples)
+    assert plain_run.equals(packed_run)
+
+
+def test_a_damaged_or_oversized_compressed_export_is_refused_in_one_line(
+    exported_run: tuple[int, Path], tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    from store import transfer
+    from store.errors import StoreError
+
+    _, plain = exported_run
+    packed = gzip.compress(plain.read_bytes())
+    (tmp_path / "cut.json.gz").write_bytes(packed[: len(packed) // 2])
+    result = decodelab("import", str(tmp_path / "cut.json.gz"), "--db", sqlite_url, cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: import: cannot read") and "end-of-stream" in result.stderr
+    # A small file that inflates past the limit is refused before the rest is read.
+    (tmp_path / "whole.json.gz").write_bytes(packed)
+    monkeypatch.setattr(transfer, "MAX_EXPORT_BYTES", len(plain.read_bytes()) // 2)
+    with pytest.raises(StoreError, match=r"holds more than .* of JSON once decompressed \(allowed: at most"):
+        transfer.read_export(tmp_path / "whole.json.gz")
+
+
 def test_an_ab_sessions_rounds_travel_with_its_samples(filled_store_url: str, store_url: str, tmp_path: Path) -> None:
     """A sample's round (an A/B session's) is a fourth element of the export and comes back on
     import; samples without one stay three elements."""
