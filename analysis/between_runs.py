@@ -71,6 +71,14 @@ DEFAULT_DRIFT = math.log(1.15)
 # machine's noisiest families crossed it in 12 of 75 verdicts of a quiet Xeon A/A review.
 DRIFT_QUANTILE = 0.99
 DRIFT_MIN_VALUES = 20
+# Earlier runs after which a review's floors have seen how the machine moves between runs. A
+# group's level (its cases' median) moves as one value a run, so n earlier runs give it n − 1
+# degrees of freedom however many cases it holds, and a machine that steps now and then (a
+# whole family of the Zen 5 EPYC's cases moved 4-7% between runs minutes apart) crosses floors
+# learned from a few quiet runs. Measured there (docs/review-measurements.md, tenth session):
+# reviews with 1-3 earlier runs, 9 false alerts in 201 verdicts; with 8-14, none in 469. Fewer
+# than this, the review says so.
+SETTLED_HISTORY = 8
 # Cases without an impl parameter decode through eager PyTorch, the static impl.
 DEFAULT_IMPL = "static"
 

@@ -96,15 +96,23 @@ def build_report(
                 f"the {which} recorded metrics under their old names, shown under the current ones: {renamed}"
             )
     timed = table[table["kind"] == "timed"]
+    sweep = markdown_text(sweep_label(run.get("preset"), run.get("spec")))  # by name, never "nan"; escaped
     if not timed.empty and not inputs.between and not inputs.interleaved:
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
-        sweep = markdown_text(sweep_label(run.get("preset"), run.get("spec")))  # by name, never "nan"; escaped
         warnings.append(
             f"fewer than two earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
             f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size are `unknown drift`, not a "
             "regression (run the preset again to learn it)"
+        )
+    elif not timed.empty and not inputs.interleaved and inputs.floor_runs < review.SETTLED_HISTORY:
+        warnings.append(
+            f"the between-run floors rest on {inputs.floor_runs} earlier done runs of {sweep} on this machine: a "
+            f"group of cases that moves together between runs is known from {inputs.floor_runs - 1} of its "
+            "moves however many cases it holds, so a step of the machine can read as a change of a whole "
+            f"group until about {review.SETTLED_HISTORY} runs are known; rerun before believing rows of one "
+            "experiment that all moved the same way"
         )
     if waiting := review_lines.waiting_line(table):
         warnings.append(waiting)

@@ -38,6 +38,9 @@ class ReviewInputs:
     # review.family_floors over the same earlier runs: how far each experiment · metric · impl group
     # moves together between runs.
     families: dict[tuple[str, str, str], review.FamilyFloor] = field(default_factory=dict)
+    # How many of ``earlier`` hold timed headline values the floors were learned on (the newest
+    # HISTORY_WINDOW of them at most).
+    floor_runs: int = 0
     # review.side_by_side of the two runs, by headline_only: made once however often they are judged
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -79,8 +82,10 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
     between: dict[tuple[str, str, str], float] = {}
     families: dict[tuple[str, str, str], review.FamilyFloor] = {}
     drift = None
+    floor_runs = 0
     if not history.empty and not interleaved:
         earlier_history = history[history["run_id"].isin(earlier)]
+        floor_runs = min(int(earlier_history["run_id"].nunique()), review.HISTORY_WINDOW)
         between = review.between_run_floors(earlier_history)
         families = review.family_floors(earlier_history)
         drift = review.drift_of(machine_moves(history, runs, runs_module.machine_runs_before(runs, run_id)))
@@ -96,6 +101,7 @@ def read_inputs(store: Store, run_id: int, baseline_id: int, runs: pd.DataFrame 
         interleaved,
         {(experiment, case_key(params)): why for experiment, params, why in store.results.unmeasured_cases(run_id)},
         families,
+        floor_runs,
     )
 
 

@@ -22,7 +22,7 @@ from store import frames
 from store.errors import StoreError
 from store.store import Store
 from tests.conftest import copy_store, run_decodelab
-from tests.review_helpers import reviewed_pair
+from tests.review_helpers import reviewed_pair, slowed_copy
 
 PAIRED = {"part": "speculative", "draft": "bigram", "k": 4, "impl": "static"}
 AA = {"part": "aa", "draft": "none", "k": 0, "impl": "static"}
@@ -314,6 +314,27 @@ def test_a_real_run_slowed_on_purpose_is_flagged_and_reported(filled_store_url: 
     addresses = set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page))
     assert addresses <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, addresses
     assert "<script" not in page and "<link" not in page
+
+
+def test_a_review_on_fewer_than_eight_earlier_runs_says_its_floors_rest_on_them(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    """Floors learned from a few runs cannot know how the machine steps between runs: the review
+    says how many runs they rest on until SETTLED_HISTORY are known, and then says nothing."""
+    store = Store(copy_store(filled_store_url, tmp_path / "history.db"))
+    copies = [slowed_copy(store, 1, slower_by=1.0, hours_later=hours, steady=True) for hours in range(1, 11)]
+    earlier = {run: len(review.earlier_comparable_runs(frames.runs(store), run)) for run in copies}
+    short = next(run for run in copies if earlier[run] == 3)
+    said = [
+        warning
+        for warning in report.build_report(store, short, short - 1, calibrated=False).warnings
+        if "floors" in warning
+    ]
+    assert said and said[0].startswith("the between-run floors rest on 3 earlier done runs of ")
+    assert " on this machine: " in said[0] and "known from 2 of its moves" in said[0]
+    settled = next(run for run in copies if earlier[run] >= review.SETTLED_HISTORY)
+    built = report.build_report(store, settled, settled - 1, calibrated=False)
+    assert not [warning for warning in built.warnings if "floors rest on" in warning]
 
 
 @pytest.mark.slow
