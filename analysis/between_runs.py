@@ -168,6 +168,7 @@ class FamilyFloor(NamedTuple):
 
     floor: float  # |log|: the group's median shift must exceed it
     cases: int  # the median over its runs of the cases a run held: a median of fewer is noisier
+    runs: int = 0  # the runs it was learned on
 
 
 def family_floors(history: pd.DataFrame) -> dict[FamilyKey, FamilyFloor]:
@@ -205,7 +206,7 @@ def family_floors(history: pd.DataFrame) -> dict[FamilyKey, FamilyFloor]:
     for family, (runs, sigma, cases) in spreads.items():
         floor = moderated_floor(sigma, runs, prior)
         if floor is not None:
-            floors[family] = FamilyFloor(floor, cases)
+            floors[family] = FamilyFloor(floor, cases, runs)
     return floors
 
 

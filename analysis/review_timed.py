@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.between_runs import FamilyFloor
+from analysis.between_runs import SETTLED_HISTORY, FamilyFloor
 from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_matched
 from analysis.statistics import (
     LogShiftTest,
@@ -148,18 +148,23 @@ class GroupMove:
 def group_moves(
     rows: list[dict[str, Any]], tests: Mapping[int, TimedTest], families: Mapping[GroupKey, FamilyFloor]
 ) -> dict[GroupKey, GroupMove]:
-    """The groups of ratio rows (a paired speedup's, not a min-of-N time's) whose median shift, over
-    GROUP_MIN_ROWS or more rows with a between-run floor, is beyond their group floor. A case's own
-    floor must cover its own moves between runs as well as its group's; the median of a group
-    averages the cases' own moves out, so a change that moves a whole group can be seen where no
-    single case of it clears its own floor. Min-of-N times are left out: the host's speed moves
-    every absolute time of a group alike and in heavy-tailed steps (on one Xeon store a group
-    whose level deviated 0.5% from run to run over eight runs moved 3.8% in the ninth), where a
-    ratio's two sides cancel it."""
+    """The groups of rows whose median shift, over GROUP_MIN_ROWS or more rows with a between-run
+    floor, is beyond their group floor. A case's own floor must cover its own moves between runs as
+    well as its group's; the median of a group averages the cases' own moves out, so a change that
+    moves a whole group can be seen where no single case of it clears its own floor.
+
+    Min-of-N times (absolute seconds) join only where their group floor was learned on
+    SETTLED_HISTORY runs or more: the host's speed moves every absolute time of a group alike and in
+    heavy-tailed steps, where a ratio's two sides cancel it. On eight runs of the Zen 5 EPYC they
+    added 4 false alerts to 16 (docs/review-measurements.md); with 8-14 earlier runs none to 0 of
+    469, and a 10% change of the fast impl's overhead times went from 36% of its rows flagged to
+    95%. One Xeon store warns that history is no guarantee: a group whose level deviated 0.5% from
+    run to run over eight runs moved 3.8% in the ninth."""
     shifts: dict[GroupKey, list[float]] = {}
     for index, test in tests.items():
-        if test.floor.between is not None and not test.absolute:
-            key = (str(rows[index]["experiment"]), str(rows[index]["metric"]), test.family[1])
+        key = (str(rows[index]["experiment"]), str(rows[index]["metric"]), test.family[1])
+        settled = key in families and families[key].runs >= SETTLED_HISTORY
+        if test.floor.between is not None and (settled or not test.absolute):
             shifts.setdefault(key, []).append(test.test.shift)
     moves = {
         key: GroupMove(statistics.median(values), families[key].floor, len(values))

@@ -90,14 +90,25 @@ def timed(shift: float, absolute: bool) -> TimedTest:
     )
 
 
-def test_min_of_n_times_never_move_a_group() -> None:
-    """Absolute times move with the host's speed, every case of a group alike: their median is not
-    taken as a group's move, however far it went; ratios of the same shifts are."""
+def test_min_of_n_times_move_a_group_only_once_its_floor_has_seen_settled_history() -> None:
+    """Absolute times move with the host's speed, every case of a group alike and in steps a few
+    runs do not show: their median is not taken as a group's move while the group floor rests on
+    fewer than SETTLED_HISTORY runs, however far it went; ratios of the same shifts are. From
+    SETTLED_HISTORY runs on, the times move a group too."""
     rows = [{"experiment": "overhead", "metric": "seconds_per_token"} for _ in range(6)]
-    families = {("overhead", "seconds_per_token", "static"): FamilyFloor(GROUP_FLOOR, 6)}
-    assert group_moves(rows, {i: timed(0.1, absolute=True) for i in range(6)}, families) == {}
-    moved = group_moves(rows, {i: timed(0.1, absolute=False) for i in range(6)}, families)
-    assert moved == {("overhead", "seconds_per_token", "static"): GroupMove(0.1, GROUP_FLOOR, 6)}
+    key = ("overhead", "seconds_per_token", "static")
+    young = {key: FamilyFloor(GROUP_FLOOR, 6, between_runs.SETTLED_HISTORY - 1)}
+    assert group_moves(rows, {i: timed(0.1, absolute=True) for i in range(6)}, young) == {}
+    moved = group_moves(rows, {i: timed(0.1, absolute=False) for i in range(6)}, young)
+    assert moved == {key: GroupMove(0.1, GROUP_FLOOR, 6)}
+    settled = {key: FamilyFloor(GROUP_FLOOR, 6, between_runs.SETTLED_HISTORY)}
+    assert group_moves(rows, {i: timed(0.1, absolute=True) for i in range(6)}, settled) == moved
+
+
+def test_a_group_floor_knows_the_runs_it_was_learned_on() -> None:
+    generator = random.Random(5)
+    cases = [[generator.gauss(0.0, 0.03) for _ in range(9)] for _ in range(6)]
+    assert between_runs.family_floors(history(cases))[("speculative", METRIC, "fast")].runs == 9
 
 
 def test_a_groups_level_floor_is_narrower_than_its_cases_own_floors() -> None:
