@@ -310,7 +310,9 @@ def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newe
         }
         # In a fixed order first: the review lists its rows by verdict, and the sample must not
         # depend on what the A/A review said.
-        ordered = cases.sort_values(["experiment", "impl", "metric", "point"], key=lambda column: column.astype(str))
+        ordered = cases.sort_values(
+            ["experiment", "impl", "metric", "point", "measurement_id_run"], key=lambda column: column.astype(str)
+        )
         singles = ordered if len(ordered) <= SINGLE_CASES else ordered.sample(SINGLE_CASES, random_state=run_id)
         for slowdown in SLOWDOWNS:
             trials: list[tuple[str, pd.DataFrame | None, set[int]]] = [

@@ -108,11 +108,11 @@ def build_report(
         )
     elif not timed.empty and not inputs.interleaved and inputs.floor_runs < review.SETTLED_HISTORY:
         warnings.append(
-            f"the between-run floors rest on {inputs.floor_runs} earlier done runs of {sweep} on this machine: a "
-            f"group of cases that moves together between runs is known from {inputs.floor_runs - 1} of its "
-            "moves however many cases it holds, so a step of the machine can read as a change of a whole "
-            f"group until about {review.SETTLED_HISTORY} runs are known; rerun before believing rows of one "
-            "experiment that all moved the same way"
+            f"the between-run floors rest on at most {inputs.floor_runs} earlier done runs of {sweep} on this "
+            "machine: a group of cases that moves together between runs is known from at most "
+            f"{inputs.floor_runs - 1} of its moves however many cases it holds, so a step of the machine can "
+            f"read as a change of a whole group until about {review.SETTLED_HISTORY} runs are known; rerun "
+            "before believing rows of one experiment that all moved the same way"
         )
     if waiting := review_lines.waiting_line(table):
         warnings.append(waiting)

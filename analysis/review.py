@@ -150,12 +150,19 @@ VERDICT_ORDER = (
 )
 # What each verdict word means, for the page's and the reports' explanations.
 VERDICT_MEANINGS = {
-    "regressed": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the worse way",
-    "improved": f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor, the better way",
+    "regressed": (
+        f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor and at least "
+        f"{SMALLEST_CHANGE:.0%}, the worse way"
+    ),
+    "improved": (
+        f"the t test's adjusted p is below {ALPHA:g} and the shift is beyond the floor and at least "
+        f"{SMALLEST_CHANGE:.0%}, the better way"
+    ),
     "changed": "a deterministic figure differs: it must reproduce exactly",
     "unknown drift": "fewer than two earlier runs: the shift is within what the machine may drift between runs",
     "within noise": (
-        f"the adjusted p is not below {ALPHA:g}, or the shift is within the between-run floor; "
+        f"the adjusted p is not below {ALPHA:g}, or the shift is within the between-run floor or under "
+        f"{SMALLEST_CHANGE:.0%}; "
         "it says the smallest change it would have seen"
     ),
     "too few samples": "fewer than two samples on a side: no variance to test against",

@@ -107,7 +107,8 @@ def decided(p_value: float, shift: float, better: str, floor: float, drift: floa
     the floor and SMALLEST_CHANGE; unknown drift if it is not beyond ``drift`` either (where that
     applies)."""
     size = abs(math.log1p(shift))
-    if p_value >= ALPHA or size <= max(floor, math.log1p(SMALLEST_CHANGE)):
+    # On the percent scale both ways: a 2.9% fall is below 3% though its |log| is above log(1.03).
+    if p_value >= ALPHA or size <= floor or abs(shift) < SMALLEST_CHANGE:
         return "within noise"
     if drift is not None and size <= drift:
         return "unknown drift"
@@ -156,8 +157,8 @@ def group_moves(
     Min-of-N times (absolute seconds) join only where their group floor was learned on
     SETTLED_HISTORY runs or more: the host's speed moves every absolute time of a group alike and in
     heavy-tailed steps, where a ratio's two sides cancel it. On eight runs of the Zen 5 EPYC they
-    added 4 false alerts to 16 (docs/review-measurements.md); with 8-14 earlier runs none to 0 of
-    469, and a 10% change of the fast impl's overhead times went from 36% of its rows flagged to
+    added 4 false alerts to 16 (docs/review-measurements.md); with 8-14 earlier runs none (0 of
+    469), and a 10% change of the fast impl's overhead times went from 36% of its rows flagged to
     95%. One Xeon store warns that history is no guarantee: a group whose level deviated 0.5% from
     run to run over eight runs moved 3.8% in the ninth."""
     shifts: dict[GroupKey, list[float]] = {}
@@ -269,5 +270,6 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int, mov
         f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
-        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}"
+        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}; a change under "
+        f"{SMALLEST_CHANGE:.0%} is never flagged"
     )

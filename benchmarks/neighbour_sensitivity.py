@@ -82,6 +82,9 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=6, help="blocks, quiet and busy alternately (default 6)")
     parser.add_argument("--samples", type=int, default=5, help="interleaved samples per block (default 5)")
     arguments = parser.parse_args()
+    if not hasattr(os, "sched_setaffinity"):
+        print("pinning a process to a CPU is not available here (Linux only)", file=sys.stderr)
+        return 2
     cpus = sorted(os.sched_getaffinity(0))
     if arguments.blocks < 2 or arguments.samples < 1:
         print(f"--blocks {arguments.blocks} (at least 2), --samples {arguments.samples} (at least 1)", file=sys.stderr)
@@ -105,6 +108,12 @@ def main() -> int:
                 time.sleep(0.5)  # its array allocated and copying
             with torch.inference_mode():
                 seconds = harness.interleaved([calls[name] for name in names], arguments.samples, steady=True)
+            if neighbour is not None and neighbour.poll() is not None:
+                print(
+                    f"the neighbour stopped (exit status {neighbour.returncode}): block {block + 1} was not busy",
+                    file=sys.stderr,
+                )
+                return 1
         finally:
             if neighbour is not None:
                 neighbour.kill()

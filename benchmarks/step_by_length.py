@@ -92,9 +92,14 @@ def main() -> int:
     finally:
         store.close()
     model = trained.model.eval()
-    targets = {"fp32": model, "int8": quantize_model(model, "int8", kernel="fast_int8")}
     prompt = corpus.encode(corpus.text[:1])
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one CPU: no migration inside a generation
+    longest = model.config.context_length - len(prompt) + 1
+    if lengths[-1] > longest:
+        print(f"--lengths: {lengths[-1]} (allowed: at most {longest}, the model's context)", file=sys.stderr)
+        return 2
+    targets = {"fp32": model, "int8": quantize_model(model, "int8", kernel="fast_int8")}
+    if hasattr(os, "sched_setaffinity"):  # one CPU: no migration inside a generation (Linux)
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     measured: dict[tuple[str, int], float] = {}
     with torch.inference_mode():
@@ -116,6 +121,13 @@ def main() -> int:
             positions.append(len(prompt) + (tokens - 1) / 2)  # the mean cached position of its steps
             times.append(us)
         fixed_us, per_position_us = line_fit(positions, times)
+        if fixed_us <= 0 or per_position_us <= 0:
+            print(
+                f"{precision}: the times do not grow with the length ({fixed_us:.2f} us + {per_position_us * 1e3:.1f} "
+                "ns a position): no parts to split; a busy machine? rerun with more --repeats",
+                file=sys.stderr,
+            )
+            continue
         middle = round(positions[-1])
         probe = roofline_model.bandwidth_at(
             roofline_model.pass_cost(shape, "fast", precision, 1, middle).working_set_bytes, roof["sweep"]

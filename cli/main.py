@@ -239,6 +239,8 @@ def export(
 
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
+    if out.name.lower().endswith(".gz") and export_format != "json":
+        raise InputError(f"--out: {str(out)!r}: a .gz name is written gzip-compressed for --format json only")
     check_output_file(out)  # before the store is opened: a refused export does no work
     store = open_store(db, "export", read_only=True)
     if run_id is not None and not store.results.run_exists(run_id):

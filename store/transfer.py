@@ -41,9 +41,9 @@ from store.user_text import flatten_lines
 MACHINE_FIELDS = tuple(item.name for item in fields(MachineRecord))
 RUN_FIELDS = ("uid", "preset", "spec", "code_version", "status", "error", "wall_seconds", "model_hash", "note")
 GZIP_MAGIC = b"\x1f\x8b"
-# An export is a few MB of JSON (a quick run's about 2 MB). A file holding more is refused before it
-# fills memory: a gzip-compressed one can inflate a thousandfold, so a shared file of 1 MB could
-# otherwise ask for a gigabyte.
+# A run's export is a few MB of JSON (a quick run's about 2 MB; a whole store's is their sum). What
+# is read is bounded, so a gzip-compressed file, which can inflate a thousandfold, cannot ask for
+# more than this much text (the rows parsed from it take several times as much again).
 MAX_EXPORT_BYTES = 256 * 1024 * 1024
 
 
@@ -105,7 +105,7 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
 def write_json_export(store: Store, path: Path, run_id: int | None = None) -> int:
     rows = export_json_rows(store, run_id)
     data = json.dumps(rows, indent=1, default=str).encode("utf-8")
-    if path.suffix == ".gz":
+    if path.name.lower().endswith(".gz"):
         data = gzip.compress(data, mtime=0)  # the same rows give the same bytes
     write_whole(path, lambda temporary: temporary.write_bytes(data))
     return len(rows)

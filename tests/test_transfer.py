@@ -117,6 +117,9 @@ def test_an_export_named_gz_is_compressed_and_imports_as_the_plain_one_does(
     )
     assert exported.returncode == 0, exported.stderr
     assert packed.read_bytes()[:2] == b"\x1f\x8b" and packed.stat().st_size < plain.stat().st_size / 3
+    as_csv = decodelab("export", "--db", filled_store_url, "--out", str(tmp_path / "rows.csv.gz"), cwd=tmp_path)
+    assert as_csv.returncode == 2 and "--format json only" in as_csv.stderr
+    assert not (tmp_path / "rows.csv.gz").exists()
     renamed = tmp_path / "run.json"  # the content, not the name, says it is compressed
     renamed.write_bytes(packed.read_bytes())
     stores = {}

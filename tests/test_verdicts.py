@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import review, review_lines, review_samples
+from analysis import review, review_lines, review_samples, review_timed
 from runner import metrics
 from store import frames
 from store.store import Store
@@ -279,6 +279,11 @@ def test_a_change_below_the_smallest_one_the_review_flags_is_within_noise_howeve
         others = table[(table["kind"] == "timed") & (table.index != slowed.index[0])]
         assert not others["verdict"].isin(["regressed", "improved"]).any()
     assert review_lines.verdict_label(slowed.iloc[0].to_dict()) == "regressed"
+    # Both ways on the percent scale: a 2.95% fall is under 3% though its |log| is over log(1.03).
+    for better in ("lower", "higher"):
+        assert review_timed.decided(0.0, -0.0295, better, 0.0) == "within noise"
+        assert review_timed.decided(0.0, 0.0295, better, 0.0) == "within noise"
+        assert review_timed.decided(0.0, -0.031, better, 0.0) in ("regressed", "improved")
 
 
 def test_the_minimum_detectable_effect_shrinks_as_pairs_are_added() -> None:
