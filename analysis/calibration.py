@@ -281,11 +281,22 @@ def regressed_by_family(
     }
 
 
-def calibrate(store: Store, preset: str, *, fingerprint: str | None = None, newest: int | None = None) -> Calibration:
+def calibrate(
+    store: Store,
+    preset: str,
+    *,
+    fingerprint: str | None = None,
+    newest: int | None = None,
+    up_to: int | None = None,
+) -> Calibration:
     """The measured error rates of the review's timed verdicts over the store's A/A pairs of
-    ``preset`` (the ``newest`` of them, if given)."""
+    ``preset`` (the ``newest`` of them, if given; of those whose later run is ``up_to`` or older, if
+    given: a review of an early run is calibrated on the history it had, not on a store's later,
+    longer one, whose floors err less)."""
     runs = frames.runs(store)
     pairs = review_pairs(runs, preset, fingerprint)
+    if up_to is not None:
+        pairs = [pair for pair in pairs if pair[1] <= up_to]
     if newest is not None:
         pairs = pairs[-newest:]
     result = Calibration(preset)

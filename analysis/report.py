@@ -133,7 +133,7 @@ def build_report(
     if calibrated:
         preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
         report.calibration = calibration.calibrate(
-            store, preset, fingerprint=str(run["machine_fingerprint"]), newest=calibration.PAGE_PAIRS
+            store, preset, fingerprint=str(run["machine_fingerprint"]), newest=calibration.PAGE_PAIRS, up_to=run_id
         ).line(markdown_text)
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))

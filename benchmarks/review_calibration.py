@@ -3,7 +3,7 @@ A/A review pairs (consecutive done runs of one preset with the same code, model 
 recall with slowdowns of 10%, 25% and 50% injected into the later run's real samples one case at
 a time, one experiment · impl family at a time and into the whole run (analysis/calibration.py).
 
-    python benchmarks/review_calibration.py --db URL [--preset quick] [--newest N]
+    python benchmarks/review_calibration.py --db URL [--preset quick] [--newest N] [--up-to RUN]
 
 Then, per experiment · impl family, ``review_recall_group_at_10pct_<experiment>_<impl>=``,
 ``review_group_rows_<experiment>_<impl>=`` (its injected rows) and
@@ -11,7 +11,8 @@ Then, per experiment · impl family, ``review_recall_group_at_10pct_<experiment>
 which families could not see 10% and the change their rows could have seen.
 
 The last line it prints is the Review page's and the reports' calibration line for the same
-pairs (the page takes the newest 3 on the run's machine: --newest 3 on a one-machine store).
+pairs (the page takes the newest 3 on the run's machine up to the reviewed run: --newest 3
+--up-to RUN on a one-machine store).
 Targets on four quiet quick runs: review_false_alert_rate ≤ 0.01, review_reviews_with_false_alert ≤ 0.05,
 review_recall_single_case_at_25pct ≥ 0.9, review_recall_single_case_at_10pct ≥ 0.5,
 review_recall_group_at_10pct ≥ 0.9, review_recall_run_at_10pct ≥ 0.9, review_judged_fraction ≥ 0.95.
@@ -31,19 +32,20 @@ def main() -> int:
     parser.add_argument("--db", required=True, help="the store's URL")
     parser.add_argument("--preset", default="quick", help="the preset whose runs are paired (default: quick)")
     parser.add_argument("--newest", type=int, default=None, help="only the newest N pairs (default: every pair)")
+    parser.add_argument("--up-to", type=int, default=None, help="only pairs whose later run is RUN or older")
     arguments = parser.parse_args()
     if arguments.newest is not None and arguments.newest < 1:
         print(f"--newest: {arguments.newest} (allowed: 1 or more)", file=sys.stderr)
         return 2
     store = Store(arguments.db)
     try:
-        result = calibrate(store, arguments.preset, newest=arguments.newest)
+        result = calibrate(store, arguments.preset, newest=arguments.newest, up_to=arguments.up_to)
     finally:
         store.close()
     if not result.pairs:
         print(
             f"--preset: no two consecutive done {arguments.preset} runs of one code version, model and machine "
-            "in the store (run the preset twice)",
+            f"in the store{'' if arguments.up_to is None else f' up to run {arguments.up_to}'} (run the preset twice)",
             file=sys.stderr,
         )
         return 2
