@@ -55,12 +55,6 @@ def kernel_us_per_token(model: CharGPT, prompt: list[int], tokens: int, repeats:
     return best / tokens * 1e6
 
 
-def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares intercept and slope of ys against xs."""
-    slope, intercept = statistics.linear_regression(xs, ys)
-    return intercept, slope
-
-
 def parse_lengths(text: str) -> list[int]:
     try:
         lengths = sorted({int(part) for part in text.split(",")})
@@ -120,7 +114,7 @@ def main() -> int:
             print(f"roof_fraction_{precision}_at_{tokens}={roofline_us / us:.3f}")
             positions.append(len(prompt) + (tokens - 1) / 2)  # the mean cached position of its steps
             times.append(us)
-        fixed_us, per_position_us = line_fit(positions, times)
+        per_position_us, fixed_us = statistics.linear_regression(positions, times)  # least squares
         if fixed_us <= 0 or per_position_us <= 0:
             print(
                 f"{precision}: the times do not grow with the length ({fixed_us:.2f} us + {per_position_us * 1e3:.1f} "

@@ -235,11 +235,11 @@ def export(
 
     JSON rows also carry each measurement's raw samples and its run, so `decodelab import` can
     recreate the run in another store; a JSON file named *.gz is written gzip-compressed."""
-    from store.export import EXPORT_FORMATS, write_export
+    from store.export import EXPORT_FORMATS, compressed_name, write_export
 
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
-    if out.name.lower().endswith(".gz") and export_format != "json":
+    if compressed_name(out) and export_format != "json":
         raise InputError(f"--out: {str(out)!r}: a .gz name is written gzip-compressed for --format json only")
     check_output_file(out)  # before the store is opened: a refused export does no work
     store = open_store(db, "export", read_only=True)

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 EXPORT_FORMATS = ("csv", "json", "parquet")
 
 
+def compressed_name(path: Path) -> bool:
+    """Whether a JSON export written to ``path`` is gzip-compressed: its name ends in .gz."""
+    return path.name.lower().endswith(".gz")
+
+
 def write_export(frame: pd.DataFrame, path: str | Path, export_format: str) -> int:
     """Write the long-format rows; returns how many. JSON is a list of row objects."""
     if export_format not in EXPORT_FORMATS:

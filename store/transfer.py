@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from store.annotations import check_tag
 from store.errors import StoreError
+from store.export import compressed_name
 from store.files import write_whole
 from store.import_checks import check_row
 from store.profiles import newest_roof
@@ -105,7 +106,7 @@ def export_json_rows(store: Store, run_id: int | None = None) -> list[dict[str, 
 def write_json_export(store: Store, path: Path, run_id: int | None = None) -> int:
     rows = export_json_rows(store, run_id)
     data = json.dumps(rows, indent=1, default=str).encode("utf-8")
-    if path.name.lower().endswith(".gz"):
+    if compressed_name(path):
         data = gzip.compress(data, mtime=0)  # the same rows give the same bytes
     write_whole(path, lambda temporary: temporary.write_bytes(data))
     return len(rows)
@@ -116,8 +117,9 @@ def export_text(path: Path) -> str:
     MAX_EXPORT_BYTES of it."""
     with path.open("rb") as handle:
         compressed = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-    with gzip.open(path, "rb") if compressed else path.open("rb") as handle:
-        data = handle.read(MAX_EXPORT_BYTES + 1)
+        handle.seek(0)
+        reader = gzip.GzipFile(fileobj=handle) if compressed else handle
+        data = reader.read(MAX_EXPORT_BYTES + 1)
     if len(data) > MAX_EXPORT_BYTES:
         raise StoreError(
             f"import: {str(path)!r} holds more than {MAX_EXPORT_BYTES // 2**20} MiB of JSON"
