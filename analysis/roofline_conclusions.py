@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from runner.cost import speculative as speculative_cost
+
 
 def percent(value: float) -> str:
     return f"{value:.0%}"
@@ -90,6 +92,20 @@ def speculative_sentence(cases: pd.DataFrame, machine: str = "this machine") -> 
     return " ".join(sentences) or None
 
 
+# How the Roofline page names each of a pass's costs (runner.cost.speculative.PASS_COSTS).
+PASS_COST_NAMES = {
+    "verification": "the verification",
+    "draft": "the draft calls",
+    "cache_refill": "the cache refill",
+    "loop_overhead": "the loop's own overhead",
+}
+
+
+def _recorded(row: pd.Series, name: str) -> float | None:
+    value = row.get(name)
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, machine: str) -> str:
     """The sentence for one impl whose cases the roofline priced with the loop's own costs."""
     best = predicted.sort_values("roofline_predicted_speedup").iloc[-1]
@@ -101,16 +117,17 @@ def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, mach
     step = best["roofline_step_seconds"] if measured_step is None or pd.isna(measured_step) else measured_step
     calls = best.get("predicted_mean_draft_calls")
     calls = float(best["k"]) if calls is None or pd.isna(calls) else float(calls)
-    costs = {
-        "the verification": best["roofline_verify_seconds"] / step,
-        "the draft calls": calls * best["roofline_draft_call_seconds"] / step,
-        "the loop's own overhead": best["roofline_loop_overhead_fit_seconds"] / step,
-    }
-    refill = best.get("roofline_cache_refill_seconds")
-    if refill is not None and not pd.isna(refill):  # runs placed before the refill was priced have none
-        costs["the cache refill"] = float(refill) / step
-    decider = max(costs, key=lambda name: costs[name])
-    listed = ", ".join(f"{name.removeprefix('the ')} {value:.2f}" for name, value in costs.items())
+    costs = speculative_cost.pass_in_steps(
+        step,
+        best["roofline_verify_seconds"],
+        calls,
+        best["roofline_draft_call_seconds"],
+        _recorded(best, "roofline_draft_turn_fixed_seconds") or 0.0,  # 0 in runs placed before turns were timed
+        _recorded(best, "roofline_cache_refill_seconds"),  # none in runs placed before the refill was priced
+        best["roofline_loop_overhead_fit_seconds"],
+    )
+    decider = PASS_COST_NAMES[speculative_cost.deciding_cost(costs)]
+    listed = ", ".join(f"{PASS_COST_NAMES[name].removeprefix('the ')} {value:.2f}" for name, value in costs.items())
     break_even = best["roofline_break_even_acceptance"]
     need = (
         "no acceptance wins at this cost"

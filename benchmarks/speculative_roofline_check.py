@@ -33,6 +33,7 @@ import pandas as pd
 
 from analysis.roofline import wide
 from runner.cost import roofline_model
+from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Shape
 from runner.errors import InputError
 from runner.experiments.parts.roofline_placement import loop_parts, named_draft_pass
@@ -141,6 +142,7 @@ def main() -> None:
             case["draft_call_us"] * 1e-6,
             (intercepts.get(impl, 0.0), intercepts.get(draft_impl or "", 0.0)),
             plain_step_seconds=case["target_step_seconds"],
+            draft_turn_seconds=turn_us * 1e-6 if (turn_us := figure(case, "draft_turn_us")) is not None else None,
         )
         calls = figure(case, "mean_draft_calls") or float(k)
         measured = {
@@ -195,7 +197,8 @@ def main() -> None:
         print(
             f"{label}  measured {measured_speedup:.2f}x  roofline {predicted:.2f}x ({error:+.0%}, verdict "
             f"{'right' if right else 'wrong'})  loop overhead {fitted * 1e6:.0f} us/pass, "
-            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed), "
+            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed, "
+            f"{parts.draft_turn_fixed_seconds * 1e6:.1f} a turn), "
             f"cache refill {parts.cache_refill_seconds * 1e6:.0f} us"
         )
     for impl, values in errors.items():
@@ -220,13 +223,16 @@ def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any]
     assert row is not None
     parts, case = row["parts"], row["case"]
     k = int(row["k"])
-    costs = {
-        "verification": parts.verify_seconds / parts.baseline_step_seconds,
-        "draft": row["calls"] * parts.draft_call_seconds / parts.baseline_step_seconds,
-        "cache_refill": parts.cache_refill_seconds / parts.baseline_step_seconds,
-        "loop_overhead": row["fitted"] / parts.baseline_step_seconds,
-    }
-    decider = max(costs, key=lambda name: costs[name])
+    costs = speculative_cost.pass_in_steps(
+        parts.baseline_step_seconds,
+        parts.verify_seconds,
+        row["calls"],
+        parts.draft_call_seconds,
+        parts.draft_turn_fixed_seconds,
+        parts.cache_refill_seconds,
+        row["fitted"],
+    )
+    decider = speculative_cost.deciding_cost(costs)
     break_even = parts.break_even_acceptance(k, row["fitted"])
     steps = ", ".join(f"{name} {value:.2f}" for name, value in costs.items())
     return (

@@ -253,6 +253,14 @@ ENTRIES: tuple[Metric, ...] = (
         "a_priori_step_seconds",
     ),
     *timed("microseconds", "draft_call_us", "target_pass_us"),
+    Metric(
+        "draft_turn_us",
+        "microseconds",
+        "timed",
+        "lower",
+        help="one draft turn of 4 proposals, one call, timed alone; beside draft_call_us it splits a turn's fixed part "
+        "from its part per proposal",
+    ),
     Metric("draft_cost_ratio", "ratio", "timed"),
     Metric("draft_cost_ratio_writeup", "ratio", "timed"),
     Metric("verify_cost_ratio", "ratio", "timed"),
@@ -348,6 +356,12 @@ ENTRIES: tuple[Metric, ...] = (
     ),
     Metric(
         "roofline_draft_fixed_seconds", "seconds", "fitted", help="a draft call's time beyond its pass's roof price"
+    ),
+    Metric(
+        "roofline_draft_turn_fixed_seconds",
+        "seconds",
+        "fitted",
+        help="a draft turn's fixed part, paid once a pass whatever its proposals (draft_call_us, draft_turn_us)",
     ),
     Metric(
         "roofline_cache_refill_seconds",

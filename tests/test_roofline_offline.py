@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from runner.cost.roofline_model import Shape
-from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup
+from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup, pass_in_steps
 from runner.experiments.parts.roofline_placement import LoopParts, loop_parts, named_draft_pass
 from tests.conftest import FIXTURES, ROOT, _cli_environment, run_decodelab
 
@@ -254,6 +255,39 @@ def test_two_models_that_fit_the_l2_alone_but_not_together_pay_a_cache_refill() 
     overhead = parts.loop_overhead({**measured, "mean_draft_calls": 3.5})
     assert overhead == pytest.approx(40e-6 * 4.0 / 0.8 - 90e-6 - 3.5 * 20e-6 - 15e-6)
     assert parts.speedup(4.0, 3.5, overhead) == pytest.approx(0.8)
+
+
+def test_a_draft_turn_pays_its_fixed_part_once_a_pass_not_once_a_proposal() -> None:
+    """A table draft's turn is one Python call: 2.6 us of torch calls a turn and 0.56 us a
+    proposal (the Zen 5 EPYC). Timed as one proposal (3.2 us) and as four (4.9 us), the turn's
+    fixed part (2.6) is paid once a pass and each proposal 0.57: a k = 4 pass's draft costs 4.9 us,
+    where pricing every proposal at a whole one-proposal call said 12.8. The loop's overhead is
+    measured net of it and the prediction adds it back, so the measured speedup comes back; a run
+    that timed no turn prices as before."""
+    turn_one, turn_four = 3.2e-6, 4.9e-6
+    parts = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=turn_four)
+    per_proposal = (turn_four - turn_one) / 3
+    assert parts.draft_call_seconds == pytest.approx(per_proposal)
+    assert parts.draft_turn_fixed_seconds == pytest.approx(turn_one - per_proposal)
+    assert parts.draft_turn_fixed_seconds + 4 * parts.draft_call_seconds == pytest.approx(turn_four)
+    measured = {
+        "target_step_seconds": 40e-6,
+        "chars_per_target_pass_timed": 3.0,
+        "speedup_median": 1.1,
+        "mean_draft_calls": 4.0,
+    }
+    overhead = parts.loop_overhead(measured)
+    assert overhead == pytest.approx(40e-6 * 3.0 / 1.1 - 70e-6 - turn_four)
+    assert parts.speedup(3.0, 4.0, overhead) == pytest.approx(1.1)
+    # The turn's fixed part is part of what the draft costs a pass, in plain steps.
+    costs = pass_in_steps(40e-6, 70e-6, 4.0, parts.draft_call_seconds, parts.draft_turn_fixed_seconds, None, overhead)
+    assert costs["draft"] == pytest.approx(turn_four / 40e-6) and "cache_refill" not in costs
+    for untimed in (None, math.nan):
+        old = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=untimed)
+        assert old.draft_turn_fixed_seconds == 0.0 and old.draft_call_seconds == turn_one
+    # A turn timed faster than a one-proposal call (noise) leaves a proposal free, never negative.
+    noisy = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=3.0e-6)
+    assert noisy.draft_call_seconds == 0.0 and noisy.draft_turn_fixed_seconds == pytest.approx(turn_one)
 
 
 @pytest.fixture(scope="module")

@@ -131,6 +131,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
         "greedy_matches_target",
         "target_pass_us",
         "draft_call_us",
+        "draft_turn_us",
         "draft_cost_ratio_writeup",
     }
     assert required <= set(rows["metric"])

@@ -134,11 +134,20 @@ if opened and run_id is not None:
                 "One target pass over one token and one draft call for one character, each timed on its own; the "
                 "write-ups' c = draft call ÷ target pass. The project's c (draft_cost_ratio) is a draft character "
                 "in plain decode steps as the loop runs it, alternating with verifications: a single call on its "
-                "own leaves out a cheap draft's share of the loop's bookkeeping."
+                "own leaves out a cheap draft's share of the loop's bookkeeping. draft_turn_us is one call "
+                "proposing four characters: a table draft's turn costs little more than one proposal, so its "
+                "fixed part is paid once a pass (runs before 2026-12-06 did not time it)."
             )
+            columns = [
+                "target_pass_us",
+                "draft_call_us",
+                "draft_turn_us",
+                "draft_cost_ratio_writeup",
+                "draft_cost_ratio",
+            ]
             ui.table(
                 speculative.groupby("draft", as_index=False)[
-                    ["target_pass_us", "draft_call_us", "draft_cost_ratio_writeup", "draft_cost_ratio"]
+                    [column for column in columns if column in speculative.columns]
                 ].median(),
                 "speculative_costs",
             )

@@ -10,7 +10,8 @@ units of a plain decode step (standard library only).
   (runner.experiments.parts.roofline_placement prices the step, a draft call and a verification on the machine's roof);
 - ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
   the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
-  (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases.
+  (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases;
+- ``pass_in_steps``: a priced pass split into those costs, in plain steps, and which one decides.
 
 runner.experiments.parts.speculative_costs measures the costs these formulas take;
 runner.experiments.parts.speculative_timing records what they give beside the measured speedup.
@@ -105,3 +106,36 @@ def loop_break_even_acceptance(
     """The acceptance (each of k proposals kept with it independently) at which the loop stops
     losing, k draft calls a pass; None if even full acceptance loses."""
     return break_even_acceptance(k, step_seconds, draft_call_seconds, verify_seconds + loop_overhead_seconds)
+
+
+# The costs of a speculative pass, in the order pass_in_steps lists them.
+PASS_COSTS = ("verification", "draft", "cache_refill", "loop_overhead")
+
+
+def pass_in_steps(
+    step_seconds: float,
+    verify_seconds: float,
+    draft_calls_per_pass: float,
+    draft_call_seconds: float,
+    draft_turn_fixed_seconds: float,
+    cache_refill_seconds: float | None,
+    loop_overhead_seconds: float,
+) -> dict[str, float]:
+    """A pass's costs in plain steps, by PASS_COSTS name: its verification, its draft turn (the
+    turn's fixed part and its calls), the cache refill (left out where None: a run placed before it
+    was priced) and the loop's own overhead. The largest decides whether speculation can win: what
+    the Roofline page and ``benchmarks/speculative_roofline_check.py`` both say."""
+    costs = {
+        "verification": verify_seconds / step_seconds,
+        "draft": (draft_turn_fixed_seconds + draft_calls_per_pass * draft_call_seconds) / step_seconds,
+        "cache_refill": (cache_refill_seconds or 0.0) / step_seconds,
+        "loop_overhead": loop_overhead_seconds / step_seconds,
+    }
+    if cache_refill_seconds is None:
+        del costs["cache_refill"]
+    return costs
+
+
+def deciding_cost(costs: dict[str, float]) -> str:
+    """The name of the largest of a pass's costs (pass_in_steps)."""
+    return max(costs, key=lambda name: costs[name])

@@ -25,6 +25,7 @@ from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Placement, Shape, pass_cost
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
+from runner.experiments.parts.speculative_costs import TURN_PROPOSALS
 from store.records import MeasurementRecord, case_key
 
 LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")
@@ -163,7 +164,8 @@ def speculative(
     the acceptance at which drafts break even. ``measured``: the case's own figures by metric.
 
     A pass costs the roof's verification, its draft calls (each the roof's price of the draft's
-    pass plus a fixed part: the case's single timed draft call beyond that price, ≥ 0), the cache
+    pass plus a fixed part: the case's timed price of a proposal beyond that price, ≥ 0), the fixed
+    part of its draft turn (from the case's timed turns of one and of four proposals), the cache
     refill of the two models sharing the caches (loop_parts) and the loop's own per-pass overhead
     (sampling, the accept rule, cache rewinds, Python): the median over this run's earlier cases of
     the impl whose loop is of the same kind (one C++ call or Python) of what their loops took beyond
@@ -191,6 +193,7 @@ def speculative(
         (overhead, draft_overhead),
         (threads, fast_threads(draft_impl or "static")),
         measured["target_step_seconds"],
+        measured["draft_turn_us"] * 1e-6,
     )
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
@@ -208,6 +211,7 @@ def speculative(
         MeasurementRecord("roofline_verify_seconds", parts.verify_seconds, "seconds"),
         MeasurementRecord("roofline_draft_call_seconds", parts.draft_call_seconds, "seconds"),
         MeasurementRecord("roofline_draft_fixed_seconds", parts.draft_fixed_seconds, "seconds"),
+        MeasurementRecord("roofline_draft_turn_fixed_seconds", parts.draft_turn_fixed_seconds, "seconds"),
         MeasurementRecord("roofline_cache_refill_seconds", parts.cache_refill_seconds, "seconds"),
         MeasurementRecord("roofline_loop_overhead_seconds", own_overhead, "seconds"),
     ]
@@ -242,9 +246,10 @@ def speculative(
 @dataclass(frozen=True)
 class LoopParts:
     """A speculative pass's priced parts (seconds): the plain step and the verification on the
-    roof, a draft call as its pass's price on the roof plus a fixed part, and the cache refill:
-    what the verification and the pass's first draft call cost beyond their own prices because the
-    other model's data shares the caches (loop_parts).
+    roof, a draft call as its pass's price on the roof plus a fixed part, the fixed part of the
+    draft's turn (its one call a pass, whatever its proposals), and the cache refill: what the
+    verification and the pass's first draft call cost beyond their own prices because the other
+    model's data shares the caches (loop_parts).
 
     ``plain_step_seconds`` is the plain decoding step the speedup is relative to: the run's own
     measured one, where known. The roof predicts the pass; the plain step it is divided into was
@@ -261,6 +266,7 @@ class LoopParts:
     cache_refill_seconds: float = 0.0
     verify_regime: str | None = None  # the verification's regime on the roof (loop_parts sets it)
     plain_step_seconds: float | None = None  # the measured plain step the speedup is over, where known
+    draft_turn_fixed_seconds: float = 0.0  # paid once a pass; 0 where the run timed no turn
 
     @classmethod
     def price(
@@ -272,16 +278,26 @@ class LoopParts:
         cache_refill_seconds: float = 0.0,
         verify_regime: str | None = None,
         plain_step_seconds: float | None = None,
+        draft_turn_seconds: float | None = None,
     ) -> LoopParts:
-        """The fixed part of a draft call: what one timed call took beyond its pass's price."""
+        """The draft's costs from its timed calls: ``draft_call_seconds``, a turn of one proposal,
+        and ``draft_turn_seconds``, a turn of TURN_PROPOSALS (None or NaN where the run timed none:
+        every proposal then pays a whole one-proposal call). Their difference is the price of a
+        proposal; what the one-proposal turn took beyond it is the turn's fixed part, paid once a
+        pass; and a proposal's time beyond its pass's roof price is the call's fixed part."""
+        turn_fixed = 0.0
+        if draft_turn_seconds is not None and not math.isnan(draft_turn_seconds):
+            per_proposal = max(0.0, (draft_turn_seconds - draft_call_seconds) / (TURN_PROPOSALS - 1))
+            turn_fixed = max(0.0, draft_call_seconds - per_proposal)
         return cls(
             step_seconds,
             verify_seconds,
             draft_token_seconds,
-            max(0.0, draft_call_seconds - draft_token_seconds),
+            max(0.0, draft_call_seconds - turn_fixed - draft_token_seconds),
             cache_refill_seconds,
             verify_regime,
             plain_step_seconds,
+            turn_fixed,
         )
 
     @property
@@ -305,8 +321,14 @@ class LoopParts:
                 measured["mean_draft_calls"],
                 self.draft_call_seconds,
             )
-            - self.cache_refill_seconds
+            - self.per_pass_seconds
         )
+
+    @property
+    def per_pass_seconds(self) -> float:
+        """What a pass pays once besides its verification and its proposals: the cache refill and
+        the fixed part of its draft turn."""
+        return self.cache_refill_seconds + self.draft_turn_fixed_seconds
 
     def speedup(self, chars_per_pass: float, draft_calls_per_pass: float, loop_overhead_seconds: float) -> float:
         return speculative_cost.loop_speedup(
@@ -315,7 +337,7 @@ class LoopParts:
             self.baseline_step_seconds,
             self.verify_seconds,
             self.draft_call_seconds,
-            loop_overhead_seconds + self.cache_refill_seconds,
+            loop_overhead_seconds + self.per_pass_seconds,
         )
 
     def break_even_acceptance(self, k: int, loop_overhead_seconds: float) -> float | None:
@@ -324,7 +346,7 @@ class LoopParts:
             self.baseline_step_seconds,
             self.draft_call_seconds,
             self.verify_seconds,
-            loop_overhead_seconds + self.cache_refill_seconds,
+            loop_overhead_seconds + self.per_pass_seconds,
         )
 
 
@@ -339,11 +361,12 @@ def loop_parts(
     overheads: tuple[float, float] = (0.0, 0.0),
     threads: tuple[int, int] = (1, 1),
     plain_step_seconds: float | None = None,
+    draft_turn_seconds: float | None = None,
 ) -> LoopParts:
     """The priced parts of a pass of k proposals at cache position ``start``: the plain step and the
-    verification of ``impl`` in float32, the draft's pass (``draft_passes``) and its timed call.
-    ``overheads`` and ``threads``: the target's and the draft's per-pass overhead and threads;
-    ``plain_step_seconds``: the measured plain step the speedup is over (LoopParts).
+    verification of ``impl`` in float32, the draft's pass (``draft_passes``) and its timed call and
+    turn (LoopParts.price). ``overheads`` and ``threads``: the target's and the draft's per-pass
+    overhead and threads; ``plain_step_seconds``: the measured plain step the speedup is over.
 
     The loop runs both models through one set of caches, so each pass finds part of its data evicted
     by the other: the verification and the pass's first draft call are priced again with the other's
@@ -382,4 +405,5 @@ def loop_parts(
         refill,
         verify_placement.regime,
         plain_step_seconds,
+        draft_turn_seconds,
     )

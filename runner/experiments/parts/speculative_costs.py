@@ -43,6 +43,10 @@ from runner.model.gpt import CharGPT
 
 COST_CALLS = 16  # draft turns and verifications per cost session
 SINGLE_CALL_REPEATS = 5  # single calls timed for the write-ups' cost table (the minimum is kept)
+# Proposals in the one draft turn timed beside the single call: a turn is one call of the draft
+# (``propose(k)``), whose fixed part (drawing its uniforms, stacking its distributions, the call
+# itself) is paid once a pass, not once a proposal; the two timings tell the parts apart.
+TURN_PROPOSALS = 4
 ALPHA_WINDOWS = 8  # held-out windows whose every position enters α
 ALPHA_WINDOW_LENGTH = 256
 
@@ -54,6 +58,15 @@ Pass = tuple[int, int, int]
 class PassCosts:
     draft_turn_seconds: float
     verify_seconds: float
+
+
+@dataclass(frozen=True)
+class SingleCalls:
+    """The write-ups' cost table and the draft's turn, each timed on its own (single_call_costs)."""
+
+    target_pass_seconds: float  # one target pass over one token
+    draft_call_seconds: float  # one draft turn of one proposal
+    draft_turn_seconds: float  # one draft turn of TURN_PROPOSALS proposals
 
 
 def held_out_windows(tokens: torch.Tensor, context_length: int) -> list[list[int]]:
@@ -241,11 +254,15 @@ def single_call_costs(
     temperature: float,
     seed: int,
     harness: Harness,
-) -> tuple[float, float]:
+) -> SingleCalls:
     """The write-ups' cost table: one target pass over one token and one draft call for one
     character, each timed on its own at ``position`` of ``text`` (the minimum of
     SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
-    found this under-counts a cheap draft's share of the loop."""
+    found this under-counts a cheap draft's share of the loop. Beside them, one draft turn of
+    TURN_PROPOSALS proposals from the same state, so that a turn's fixed part can be told from its
+    part per proposal (roofline_placement.LoopParts.price): a table draft's turn is one Python call
+    whose torch calls cost more than its lookups (2.6 us a turn and 0.56 a proposal on a Zen 5
+    EPYC), and pricing every proposal at a one-proposal call overstated its k = 4 passes by 8 us."""
     run_target = target_pass(target, impl)
     harness = pricing_harness(harness, run_target, draft)
     cache = target.new_cache(capacity=position + 1)
@@ -261,10 +278,17 @@ def single_call_costs(
     (target_pass_seconds,) = harness.alternating(
         (lambda: run_target([text[position]], cache),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=rewind
     )
+    # Each from the same state (a model draft's propose feeds its cache), so timed apart.
     (draft_call_seconds,) = harness.alternating(
         (lambda: draft.propose(1, temperature, generator),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=follow
     )
-    return target_pass_seconds.minimum, draft_call_seconds.minimum
+    (draft_turn_seconds,) = harness.alternating(
+        (lambda: draft.propose(TURN_PROPOSALS, temperature, generator),),
+        rounds=1,
+        repeats=SINGLE_CALL_REPEATS,
+        setup=follow,
+    )
+    return SingleCalls(target_pass_seconds.minimum, draft_call_seconds.minimum, draft_turn_seconds.minimum)
 
 
 def centred_passes(passes: list[Pass]) -> list[Pass]:

@@ -26,6 +26,7 @@ from runner.experiments.parts.speculative_a_priori import a_priori_prediction
 from runner.experiments.parts.speculative_costs import (
     CostSession,
     PassCosts,
+    SingleCalls,
     centred_passes,
     passes_of_run,
     single_call_costs,
@@ -217,11 +218,12 @@ def counted_figures(counted: SpeculativeResult, longest: int, per_pass: float) -
 
 
 def cost_figures(
-    timed: TimedLoop, draft_costs: list[float], verify_costs: list[float], single_calls: tuple[float, float]
+    timed: TimedLoop, draft_costs: list[float], verify_costs: list[float], single_calls: SingleCalls
 ) -> list[MeasurementRecord]:
     """The pairs' step, verification and draft costs, and the write-ups' cost table: single calls
-    timed on their own (``single_calls``: a target pass's and a draft call's seconds) and their c."""
-    target_pass_seconds, draft_call_seconds = single_calls
+    timed on their own (a target pass's and a draft call's) and their c, and a draft turn of
+    TURN_PROPOSALS proposals timed the same way."""
+    target_pass_seconds, draft_call_seconds = single_calls.target_pass_seconds, single_calls.draft_call_seconds
     return [
         MeasurementRecord("target_step_seconds", statistics.median(timed.steps), "seconds"),
         MeasurementRecord(
@@ -235,6 +237,7 @@ def cost_figures(
         MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
         MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
+        MeasurementRecord("draft_turn_us", single_calls.draft_turn_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
         MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
     ]
