@@ -11,9 +11,9 @@ import pytest
 import torch
 from scipy import stats
 
+from runner.decoding.accept_rule import accept_rule
 from runner.decoding.decode import inverse_cdf, uniforms
 from runner.decoding.drafts import BigramDraft, ModelDraft
-from runner.decoding.speculative import accept_rule
 from runner.experiments.parts.distribution_check import (
     BUG_VARIANTS,
     SIGNIFICANCE,

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import torch
 
+from runner.decoding.accept_rule import accept_rule
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
-from runner.decoding.speculative import accept_rule, speculative_decode
+from runner.decoding.speculative import speculative_decode
 from runner.experiments.parts.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
 from runner.experiments.parts.distribution_power import POWER, SIMULATION_SLACK
 from runner.model.gpt import CharGPT, ModelConfig

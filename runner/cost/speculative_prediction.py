@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from runner.decoding.speculative import Draft, Schedule, acceptance_at_positions, probabilities
+from runner.decoding.accept_rule import probabilities
+from runner.decoding.speculative import Draft, Schedule, acceptance_at_positions
 from runner.model.gpt import CharGPT
 
 SIMULATION_REPEATS = 64  # passes over every calibration window, different draws each time
@@ -114,7 +115,7 @@ def draft_rollouts(
 
 def confidences(draft: Draft, tokens: list[int], temperature: float, q: torch.Tensor | None = None) -> list[float]:
     """The draft's top probability after each prefix of ``tokens``, as its confidence schedule
-    reads it (runner.decoding.speculative.top_probability): of ``q``, its distributions at this
+    reads it (runner.decoding.accept_rule.top_probability): of ``q``, its distributions at this
     temperature, when sampling; of its softmax when greedy."""
     if temperature == 0.0 or q is None:
         q = draft.distributions(tokens, temperature or 1.0)

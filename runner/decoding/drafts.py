@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from runner.decoding.accept_rule import probabilities, top_probability
 from runner.decoding.choices import MAX_NGRAM_ORDER
 from runner.decoding.decode import choose_token, inverse_cdf, uniforms
-from runner.decoding.speculative import probabilities, top_probability
 from runner.model.gpt import CharGPT, KVCache
 
 if TYPE_CHECKING:

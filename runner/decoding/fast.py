@@ -41,7 +41,7 @@ from runner.model.quantize import Bfloat16Linear, Int8DynamicLinear, quantizatio
 
 FORMATS = {"float32": 0, "fast_bf16": 1, "fast_int8": 2}  # runner/decoding/csrc/linear.h Format, by quantization kernel
 FAST_KERNELS = tuple(FORMATS)
-BONUS_FROM_DRAFT = 4  # runner.decoding.speculative.RULE_VARIANTS' index of the variant whose q has k + 1 rows
+BONUS_FROM_DRAFT = 4  # runner.decoding.accept_rule.RULE_VARIANTS' index of the variant whose q has k + 1 rows
 
 
 def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
@@ -198,7 +198,7 @@ class FastDecoder:
         (k × vocab) with 2k + 1 ``randoms``, as runner.decoding.speculative.verify does in Python. Returns the
         proposals kept, the emitted tokens and TV(p, q) of each decided position. The cache keeps all
         k + 1 new positions (the caller rolls it back). ``variant`` (an index into
-        runner.decoding.speculative.RULE_VARIANTS) runs a deliberately broken rule; for ``bonus_from_draft`` ``q``
+        runner.decoding.accept_rule.RULE_VARIANTS) runs a deliberately broken rule; for ``bonus_from_draft`` ``q``
         holds k + 1 rows."""
         keys, values, capacity = self._cache_pointers(cache)
         fed = self._tokens(tokens)

@@ -10,8 +10,9 @@ How many proposals a pass drafts is the schedule's call (``Schedule``), as the e
 fully accepted pass, −1 otherwise, within 1..k_max; ``confidence`` (llama.cpp's ``--draft-p-min``)
 drafts while the draft's top probability stays at least p_min, at most k_max.
 
-``verify`` also runs deliberately broken accept rules (``RULE_VARIANTS``), in Python and in the
-C++ verification alike, so that the distribution check can show it catches them.
+``verify`` applies the accept rule (runner.decoding.accept_rule), or one of its deliberately broken
+variants, in Python or in the C++ verification alike, so that the distribution check can show it
+catches them.
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
-from torch.nn import functional as F
 
+from runner.decoding.accept_rule import RULE_VARIANTS, accept_rule, argmax, probabilities, sample_index
 from runner.decoding.choices import MAX_DRAFT_LENGTH, SCHEDULES, SPECULATIVE_IMPLS
 from runner.decoding.decode import uniforms
 from runner.model.gpt import CharGPT, KVCache
 
 if TYPE_CHECKING:
     from runner.decoding.fast import FastDecoder
-
-# The accept rule, then the bug variants the distribution check must catch (the order is the C++
-# side's variant number, runner/decoding/csrc/sampling.h).
-RULE_VARIANTS = ("correct", "accept_all", "inverted_ratio", "residual_unnormalised", "bonus_from_draft")
 
 
 @dataclass(frozen=True)
@@ -117,65 +114,6 @@ def target_pass(model: CharGPT, impl: str) -> TargetPass:
 
         return eager
     raise ValueError(f"impl must be one of {SPECULATIVE_IMPLS} for speculative decoding, got {impl!r}")
-
-
-def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """The sampling distribution at this temperature; temperature 0 is the one-hot argmax,
-    which turns the accept rule below into "accept iff the draft matches the target's argmax"."""
-    if temperature == 0.0:
-        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
-    return torch.softmax(logits / temperature, dim=-1)
-
-
-def top_probability(logits: torch.Tensor, distribution: torch.Tensor, temperature: float) -> torch.Tensor:
-    """What the confidence schedule reads: the top probability of ``distribution``, the draft's
-    sampling distribution drawn from ``logits`` at this temperature; greedy, of the logits' softmax
-    (the one-hot would always read 1, and the engines read the draft's softmax)."""
-    return (distribution if temperature else torch.softmax(logits, dim=-1)).max(dim=-1).values
-
-
-def accept_rule(
-    p: list[float], q: list[float], proposal: int, uniform: float, draw: float, variant: str = "correct"
-) -> tuple[bool, int]:
-    """The speculative rule at one position, on plain lists (k is small; tensor ops would cost
-    more in dispatch than the arithmetic).
-
-    Accept proposal x with probability min(1, p(x)/q(x)); otherwise emit the token at which the
-    cumulative normalize(max(0, p − q)) first exceeds ``draw`` (a uniform in [0, 1)). Together
-    the two branches emit exactly p. With one-hot p and q (greedy) it accepts exactly when the
-    draft matches the target's argmax, and otherwise emits that argmax.
-
-    The bug variants (controls for the distribution check): ``accept_all`` keeps every proposal,
-    ``inverted_ratio`` keeps with min(1, q/p), ``residual_unnormalised`` compares the residual's
-    cumulative sum with ``draw`` itself instead of ``draw`` × its total.
-    """
-    if variant == "accept_all":
-        return True, proposal
-    if variant == "inverted_ratio":
-        if uniform * p[proposal] < q[proposal]:
-            return True, proposal
-    elif uniform * q[proposal] < p[proposal]:  # u < p/q without dividing by a zero q
-        return True, proposal
-    residual = [max(0.0, a - b) for a, b in zip(p, q, strict=True)]
-    if sum(residual) <= 0.0:  # p == q: nothing to correct towards (unreachable: p/q would be 1)
-        residual = p
-    if variant == "residual_unnormalised":
-        return False, sample_index(residual, draw / sum(residual))
-    return False, sample_index(residual, draw)
-
-
-def argmax(weights: list[float]) -> int:
-    return max(range(len(weights)), key=weights.__getitem__)
-
-
-def sample_index(weights: list[float], draw: float) -> int:
-    """The index where the cumulative weights first exceed ``draw`` × their total."""
-    threshold, running = draw * sum(weights), 0.0
-    for index, weight in enumerate(weights):
-        running += weight
-        if weight > 0.0 and running > threshold:
-            return index
-    return argmax(weights)  # rounding (or a buggy draw above 1) left the threshold unreached
 
 
 @dataclass

@@ -280,7 +280,7 @@ int32_t dl_forward(const void* handle, const int64_t* tokens, int64_t m, int64_t
 }
 
 // What the confidence schedule reads: the top probability of the distribution `row` drawn from the logits;
-// greedy (temperature 0, a one-hot row), of the logits' softmax, as runner.decoding.speculative.top_probability.
+// greedy (temperature 0, a one-hot row), of the logits' softmax, as runner.decoding.accept_rule.top_probability.
 static float top_probability(const float* logits, const float* row, int64_t vocab, double temperature) {
   if (temperature > 0.0) return *std::max_element(row, row + vocab);
   const float top = *std::max_element(logits, logits + vocab);

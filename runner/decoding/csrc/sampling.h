@@ -63,7 +63,7 @@ inline int64_t argmax(const double* weights, int64_t n) {
   return best;
 }
 
-// The index where the cumulative weights first exceed draw x their total (runner.speculative.sample_index).
+// The index where the cumulative weights first exceed draw x their total (runner.decoding.accept_rule.sample_index).
 inline int64_t sample_index(const double* weights, int64_t n, double draw) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += weights[i];
@@ -76,7 +76,7 @@ inline int64_t sample_index(const double* weights, int64_t n, double draw) {
   return argmax(weights, n);  // rounding left the threshold unreached
 }
 
-// The accept rule's bug variants, controls for the distribution check (runner.speculative.RULE_VARIANTS).
+// The accept rule's bug variants, controls for the distribution check (runner.decoding.accept_rule.RULE_VARIANTS).
 enum Variant : int32_t {
   kCorrect = 0,
   kAcceptAll = 1,             // keep every proposal

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import torch
 
+from runner.decoding.accept_rule import RULE_VARIANTS, probabilities
 from runner.decoding.decode import inverse_cdf, uniforms
-from runner.decoding.speculative import RULE_VARIANTS, Draft, TargetPass, probabilities, target_pass, verify
+from runner.decoding.speculative import Draft, TargetPass, target_pass, verify
 from runner.experiments.parts.distribution_power import (
     MIN_EXPECTED_PER_BIN,
     SIGNIFICANCE,

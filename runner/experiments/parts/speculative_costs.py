@@ -24,6 +24,7 @@ from typing import cast
 
 import torch
 
+from runner.decoding.accept_rule import probabilities
 from runner.decoding.fast import LoopState
 from runner.decoding.fast_library import entry_point_seconds
 from runner.decoding.speculative import (
@@ -32,7 +33,6 @@ from runner.decoding.speculative import (
     Draft,
     SpeculativeResult,
     TargetPass,
-    probabilities,
     runs_compiled,
     target_pass,
     uniforms,
