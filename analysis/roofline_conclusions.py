@@ -95,10 +95,11 @@ def speculative_sentence(cases: pd.DataFrame, machine: str = "this machine") -> 
 # How the Roofline page names each of a pass's costs (runner.cost.speculative.PASS_COSTS).
 PASS_COST_NAMES = {
     "verification": "the verification",
-    "draft": "the draft calls",
-    "cache_refill": "the cache refill",
+    "draft": "the draft",
     "loop_overhead": "the loop's own overhead",
+    "cache_refill": "the cache refill",
 }
+assert tuple(PASS_COST_NAMES) == speculative_cost.PASS_COSTS
 
 
 def _recorded(row: pd.Series, name: str) -> float | None:
@@ -118,15 +119,16 @@ def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, mach
     calls = best.get("predicted_mean_draft_calls")
     calls = float(best["k"]) if calls is None or pd.isna(calls) else float(calls)
     costs = speculative_cost.pass_in_steps(
-        step,
-        best["roofline_verify_seconds"],
-        calls,
-        best["roofline_draft_call_seconds"],
-        _recorded(best, "roofline_draft_turn_fixed_seconds") or 0.0,  # 0 in runs placed before turns were timed
-        _recorded(best, "roofline_cache_refill_seconds"),  # none in runs placed before the refill was priced
-        best["roofline_loop_overhead_fit_seconds"],
+        step_seconds=step,
+        verify_seconds=best["roofline_verify_seconds"],
+        draft_calls_per_pass=calls,
+        draft_call_seconds=best["roofline_draft_call_seconds"],
+        # None in runs placed before turns were timed (each proposal then priced as a whole call)
+        draft_turn_fixed_seconds=_recorded(best, "roofline_draft_turn_fixed_seconds") or 0.0,
+        cache_refill_seconds=_recorded(best, "roofline_cache_refill_seconds"),  # None before the refill was priced
+        loop_overhead_seconds=best["roofline_loop_overhead_fit_seconds"],
     )
-    decider = PASS_COST_NAMES[speculative_cost.deciding_cost(costs)]
+    decider = PASS_COST_NAMES[speculative_cost.largest_cost(costs)]
     listed = ", ".join(f"{PASS_COST_NAMES[name].removeprefix('the ')} {value:.2f}" for name, value in costs.items())
     break_even = best["roofline_break_even_acceptance"]
     need = (

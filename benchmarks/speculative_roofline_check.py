@@ -8,8 +8,10 @@ counted over the cases measured more than 10% from a tie (``clear_verdicts_right
 Another machine's run is read after ``decodelab import --db URL RUN.json``; ``--profile`` gives
 the roof where the run's machine has no stored profile (a run made before the roofline). The
 model (runner.experiments.parts.roofline_placement.speculative and loop_parts): a pass costs the roof's
-verification, its draft calls (the roof's price of the draft's pass plus a fixed part, the
-case's single timed call beyond it), the cache refill of two models sharing the caches, and the
+verification, its draft turn (the turn's fixed part, once a pass, from the case's timed turns of
+one proposal and of four, then each proposal at the roof's price of the draft's pass plus what its
+timed price took beyond it; a run that timed no turn prices each proposal at its single timed call),
+the cache refill of two models sharing the caches, and the
 loop's per-pass overhead, fitted as the median over the impl's *other* cases whose loop is of the
 same kind (one C++ call, or Python) of what their loops took beyond their priced parts (a run fits
 on its earlier cases only; read back, every other case is at hand). Characters and draft calls per
@@ -197,8 +199,8 @@ def main() -> None:
         print(
             f"{label}  measured {measured_speedup:.2f}x  roofline {predicted:.2f}x ({error:+.0%}, verdict "
             f"{'right' if right else 'wrong'})  loop overhead {fitted * 1e6:.0f} us/pass, "
-            f"draft call {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} fixed, "
-            f"{parts.draft_turn_fixed_seconds * 1e6:.1f} a turn), "
+            f"a proposal {parts.draft_call_seconds * 1e6:.1f} us ({parts.draft_fixed_seconds * 1e6:.1f} beyond the "
+            f"roof), turn fixed {parts.draft_turn_fixed_seconds * 1e6:.1f} us, "
             f"cache refill {parts.cache_refill_seconds * 1e6:.0f} us"
         )
     for impl, values in errors.items():
@@ -224,15 +226,15 @@ def deciding_cost(impl: str, machine: str, predicted: float, row: dict[str, Any]
     parts, case = row["parts"], row["case"]
     k = int(row["k"])
     costs = speculative_cost.pass_in_steps(
-        parts.baseline_step_seconds,
-        parts.verify_seconds,
-        row["calls"],
-        parts.draft_call_seconds,
-        parts.draft_turn_fixed_seconds,
-        parts.cache_refill_seconds,
-        row["fitted"],
+        step_seconds=parts.baseline_step_seconds,
+        verify_seconds=parts.verify_seconds,
+        draft_calls_per_pass=row["calls"],
+        draft_call_seconds=parts.draft_call_seconds,
+        draft_turn_fixed_seconds=parts.draft_turn_fixed_seconds,
+        cache_refill_seconds=parts.cache_refill_seconds,
+        loop_overhead_seconds=row["fitted"],
     )
-    decider = speculative_cost.deciding_cost(costs)
+    decider = speculative_cost.largest_cost(costs)
     break_even = parts.break_even_acceptance(k, row["fitted"])
     steps = ", ".join(f"{name} {value:.2f}" for name, value in costs.items())
     return (

@@ -258,8 +258,8 @@ ENTRIES: tuple[Metric, ...] = (
         "microseconds",
         "timed",
         "lower",
-        help="one draft turn of 4 proposals, one call, timed alone; beside draft_call_us it splits a turn's fixed part "
-        "from its part per proposal",
+        help="one draft turn of 4 proposals (runner.cost.speculative.TURN_PROPOSALS), one call, timed alone; beside "
+        "draft_call_us it splits a turn's fixed part from its part per proposal",
     ),
     Metric("draft_cost_ratio", "ratio", "timed"),
     Metric("draft_cost_ratio_writeup", "ratio", "timed"),
@@ -352,11 +352,13 @@ ENTRIES: tuple[Metric, ...] = (
     Metric("roofline_step_seconds", "seconds", "predicted", help="a plain step on the roof, overhead added"),
     Metric("roofline_verify_seconds", "seconds", "predicted", help="a k + 1-position verification on the roof"),
     Metric(
-        "roofline_draft_call_seconds", "seconds", "fitted", help="a draft call: its pass on the roof and its fixed part"
+        "roofline_draft_call_seconds",
+        "seconds",
+        "fitted",
+        help="a proposal's price: its pass on the roof and its fixed part (a whole one-proposal call in runs "
+        "that timed no draft turn, so larger there)",
     ),
-    Metric(
-        "roofline_draft_fixed_seconds", "seconds", "fitted", help="a draft call's time beyond its pass's roof price"
-    ),
+    Metric("roofline_draft_fixed_seconds", "seconds", "fitted", help="a proposal's time beyond its pass's roof price"),
     Metric(
         "roofline_draft_turn_fixed_seconds",
         "seconds",
@@ -374,7 +376,7 @@ ENTRIES: tuple[Metric, ...] = (
         "roofline_loop_overhead_seconds",
         "seconds",
         "fitted",
-        help="the loop's time per pass beyond its roof-priced verification and draft calls",
+        help="the loop's time per pass beyond its roof-priced verification, draft turn and cache refill",
     ),
     Metric(
         "roofline_loop_compiled",

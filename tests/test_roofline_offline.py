@@ -31,8 +31,15 @@ from pathlib import Path
 import pytest
 
 from runner.cost.roofline_model import Shape
-from runner.cost.speculative import loop_break_even_acceptance, loop_overhead_seconds, loop_speedup, pass_in_steps
+from runner.cost.speculative import (
+    TURN_PROPOSALS,
+    loop_break_even_acceptance,
+    loop_overhead_seconds,
+    loop_speedup,
+    pass_in_steps,
+)
 from runner.experiments.parts.roofline_placement import LoopParts, loop_parts, named_draft_pass
+from runner.metrics import lookup
 from tests.conftest import FIXTURES, ROOT, _cli_environment, run_decodelab
 
 PREDICT = ROOT / "benchmarks" / "roofline_predict.py"
@@ -258,18 +265,18 @@ def test_two_models_that_fit_the_l2_alone_but_not_together_pay_a_cache_refill() 
 
 
 def test_a_draft_turn_pays_its_fixed_part_once_a_pass_not_once_a_proposal() -> None:
-    """A table draft's turn is one Python call: 2.6 us of torch calls a turn and 0.56 us a
-    proposal (the Zen 5 EPYC). Timed as one proposal (3.2 us) and as four (4.9 us), the turn's
-    fixed part (2.6) is paid once a pass and each proposal 0.57: a k = 4 pass's draft costs 4.9 us,
-    where pricing every proposal at a whole one-proposal call said 12.8. The loop's overhead is
-    measured net of it and the prediction adds it back, so the measured speedup comes back; a run
-    that timed no turn prices as before."""
-    turn_one, turn_four = 3.2e-6, 4.9e-6
+    """A table draft's turn is one Python call whose torch calls cost more than its lookups: in
+    the Zen 5 EPYC's quick runs one proposal took 3.4-3.9 us and four 5.3-5.7. Timed as one (3.5)
+    and as four (5.3), a proposal costs 0.6 and the turn's fixed part 2.9 is paid once a pass: a
+    k = 4 pass's draft costs 5.3 us, where pricing every proposal at a whole one-proposal call said
+    14. The loop's overhead is measured net of it and the prediction adds it back, so the measured
+    speedup comes back; a run that timed no turn prices as before."""
+    turn_one, turn_four = 3.5e-6, 5.3e-6
     parts = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=turn_four)
-    per_proposal = (turn_four - turn_one) / 3
+    per_proposal = (turn_four - turn_one) / (TURN_PROPOSALS - 1)
     assert parts.draft_call_seconds == pytest.approx(per_proposal)
     assert parts.draft_turn_fixed_seconds == pytest.approx(turn_one - per_proposal)
-    assert parts.draft_turn_fixed_seconds + 4 * parts.draft_call_seconds == pytest.approx(turn_four)
+    assert parts.draft_turn_fixed_seconds + TURN_PROPOSALS * parts.draft_call_seconds == pytest.approx(turn_four)
     measured = {
         "target_step_seconds": 40e-6,
         "chars_per_target_pass_timed": 3.0,
@@ -280,7 +287,15 @@ def test_a_draft_turn_pays_its_fixed_part_once_a_pass_not_once_a_proposal() -> N
     assert overhead == pytest.approx(40e-6 * 3.0 / 1.1 - 70e-6 - turn_four)
     assert parts.speedup(3.0, 4.0, overhead) == pytest.approx(1.1)
     # The turn's fixed part is part of what the draft costs a pass, in plain steps.
-    costs = pass_in_steps(40e-6, 70e-6, 4.0, parts.draft_call_seconds, parts.draft_turn_fixed_seconds, None, overhead)
+    costs = pass_in_steps(
+        step_seconds=40e-6,
+        verify_seconds=70e-6,
+        draft_calls_per_pass=4.0,
+        draft_call_seconds=parts.draft_call_seconds,
+        draft_turn_fixed_seconds=parts.draft_turn_fixed_seconds,
+        cache_refill_seconds=None,
+        loop_overhead_seconds=overhead,
+    )
     assert costs["draft"] == pytest.approx(turn_four / 40e-6) and "cache_refill" not in costs
     for untimed in (None, math.nan):
         old = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=untimed)
@@ -288,6 +303,15 @@ def test_a_draft_turn_pays_its_fixed_part_once_a_pass_not_once_a_proposal() -> N
     # A turn timed faster than a one-proposal call (noise) leaves a proposal free, never negative.
     noisy = LoopParts.price(40e-6, 70e-6, 0.0, turn_one, draft_turn_seconds=3.0e-6)
     assert noisy.draft_call_seconds == 0.0 and noisy.draft_turn_fixed_seconds == pytest.approx(turn_one)
+    # A model draft whose proposal the roof prices above its timed price (the small draft on the
+    # Zen 5 EPYC: 2.1 us timed a proposal, 3.2 on the roof): a one-proposal turn is priced at the
+    # roof's price, as before turns were timed, never at that price plus a fixed part on top.
+    small = LoopParts.price(40e-6, 70e-6, 3.24e-6, 2.55e-6, draft_turn_seconds=8.77e-6)
+    untimed_small = LoopParts.price(40e-6, 70e-6, 3.24e-6, 2.55e-6)
+    assert small.draft_turn_fixed_seconds == 0.0
+    assert small.draft_call_seconds == untimed_small.draft_call_seconds == pytest.approx(3.24e-6)
+    declared = lookup("draft_turn_us")
+    assert declared is not None and f"of {TURN_PROPOSALS} proposals" in declared.help
 
 
 @pytest.fixture(scope="module")
@@ -453,7 +477,7 @@ def test_pricing_the_draft_turn_once_a_pass_puts_the_zen5_epycs_table_drafts_rig
             assert run_decodelab("import", str(path), "--db", url, cwd=tmp_path).returncode == 0
             output, figures[name, priced] = checked_run(url, "1")
             bigram = next(line for line in output.splitlines() if line.startswith("fast   bigram    fixed"))
-            assert (" 0.0 a turn)" in bigram) == (priced == "calls"), bigram
+            assert ("turn fixed 0.0 us" in bigram) == (priced == "calls"), bigram
     quick_turns, quick_calls = figures["epyc-zen5-turns-quick", "turns"], figures["epyc-zen5-turns-quick", "calls"]
     error = "fast_median_abs_roofline_speedup_error"
     assert float(quick_turns[error]) < 0.05 < float(quick_calls[error])

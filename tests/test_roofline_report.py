@@ -167,7 +167,7 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
     # fast_int8: verification 2.2 steps, drafts 4 × 0.5 = 2.0, loop 1.0: 5.2 steps a pass.
     assert sentence.startswith(
         "On epyc's fast impl a speculative pass with its best draft (fast_int8, k=4) costs 5.20 plain steps "
-        "(verification 2.20, draft calls 2.00, loop's own overhead 1.00): the verification decides, and drafts "
+        "(verification 2.20, draft 2.00, loop's own overhead 1.00): the verification decides, and drafts "
         "need an acceptance above 0.93 to win (k=4, each proposal kept alike); the roofline says speculative "
         "decoding loses here (best 0.80×), measured it loses."
     )
@@ -176,4 +176,10 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
     # (roofline_placement.LoopParts): 50 us measured against the roof's 40 makes each part 0.8 as many steps.
     measured = roofline_conclusions.speculative_sentence(speculative.assign(target_step_seconds=50e-6), "epyc")
     assert measured is not None
-    assert "costs 4.16 plain steps (verification 1.76, draft calls 1.60, loop's own overhead 0.80)" in measured
+    assert "costs 4.16 plain steps (verification 1.76, draft 1.60, loop's own overhead 0.80)" in measured
+    # A run that timed its draft turns pays the turn's fixed part once a pass, in the draft's share.
+    turned = roofline_conclusions.speculative_sentence(
+        speculative.assign(roofline_draft_turn_fixed_seconds=[8e-6, 8e-6, float("nan")]), "epyc"
+    )
+    assert turned is not None
+    assert "costs 5.40 plain steps (verification 2.20, draft 2.20, loop's own overhead 1.00)" in turned

@@ -11,6 +11,7 @@ units of a plain decode step (standard library only).
 - ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
   the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
   (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases;
+- ``split_turn``: a draft turn's fixed part and a proposal's price from two timed turns;
 - ``pass_in_steps``: a priced pass split into those costs, in plain steps, and which one decides.
 
 runner.experiments.parts.speculative_costs measures the costs these formulas take;
@@ -108,11 +109,30 @@ def loop_break_even_acceptance(
     return break_even_acceptance(k, step_seconds, draft_call_seconds, verify_seconds + loop_overhead_seconds)
 
 
+# Proposals in the draft turn a speculative case times beside its one-proposal call
+# (runner.experiments.parts.speculative_costs.single_call_costs): a turn is one call of the draft,
+# whose fixed part is paid once a pass, not once a proposal; the two timings tell the parts apart.
+TURN_PROPOSALS = 4
+
+
+def split_turn(
+    one_proposal_seconds: float, turn_seconds: float, proposal_floor_seconds: float = 0.0
+) -> tuple[float, float]:
+    """(a proposal's price, the turn's fixed part) from a timed turn of one proposal and one of
+    TURN_PROPOSALS: their difference is TURN_PROPOSALS − 1 proposals; what the one-proposal turn
+    took beyond its proposal is the fixed part. A proposal is priced at least
+    ``proposal_floor_seconds`` (the roof's price of the draft's pass), so that a one-proposal turn
+    is never priced above what it was timed at; neither part is negative."""
+    per_proposal = max(0.0, (turn_seconds - one_proposal_seconds) / (TURN_PROPOSALS - 1))
+    return per_proposal, max(0.0, one_proposal_seconds - max(per_proposal, proposal_floor_seconds))
+
+
 # The costs of a speculative pass, in the order pass_in_steps lists them.
-PASS_COSTS = ("verification", "draft", "cache_refill", "loop_overhead")
+PASS_COSTS = ("verification", "draft", "loop_overhead", "cache_refill")
 
 
 def pass_in_steps(
+    *,
     step_seconds: float,
     verify_seconds: float,
     draft_calls_per_pass: float,
@@ -122,20 +142,18 @@ def pass_in_steps(
     loop_overhead_seconds: float,
 ) -> dict[str, float]:
     """A pass's costs in plain steps, by PASS_COSTS name: its verification, its draft turn (the
-    turn's fixed part and its calls), the cache refill (left out where None: a run placed before it
-    was priced) and the loop's own overhead. The largest decides whether speculation can win: what
-    the Roofline page and ``benchmarks/speculative_roofline_check.py`` both say."""
-    costs = {
-        "verification": verify_seconds / step_seconds,
-        "draft": (draft_turn_fixed_seconds + draft_calls_per_pass * draft_call_seconds) / step_seconds,
-        "cache_refill": (cache_refill_seconds or 0.0) / step_seconds,
-        "loop_overhead": loop_overhead_seconds / step_seconds,
+    turn's fixed part and its proposals), the loop's own overhead and the cache refill (left out
+    where None: a run placed before it was priced). The largest decides whether speculation can
+    win: what the Roofline page and ``benchmarks/speculative_roofline_check.py`` both say."""
+    seconds = {
+        "verification": verify_seconds,
+        "draft": draft_turn_fixed_seconds + draft_calls_per_pass * draft_call_seconds,
+        "loop_overhead": loop_overhead_seconds,
+        "cache_refill": cache_refill_seconds,
     }
-    if cache_refill_seconds is None:
-        del costs["cache_refill"]
-    return costs
+    return {name: value / step_seconds for name in PASS_COSTS if (value := seconds[name]) is not None}
 
 
-def deciding_cost(costs: dict[str, float]) -> str:
-    """The name of the largest of a pass's costs (pass_in_steps)."""
+def largest_cost(costs: dict[str, float]) -> str:
+    """The name of the largest of a pass's costs (pass_in_steps): the one that decides."""
     return max(costs, key=lambda name: costs[name])

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 class Schedule:
     """How many proposals each pass drafts. ``k`` is the first pass's length (every pass's for
     ``fixed``); ``k_max`` bounds ``heuristic`` and ``confidence``; ``p_min`` is ``confidence``'s
-    threshold on the draft's top probability (``top_probability``: greedy, its softmax's)."""
+    threshold on the draft's top probability (runner.decoding.accept_rule.top_probability: greedy,
+    its softmax's)."""
 
     kind: str = "fixed"
     k: int = 4

@@ -85,7 +85,7 @@ enum Variant : int32_t {
   kBonusFromDraft = 4,        // the bonus token drawn from the draft's row k (q then holds k + 1 rows)
 };
 
-// The speculative accept rule over k proposals (runner.speculative.verify, which this mirrors): p holds the
+// The speculative accept rule over k proposals (runner.decoding.speculative.verify, which this mirrors): p holds the
 // target's k + 1 distributions, q the draft's k, randoms 2k + 1 uniforms. Proposal x at row i is kept when
 // randoms[2i] * q(x) < p(x); else the row's correction is drawn from normalize(max(0, p - q)) at
 // randoms[2i + 1] and the rest discarded; all k kept, a bonus token from p's last row at randoms[2k]

@@ -25,7 +25,6 @@ from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import Placement, Shape, pass_cost
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
-from runner.experiments.parts.speculative_costs import TURN_PROPOSALS
 from store.records import MeasurementRecord, case_key
 
 LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")
@@ -193,7 +192,7 @@ def speculative(
         (overhead, draft_overhead),
         (threads, fast_threads(draft_impl or "static")),
         measured["target_step_seconds"],
-        measured["draft_turn_us"] * 1e-6,
+        measured["draft_turn_us"] * 1e-6 if "draft_turn_us" in measured else None,
     )
     own_overhead = parts.loop_overhead(measured)
     ratio = parts.verify_seconds / parts.step_seconds
@@ -282,13 +281,13 @@ class LoopParts:
     ) -> LoopParts:
         """The draft's costs from its timed calls: ``draft_call_seconds``, a turn of one proposal,
         and ``draft_turn_seconds``, a turn of TURN_PROPOSALS (None or NaN where the run timed none:
-        every proposal then pays a whole one-proposal call). Their difference is the price of a
-        proposal; what the one-proposal turn took beyond it is the turn's fixed part, paid once a
-        pass; and a proposal's time beyond its pass's roof price is the call's fixed part."""
+        every proposal then pays a whole one-proposal call). Their difference prices a proposal,
+        at least its pass's roof price; what the one-proposal turn took beyond that is the turn's
+        fixed part, paid once a pass (runner.cost.speculative.split_turn); and a proposal's time
+        beyond its pass's roof price is the call's fixed part (``draft_fixed_seconds``)."""
         turn_fixed = 0.0
         if draft_turn_seconds is not None and not math.isnan(draft_turn_seconds):
-            per_proposal = max(0.0, (draft_turn_seconds - draft_call_seconds) / (TURN_PROPOSALS - 1))
-            turn_fixed = max(0.0, draft_call_seconds - per_proposal)
+            _, turn_fixed = speculative_cost.split_turn(draft_call_seconds, draft_turn_seconds, draft_token_seconds)
         return cls(
             step_seconds,
             verify_seconds,
@@ -321,13 +320,13 @@ class LoopParts:
                 measured["mean_draft_calls"],
                 self.draft_call_seconds,
             )
-            - self.per_pass_seconds
+            - self.once_a_pass_seconds
         )
 
     @property
-    def per_pass_seconds(self) -> float:
-        """What a pass pays once besides its verification and its proposals: the cache refill and
-        the fixed part of its draft turn."""
+    def once_a_pass_seconds(self) -> float:
+        """The priced parts a pass pays once besides its verification and its proposals (the loop's
+        fitted overhead apart): the cache refill and the fixed part of its draft turn."""
         return self.cache_refill_seconds + self.draft_turn_fixed_seconds
 
     def speedup(self, chars_per_pass: float, draft_calls_per_pass: float, loop_overhead_seconds: float) -> float:
@@ -337,7 +336,7 @@ class LoopParts:
             self.baseline_step_seconds,
             self.verify_seconds,
             self.draft_call_seconds,
-            loop_overhead_seconds + self.per_pass_seconds,
+            loop_overhead_seconds + self.once_a_pass_seconds,
         )
 
     def break_even_acceptance(self, k: int, loop_overhead_seconds: float) -> float | None:
@@ -346,7 +345,7 @@ class LoopParts:
             self.baseline_step_seconds,
             self.draft_call_seconds,
             self.verify_seconds,
-            loop_overhead_seconds + self.per_pass_seconds,
+            loop_overhead_seconds + self.once_a_pass_seconds,
         )
 
 

@@ -18,12 +18,14 @@ the library's clock of each entry point, or its Python rounds in one stretch (Co
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 
+from runner.cost.speculative import TURN_PROPOSALS
 from runner.decoding.accept_rule import probabilities
 from runner.decoding.fast import LoopState
 from runner.decoding.fast_library import entry_point_seconds
@@ -43,10 +45,6 @@ from runner.model.gpt import CharGPT
 
 COST_CALLS = 16  # draft turns and verifications per cost session
 SINGLE_CALL_REPEATS = 5  # single calls timed for the write-ups' cost table (the minimum is kept)
-# Proposals in the one draft turn timed beside the single call: a turn is one call of the draft
-# (``propose(k)``), whose fixed part (drawing its uniforms, stacking its distributions, the call
-# itself) is paid once a pass, not once a proposal; the two timings tell the parts apart.
-TURN_PROPOSALS = 4
 ALPHA_WINDOWS = 8  # held-out windows whose every position enters α
 ALPHA_WINDOW_LENGTH = 256
 
@@ -66,7 +64,7 @@ class SingleCalls:
 
     target_pass_seconds: float  # one target pass over one token
     draft_call_seconds: float  # one draft turn of one proposal
-    draft_turn_seconds: float  # one draft turn of TURN_PROPOSALS proposals
+    draft_turn_seconds: float  # one draft turn of TURN_PROPOSALS proposals; NaN where not timed
 
 
 def held_out_windows(tokens: torch.Tensor, context_length: int) -> list[list[int]]:
@@ -260,9 +258,11 @@ def single_call_costs(
     SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
     found this under-counts a cheap draft's share of the loop. Beside them, one draft turn of
     TURN_PROPOSALS proposals from the same state, so that a turn's fixed part can be told from its
-    part per proposal (roofline_placement.LoopParts.price): a table draft's turn is one Python call
-    whose torch calls cost more than its lookups (2.6 us a turn and 0.56 a proposal on a Zen 5
-    EPYC), and pricing every proposal at a one-proposal call overstated its k = 4 passes by 8 us."""
+    part per proposal (runner.cost.speculative.split_turn): a table draft's turn is one Python call
+    whose torch calls cost more than its lookups (in the Zen 5 EPYC's quick runs a turn of one
+    proposal took 3.4-3.9 us and one of four 5.3-5.7), and pricing every proposal at a one-proposal
+    call overstated its k = 4 passes by 8-10 us. The turn is left untimed (NaN) where the text holds
+    fewer than TURN_PROPOSALS positions past ``position``, so that it never runs past a context."""
     run_target = target_pass(target, impl)
     harness = pricing_harness(harness, run_target, draft)
     cache = target.new_cache(capacity=position + 1)
@@ -282,13 +282,16 @@ def single_call_costs(
     (draft_call_seconds,) = harness.alternating(
         (lambda: draft.propose(1, temperature, generator),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=follow
     )
-    (draft_turn_seconds,) = harness.alternating(
-        (lambda: draft.propose(TURN_PROPOSALS, temperature, generator),),
-        rounds=1,
-        repeats=SINGLE_CALL_REPEATS,
-        setup=follow,
-    )
-    return SingleCalls(target_pass_seconds.minimum, draft_call_seconds.minimum, draft_turn_seconds.minimum)
+    draft_turn_seconds = math.nan
+    if position + TURN_PROPOSALS <= len(text):
+        (turn,) = harness.alternating(
+            (lambda: draft.propose(TURN_PROPOSALS, temperature, generator),),
+            rounds=1,
+            repeats=SINGLE_CALL_REPEATS,
+            setup=follow,
+        )
+        draft_turn_seconds = turn.minimum
+    return SingleCalls(target_pass_seconds.minimum, draft_call_seconds.minimum, draft_turn_seconds)
 
 
 def centred_passes(passes: list[Pass]) -> list[Pass]:

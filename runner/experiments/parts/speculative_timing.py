@@ -6,6 +6,7 @@ before the loop by runner.experiments.parts.speculative_a_priori."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -237,9 +238,13 @@ def cost_figures(
         MeasurementRecord("draft_cost_ratio", statistics.median(draft_costs), "ratio"),
         MeasurementRecord("target_pass_us", target_pass_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_call_us", draft_call_seconds * 1e6, "microseconds"),
-        MeasurementRecord("draft_turn_us", single_calls.draft_turn_seconds * 1e6, "microseconds"),
         MeasurementRecord("draft_cost_ratio_writeup", draft_call_seconds / target_pass_seconds, "ratio"),
         MeasurementRecord("verify_cost_ratio", statistics.median(verify_costs), "ratio"),
+        *(
+            [MeasurementRecord("draft_turn_us", single_calls.draft_turn_seconds * 1e6, "microseconds")]
+            if not math.isnan(single_calls.draft_turn_seconds)
+            else []
+        ),
     ]
 
 
