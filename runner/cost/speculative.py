@@ -11,7 +11,7 @@ units of a plain decode step (standard library only).
 - ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
   the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
   (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases;
-- ``split_turn``: a draft turn's fixed part and a proposal's price from two timed turns;
+- ``turn_fixed_seconds``: a draft turn's fixed part from two timed turns;
 - ``pass_in_steps``: a priced pass split into those costs, in plain steps, and which one decides.
 
 runner.experiments.parts.speculative_costs measures the costs these formulas take;
@@ -115,16 +115,14 @@ def loop_break_even_acceptance(
 TURN_PROPOSALS = 4
 
 
-def split_turn(
-    one_proposal_seconds: float, turn_seconds: float, proposal_floor_seconds: float = 0.0
-) -> tuple[float, float]:
-    """(a proposal's price, the turn's fixed part) from a timed turn of one proposal and one of
-    TURN_PROPOSALS: their difference is TURN_PROPOSALS − 1 proposals; what the one-proposal turn
+def turn_fixed_seconds(one_proposal_seconds: float, turn_seconds: float, proposal_floor_seconds: float = 0.0) -> float:
+    """A draft turn's fixed part, paid once a pass, from a timed turn of one proposal and one of
+    TURN_PROPOSALS: their difference is TURN_PROPOSALS − 1 proposals, and what the one-proposal turn
     took beyond its proposal is the fixed part. A proposal is priced at least
     ``proposal_floor_seconds`` (the roof's price of the draft's pass), so that a one-proposal turn
-    is never priced above what it was timed at; neither part is negative."""
+    is never priced above what it was timed at; never negative."""
     per_proposal = max(0.0, (turn_seconds - one_proposal_seconds) / (TURN_PROPOSALS - 1))
-    return per_proposal, max(0.0, one_proposal_seconds - max(per_proposal, proposal_floor_seconds))
+    return max(0.0, one_proposal_seconds - max(per_proposal, proposal_floor_seconds))
 
 
 # The costs of a speculative pass, in the order pass_in_steps lists them.

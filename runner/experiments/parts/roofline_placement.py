@@ -283,11 +283,13 @@ class LoopParts:
         and ``draft_turn_seconds``, a turn of TURN_PROPOSALS (None or NaN where the run timed none:
         every proposal then pays a whole one-proposal call). Their difference prices a proposal,
         at least its pass's roof price; what the one-proposal turn took beyond that is the turn's
-        fixed part, paid once a pass (runner.cost.speculative.split_turn); and a proposal's time
+        fixed part, paid once a pass (runner.cost.speculative.turn_fixed_seconds); and a proposal's time
         beyond its pass's roof price is the call's fixed part (``draft_fixed_seconds``)."""
         turn_fixed = 0.0
         if draft_turn_seconds is not None and not math.isnan(draft_turn_seconds):
-            _, turn_fixed = speculative_cost.split_turn(draft_call_seconds, draft_turn_seconds, draft_token_seconds)
+            turn_fixed = speculative_cost.turn_fixed_seconds(
+                draft_call_seconds, draft_turn_seconds, draft_token_seconds
+            )
         return cls(
             step_seconds,
             verify_seconds,

@@ -258,7 +258,7 @@ def single_call_costs(
     SINGLE_CALL_REPEATS). Unlike the loop's costs, nothing runs between the calls: the write-ups
     found this under-counts a cheap draft's share of the loop. Beside them, one draft turn of
     TURN_PROPOSALS proposals from the same state, so that a turn's fixed part can be told from its
-    part per proposal (runner.cost.speculative.split_turn): a table draft's turn is one Python call
+    part per proposal (runner.cost.speculative.turn_fixed_seconds): a table draft's turn is one Python call
     whose torch calls cost more than its lookups (in the Zen 5 EPYC's quick runs a turn of one
     proposal took 3.4-3.9 us and one of four 5.3-5.7), and pricing every proposal at a one-proposal
     call overstated its k = 4 passes by 8-10 us. The turn is left untimed (NaN) where the text holds
