@@ -161,6 +161,34 @@ def test_a_replaced_parameter_repacks_the_weights() -> None:
     assert (after.forward(tokens, model.new_cache()) - eager).abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("kernel", ["float32", "fast_int8"])
+def test_a_repacked_decoder_computes_the_same_at_another_place(kernel: str) -> None:
+    """FastDecoder.repack packs the weights anew, elsewhere (the earlier packings held, at most
+    RETIRED_PACKINGS of them): every output stays bit for bit what the first packing gave, and
+    the holders of the decoder (a compiled target, a draft) see the new packing."""
+    from runner.decoding import fast
+
+    model = trained_looking(SHAPES[1])
+    if kernel != "float32":
+        model = quantize_model(model, "int8", kernel=kernel)
+    decoder = decoder_for(model)
+    tokens = tokens_for(SHAPES[1], 12)
+    draws = torch.rand(40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    logits = decoder.forward(tokens, model.new_cache())
+    generated = decoder.generate(tokens[:3], 40, 1.0, draws)
+    handles = []
+    for _ in range(fast.RETIRED_PACKINGS + 3):
+        handles.append(decoder._handle)
+        fast.new_placements(model, trained_looking(SHAPES[0]))  # a model without a decoder is left alone
+        assert decoder_for(model) is decoder, "the same decoder, packed again"
+        assert torch.equal(decoder.forward(tokens, model.new_cache()), logits)
+        assert decoder.generate(tokens[:3], 40, 1.0, draws) == generated
+    # Each packing made while the earlier ones are held is a new one (a freed one's place may come back).
+    assert len(set(handles[: fast.RETIRED_PACKINGS + 1])) == fast.RETIRED_PACKINGS + 1
+    assert len(decoder._handles) == fast.RETIRED_PACKINGS + 1 and decoder._handles[-1] == decoder._handle
+    assert len(decoder._retired_scratch) == fast.RETIRED_PACKINGS
+
+
 def test_helper_threads_change_nothing_but_the_time() -> None:
     from runner.decoding.fast_library import set_threads, threads
 

@@ -179,3 +179,14 @@ def aa_measurements(
         *paired.measurements("aa_speedup"),
         MeasurementRecord("aa_min_ratio", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),
     ]
+
+
+def placements_between_pairs(impl: str, *models: CharGPT) -> Callable[[], None] | None:
+    """A paired timing's ``between`` on the fast impl: repack ``models`` after every pair
+    (runner.decoding.fast.new_placements), so that each pair times its own placement of their
+    weights and the run's median averages several; None on the other impls."""
+    if impl != "fast":
+        return None
+    from runner.decoding.fast import new_placements
+
+    return lambda: new_placements(*models)

@@ -15,7 +15,7 @@ from runner.cost import counts
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import generate
 from runner.errors import Unmeasured
-from runner.experiments.base import ExperimentContext, aa_measurements
+from runner.experiments.base import ExperimentContext, aa_measurements, placements_between_pairs
 from runner.experiments.parts import roofline_placement as roofline
 from runner.experiments.parts.kv_exactness import measure
 from runner.measure.fitting import fit_power_law
@@ -55,8 +55,14 @@ def time_cache(
 
         cached_tokens = generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
         sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
+    # On the fast impl each round times its own packing of the weights and its own scratch cache.
+    between = placements_between_pairs(impl, model)
     rounds = dict(
-        zip(sides, context.harness.interleaved(list(sides.values()), case["pairs"], steady=True), strict=True)
+        zip(
+            sides,
+            context.harness.interleaved(list(sides.values()), case["pairs"], between, steady=True),
+            strict=True,
+        )
     )
     same_tokens = texts[False] == texts[True]
     if with_transformers:

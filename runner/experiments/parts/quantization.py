@@ -10,7 +10,7 @@ import torch
 
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import first_difference, generate
-from runner.experiments.base import ExperimentContext, aa_measurements
+from runner.experiments.base import ExperimentContext, aa_measurements, placements_between_pairs
 from runner.experiments.parts import roofline_placement as roofline
 from runner.experiments.quantization import NO_IMPL_NAMED
 from runner.model.gpt import CharGPT
@@ -62,6 +62,7 @@ def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[Measureme
         lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
         lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
         pairs=case["pairs"],
+        between=placements_between_pairs(impl, reference, model),
         steady=True,  # greedy decodes: no state between calls
     )
     reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)

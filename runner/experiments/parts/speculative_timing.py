@@ -21,7 +21,7 @@ from runner.decoding.speculative import (
     acceptance_at_positions,
     speculative_decode,
 )
-from runner.experiments.base import ExperimentContext
+from runner.experiments.base import ExperimentContext, placements_between_pairs
 from runner.experiments.parts import roofline_placement as roofline
 from runner.experiments.parts.speculative_a_priori import a_priori_prediction
 from runner.experiments.parts.speculative_costs import (
@@ -133,11 +133,17 @@ def time_loop(
     text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
     sessions: list[PassCosts] = []
+    # On the fast impl each pair (with its cost session) times its own packing of the target and
+    # of a model draft's weights: where a fast_int8 draft's landed moved all of a run's fast_int8
+    # cases together, by as much as 3% (runner.decoding.fast.FastDecoder.repack).
+    repack = placements_between_pairs(impl, target, *([draft.model] if isinstance(draft, ModelDraft) else []))
 
     def next_pair() -> None:
         nonlocal pair
         sessions.append(cost_session())
         pair += 1
+        if repack is not None:
+            repack()
 
     # On the fast impl a generation lasts a few milliseconds, and one pair hit by the host moved a
     # case's ratio 15-27% alone (the Xeon, issue 42): there a pair's sample loops its text until it
