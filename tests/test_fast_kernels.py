@@ -166,7 +166,7 @@ def test_a_repacked_decoder_computes_the_same_at_another_place(kernel: str) -> N
     """FastDecoder.repack packs the weights anew, elsewhere (the earlier packings held, at most
     RETIRED_PACKINGS of them): every output stays bit for bit what the first packing gave, and
     the holders of the decoder (a compiled target, a draft) see the new packing."""
-    from runner.decoding import fast
+    from runner.decoding import fast, fast_packing
 
     model = trained_looking(SHAPES[1])
     if kernel != "float32":
@@ -177,16 +177,27 @@ def test_a_repacked_decoder_computes_the_same_at_another_place(kernel: str) -> N
     logits = decoder.forward(tokens, model.new_cache())
     generated = decoder.generate(tokens[:3], 40, 1.0, draws)
     handles = []
-    for _ in range(fast.RETIRED_PACKINGS + 3):
+    for _ in range(fast_packing.RETIRED_PACKINGS + 3):
         handles.append(decoder._handle)
         fast.new_placements(model, trained_looking(SHAPES[0]))  # a model without a decoder is left alone
         assert decoder_for(model) is decoder, "the same decoder, packed again"
         assert torch.equal(decoder.forward(tokens, model.new_cache()), logits)
         assert decoder.generate(tokens[:3], 40, 1.0, draws) == generated
     # Each packing made while the earlier ones are held is a new one (a freed one's place may come back).
-    assert len(set(handles[: fast.RETIRED_PACKINGS + 1])) == fast.RETIRED_PACKINGS + 1
-    assert len(decoder._handles) == fast.RETIRED_PACKINGS + 1 and decoder._handles[-1] == decoder._handle
-    assert len(decoder._retired_scratch) == fast.RETIRED_PACKINGS
+    assert len(set(handles[: fast_packing.RETIRED_PACKINGS + 1])) == fast_packing.RETIRED_PACKINGS + 1
+    assert len(decoder._packings) == fast_packing.RETIRED_PACKINGS + 1
+    assert len(decoder._retired_scratch) == fast_packing.RETIRED_PACKINGS
+
+
+def test_a_model_too_large_to_hold_twice_keeps_its_one_packing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.decoding import fast
+
+    model = trained_looking(SHAPES[1])
+    decoder = decoder_for(model)
+    first = decoder._handle
+    monkeypatch.setattr(fast, "RETIRED_BYTES", decoder.packed_bytes - 1)
+    fast.new_placements(model)
+    assert decoder._handle == first and len(decoder._packings) == 1
 
 
 def test_helper_threads_change_nothing_but_the_time() -> None:

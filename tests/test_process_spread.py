@@ -21,7 +21,7 @@ def test_two_processes_give_both_spreads_of_every_generation() -> None:
     result = run_script("--processes", "2", "--blocks", "2")
     assert result.returncode == 0, result.stderr
     figures = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    for name in ("fast_cache", "fast_no_cache", "static_cache", "static_fake_int8"):
+    for name in ("fast_cache", "fast_no_cache", "static_cache", "static_fake_int8", "fast_int8"):
         for kind in ("between", "within"):
             value = float(figures[f"process_spread_{kind}_{name}"])
             assert math.isfinite(value) and value >= 0.0

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import array
 import collections
-import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -37,52 +36,10 @@ import torch.nn as nn
 # every revision they compare, older ones included.
 from runner.decoding.fast_library import instruction_set as instruction_set
 from runner.decoding.fast_library import library
-from runner.model.gpt import Block, CharGPT, KVCache
-from runner.model.quantize import Bfloat16Linear, Int8DynamicLinear, quantization_of
+from runner.decoding.fast_packing import RETIRED_BYTES, Packings, address
+from runner.model.gpt import CharGPT, KVCache
 
-FORMATS = {"float32": 0, "fast_bf16": 1, "fast_int8": 2}  # runner/decoding/csrc/linear.h Format, by quantization kernel
-FAST_KERNELS = tuple(FORMATS)
 BONUS_FROM_DRAFT = 4  # runner.decoding.accept_rule.RULE_VARIANTS' index of the variant whose q has k + 1 rows
-# The earlier packings a decoder holds after FastDecoder.repack (at most RETIRED_BYTES of them, at
-# least one): a packing made while the one before it is held cannot take that one's memory.
-RETIRED_PACKINGS = 8
-RETIRED_BYTES = 64 << 20
-
-
-def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]:
-    """Weight (in the kernel's format), per-row scales (int8 only) and bias of one linear layer."""
-    if kernel == "float32" and isinstance(linear, nn.Linear):
-        return [linear.weight.detach().float().contiguous(), None, linear.bias.detach().float().contiguous()]
-    if kernel == "fast_bf16" and isinstance(linear, Bfloat16Linear):
-        return [linear.weight_bfloat16.view(torch.int16).contiguous(), None, linear.bias.float().contiguous()]
-    if kernel == "fast_int8" and isinstance(linear, Int8DynamicLinear):
-        return [linear.weight_int8.contiguous(), linear.weight_scales.float().contiguous(), linear.bias.contiguous()]
-    raise ValueError(f"a {type(linear).__name__} does not run through the fast {kernel} kernel")
-
-
-def model_tensors(model: CharGPT) -> tuple[int, list[torch.Tensor], list[torch.Tensor | None]]:
-    """The format, the four float32 model-wide tensors (wte, wpe, ln_f weight and bias) and every
-    block's 16 tensors in the order dl_model_new reads them."""
-    kernel = quantization_of(model).kernel
-    if model.device.type != "cpu" or kernel not in FORMATS or not model.config.is_gpt2:
-        raise ValueError(
-            "the fast path runs GPT-2 shaped models (tied lm head) on the CPU, in float32 or quantized by the "
-            f"{' or '.join(FAST_KERNELS[1:])} kernel"
-        )
-    shared = [model.wte.weight, model.wpe.weight, model.ln_f.weight, model.ln_f.bias]
-    blocks: list[torch.Tensor | None] = []
-    for block in cast(list[Block], model.blocks):
-        attention, mlp = block.attn, block.mlp
-        blocks += [block.ln_1.weight, block.ln_1.bias]
-        blocks += _linear_tensors(attention.c_attn, kernel) + _linear_tensors(attention.c_proj, kernel)
-        blocks += [block.ln_2.weight, block.ln_2.bias]
-        blocks += _linear_tensors(mlp.c_fc, kernel) + _linear_tensors(mlp.c_proj, kernel)
-    as_float = [tensor.detach().float().contiguous() for tensor in shared]
-    return FORMATS[kernel], as_float, [None if t is None else t.detach().contiguous() for t in blocks]
-
-
-def _address(tensor: torch.Tensor | None) -> int | None:
-    return None if tensor is None else tensor.data_ptr()
 
 
 @dataclass
@@ -119,52 +76,27 @@ class FastDecoder:
         self.vocab_size, self.context_length = config.vocab_size, config.context_length
         self._layout = (config.n_layer, 1, config.n_head, config.head_dim)
         self._library = library(march)
-        self._handle = self._pack()
-        # Every packing alive, the current one last; freed with the decoder (or when retired past the limit).
-        self._handles: collections.deque[int] = collections.deque([self._handle])
-        weakref.finalize(self, _free_packings, self._library, self._handles)
+        self._packings = Packings(self._library, model)
         self._checked_cache: tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]] | None = None
         self._scratch = threading.local()  # per thread: two threads' generations never share a cache
         self._retired_scratch: collections.deque[threading.local] = collections.deque()
 
-    def _pack(self) -> int:
-        """A new packing of the model's weights (the library copies and packs every tensor: nothing
-        here needs to outlive this call)."""
-        config = self.model.config
-        weight_format, shared, blocks = model_tensors(self.model)
-        self.packed_bytes = sum(
-            tensor.numel() * tensor.element_size() for tensor in (*shared, *blocks) if tensor is not None
-        )
-        pointers = (ctypes.c_void_p * len(blocks))(*(_address(tensor) for tensor in blocks))
-        return cast(
-            int,
-            self._library.dl_model_new(
-                config.vocab_size,
-                config.context_length,
-                config.d_model,
-                config.n_layer,
-                config.n_head,
-                weight_format,
-                *(_address(tensor) for tensor in shared),
-                pointers,
-            ),
-        )
+    @property
+    def _handle(self) -> int:
+        return self._packings.handle
+
+    @property
+    def packed_bytes(self) -> int:
+        return self._packings.bytes
 
     def repack(self) -> None:
         """Pack the weights again, elsewhere in memory, for every call that follows, and give plain
-        generations a new scratch cache. Where a small model's weights and cache land decides part of its
-        speed for as long as they stay: on the Zen 5 EPYC a fast_int8 generation of the quick model's
-        64 tokens took 0.50-0.57 ms by packing, steady within one (0.2% over 40 s), so a process timed one
-        draw of it, and a run's figure moved with that draw (3-4% between fresh processes). A timing that
-        repacks between its pairs averages the draws (benchmarks/process_spread.py). Not while another
+        generations a new scratch cache (runner.decoding.fast_packing: why). Not while another
         thread calls this decoder."""
-        self._handle = self._pack()
-        self._handles.append(self._handle)
+        self._packings.repack()
         self._retired_scratch.append(self._scratch)
         self._scratch = threading.local()
-        keep = max(1, min(RETIRED_PACKINGS, RETIRED_BYTES // max(self.packed_bytes, 1)))
-        while len(self._handles) > keep + 1:
-            self._library.dl_model_free(self._handles.popleft())
+        while len(self._retired_scratch) > self._packings.keep:
             self._retired_scratch.popleft()
 
     def _cache_pointers(self, cache: KVCache) -> tuple[int, int, int]:
@@ -304,7 +236,7 @@ class FastDecoder:
             capacity,
             int(no_cache),
             tokens.data_ptr(),
-            _address(distributions),
+            address(distributions),
             p_min,
         )
         assert chosen >= 0, "the checks above admit only what the library accepts"
@@ -444,11 +376,6 @@ class FastDecoder:
         model from position 0 (the scratch buffer holds only the current pass's K/V)."""
         scratch = self.model.new_cache(capacity=len(prompt) + max(new_tokens - 1, 0))
         return self._sample(prompt, 0, new_tokens, temperature, uniforms, scratch, True, False)[0]
-
-
-def _free_packings(library: Any, handles: collections.deque[int]) -> None:
-    while handles:
-        library.dl_model_free(handles.popleft())
 
 
 def new_placements(*models: CharGPT) -> None:
