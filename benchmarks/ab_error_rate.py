@@ -51,7 +51,8 @@ IDENTITY = ("-c", "user.name=decodelab benchmark", "-c", "user.email=benchmark@d
 # busy-wait SLOWER_BY of their own time after returning.
 ANCHOR = "        self._library = library(march)\n"
 PATCH = ANCHOR + (
-    '        if weight_format == FORMATS["fast_int8"]:  # benchmarks/ab_error_rate.py: 10% slower\n'
+    "        from runner.model.quantize import quantization_of  # benchmarks/ab_error_rate.py: 10% slower\n"
+    '        if quantization_of(model).kernel == "fast_int8":\n'
     "            self._library = _Slowed(self._library)  # type: ignore[assignment]\n"
 )
 SLOWED_CLASS = f'''
@@ -87,6 +88,14 @@ def git(repository: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def slowed(fast_module: str) -> str:
+    """runner/decoding/fast.py's text with the test patch applied (tests/test_ab.py builds a
+    decoder from it, so that a change to fast.py cannot leave the patch applying but broken)."""
+    if ANCHOR not in fast_module:
+        raise SystemExit("runner/decoding/fast.py has changed: the benchmark's patch no longer applies")
+    return fast_module.replace(ANCHOR, PATCH, 1) + SLOWED_CLASS
+
+
 def make_repository(folder: Path) -> None:
     """This checkout's files committed as ``base``; ``aa`` (a README change) and ``slow`` (the
     patch) on top of it."""
@@ -104,10 +113,7 @@ def make_repository(folder: Path) -> None:
     git(folder, "tag", "aa")
     git(folder, "checkout", "-q", "--detach", "base")
     fast = folder / "runner/decoding/fast.py"
-    text = fast.read_text()
-    if ANCHOR not in text:
-        raise SystemExit("runner/decoding/fast.py has changed: the benchmark's patch no longer applies")
-    fast.write_text(text.replace(ANCHOR, PATCH, 1) + SLOWED_CLASS)
+    fast.write_text(slowed(fast.read_text()))
     git(folder, "commit", "-qam", "slow the fast_int8 kernel by 10%")
     git(folder, "tag", "slow")
     git(folder, "checkout", "-q", "main")

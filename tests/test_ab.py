@@ -338,3 +338,41 @@ def test_an_ab_pair_is_its_own_review_and_never_another_runs_baseline_or_drift()
     assert runs_module.default_baseline(runs, 4) == 1  # a later run: never an A/B run
     assert runs_module.earlier_comparable_runs(runs, 4) == [1]
     assert runs_module.machine_runs_before(runs, 4) == [1]
+
+
+def test_the_error_rate_benchmarks_patch_slows_the_int8_library_and_nothing_else() -> None:
+    """benchmarks/ab_error_rate.py slows its candidate by patching the text of
+    runner/decoding/fast.py: the patched module must still build decoders (a refactor once left the
+    patch's anchor in place but the names it read gone, so every fast case of the slowed revision
+    would have failed), wrap the library of an int8 model and leave a float32 one's alone."""
+    import importlib.util
+    import sys
+    import types
+
+    import torch
+
+    from runner.decoding.fast import FastDecoder
+    from runner.model.gpt import CharGPT, ModelConfig
+    from runner.model.quantize import quantize_model
+
+    spec = importlib.util.spec_from_file_location("ab_error_rate", ROOT / "benchmarks" / "ab_error_rate.py")
+    assert spec is not None and spec.loader is not None
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    patched = types.ModuleType("slowed_fast")
+    sys.modules[patched.__name__] = patched
+    try:
+        text = benchmark.slowed((ROOT / "runner" / "decoding" / "fast.py").read_text())
+        exec(compile(text, "slowed_fast.py", "exec"), patched.__dict__)
+        torch.manual_seed(0)
+        model = CharGPT(ModelConfig(vocab_size=40, d_model=32, n_layer=1, n_head=2, context_length=64)).eval()
+        int8 = quantize_model(model, "int8", kernel="fast_int8")
+        slowed_int8, slowed_float = patched.FastDecoder(int8), patched.FastDecoder(model)
+        assert isinstance(slowed_int8._library, patched._Slowed)
+        assert not isinstance(slowed_float._library, patched._Slowed)
+        tokens = [1, 2, 3, 4]
+        assert torch.equal(
+            slowed_int8.forward(tokens, int8.new_cache()), FastDecoder(int8).forward(tokens, int8.new_cache())
+        )
+    finally:
+        del sys.modules[patched.__name__]

@@ -16,7 +16,7 @@ import torch
 
 from runner.decoding.decode import generate
 from runner.decoding.fast import FastDecoder, decoder_for, logits_through_fast_path
-from runner.model.gpt import Block, CharGPT, ModelConfig
+from runner.model.gpt import Block, CharGPT, KVCache, ModelConfig
 from runner.model.quantize import quantization_of, quantize_model, weight_bytes
 
 # Widths off the vector length (24: head_dim 8 and a partial vector everywhere) and on it.
@@ -164,29 +164,59 @@ def test_a_replaced_parameter_repacks_the_weights() -> None:
 @pytest.mark.parametrize("kernel", ["float32", "fast_int8"])
 def test_a_repacked_decoder_computes_the_same_at_another_place(kernel: str) -> None:
     """FastDecoder.repack packs the weights anew, elsewhere (the earlier packings held, at most
-    RETIRED_PACKINGS of them): every output stays bit for bit what the first packing gave, and
-    the holders of the decoder (a compiled target, a draft) see the new packing."""
+    RETIRED_PACKINGS of them, until release_placements): every output stays bit for bit what the
+    first packing gave, the compiled speculative loop's included, whose target and draft hold the
+    decoder objects that repack changes in place."""
     from runner.decoding import fast, fast_packing
+    from runner.decoding.drafts import ModelDraft
+    from runner.decoding.speculative import speculative_decode
 
     model = trained_looking(SHAPES[1])
     if kernel != "float32":
         model = quantize_model(model, "int8", kernel=kernel)
+    draft_model = quantize_model(trained_looking(SHAPES[1], seed=2), "int8", kernel="fast_int8")
+    draft = ModelDraft(draft_model, "draft", fast=True)
     decoder = decoder_for(model)
     tokens = tokens_for(SHAPES[1], 12)
     draws = torch.rand(40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    logits = decoder.forward(tokens, model.new_cache())
-    generated = decoder.generate(tokens[:3], 40, 1.0, draws)
+
+    def outputs() -> tuple[torch.Tensor, list[int], list[int]]:
+        speculated = speculative_decode(model, draft, 4, tokens[:3], 40, temperature=1.0, seed=5, impl="fast")
+        logits = decoder.forward(tokens, model.new_cache())
+        return logits, decoder.generate(tokens[:3], 40, 1.0, draws), speculated.tokens
+
+    logits, generated, speculated = outputs()
     handles = []
     for _ in range(fast_packing.RETIRED_PACKINGS + 3):
         handles.append(decoder._handle)
-        fast.new_placements(model, trained_looking(SHAPES[0]))  # a model without a decoder is left alone
+        fast.new_placements(model, draft_model, trained_looking(SHAPES[0]))  # one without a decoder: left alone
         assert decoder_for(model) is decoder, "the same decoder, packed again"
-        assert torch.equal(decoder.forward(tokens, model.new_cache()), logits)
-        assert decoder.generate(tokens[:3], 40, 1.0, draws) == generated
+        again = outputs()
+        assert torch.equal(again[0], logits) and again[1:] == (generated, speculated)
     # Each packing made while the earlier ones are held is a new one (a freed one's place may come back).
     assert len(set(handles[: fast_packing.RETIRED_PACKINGS + 1])) == fast_packing.RETIRED_PACKINGS + 1
     assert len(decoder._packings) == fast_packing.RETIRED_PACKINGS + 1
     assert len(decoder._retired_scratch) == fast_packing.RETIRED_PACKINGS
+    fast.release_placements(model, draft_model)
+    assert len(decoder._packings) == 1 and not decoder._retired_scratch
+    assert decoder.generate(tokens[:3], 40, 1.0, draws) == generated
+
+
+def test_a_cached_decoder_lets_its_model_go() -> None:
+    """decoder_for keeps a decoder per model while the model lives: the decoder must not hold the
+    model, or neither would ever be freed (a sweep builds a model a case)."""
+    import gc
+    import weakref
+
+    model = trained_looking(SHAPES[1])
+    decoder = decoder_for(model)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+    assert decoder.forward([1, 2, 3], KVCache(SHAPES[1], capacity=8)).shape == (3, SHAPES[1].vocab_size)
+    with pytest.raises(RuntimeError, match="repack: the model this decoder packed is gone"):
+        decoder.repack()
 
 
 def test_a_model_too_large_to_hold_twice_keeps_its_one_packing(monkeypatch: pytest.MonkeyPatch) -> None:

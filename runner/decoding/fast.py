@@ -23,7 +23,6 @@ no-cache baseline); ``step`` is ``forward`` of one token; ``verify`` is a specul
 from __future__ import annotations
 
 import array
-import collections
 import threading
 import weakref
 from dataclasses import dataclass
@@ -71,15 +70,17 @@ class FastDecoder:
     """The compiled path for one model, writing into a KVCache."""
 
     def __init__(self, model: CharGPT, march: str | None = None) -> None:
-        self.model = model
-        config = model.config
+        config = self._config = model.config
         self.vocab_size, self.context_length = config.vocab_size, config.context_length
         self._layout = (config.n_layer, 1, config.n_head, config.head_dim)
         self._library = library(march)
         self._packings = Packings(self._library, model)
+        # Held weakly: _DECODERS keys its decoders by their model, and a decoder holding its model
+        # would keep both alive for good (a sweep builds a model a case); only repack reads it.
+        self._model = weakref.ref(model)
         self._checked_cache: tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]] | None = None
         self._scratch = threading.local()  # per thread: two threads' generations never share a cache
-        self._retired_scratch: collections.deque[threading.local] = collections.deque()
+        self._retired_scratch: list[threading.local] = []
 
     @property
     def _handle(self) -> int:
@@ -91,13 +92,24 @@ class FastDecoder:
 
     def repack(self) -> None:
         """Pack the weights again, elsewhere in memory, for every call that follows, and give plain
-        generations a new scratch cache (runner.decoding.fast_packing: why). Not while another
-        thread calls this decoder."""
-        self._packings.repack()
+        generations a new scratch cache, made now at the old one's capacity so that no timed call
+        pays for it (runner.decoding.fast_packing: why). Not while another thread calls this decoder."""
+        model = self._model()
+        if model is None:
+            raise RuntimeError("repack: the model this decoder packed is gone")
+        self._packings.repack(model)
         self._retired_scratch.append(self._scratch)
+        previous: KVCache | None = getattr(self._scratch, "cache", None)
         self._scratch = threading.local()
-        while len(self._retired_scratch) > self._packings.keep:
-            self._retired_scratch.popleft()
+        if previous is not None:
+            self._scratch.cache = KVCache(self._config, capacity=previous.capacity)
+        del self._retired_scratch[: -self._packings.keep]
+
+    def forget_retired(self) -> None:
+        """Free the packings and scratch caches earlier repacks held (the current ones stay): what a
+        timing does once its pairs are done."""
+        self._packings.forget_retired()
+        self._retired_scratch.clear()
 
     def _cache_pointers(self, cache: KVCache) -> tuple[int, int, int]:
         """The cache's K and V addresses and capacity, after checking that the C++ may write there
@@ -364,7 +376,7 @@ class FastDecoder:
         token of a 256-token generation."""
         cache: KVCache | None = getattr(self._scratch, "cache", None)
         if cache is None or cache.capacity < capacity:
-            cache = self.model.new_cache(capacity=capacity)
+            cache = KVCache(self._config, capacity=capacity)
             self._scratch.cache = cache
         cache.length = 0
         return cache
@@ -374,19 +386,35 @@ class FastDecoder:
     ) -> list[int]:
         """``sample`` without a cache: every step pushes the whole sequence so far through the
         model from position 0 (the scratch buffer holds only the current pass's K/V)."""
-        scratch = self.model.new_cache(capacity=len(prompt) + max(new_tokens - 1, 0))
+        scratch = KVCache(self._config, capacity=len(prompt) + max(new_tokens - 1, 0))
         return self._sample(prompt, 0, new_tokens, temperature, uniforms, scratch, True, False)[0]
 
 
 def new_placements(*models: CharGPT) -> None:
-    """Repack (FastDecoder.repack) each of ``models`` that has a fast decoder: what a timing calls
-    between its pairs so that they sample where the weights land instead of timing one placement.
-    A model packed into more than RETIRED_BYTES is left as it is: its weights stream from memory
-    whatever their place, and a second copy of a checkpoint's would cost more than it tells."""
+    """Repack (FastDecoder.repack) the current decoder of each of ``models`` that has one: what a
+    timing calls between its pairs so that they sample where the weights land instead of timing one
+    placement (release_placements after them). A model packed into more than RETIRED_BYTES is left
+    as it is: its weights stream from memory whatever their place, and a second copy of a
+    checkpoint's would cost more than it tells."""
+    for decoder in _current_decoders(models):
+        if decoder.packed_bytes <= RETIRED_BYTES:
+            decoder.repack()
+
+
+def release_placements(*models: CharGPT) -> None:
+    """Free what new_placements held of ``models`` (FastDecoder.forget_retired)."""
+    for decoder in _current_decoders(models):
+        decoder.forget_retired()
+
+
+def _current_decoders(models: tuple[CharGPT, ...]) -> list[FastDecoder]:
+    """The cached decoders of ``models`` still up to date with their weights (decoder_for)."""
+    current = []
     for model in models:
         cached = _DECODERS.get(model)
-        if cached is not None and cached[1].packed_bytes <= RETIRED_BYTES:
-            cached[1].repack()
+        if cached is not None and cached[0] == _state_versions(model):
+            current.append(cached[1])
+    return current
 
 
 _DECODERS: weakref.WeakKeyDictionary[CharGPT, tuple[tuple[Any, ...], FastDecoder]] = weakref.WeakKeyDictionary()

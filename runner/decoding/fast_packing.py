@@ -7,7 +7,10 @@ its speed for as long as it stays: on the Zen 5 EPYC a fast_int8 generation of t
 tokens took 0.50-0.57 ms by packing, steady within one (0.2% over 40 s), so a process timed one draw
 of it and a run's int8 figures moved 3-4% between fresh processes (benchmarks/process_spread.py).
 ``Packings.repack`` draws another: the timings repack between their pairs so that a run's median
-averages several placements (runner.decoding.fast.new_placements).
+averages several placements (runner.decoding.fast.new_placements). Each pair's placement is its own
+only as far as memory allows: a packing is made while the RETIRED_PACKINGS before it are held, so a
+timing of more pairs than that (the full preset's 9), or of a model whose packings pass
+RETIRED_BYTES / 2 (one held), may land where a freed one was.
 """
 
 from __future__ import annotations
@@ -74,14 +77,14 @@ def _free_all(library: Any, handles: collections.deque[int]) -> None:
 
 class Packings:
     """One model's packings in a library: the current one (``handle``) and the earlier ones held
-    after ``repack`` (``keep`` of them), all freed with this object."""
+    after ``repack`` (``keep`` of them), all freed with this object. Holds no reference to the model."""
 
     def __init__(self, library: Any, model: CharGPT) -> None:
-        self._library, self._model = library, model
+        self._library = library
         self._handles: collections.deque[int] = collections.deque()
         weakref.finalize(self, _free_all, library, self._handles)
-        self.bytes = 0  # the tensors handed over, in their formats
-        self._pack()
+        self.bytes = 0  # the tensors handed over, in their formats (the library's copy holds wte twice)
+        self._pack(model)
 
     @property
     def handle(self) -> int:
@@ -92,10 +95,10 @@ class Packings:
         """How many earlier packings ``repack`` holds: RETIRED_PACKINGS, fewer where they would pass RETIRED_BYTES."""
         return max(1, min(RETIRED_PACKINGS, RETIRED_BYTES // max(self.bytes, 1)))
 
-    def _pack(self) -> None:
+    def _pack(self, model: CharGPT) -> None:
         # The library copies and packs every tensor: nothing here needs to outlive the call.
-        config = self._model.config
-        weight_format, shared, blocks = model_tensors(self._model)
+        config = model.config
+        weight_format, shared, blocks = model_tensors(model)
         self.bytes = sum(tensor.numel() * tensor.element_size() for tensor in (*shared, *blocks) if tensor is not None)
         pointers = (ctypes.c_void_p * len(blocks))(*(address(tensor) for tensor in blocks))
         handle = self._library.dl_model_new(
@@ -110,11 +113,17 @@ class Packings:
         )
         self._handles.append(cast(int, handle))
 
-    def repack(self) -> None:
-        """Pack the weights again, elsewhere: ``handle`` is the new packing; the oldest earlier one is
-        freed once more than ``keep`` are held. Not while another thread calls the library on them."""
-        self._pack()
+    def repack(self, model: CharGPT) -> None:
+        """Pack ``model``'s weights (the ones packed before) again, elsewhere: ``handle`` is the new
+        packing; the oldest earlier one is freed once more than ``keep`` are held. Not while another
+        thread calls the library on them."""
+        self._pack(model)
         while len(self._handles) > self.keep + 1:
+            self._library.dl_model_free(self._handles.popleft())
+
+    def forget_retired(self) -> None:
+        """Free every earlier packing; the current one stays."""
+        while len(self._handles) > 1:
             self._library.dl_model_free(self._handles.popleft())
 
     def __len__(self) -> int:

@@ -6,8 +6,9 @@ reads them): the model, corpus and harness types are named for the type checker 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -169,24 +170,36 @@ AA_PART = "aa"
 
 
 def aa_measurements(
-    harness: Harness, decode: Callable[[], object], pairs: int, *, steady: bool = False
+    harness: Harness,
+    decode: Callable[[], object],
+    pairs: int,
+    *,
+    steady: bool = False,
+    between: Callable[[], object] | None = None,
 ) -> list[MeasurementRecord]:
     """The noise floor of the paired and of the min-of-N method for ``decode`` on this machine
     now: the same decode on both sides of every pair (timed as the experiment times its cases:
-    ``steady`` where its decodes keep no state, runner.measure.timing)."""
-    paired = harness.paired(decode, decode, pairs=pairs, steady=steady)
+    ``steady`` where its decodes keep no state, runner.measure.timing; ``between`` pairs as they
+    do, placements_between_pairs)."""
+    paired = harness.paired(decode, decode, pairs=pairs, between=between, steady=steady)
     return [
         *paired.measurements("aa_speedup"),
         MeasurementRecord("aa_min_ratio", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),
     ]
 
 
-def placements_between_pairs(impl: str, *models: CharGPT) -> Callable[[], None] | None:
+@contextlib.contextmanager
+def placements_between_pairs(impl: str, *models: CharGPT) -> Iterator[Callable[[], None] | None]:
     """A paired timing's ``between`` on the fast impl: repack ``models`` after every pair
-    (runner.decoding.fast.new_placements), so that each pair times its own placement of their
-    weights and the run's median averages several; None on the other impls."""
+    (runner.decoding.fast.new_placements; the harness also calls it after the last, which no pair
+    samples), so that each pair times its own placement of their weights and the run's median
+    averages several; the earlier packings are freed when the block ends. None on the other impls."""
     if impl != "fast":
-        return None
-    from runner.decoding.fast import new_placements
+        yield None
+        return
+    from runner.decoding.fast import new_placements, release_placements
 
-    return lambda: new_placements(*models)
+    try:
+        yield lambda: new_placements(*models)
+    finally:
+        release_placements(*models)

@@ -56,14 +56,9 @@ def time_cache(
         cached_tokens = generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl).tokens
         sides["transformers_cache"], transformers_measurements = cache_column(model, prompt, n, cached_tokens)
     # On the fast impl each round times its own packing of the weights and its own scratch cache.
-    between = placements_between_pairs(impl, model)
-    rounds = dict(
-        zip(
-            sides,
-            context.harness.interleaved(list(sides.values()), case["pairs"], between, steady=True),
-            strict=True,
-        )
-    )
+    with placements_between_pairs(impl, model) as between:
+        timed = context.harness.interleaved(list(sides.values()), case["pairs"], between, steady=True)
+    rounds = dict(zip(sides, timed, strict=True))
     same_tokens = texts[False] == texts[True]
     if with_transformers:
         transformers_records = transformers_measurements(list(rounds["transformers_cache"]), list(rounds["cache"]))
@@ -199,9 +194,11 @@ def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementReco
     """The case's cached decode paired against itself: the noise floor of this experiment's
     timings through the impl."""
     model, prompt, n, impl = context.model, context.prompt(), case["n"], case["impl"]
-    return aa_measurements(
-        context.harness,
-        lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
-        case["pairs"],
-        steady=True,
-    )
+    with placements_between_pairs(impl, model) as between:
+        return aa_measurements(
+            context.harness,
+            lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
+            case["pairs"],
+            steady=True,
+            between=between,
+        )

@@ -21,12 +21,14 @@ from store.records import MeasurementRecord
 
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     reference, prompt, tokens, impl = context.model, context.prompt(), case["timing_tokens"], case["impl"]
-    return aa_measurements(
-        context.harness,
-        lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
-        case["pairs"],
-        steady=True,
-    )
+    with placements_between_pairs(impl, reference) as between:
+        return aa_measurements(
+            context.harness,
+            lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
+            case["pairs"],
+            steady=True,
+            between=between,
+        )
 
 
 def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
@@ -58,13 +60,14 @@ def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[Measureme
     greedy = [generate(m, prompt, n, temperature=0.0, impl=impl).tokens for m in (reference, model)]
     sampled = [generate(m, prompt, n, temperature=1.0, seed=context.seed, impl=impl).tokens for m in (reference, model)]
     timing_tokens = case["timing_tokens"]
-    paired = context.harness.paired(
-        lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
-        lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
-        pairs=case["pairs"],
-        between=placements_between_pairs(impl, reference, model),
-        steady=True,  # greedy decodes: no state between calls
-    )
+    with placements_between_pairs(impl, reference, model) as between:
+        paired = context.harness.paired(
+            lambda: generate(reference, prompt, timing_tokens, temperature=0.0, impl=impl),
+            lambda: generate(model, prompt, timing_tokens, temperature=0.0, impl=impl),
+            pairs=case["pairs"],
+            between=between,
+            steady=True,  # greedy decodes: no state between calls
+        )
     reference_bytes, quantized_bytes = weight_bytes(reference), weight_bytes(model)
     return (
         MeasurementRecord("weight_bytes", quantized_bytes, "bytes"),

@@ -66,7 +66,8 @@ def plain_decode(case: dict[str, Any], context: ExperimentContext) -> Any:
 
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     plain = plain_decode(case, context)
-    return speedup_measurements(context.harness.paired(plain, plain, pairs=case["pairs"]))
+    with placements_between_pairs(case["impl"], context.model) as between:
+        return speedup_measurements(context.harness.paired(plain, plain, pairs=case["pairs"], between=between))
 
 
 def speedup_measurements(paired: Paired) -> list[MeasurementRecord]:
@@ -133,17 +134,6 @@ def time_loop(
     text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
     sessions: list[PassCosts] = []
-    # On the fast impl each pair (with its cost session) times its own packing of the target and
-    # of a model draft's weights: where a fast_int8 draft's landed moved all of a run's fast_int8
-    # cases together, by as much as 3% (runner.decoding.fast.FastDecoder.repack).
-    repack = placements_between_pairs(impl, target, *([draft.model] if isinstance(draft, ModelDraft) else []))
-
-    def next_pair() -> None:
-        nonlocal pair
-        sessions.append(cost_session())
-        pair += 1
-        if repack is not None:
-            repack()
 
     # On the fast impl a generation lasts a few milliseconds, and one pair hit by the host moved a
     # case's ratio 15-27% alone (the Xeon, issue 42): there a pair's sample loops its text until it
@@ -154,9 +144,21 @@ def time_loop(
     plain = plain_decode(case, context)
     if not warm_plain:
         plain()
-    paired = context.harness.paired(
-        plain, loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast", warm=False
-    )
+    # On the fast impl each pair (with its cost session) times its own packing of the target and
+    # of a model draft's weights: where a fast_int8 draft's landed moved all of a run's fast_int8
+    # cases together, by as much as 3% (runner.decoding.fast_packing).
+    with placements_between_pairs(impl, target, *([draft.model] if isinstance(draft, ModelDraft) else [])) as repack:
+
+        def next_pair() -> None:
+            nonlocal pair
+            sessions.append(cost_session())
+            pair += 1
+            if repack is not None:
+                repack()
+
+        paired = context.harness.paired(
+            plain, loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast", warm=False
+        )
     # The pairs' texts, each once however often a sample looped it: what the counted figures pool
     # is the same in every run, whatever the timing chose.
     timed = [texts[first_pair_seed + index] for index in range(case["pairs"])]
