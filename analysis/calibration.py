@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -64,6 +64,9 @@ class Calibration:
     # (scope, slowdown) → injections with a tested row, and those of them with a row ``regressed``.
     trials: dict[tuple[str, float], int] = field(default_factory=dict)
     caught_trials: dict[tuple[str, float], int] = field(default_factory=dict)
+    # Per family, |change| of its tested A/A rows judged against the drift allowance (no between-run
+    # floor yet, a ratio): how far a first review's rows move, which any allowance must cover.
+    drift_judged_moves: dict[Family, list[float]] = field(default_factory=dict)
 
     @property
     def detectable(self) -> list[float]:
@@ -104,6 +107,19 @@ class Calibration:
 
     def detectable_median(self) -> float | None:
         return float(pd.Series(self.detectable).median()) if self.detectable else None
+
+    def drift_judged_figures(self) -> dict[str, float | int | None]:
+        """How far the A/A rows judged against the drift allowance moved: their count, largest
+        |change| and 99th percentile, over the review and per family (the largest)."""
+        moves = [move for family in self.drift_judged_moves.values() for move in family]
+        figures: dict[str, float | int | None] = {
+            "review_drift_judged_rows": len(moves),
+            "review_drift_judged_move_max": max(moves) if moves else None,
+            "review_drift_judged_move_p99": float(pd.Series(moves).quantile(0.99)) if moves else None,
+        }
+        for (experiment, impl), family in sorted(self.drift_judged_moves.items()):
+            figures[f"review_drift_judged_move_max_{experiment}_{impl}"] = max(family) if family else None
+        return figures
 
     def count(self, scope: str, slowdown: float, family: Family, flagged: int, injected: int) -> None:
         """Adds one trial's regressed and injected rows of ``family``, to its figures and the totals."""
@@ -288,11 +304,13 @@ def calibrate(
     fingerprint: str | None = None,
     newest: int | None = None,
     up_to: int | None = None,
+    drift_allowance: float | None = None,
 ) -> Calibration:
     """The measured error rates of the review's timed verdicts over the store's A/A pairs of
     ``preset`` (the ``newest`` of them, if given; of those whose later run is ``up_to`` or older, if
     given: a review of an early run is calibrated on the history it had, not on a store's later,
-    longer one, whose floors err less)."""
+    longer one, whose floors err less). ``drift_allowance`` (a fraction): a what-if, the pairs
+    whose review has no machine drift figure judged against it in place of review.DEFAULT_DRIFT."""
     runs = frames.runs(store)
     pairs = review_pairs(runs, preset, fingerprint)
     if up_to is not None:
@@ -302,6 +320,8 @@ def calibrate(
     result = Calibration(preset)
     for baseline_id, run_id in pairs:
         inputs = review_inputs.read_inputs(store, run_id, baseline_id, runs)
+        if drift_allowance is not None and inputs.drift is None and not inputs.interleaved:
+            inputs = replace(inputs, drift=math.log1p(drift_allowance))
         table = review_inputs.judge(inputs)
         judged = tested(table)
         result.pairs += 1
@@ -312,6 +332,10 @@ def calibrate(
         result.reviews_with_false_alert += alerts > 0
         injector = Injector(inputs)
         cases = keyed(table, injector.rows)
+        by_allowance = cases[cases["noise_floor"].isna() & cases["detectable"].astype(float).map(math.isfinite)]
+        for (experiment, impl), group in by_allowance.groupby(["experiment", "impl"]):
+            moved = result.drift_judged_moves.setdefault((str(experiment), str(impl)), [])
+            moved += group["change"].astype(float).abs().tolist()
         for (experiment, impl), group in cases.groupby(["experiment", "impl"]):
             found = result.family_detectable.setdefault((str(experiment), str(impl)), [])
             found += group["detectable"].astype(float).tolist()

@@ -621,6 +621,55 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
     assert refused.returncode == 2 and "--preset: no two consecutive done seed runs" in refused.stderr
 
 
+@pytest.mark.slow
+def test_the_calibration_says_how_far_a_first_reviews_rows_moved_and_what_another_allowance_would_see(
+    filled_store_url: str, tmp_path: Path
+) -> None:
+    """A review with one earlier run judges its ratios against the drift allowance: the benchmark
+    prints how far those A/A rows moved, and ``--drift-allowance`` judges them against another
+    allowance (a what-if; bad values are refused through the real entry point)."""
+    url = copy_store(filled_store_url, tmp_path / "allowance.db")
+    store = Store(url)
+    store.annotations.add_tag(1, "suspect")
+    copies = [slowed_copy(store, 1, slower_by=1.0, hours_later=hours, steady=True) for hours in (1, 2)]
+    preset = str(frames.runs(store).set_index("run_id").loc[copies[0], "preset"])
+    store.close()
+
+    def figures(*extra: str) -> dict[str, str]:
+        command = [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url]
+        done = subprocess.run(
+            [*command, "--preset", preset, "--up-to", str(copies[1]), *extra],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
+        assert done.returncode == 0, done.stderr
+        return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line and " " not in line)
+
+    default, narrow = figures(), figures("--drift-allowance", "0.05")
+    assert default["review_pairs"] == narrow["review_pairs"] == "1"
+    moved = float(default["review_drift_judged_move_max"])
+    assert int(default["review_drift_judged_rows"]) > 0 and 0 <= moved < 0.05, "steady copies barely move"
+    assert default["review_drift_judged_move_max"] == narrow["review_drift_judged_move_max"]
+    per_family = [name for name in default if name.startswith("review_drift_judged_move_max_")]
+    assert max(float(default[name]) for name in per_family) == pytest.approx(moved)
+    # Against ±15% a 10% slowdown is unknown drift; against ±5% it can be regressed.
+    assert float(default["review_recall_single_case_at_10pct"]) == 0
+    assert float(narrow["review_recall_single_case_at_10pct"]) > 0
+    assert narrow["review_false_alerts"] == "0"
+    benchmark = [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url]
+    for value in ("0", "1.5", "-0.1"):
+        refused = subprocess.run(
+            [*benchmark, "--drift-allowance", value],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert refused.returncode == 2 and f"--drift-allowance: {value} (allowed: above 0, at most 1)" in refused.stderr
+
+
 def test_import_analysis_pulls_in_neither_streamlit_nor_the_dashboard() -> None:
     code = (
         "import sys, analysis, analysis.review, analysis.statistics, analysis.review_inputs, analysis.calibration\n"
