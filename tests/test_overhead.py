@@ -59,3 +59,46 @@ def test_the_overhead_fit_runs_before_the_placements_that_add_it(filled_store_ur
     measured = frames.measurements(store, int(frames.runs(store).iloc[0]["run_id"]))
     first = measured.groupby("experiment")["measurement_id"].min()
     assert first["overhead"] < first["kv_cache"], first.to_dict()
+
+
+@pytest.mark.parametrize("impl", ["static", "fast"])
+def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the fast impl every min-of-N sample of a width (and every A/A pair) packs the weights
+    anew, and the packings are let go after; the eager impls have nothing to repack."""
+    from runner.decoding import fast
+    from runner.experiments.base import ExperimentContext
+    from runner.experiments.parts import overhead
+    from runner.measure.timing import Harness
+    from runner.model.corpus import Corpus
+    from tests.shared_parts import VOCAB, peaked_target
+
+    calls: list[str] = []
+    real_new, real_release = fast.new_placements, fast.release_placements
+
+    def new(*models: object) -> None:
+        calls.append("new")
+        real_new(*models)  # type: ignore[arg-type]
+
+    def release(*models: object) -> None:
+        calls.append("release")
+        real_release(*models)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fast, "new_placements", new)
+    monkeypatch.setattr(fast, "release_placements", release)
+    text = "".join(chr(ord("a") + index % VOCAB) for index in range(200))
+    context = ExperimentContext(
+        model=peaked_target(),
+        model_record=None,
+        corpus=Corpus(text, "test"),
+        harness=Harness("cpu", warmup=1),
+        device="cpu",
+        seed=7,
+    )
+    shape = {"impl": impl, "d_model": 16, "n_layer": 1, "n_head": 2, "n": 8, "weights": "untrained"}
+    records = overhead.point({**shape, "part": "point", "repeats": 3}, context)
+    assert {record.metric for record in records} >= {"seconds_per_token", "mults_per_token"}
+    expected = ["new"] * 3 + ["release"] if impl == "fast" else []
+    assert calls == expected
+    calls.clear()
+    overhead.aa({**shape, "part": "aa", "pairs": 2}, context)
+    assert calls == (["new"] * 2 + ["release"] if impl == "fast" else [])

@@ -207,6 +207,21 @@ def test_settling_stops_at_two_agreeing_samples_or_after_steady_rounds() -> None
     assert Harness(clock=clock).min_of(function, repeats=1, steady=True).seconds == (3.0,) and not queue
 
 
+def test_min_of_runs_between_untimed_after_every_sample() -> None:
+    """What ``between`` does is never inside a sample: the fake clock moves only in the function,
+    and ``between`` sees one more sample each time."""
+    clock = FakeClock()
+    function, queue = clock.runner([1.0, 2.0, 3.0, 4.0])  # the warm-up call, then three samples
+    seen: list[int] = []
+
+    def between() -> None:
+        seen.append(len(queue))
+        clock.now += 100.0  # a slow repack, say: in no sample
+
+    result = Harness(clock=clock, warmup=1).min_of(function, repeats=3, between=between)
+    assert result.seconds == (2.0, 3.0, 4.0) and seen == [2, 1, 0] and not queue
+
+
 def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restored() -> None:
     import gc
     import os

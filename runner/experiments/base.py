@@ -193,7 +193,9 @@ def placements_between_pairs(impl: str, *models: CharGPT) -> Iterator[Callable[[
     """A paired timing's ``between`` on the fast impl: repack ``models`` after every pair
     (runner.decoding.fast.new_placements; the harness also calls it after the last, which no pair
     samples), so that each pair times its own placement of their weights and the run's median
-    averages several; the earlier packings are freed when the block ends. None on the other impls."""
+    averages several; the earlier packings are freed when the block ends. None on the other impls.
+    A min-of-N timing takes it too (Harness.min_of): each sample its own placement, the minimum
+    the best of them, which moves far less from process to process than one placement's time."""
     if impl != "fast":
         yield None
         return

@@ -258,14 +258,28 @@ class Harness:
                 function()
         self.synchronize()
 
-    def min_of(self, function: Callable[[], object], repeats: int = 3, *, steady: bool = False) -> MinOfN:
+    def min_of(
+        self,
+        function: Callable[[], object],
+        repeats: int = 3,
+        *,
+        steady: bool = False,
+        between: Callable[[], object] | None = None,
+    ) -> MinOfN:
         """``repeats`` samples of ``function`` after warm-up; ``steady``: the function keeps no
-        state between calls, so a sample may loop it and warm-up may repeat it."""
+        state between calls, so a sample may loop it and warm-up may repeat it. ``between``, if
+        given, runs untimed after every sample (as in ``interleaved``): each sample then sees
+        what it sets up, and the minimum is the best of them."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
         with pinned():
             (loops,) = self._prepare([function], steady)
-            return MinOfN(tuple(self.time_once(function, loops) for _ in range(repeats)))
+            seconds = []
+            for _ in range(repeats):
+                seconds.append(self.time_once(function, loops))
+                if between is not None:
+                    between()
+            return MinOfN(tuple(seconds))
 
     def alternating(
         self,

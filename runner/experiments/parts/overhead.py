@@ -12,7 +12,7 @@ from runner.cost import counts
 from runner.cost.overhead_fit import OverheadFit
 from runner.cost.roofline_model import Shape
 from runner.decoding.decode import generate
-from runner.experiments.base import ExperimentContext, aa_measurements
+from runner.experiments.base import ExperimentContext, aa_measurements, placements_between_pairs
 from runner.experiments.overhead import NAME
 from runner.experiments.parts import roofline_placement as roofline
 from runner.model.gpt import CharGPT, ModelConfig
@@ -36,10 +36,18 @@ def untrained(case: dict[str, Any], context: ExperimentContext) -> CharGPT:
 
 
 def point(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
+    """One width's min-of-N time a token. On the fast impl each sample packs the weights anew
+    (placements_between_pairs): a small model's fast time hangs on where its packing lands, for
+    the process's life (on the Zen 5 EPYC at d_model 64: 4.7-5.5 us a token by process with one
+    packing, 4.6-4.8 as the best of five; docs/review-measurements.md)."""
     model, prompt, n = untrained(case, context), [0], case["n"]
-    timing = context.harness.min_of(
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]), repeats=case["repeats"], steady=True
-    )
+    with placements_between_pairs(case["impl"], model) as between:
+        timing = context.harness.min_of(
+            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
+            repeats=case["repeats"],
+            steady=True,
+            between=between,
+        )
     return (
         timing.measurement("seconds_per_token", scale=1.0 / n),
         MeasurementRecord(
@@ -54,13 +62,16 @@ def point(case: dict[str, Any], context: ExperimentContext) -> tuple[Measurement
 
 
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
+    """The A/A case, each pair on its own placement of the fast weights as the points' samples."""
     model, prompt, n = untrained(case, context), [0], case["n"]
-    return aa_measurements(
-        context.harness,
-        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
-        case["pairs"],
-        steady=True,
-    )
+    with placements_between_pairs(case["impl"], model) as between:
+        return aa_measurements(
+            context.harness,
+            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
+            case["pairs"],
+            steady=True,
+            between=between,
+        )
 
 
 def fit(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
