@@ -64,8 +64,8 @@ class Calibration:
     # (scope, slowdown) → injections with a tested row, and those of them with a row ``regressed``.
     trials: dict[tuple[str, float], int] = field(default_factory=dict)
     caught_trials: dict[tuple[str, float], int] = field(default_factory=dict)
-    # Per family, |change| of its tested A/A rows judged against the drift allowance (no between-run
-    # floor yet, a ratio): how far a first review's rows move, which any allowance must cover.
+    # Per family, the moves of its tested A/A rows judged against a drift allowance (drift_judged_moves):
+    # how far a first review's rows move, which any default allowance must cover.
     drift_judged_moves: dict[Family, list[float]] = field(default_factory=dict)
 
     @property
@@ -109,8 +109,8 @@ class Calibration:
         return float(pd.Series(self.detectable).median()) if self.detectable else None
 
     def drift_judged_figures(self) -> dict[str, float | int | None]:
-        """How far the A/A rows judged against the drift allowance moved: their count, largest
-        |change| and 99th percentile, over the review and per family (the largest)."""
+        """How far the A/A rows judged against a drift allowance moved (``drift_judged_moves``):
+        their count, largest move and 99th percentile, over the review and per family (the largest)."""
         moves = [move for family in self.drift_judged_moves.values() for move in family]
         figures: dict[str, float | int | None] = {
             "review_drift_judged_rows": len(moves),
@@ -118,7 +118,7 @@ class Calibration:
             "review_drift_judged_move_p99": float(pd.Series(moves).quantile(0.99)) if moves else None,
         }
         for (experiment, impl), family in sorted(self.drift_judged_moves.items()):
-            figures[f"review_drift_judged_move_max_{experiment}_{impl}"] = max(family) if family else None
+            figures[f"review_drift_judged_move_max_{experiment}_{impl}"] = max(family)
         return figures
 
     def count(self, scope: str, slowdown: float, family: Family, flagged: int, injected: int) -> None:
@@ -275,6 +275,19 @@ class Injector:
         return review_inputs.judge(self.inputs, samples=samples, rows=rows)
 
 
+def drift_judged_moves(cases: pd.DataFrame) -> dict[Family, list[float]]:
+    """Per family, how far each tested row of ``cases`` (``keyed``) judged against a drift
+    allowance moved: the rows without a between-run floor (``noise_floor`` empty) that could have
+    flagged a change (a finite ``detectable``: an absolute time without history could not). The
+    move is on the allowance's own scale, expm1(|log(1 + change)|): a fall of 13.5% is a move of
+    15.6%, past ±15%, as the review judges it."""
+    judged = cases[cases["noise_floor"].isna() & cases["detectable"].astype(float).map(math.isfinite)]
+    return {
+        (str(experiment), str(impl)): [math.expm1(abs(math.log1p(change))) for change in group["change"].astype(float)]
+        for (experiment, impl), group in judged.groupby(["experiment", "impl"])
+    }
+
+
 def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """The tested timed rows of ``table`` with their run measurement and family (experiment, impl)."""
     keys = rows[["experiment", "point", "metric", "impl", "measurement_id_run"]]
@@ -332,10 +345,8 @@ def calibrate(
         result.reviews_with_false_alert += alerts > 0
         injector = Injector(inputs)
         cases = keyed(table, injector.rows)
-        by_allowance = cases[cases["noise_floor"].isna() & cases["detectable"].astype(float).map(math.isfinite)]
-        for (experiment, impl), group in by_allowance.groupby(["experiment", "impl"]):
-            moved = result.drift_judged_moves.setdefault((str(experiment), str(impl)), [])
-            moved += group["change"].astype(float).abs().tolist()
+        for family, moves in drift_judged_moves(cases).items():
+            result.drift_judged_moves.setdefault(family, []).extend(moves)
         for (experiment, impl), group in cases.groupby(["experiment", "impl"]):
             found = result.family_detectable.setdefault((str(experiment), str(impl)), [])
             found += group["detectable"].astype(float).tolist()

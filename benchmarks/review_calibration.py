@@ -12,10 +12,12 @@ Then, per experiment · impl family, ``review_recall_group_at_10pct_<experiment>
 which families could not see 10% and the change their rows could have seen.
 
 ``review_drift_judged_move_max=`` and ``_p99=`` (and per family) say how far the A/A rows judged
-against the drift allowance moved: the rows of reviews with fewer than two earlier runs, the ones a
-default allowance must cover. ``--drift-allowance 0.08`` is a what-if: those reviews judged against
-±8% in place of the review's default (analysis.between_runs.DEFAULT_DRIFT, ±15%); a figure on one
-CPU is not a reason to change the default for every machine (docs/review.md).
+against a drift allowance moved (on the allowance's scale): the paired ratios without a between-run
+floor, which in a fresh store are the first review's, the ones a default allowance must cover.
+``--drift-allowance 0.08`` is a what-if: the reviews without a machine drift figure judged against
+±8% in place of the review's default (analysis.between_runs.DEFAULT_DRIFT, ±15%), and the last
+line then describes that what-if, not the Review page; a figure on one CPU is not a reason to
+change the default for every machine (docs/review.md).
 
 The last line it prints is the Review page's and the reports' calibration line for the same
 pairs (the page takes the newest 3 on the run's machine up to the reviewed run: --newest 3

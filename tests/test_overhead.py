@@ -73,11 +73,16 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
     from tests.shared_parts import VOCAB, peaked_target
 
     calls: list[str] = []
-    real_new, real_release = fast.new_placements, fast.release_placements
+    real_new, real_release, real_repack = fast.new_placements, fast.release_placements, fast.FastDecoder.repack
 
     def new(*models: object) -> None:
         calls.append("new")
         real_new(*models)  # type: ignore[arg-type]
+
+    def repack(decoder: fast.FastDecoder) -> None:
+        before = decoder._handle
+        real_repack(decoder)
+        calls.append("packed" if decoder._handle != before else "not packed")
 
     def release(*models: object) -> None:
         calls.append("release")
@@ -85,6 +90,7 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
 
     monkeypatch.setattr(fast, "new_placements", new)
     monkeypatch.setattr(fast, "release_placements", release)
+    monkeypatch.setattr(fast.FastDecoder, "repack", repack)
     text = "".join(chr(ord("a") + index % VOCAB) for index in range(200))
     context = ExperimentContext(
         model=peaked_target(),
@@ -97,8 +103,8 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
     shape = {"impl": impl, "d_model": 16, "n_layer": 1, "n_head": 2, "n": 8, "weights": "untrained"}
     records = overhead.point({**shape, "part": "point", "repeats": 3}, context)
     assert {record.metric for record in records} >= {"seconds_per_token", "mults_per_token"}
-    expected = ["new"] * 3 + ["release"] if impl == "fast" else []
-    assert calls == expected
+    # Each sample of the fast point ends with a new packing at a new address; static has none.
+    assert calls == (["new", "packed"] * 3 + ["release"] if impl == "fast" else [])
     calls.clear()
     overhead.aa({**shape, "part": "aa", "pairs": 2}, context)
-    assert calls == (["new"] * 2 + ["release"] if impl == "fast" else [])
+    assert calls == (["new", "packed"] * 2 + ["release"] if impl == "fast" else [])

@@ -544,6 +544,29 @@ def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> 
     assert "overhead · static" not in line
 
 
+def test_a_first_reviews_moves_are_the_ratios_judged_against_the_allowance_on_its_scale() -> None:
+    """Only rows without a between-run floor that could have flagged a change count, and a fall
+    is measured as the review judges it: on the log scale, so −13.5% is a 15.6% move."""
+    from analysis.calibration import drift_judged_moves
+
+    inf = float("inf")
+    cases = pd.DataFrame(
+        [
+            ("speculative", "fast", -0.135, None, 0.2),  # judged against the allowance
+            ("speculative", "fast", 0.02, None, 0.2),
+            ("speculative", "fast", 0.30, 0.1, 0.2),  # a between-run floor: not the allowance's
+            ("overhead", "fast", 0.25, None, inf),  # an absolute time without history: nothing to judge
+            ("kv_cache", "static", 0.01, None, 0.05),
+        ],
+        columns=["experiment", "impl", "change", "noise_floor", "detectable"],
+    )
+    moves = drift_judged_moves(cases)
+    assert set(moves) == {("speculative", "fast"), ("kv_cache", "static")}
+    assert moves[("speculative", "fast")] == pytest.approx([1 / 0.865 - 1, 0.02])
+    assert moves[("speculative", "fast")][0] > 0.15 > 0.135
+    assert moves[("kv_cache", "static")] == pytest.approx([0.01])
+
+
 def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
     """The calibration judges an injected case or family by judging its family alone: the
     tests, priors and adjustments never cross families, so the verdicts are the same."""

@@ -268,13 +268,13 @@ class Harness:
     ) -> MinOfN:
         """``repeats`` samples of ``function`` after warm-up; ``steady``: the function keeps no
         state between calls, so a sample may loop it and warm-up may repeat it. ``between``, if
-        given, runs untimed after every sample (as in ``interleaved``): each sample then sees
-        what it sets up, and the minimum is the best of them."""
+        given, runs untimed after every sample, the last too (as in ``interleaved``): each later
+        sample sees what it set up, the first what warm-up ran on, and the minimum is the best."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1")
         with pinned():
             (loops,) = self._prepare([function], steady)
-            seconds = []
+            seconds: list[float] = []
             for _ in range(repeats):
                 seconds.append(self.time_once(function, loops))
                 if between is not None:
