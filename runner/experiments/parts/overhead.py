@@ -39,7 +39,7 @@ def point(case: dict[str, Any], context: ExperimentContext) -> tuple[Measurement
     """One width's min-of-N time a token. On the fast impl each sample packs the weights anew
     (placements_between_pairs): a small model's fast time hangs on where its packing lands, for
     the process's life (on the Zen 5 EPYC at d_model 64: 4.7-5.5 us a token by process with one
-    packing, 4.6-4.8 as the best of five; docs/review-measurements.md, thirteenth session)."""
+    packing, 4.6-4.9 as the best of three; docs/review-measurements.md, thirteenth session)."""
     model, prompt, n = untrained(case, context), [0], case["n"]
     with placements_between_pairs(case["impl"], model) as between:
         timing = context.harness.min_of(
