@@ -1,12 +1,12 @@
 """Small parts several test modules build the same way: a peaked untrained target model for the
-speculative tests, a quick counting job for the queue tests, and a job's model stored ahead of its
-workers."""
+speculative tests and an experiment context around it, a quick counting job for the queue tests,
+and a job's model stored ahead of its workers."""
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +14,9 @@ from runner.model.gpt import CharGPT, ModelConfig
 from runner.spec.sweeps import validate
 from store.records import ModelRecord
 from store.store import Store
+
+if TYPE_CHECKING:
+    from runner.experiments.base import ExperimentContext
 
 # The speculative tests' vocabulary: small enough for exact distributions.
 VOCAB = 12
@@ -27,6 +30,24 @@ def peaked_target() -> CharGPT:
         for parameter in model.parameters():
             parameter.mul_(4.0)
     return model.eval()
+
+
+def peaked_context(characters: int = 400, seed: int = 7) -> ExperimentContext:
+    """An experiment context on the CPU around ``peaked_target``, its corpus ``characters`` long
+    over VOCAB letters, without a stored model."""
+    from runner.experiments.base import ExperimentContext
+    from runner.measure.timing import Harness
+    from runner.model.corpus import Corpus
+
+    text = "".join(chr(ord("a") + index % VOCAB) for index in range(characters))
+    return ExperimentContext(
+        model=peaked_target(),
+        model_record=None,
+        corpus=Corpus(text, "test"),
+        harness=Harness("cpu", warmup=1),
+        device="cpu",
+        seed=seed,
+    )
 
 
 def counting_job(name: str, index: int) -> dict[str, Any]:

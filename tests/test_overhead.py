@@ -66,11 +66,8 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
     """On the fast impl every min-of-N sample of a width (and every A/A pair) packs the weights
     anew, and the packings are let go after; the eager impls have nothing to repack."""
     from runner.decoding import fast
-    from runner.experiments.base import ExperimentContext
     from runner.experiments.parts import overhead
-    from runner.measure.timing import Harness
-    from runner.model.corpus import Corpus
-    from tests.shared_parts import VOCAB, peaked_target
+    from tests.shared_parts import peaked_context
 
     calls: list[str] = []
     real_new, real_release, real_repack = fast.new_placements, fast.release_placements, fast.FastDecoder.repack
@@ -91,15 +88,7 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
     monkeypatch.setattr(fast, "new_placements", new)
     monkeypatch.setattr(fast, "release_placements", release)
     monkeypatch.setattr(fast.FastDecoder, "repack", repack)
-    text = "".join(chr(ord("a") + index % VOCAB) for index in range(200))
-    context = ExperimentContext(
-        model=peaked_target(),
-        model_record=None,
-        corpus=Corpus(text, "test"),
-        harness=Harness("cpu", warmup=1),
-        device="cpu",
-        seed=7,
-    )
+    context = peaked_context(200)
     shape = {"impl": impl, "d_model": 16, "n_layer": 1, "n_head": 2, "n": 8, "weights": "untrained"}
     records = overhead.point({**shape, "part": "point", "repeats": 3}, context)
     assert {record.metric for record in records} >= {"seconds_per_token", "mults_per_token"}

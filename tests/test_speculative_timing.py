@@ -9,11 +9,8 @@ import pytest
 import torch
 
 from runner.decoding.drafts import BigramDraft
-from runner.experiments.base import ExperimentContext
 from runner.experiments.parts import speculative_timing
-from runner.measure.timing import Harness
-from runner.model.corpus import Corpus
-from tests.shared_parts import VOCAB, peaked_target
+from tests.shared_parts import VOCAB, peaked_context
 
 PAIRS = 3
 
@@ -28,15 +25,7 @@ def test_pair_i_generates_the_same_seeded_text_in_every_run(impl: str, monkeypat
         return real(*arguments, **keywords)
 
     monkeypatch.setattr(speculative_timing, "speculative_decode", recording)
-    text = "".join(chr(ord("a") + index % VOCAB) for index in range(400))
-    context = ExperimentContext(
-        model=peaked_target(),
-        model_record=None,
-        corpus=Corpus(text, "test"),
-        harness=Harness("cpu", warmup=1),
-        device="cpu",
-        seed=7,
-    )
+    context = peaked_context(400, seed=7)
     draft = BigramDraft(torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(1)), VOCAB)
     case = {"impl": impl, "new_tokens": 24, "temperature": 1.0, "pairs": PAIRS}
     pair_texts = []
