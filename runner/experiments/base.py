@@ -173,15 +173,16 @@ def aa_measurements(
     harness: Harness,
     decode: Callable[[], object],
     pairs: int,
-    *,
+    impl: str,
+    *models: CharGPT,
     steady: bool = False,
-    between: Callable[[], object] | None = None,
 ) -> list[MeasurementRecord]:
-    """The noise floor of the paired and of the min-of-N method for ``decode`` on this machine
-    now: the same decode on both sides of every pair (timed as the experiment times its cases:
-    ``steady`` where its decodes keep no state, runner.measure.timing; ``between`` pairs as they
-    do, placements_between_pairs)."""
-    paired = harness.paired(decode, decode, pairs=pairs, between=between, steady=steady)
+    """The noise floor of the paired and of the min-of-N method for ``decode`` through ``impl`` on
+    this machine now: the same decode on both sides of every pair, timed as the experiment times
+    its cases (``steady`` where its decodes keep no state, runner.measure.timing; on the fast impl
+    each pair on its own placement of ``models``' weights, placements_between_pairs)."""
+    with placements_between_pairs(impl, *models) as between:
+        paired = harness.paired(decode, decode, pairs=pairs, between=between, steady=steady)
     return [
         *paired.measurements("aa_speedup"),
         MeasurementRecord("aa_min_ratio", min(paired.baseline_seconds) / min(paired.candidate_seconds), "ratio"),

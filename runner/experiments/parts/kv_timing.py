@@ -194,11 +194,11 @@ def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementReco
     """The case's cached decode paired against itself: the noise floor of this experiment's
     timings through the impl."""
     model, prompt, n, impl = context.model, context.prompt(), case["n"], case["impl"]
-    with placements_between_pairs(impl, model) as between:
-        return aa_measurements(
-            context.harness,
-            lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
-            case["pairs"],
-            steady=True,
-            between=between,
-        )
+    return aa_measurements(
+        context.harness,
+        lambda: generate(model, prompt, n, use_cache=True, temperature=0.0, impl=impl),
+        case["pairs"],
+        impl,
+        model,
+        steady=True,
+    )

@@ -64,14 +64,14 @@ def point(case: dict[str, Any], context: ExperimentContext) -> tuple[Measurement
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     """The A/A case, each pair on its own placement of the fast weights as the points' samples."""
     model, prompt, n = untrained(case, context), [0], case["n"]
-    with placements_between_pairs(case["impl"], model) as between:
-        return aa_measurements(
-            context.harness,
-            lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
-            case["pairs"],
-            steady=True,
-            between=between,
-        )
+    return aa_measurements(
+        context.harness,
+        lambda: generate(model, prompt, n, temperature=0.0, impl=case["impl"]),
+        case["pairs"],
+        case["impl"],
+        model,
+        steady=True,
+    )
 
 
 def fit(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:

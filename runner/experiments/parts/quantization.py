@@ -21,14 +21,14 @@ from store.records import MeasurementRecord
 
 def aa(case: dict[str, Any], context: ExperimentContext) -> list[MeasurementRecord]:
     reference, prompt, tokens, impl = context.model, context.prompt(), case["timing_tokens"], case["impl"]
-    with placements_between_pairs(impl, reference) as between:
-        return aa_measurements(
-            context.harness,
-            lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
-            case["pairs"],
-            steady=True,
-            between=between,
-        )
+    return aa_measurements(
+        context.harness,
+        lambda: generate(reference, prompt, tokens, temperature=0.0, impl=impl),
+        case["pairs"],
+        impl,
+        reference,
+        steady=True,
+    )
 
 
 def variant(case: dict[str, Any], context: ExperimentContext) -> tuple[MeasurementRecord, ...]:
