@@ -99,7 +99,7 @@ def fingerprints(details: pd.DataFrame, machines: Sequence[str]) -> pd.DataFrame
 
 
 def field_text(name: str, value: Any) -> str:
-    """A fingerprint cell as every table writes it (dashboard.tables): "–" for none, bytes in binary units."""
+    """A fingerprint cell as every table writes it (analysis.tables): "–" for none, bytes in binary units."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return tables.MISSING
     if tables.is_bytes(name):

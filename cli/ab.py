@@ -29,7 +29,7 @@ def ab(
             min=2,
             max=MAX_ROUNDS,
             help="Times each timed case runs on each side, each round in fresh worker processes; the review's "
-            "units (20 to see a 10% change, docs/ci.md).",
+            "units (docs/ci.md measured its error rates at 10: give 10 to a job that gates on it).",
         ),
     ] = 3,
     repo: Annotated[Path, typer.Option("--repo", help="The decodelab checkout holding both revisions.")] = Path("."),

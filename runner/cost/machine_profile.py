@@ -22,7 +22,7 @@ The figures are one JSON-able dict (stored with the machine, store/profiles.py):
 - ``read_alignment_bytes``: the largest power of two (up to 4096) dividing every read buffer's
   address: at least 64, so no 64-byte vector load splits a cache line, as none of the decode
   kernel's do (its weights are ``aligned_alloc(64)``). A buffer from ``array.array`` sat 16 or 48
-  bytes past a line and read 10–50% slower than the hardware (docs/roofline.md, "How the roof was
+  bytes past a line and read 10–50% slower than the hardware (docs/experiments.md, "How the roof is
   checked").
 
 The roof is the best of the repeats (``high``), not their median: other work on the machine can

@@ -39,7 +39,7 @@ inline int64_t choose(const float* logits, int64_t vocab, double temperature, do
   return best;  // rounding left the threshold unreached
 }
 
-// softmax(logits / temperature) into out (one-hot argmax at temperature 0), as runner.speculative's
+// softmax(logits / temperature) into out (one-hot argmax at temperature 0), as runner.decoding.accept_rule's
 // probabilities().
 inline void distribution(const float* logits, int64_t vocab, double temperature, float* out) {
   int64_t best = 0;
