@@ -36,8 +36,9 @@ MOST_ROWS = 40
 
 
 def timed_changes(table: pd.DataFrame) -> Figure:
-    """Each timed metric's change of the median, run over baseline (log axis: ×2 and ÷2 are
-    the same distance), coloured by verdict, the largest changes first."""
+    """Each timed metric's change, run over baseline (the geometric means of the samples its test
+    compared; log axis: ×2 and ÷2 are the same distance), coloured by verdict, the largest changes
+    first."""
     timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
     timed["ratio"] = 1.0 + timed["change"].astype(float)
     timed = timed[timed["ratio"] > 0]
@@ -56,7 +57,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             x=alt.X(
                 "ratio:Q",
                 scale=alt.Scale(type="log"),
-                title="run / baseline (median)",
+                title="run / baseline (geometric mean of the samples)",
                 axis=alt.Axis(tickCount=5, labelOverlap="greedy", format="~g"),
             ),
             # The longest rows (a speculative case with its schedule and temperature) run to ~100
@@ -75,11 +76,11 @@ def timed_changes(table: pd.DataFrame) -> Figure:
                 "experiment:N",
                 "metric:N",
                 "point:N",
-                "baseline:Q",
-                "run:Q",
-                "change:Q",
-                "p_value:Q",
-                "noise_floor:Q",
+                alt.Tooltip("baseline:Q", format=".4~g"),
+                alt.Tooltip("run:Q", format=".4~g"),
+                alt.Tooltip("change:Q", format="+.1%"),
+                alt.Tooltip("p_value:Q", title="p", format=".2~g"),
+                alt.Tooltip("noise_floor:Q", title="noise floor", format=".1%"),
                 "verdict:N",
             ],
         )

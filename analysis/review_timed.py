@@ -224,6 +224,11 @@ def judge_timed_rows(
             entry, test = rows[index], tests[index]
             shift = math.expm1(test.test.shift)
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
+            # The values the test compared, so that run / baseline is the change beside them: the
+            # stored headline (a median, a best of N) moved otherwise (0.2% down beside +3.3%).
+            _, run_logs, base_logs = candidates[index]
+            entry["baseline"] = math.exp(statistics.fmean(base_logs))
+            entry["run"] = math.exp(statistics.fmean(run_logs))
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
             own_floor = test.floor.between or 0.0
