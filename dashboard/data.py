@@ -3,7 +3,9 @@ cached wrappers keyed by the store URL (the engine lives in ``st.cache_resource`
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -21,6 +23,12 @@ if TYPE_CHECKING:
 
 RUNS_TTL_SECONDS = 5
 RESULTS_TTL_SECONDS = 30
+# A review is keyed by the state of the runs table (review_state), so it is kept while nothing it
+# reads changed, not rebuilt every 30 s: a cold Review page took 10 s on a 2-core machine, most of
+# it the calibration over the store's A/A pairs.
+REVIEW_TTL_SECONDS = 3600
+REVIEWS_KEPT = 16
+FINISHED = frozenset({"done", "failed", "interrupted"})
 
 
 def store_url() -> str:
@@ -198,23 +206,37 @@ def load_metric(url: str, experiment: str, metric: str) -> pd.DataFrame:
     return frames.metric_across_runs(store_for(url), experiment, metric)
 
 
-@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the two runs…")
-def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool) -> RunReport:
-    """The Review page's comparison (shared, not copied: the page only reads it)."""
+def review_state(runs: pd.DataFrame, run_id: int, baseline_id: int, now: float | None = None) -> str:
+    """What a review of ``run_id`` against ``baseline_id`` reads from the runs table (``load_runs``):
+    every run's status, finish, tags and note (a tag moves baselines and history, a finished run
+    adds an A/A pair); while either run is unfinished, also the current RESULTS_TTL_SECONDS
+    window, as its samples still arrive."""
+    columns = ["run_id", "status", "finished_at", "tags", "note"]
+    digest = hashlib.sha256(runs.reindex(columns=columns).astype(str).to_csv(index=False).encode("utf-8"))
+    statuses = runs.set_index("run_id")["status"] if not runs.empty else pd.Series(dtype=str)
+    if any(statuses.get(run) not in FINISHED for run in (run_id, baseline_id)):
+        digest.update(str(int((time.time() if now is None else now) // RESULTS_TTL_SECONDS)).encode())
+    return digest.hexdigest()
+
+
+@st.cache_resource(ttl=REVIEW_TTL_SECONDS, max_entries=REVIEWS_KEPT, show_spinner="Comparing the two runs…")
+def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool, state: str) -> RunReport:
+    """The Review page's comparison (shared, not copied: the page only reads it); ``state``:
+    review_state's, the cache key's part that changes with what the review reads."""
     from analysis.report import build_report
 
     return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
 
 
-@st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Writing the HTML report…")
-def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: bool) -> str:
+@st.cache_resource(ttl=REVIEW_TTL_SECONDS, max_entries=REVIEWS_KEPT, show_spinner="Writing the HTML report…")
+def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: bool, state: str) -> str:
     """The Review page's HTML report, drawn once per comparison and held as the download's data
     (the charts to SVG take seconds). Built on the page, not on click: a file Streamlit generates
     for a click belongs to no element and is collected two script runs later (the jobs panel
     reruns every 2 seconds), so a browser slower than that to ask for it saw the download cancelled."""
     from analysis.report_render import to_html
 
-    return to_html(load_report(url, run_id, baseline_id, headline_only))
+    return to_html(load_report(url, run_id, baseline_id, headline_only, state))
 
 
 @st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the machines…")

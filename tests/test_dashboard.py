@@ -693,3 +693,30 @@ def test_the_wall_time_series_sets_training_apart_and_plots_only_finished_runs(m
     running = pd.DataFrame({"run_id": [3, 5], "impl": "fast", "value": [1.0, 9.0]})
     reads = history_series.Series("x", "ratio", "", lambda store: running)
     assert set(history_series.series_history(None, reads)["run_id"]) == {3}  # type: ignore[arg-type]
+
+
+def test_a_reviews_cache_key_moves_with_what_the_review_reads_and_only_with_it() -> None:
+    runs = pd.DataFrame(
+        {
+            "run_id": [3, 2, 1],
+            "status": ["running", "done", "done"],
+            "finished_at": [None, "2026-12-06 10:01", "2026-12-06 10:00"],
+            "tags": ["", "", ""],
+            "note": [None, None, None],
+            "wall_seconds": [None, 80.0, 81.0],
+        }
+    )
+    finished = data.review_state(runs, 2, 1, now=0.0)
+    # Two finished runs: the same key later, and for a column the review does not read.
+    assert data.review_state(runs, 2, 1, now=10_000.0) == finished
+    assert data.review_state(runs.assign(wall_seconds=[1.0, 2.0, 3.0]), 2, 1, now=0.0) == finished
+    # A tag (it moves baselines and history), a note, a run finishing: a new key.
+    assert data.review_state(runs.assign(tags=["", "", "suspect"]), 2, 1, now=0.0) != finished
+    assert (
+        data.review_state(runs.assign(note=pd.Series([None, "laptop", None], dtype=object)), 2, 1, now=0.0) != finished
+    )
+    assert data.review_state(runs.assign(status=["done", "done", "done"]), 2, 1, now=0.0) != finished
+    # A run still running gets its samples afresh every RESULTS_TTL_SECONDS.
+    running = data.review_state(runs, 3, 2, now=0.0)
+    assert data.review_state(runs, 3, 2, now=data.RESULTS_TTL_SECONDS - 1.0) == running
+    assert data.review_state(runs, 3, 2, now=data.RESULTS_TTL_SECONDS + 1.0) != running

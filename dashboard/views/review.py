@@ -59,7 +59,8 @@ if opened:
             "on the same machine fingerprint (suspect runs never)."
         )
     headline_only = not st.toggle("Every metric, not only the headline ones", key="review_all_metrics")
-    built = data.load_report(url, int(run_id), int(baseline_id), headline_only)
+    state = data.review_state(runs, int(run_id), int(baseline_id))
+    built = data.load_report(url, int(run_id), int(baseline_id), headline_only, state)
     table = built.table
     if review_lines.shares_no_case(table):
         for warning in built.warnings:
@@ -165,7 +166,7 @@ if opened:
     )
     page.download_button(
         "Download the report (HTML)",
-        data.load_report_html(url, int(run_id), int(baseline_id), headline_only),
+        data.load_report_html(url, int(run_id), int(baseline_id), headline_only, state),
         file_name=f"{name}.html",
         mime="text/html",
         key="review_download_html",
