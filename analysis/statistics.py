@@ -155,10 +155,17 @@ CHANGE_PENALTY = 3.0
 
 
 def noise_sigma(values: Sequence[float]) -> float:
-    """The run-to-run noise of a series, blind to its level shifts: the MAD-based spread of its
-    consecutive differences over √2 (a difference of two values has √2 times their spread)."""
+    """The run-to-run noise of a series, blind to its level shifts: MAD_TO_SIGMA times the median
+    |consecutive difference|, over √2 (a difference of two values has √2 times their spread).
+    About zero, not about the differences' median: a series alternating ±2.5% has differences
+    near +1 and −1 whose spread about their median is near 0, and four of its eight runs were
+    drawn as new levels."""
     differences = [after - before for before, after in zip(values, values[1:], strict=False)]
-    sigma = mad_sigma(differences) / math.sqrt(2)
+    sigma = (
+        MAD_TO_SIGMA * statistics.median(abs(difference) for difference in differences) / math.sqrt(2)
+        if differences
+        else 0.0
+    )
     if sigma == 0 and differences:
         sigma = statistics.pstdev(differences) / math.sqrt(2)
     return sigma
