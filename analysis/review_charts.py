@@ -25,6 +25,17 @@ VERDICT_COLORS = {
     "unchanged": "#aec7e8",
 }
 VERDICT_SCALE = alt.Scale(domain=list(VERDICT_ORDER), range=[VERDICT_COLORS[verdict] for verdict in VERDICT_ORDER])
+
+
+def verdict_scale(verdicts: pd.Series) -> alt.Scale:
+    """The verdicts present, in VERDICT_ORDER and their fixed colours: a legend of what is drawn,
+    not of all eleven."""
+    present = [verdict for verdict in VERDICT_ORDER if verdict in set(verdicts)]
+    return (
+        alt.Scale(domain=present, range=[VERDICT_COLORS[verdict] for verdict in present]) if present else VERDICT_SCALE
+    )
+
+
 REPORT_WIDTH, REPORT_HEIGHT = 480, 300
 # Where a timed row's label breaks onto its second line.
 ROW_BREAK = " | "
@@ -33,6 +44,13 @@ ROW_BREAK = " | "
 ROW_PIXELS, READABLE_HEIGHT = 30, 200
 # The timed rows drawn: the largest changes, so the chart stays readable on a big sweep.
 MOST_ROWS = 40
+
+
+def symmetric_domain(ratios: pd.Series, least: float = 1.05) -> list[float]:
+    """A log axis centred on 1 that holds every ratio with a tenth to spare, at least ±5%: changes
+    of a few percent sat in a sliver of the 0.1–10 that a niced log scale chose."""
+    widest = max([least, *(max(ratio, 1.0 / ratio) * 1.1 for ratio in ratios if ratio > 0)])
+    return [1.0 / widest, widest]
 
 
 def timed_changes(table: pd.DataFrame) -> Figure:
@@ -48,7 +66,11 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
     ]
     timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
+    tested_rows = len(timed)
     timed = timed.head(MOST_ROWS)
+    title = "timed metrics: run against baseline"
+    if tested_rows > len(timed):
+        title += f" (the {len(timed)} largest changes of {tested_rows})"
     points = (
         alt.Chart(timed)
         .mark_point(filled=True, size=80)
@@ -56,7 +78,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             # Few log ticks, none overlapping ("0.40.5" ran together).
             x=alt.X(
                 "ratio:Q",
-                scale=alt.Scale(type="log"),
+                scale=alt.Scale(type="log", domain=symmetric_domain(timed["ratio"]), nice=False),
                 title="run / baseline (geometric mean of the samples)",
                 axis=alt.Axis(tickCount=5, labelOverlap="greedy", format="~g"),
             ),
@@ -70,7 +92,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
                 title=None,
                 axis=alt.Axis(labelLimit=760, labelExpr=f"split(datum.label, '{ROW_BREAK}')"),
             ),
-            color=alt.Color("verdict:N", scale=VERDICT_SCALE),
+            color=alt.Color("verdict:N", scale=verdict_scale(timed["verdict"])),
             # Typed: with no timed row the frame is empty and Altair could not infer a type (a warning each).
             tooltip=[
                 "experiment:N",
@@ -87,7 +109,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
     figure: Figure = alt.layer(one, points).properties(
-        title="timed metrics: run against baseline", height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
+        title=title, height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
     )
     if 0 < len(timed) * ROW_PIXELS < READABLE_HEIGHT:  # an empty chart has no plot to excuse
         rows = f"{len(timed)} timed row{'s' if len(timed) != 1 else ''}"

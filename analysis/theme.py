@@ -164,6 +164,10 @@ def fitted_scale(values: Iterable[Any], *, log: bool = False, padding: float = 0
     return alt.Scale(zero=False, domain=[low - margin, high + margin], nice=False)
 
 
+TOOLTIP_NUMBERS = ".4~g"
+TOOLTIP_TIME = "%Y-%m-%d %H:%M"
+
+
 def finish(figure: Figure) -> Figure:
     """The one place every chart passes through before it is drawn: legends and axis titles
     and labels without a length limit (0 means none), opaque legend swatches, and a check
@@ -174,6 +178,10 @@ def finish(figure: Figure) -> Figure:
     # default ("fit") holds the whole chart to the height, so a tall legend or rotated labels
     # squeezed the plot to 20 px.
     figure = figure.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    # Tooltips to four significant digits and the minute (29.66, not 29.6648752359; a run's time,
+    # not only its day), where a tooltip field gives no format of its own. configure() first: it
+    # replaces the config the two calls after it add to.
+    figure = figure.configure(tooltipFormat=alt.FormatConfig(numberFormat=TOOLTIP_NUMBERS, timeFormat=TOOLTIP_TIME))
     return figure.configure_legend(labelLimit=0, titleLimit=0, symbolOpacity=1, symbolLimit=0).configure_axis(
         labelLimit=0, titleLimit=0
     )

@@ -45,6 +45,8 @@ def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_
     spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
     assert spec["title"] == "weight bytes"
     assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "symbolLimit": 0}
+    # Tooltips without a format of their own: four significant digits, a run's time to the minute.
+    assert spec["config"]["tooltipFormat"] == {"numberFormat": ".4~g", "timeFormat": "%Y-%m-%d %H:%M"}
     assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
     # The plot keeps its own height whatever the legend and labels take (Streamlit's "fit" squeezed it).
     assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}
@@ -394,4 +396,18 @@ def test_the_review_timed_chart_says_why_it_is_small_with_few_rows() -> None:
     title = review_charts.timed_changes(few).to_dict()["title"]
     assert title["subtitle"] == theme.SMALL_ON_PURPOSE + "one 30 px row per timed metric, 2 timed rows here"
     many = pd.DataFrame([{**row, "change": 0.01 * index, "point": f"n={index}"} for index in range(7)])
-    assert review_charts.timed_changes(many).to_dict()["title"] == "timed metrics: run against baseline"
+    spec = review_charts.timed_changes(many).to_dict()
+    assert spec["title"] == "timed metrics: run against baseline"
+    # Centred on no change, every ratio inside it (here 1.00–1.06), not a niced 0.1–10.
+    low, high = spec["layer"][1]["encoding"]["x"]["scale"]["domain"]
+    assert low == pytest.approx(1 / high) and 1.06 < high < 1.2
+    # More rows than it draws: its title says which.
+    most = pd.DataFrame(
+        [{**row, "change": 0.001 * index, "point": f"n={index}"} for index in range(review_charts.MOST_ROWS + 5)]
+    )
+    title = review_charts.timed_changes(most).to_dict()["title"]
+    shown = review_charts.MOST_ROWS
+    assert title == f"timed metrics: run against baseline (the {shown} largest changes of {shown + 5})"
+    # The legend names the verdicts drawn, in their fixed colours.
+    scale = spec["layer"][1]["encoding"]["color"]["scale"]
+    assert scale == {"domain": ["within noise"], "range": [review_charts.VERDICT_COLORS["within noise"]]}
