@@ -108,9 +108,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         )
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(color="black").encode(x="ratio:Q")
-    figure: Figure = alt.layer(one, points).properties(
-        title=title, height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH
-    )
+    figure: Figure = alt.layer(one, points).properties(title=title, height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH)
     if 0 < len(timed) * ROW_PIXELS < READABLE_HEIGHT:  # an empty chart has no plot to excuse
         rows = f"{len(timed)} timed row{'s' if len(timed) != 1 else ''}"
         figure = theme.small_on_purpose(figure, f"one {ROW_PIXELS} px row per timed metric, {rows} here")
