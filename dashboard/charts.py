@@ -378,18 +378,25 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     return alt.layer(*layers).properties(title="quadratic vs linear multiplications (dashed: crossover)")
 
 
+def column_words(name: str) -> str:
+    """A column's name as an axis or title says it: ``measured_us_per_token`` → measured µs per token."""
+    return name.replace("_", " ").replace("us per token", "µs per token")
+
+
 def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
-    """Measured against predicted, with the y = x line."""
-    span = axis_values(frame, measured, predicted) or [1.0]
+    """Measured against predicted, with the y = x line; the axes span the points drawn (a point
+    without a prediction, such as a no-cache time, is not drawn and stretched them to 3,600 µs)."""
+    drawn = frame.dropna(subset=[measured, predicted]) if {measured, predicted} <= set(frame.columns) else frame
+    span = axis_values(drawn, measured, predicted) or [1.0]
     points = (
-        base_chart(frame)
+        base_chart(drawn)
         .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X(f"{predicted}:Q", title=predicted.replace("_", " "), scale=fitted_scale(span)),
-            y=alt.Y(f"{measured}:Q", title=measured.replace("_", " "), scale=fitted_scale(span)),
-            color=theme.color(color, frame),
-            tooltip=list(frame.columns),
+            x=alt.X(f"{predicted}:Q", title=column_words(predicted), scale=fitted_scale(span)),
+            y=alt.Y(f"{measured}:Q", title=column_words(measured), scale=fitted_scale(span)),
+            color=theme.color(color, drawn),
+            tooltip=list(drawn.columns),
         )
     )
-    title = f"{measured.replace('_', ' ')} against {predicted.replace('_', ' ')} (dotted: y = x)"
+    title = f"{column_words(measured)} against {column_words(predicted)} (dotted: y = x)"
     return alt.layer(_diagonal(min(span), max(span)), points).properties(title=title)

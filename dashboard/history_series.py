@@ -121,7 +121,7 @@ SERIES = (
     Series(
         "fast µs per token",
         "microseconds",
-        "KV cache timing, fast impl, cached decode, median seconds per token at n = 256",
+        "KV cache timing, fast impl, cached decode, median microseconds per token at n = 256",
         fast_microseconds_per_token,
     ),
     Series(

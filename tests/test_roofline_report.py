@@ -105,7 +105,7 @@ def test_a_model_that_does_not_fit_is_named_with_its_size() -> None:
     assert warning is not None
     # Which figure and group, by how much, why it matters and what to do, in one warning.
     assert warning.startswith(
-        'The time models do not fit 1 of 3 groups in "measured against predicted" '
+        'The time models do not fit 1 of 3 groups in the fit table (not drawn in "measured against predicted") '
         "(overhead a + b·mults: fast no-cache step); worst, the overhead a + b·mults model predicts the fast "
         "no-cache step 10.4× too slow (median |error| 936% over 1 points). Why it matters:"
     )

@@ -4,7 +4,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 
-st.title("Context-length cost")
+st.title("Context cost")
 st.caption("Counted multiplications, not times: the same integers on every machine.")
 opened = ui.open_store()
 run_id = ui.pick_run(opened[0], "context_cost", "context cost") if opened else None
@@ -13,6 +13,13 @@ if opened and run_id is not None:
     table = data.part(cases, "table")
     summary = data.part(cases, "summary")
     crossover = float(summary["crossover_n"].iloc[0]) if not summary.empty else None
+    if not table.empty:
+        # The spec's own shape (the write-ups' d_model 512), not the run's trained model: say which.
+        shape = table.iloc[0]
+        st.caption(
+            f"For a model of d_model = {int(shape['d_model']):,} and d_ff = {int(shape['d_ff']):,} (the spec's "
+            "`context_cost` shape, not the run's trained model)."
+        )
     if table.empty:
         ui.absent("cost table")
     else:

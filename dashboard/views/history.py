@@ -79,6 +79,7 @@ if opened:
             "runs",
             [
                 "run_id",
+                "review",  # beside the run: after the 64-character model hash it was off-screen
                 "started_at",
                 "machine",
                 "sweep",
@@ -91,7 +92,6 @@ if opened:
                 "model_hash",
                 "code_version",
                 "error",
-                "review",
             ],
             links={"review": "review"},
         )
