@@ -112,6 +112,15 @@ def stroke_legend(title: str | None = None, *, columns: int | None = None) -> al
     return alt.Legend(**{**base.to_dict(), "symbolType": "stroke", "symbolStrokeColor": REFERENCE_COLOR})
 
 
+def dashed_lines_with_points(base: alt.Chart, dash: alt.StrokeDash) -> alt.LayerChart:
+    """``base``'s lines styled by ``dash`` with a point at each value: the lines carry the dash
+    legend and the points none. A line mark with ``point=True`` drew its legend from the filled
+    point, stroke transparent, and every entry of a stroke legend came out blank."""
+    points_dash = dash.legend(None)
+    lines = base.mark_line().encode(strokeDash=dash)
+    return alt.LayerChart(layer=[lines, base.mark_point(filled=True).encode(strokeDash=points_dash)])
+
+
 def color_scale(field: str, values: Iterable[Any]) -> alt.Scale:
     """The colour scale of ``field`` (a domain of DOMAINS, or any other field) over ``values``:
     each value's ``colour_of``. Only where two values of one chart would share a colour does the

@@ -144,17 +144,15 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
     long["mode"] = long["mode"].str.removeprefix("seconds_").str.replace("_", " ")
     title = "seconds per generation against n (log–log)"
     x_axis = alt.X("n:Q", title="generated tokens n", scale=fitted_scale(long["n"], log=True))
-    points = (
-        base_chart(long)
-        .mark_line(point=True)
-        .encode(
+    points = theme.dashed_lines_with_points(
+        base_chart(long).encode(
             x=x_axis,
             y=alt.Y("seconds:Q", title="seconds per generation", scale=fitted_scale(long["seconds"], log=True)),
             color=theme.color("impl", long),
-            # Drawn as line strokes in the legend: "cache" and "no cache" as two dots looked alike.
-            strokeDash=alt.StrokeDash("mode:N", legend=theme.stroke_legend("cache")),
             tooltip=["n", "impl", "mode", "seconds"],
-        )
+        ),
+        # Drawn as line strokes in the legend: "cache" and "no cache" as two dots looked alike.
+        alt.StrokeDash("mode:N", legend=theme.stroke_legend("cache")),
     )
     if fit is None or fit.empty:
         return points.properties(title=title)

@@ -55,18 +55,15 @@ def position_curves(speculative: pd.DataFrame) -> pd.DataFrame:
 
 def position_chart(curves: pd.DataFrame) -> Figure:
     """Acceptance at each draft position, one line per draft, dashed where a model."""
-    return (
-        alt.Chart(curves)
-        .mark_line(point=True)
-        .encode(
+    return theme.dashed_lines_with_points(
+        alt.Chart(curves).encode(
             x=alt.X("position:O", title="draft position i"),
             y=alt.Y("acceptance:Q", title="share of passes keeping position i", scale=alt.Scale(domain=[0, 1])),
             color=theme.color("draft", curves),
-            strokeDash=alt.StrokeDash("series:N", sort=["measured", "i.i.d. α^i", "a priori"]),
             tooltip=["draft", "setting", "position", "series", "acceptance"],
-        )
-        .properties(title="acceptance per draft position: measured, i.i.d. α^i, a priori")
-    )
+        ),
+        alt.StrokeDash("series:N", sort=["measured", "i.i.d. α^i", "a priori"], legend=theme.stroke_legend("series")),
+    ).properties(title="acceptance per draft position: measured, i.i.d. α^i, a priori")
 
 
 def flag(value: float | None) -> bool | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -411,3 +412,40 @@ def test_the_review_timed_chart_says_why_it_is_small_with_few_rows() -> None:
     # The legend names the verdicts drawn, in their fixed colours.
     scale = spec["layer"][1]["encoding"]["color"]["scale"]
     assert scale == {"domain": ["within noise"], "range": [review_charts.VERDICT_COLORS["within noise"]]}
+
+
+def blank_dash_legends(spec: Any) -> list[str]:
+    """Layers whose strokeDash legend Vega-Lite would draw from a filled point (a line mark with
+    ``point``): every entry blank."""
+    found = []
+    if isinstance(spec, dict):
+        mark = spec.get("mark")
+        dash = spec.get("encoding", {}).get("strokeDash")
+        pointed_line = isinstance(mark, dict) and mark.get("type") == "line" and mark.get("point")
+        if pointed_line and dash is not None and dash.get("legend", {}) is not None:
+            found.append(str(dash.get("field")))
+        for value in spec.values():
+            found += blank_dash_legends(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += blank_dash_legends(value)
+    return found
+
+
+def test_a_legend_of_line_styles_draws_its_strokes() -> None:
+    from dashboard import charts, speculative_figures
+
+    timing = pd.DataFrame(
+        {"n": [64, 128], "impl": ["fast", "fast"], "seconds_no_cache": [0.01, 0.04], "seconds_cache": [0.001, 0.002]}
+    )
+    curves = pd.DataFrame(
+        {"draft": ["bigram"] * 2, "setting": ["k=4"] * 2, "position": [1, 1], "series": ["measured", "a priori"],
+         "acceptance": [0.9, 0.88]}
+    )  # fmt: skip
+    for figure in (charts.seconds_against_n(timing, None), speculative_figures.position_chart(curves)):
+        spec = theme.finish(figure).to_dict()
+        assert blank_dash_legends(spec) == []
+        legends = [layer["encoding"]["strokeDash"].get("legend") for layer in spec["layer"]]
+        assert legends[0]["symbolType"] == "stroke" and legends[1:] == [None]  # the lines carry it, once
+    broken = alt.Chart(curves).mark_line(point=True).encode(x="position:O", y="acceptance:Q", strokeDash="series:N")
+    assert blank_dash_legends(broken.to_dict()) == ["series"]
