@@ -129,7 +129,12 @@ def _deciding_cost(impl: str, predicted: pd.DataFrame, measured_wins: bool, mach
         loop_overhead_seconds=best["roofline_loop_overhead_fit_seconds"],
     )
     decider = PASS_COST_NAMES[speculative_cost.largest_cost(costs)]
-    listed = ", ".join(f"{PASS_COST_NAMES[name].removeprefix('the ')} {value:.2f}" for name, value in costs.items())
+    # A fitted overhead below zero is the parts priced above what the loop took, not a negative cost.
+    listed = ", ".join(
+        f"{PASS_COST_NAMES[name].removeprefix('the ')} {value:.2f}"
+        + (" (below zero: the roof prices the other parts above what they took)" if value < 0 else "")
+        for name, value in costs.items()
+    )
     break_even = best["roofline_break_even_acceptance"]
     need = (
         "no acceptance wins at this cost"

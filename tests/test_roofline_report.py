@@ -183,3 +183,7 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
     )
     assert turned is not None
     assert "costs 5.40 plain steps (verification 2.20, draft 2.20, loop's own overhead 1.00)" in turned
+    # A fitted overhead below zero (Zen 5's compiled loop) is said to be the roof's pricing, not a cost.
+    below = roofline_conclusions.speculative_sentence(speculative.assign(roofline_loop_overhead_fit_seconds=-10e-6))
+    assert below is not None
+    assert "loop's own overhead -0.25 (below zero: the roof prices the other parts above what they took))" in below
