@@ -30,7 +30,38 @@ BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 SECONDS_PER_UNIT = {"seconds": 1.0, "microseconds": 1e-6}
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 # Relative changes (run over baseline − 1), written as the report writes them: +12.3%.
-PERCENT_COLUMNS = frozenset({"change"})
+PERCENT_COLUMNS = frozenset({"change", "estimate_error", "prediction_error", "median_error"})
+# Shares and sizes of changes (0.08 is 8%), written unsigned: 8.0%.
+SHARE_COLUMNS = frozenset({"median_abs_error", "roof_fraction", "noise_floor", "detectable"})
+
+
+# Headers a reader would not guess from the column's name; any other: its words (``header``).
+HEADERS = {
+    "run_id": "run",
+    "p_value": "p",
+    "adjusted_p": "adjusted p",
+    "val_loss": "held-out loss",
+    "started_at": "started",
+    "finished_at": "finished",
+    "seconds_per_token": "time per token",
+    "wall_seconds": "wall time",
+    "estimated_seconds": "estimated time",
+}
+
+
+def header(name: str) -> str:
+    """A column's header on a page: HEADERS', else its name in words (``noise_floor`` → noise
+    floor), ``…_seconds`` and ``…_us`` as a time (its cells say the unit: 81.3 s, 7.0 µs).
+    Display only: the frame and its CSV keep the names."""
+    if name in HEADERS:
+        return HEADERS[name]
+    words = str(name)
+    for suffix in ("_seconds", "_us"):
+        if words.endswith(suffix) and words != suffix.lstrip("_"):
+            words = words.removesuffix(suffix) + " time"
+    if words.startswith("seconds_"):  # seconds_no_cache: the time without a cache
+        words = "time " + words.removeprefix("seconds_")
+    return words.replace("_us_per_", "_µs_per_").replace("_", " ")
 
 
 def is_identifier(name: str) -> bool:
@@ -128,6 +159,12 @@ def percent(value: Any) -> str:
     return f"{float(value):+.1%}"
 
 
+def share(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return f"{float(value):.1%}"
+
+
 def value_text(value: Any, unit: str | None) -> str:
     """One value in ``unit`` (the catalogue's), as every table writes it."""
     if unit == "bool" and value is not None and not (isinstance(value, float) and math.isnan(value)):
@@ -185,6 +222,8 @@ def formatters(frame: pd.DataFrame) -> dict[Any, Callable[[Any], str]]:
                 chosen[column] = plain
             elif name in PERCENT_COLUMNS:
                 chosen[column] = percent
+            elif name in SHARE_COLUMNS:
+                chosen[column] = share
             elif unit == "bytes":
                 chosen[column] = binary_bytes
             elif unit in SECONDS_PER_UNIT:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -116,7 +117,12 @@ def table(
     """A table in the one format (analysis.tables) with its CSV download of the raw values;
     ``links`` shows those columns (relative URLs) as links with the given text."""
     shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
-    config = {column: st.column_config.LinkColumn(column, display_text=text) for column, text in (links or {}).items()}
+    # Headers in words (tables.header); the frame underneath and the CSV keep the column names.
+    config: dict[str, Any] = {
+        column: st.column_config.Column(tables.header(column)) for column in tables.shown_columns(shown)
+    }
+    for column, text in (links or {}).items():
+        config[column] = st.column_config.LinkColumn(tables.header(column), display_text=text)
     st.dataframe(tables.display(shown.reset_index(drop=True)), hide_index=True, column_config=config)
     st.download_button(
         f"Download {name} (CSV)",

@@ -124,6 +124,25 @@ def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> 
     assert styled["cache"].tolist() == ["yes", "no"] and styled["strings_identical"].tolist() == ["yes", "no"]
 
 
+def test_a_tables_headers_are_words_and_its_fractions_percentages() -> None:
+    assert [
+        tables.header(name)
+        for name in (
+            "run_id",
+            "noise_floor",
+            "wall_seconds",
+            "draft_call_us",
+            "seconds_no_cache",
+            "measured_us_per_token",
+        )
+    ] == ["run", "noise floor", "wall time", "draft call time", "time no cache", "measured µs per token"]
+    frame = pd.DataFrame({"estimate_error": [0.0177, -0.5], "median_abs_error": [2.716, 0.05]})
+    assert tables.cell_texts(frame).to_dict("records") == [
+        {"estimate_error": "+1.8%", "median_abs_error": "271.6%"},
+        {"estimate_error": "-50.0%", "median_abs_error": "5.0%"},
+    ]
+
+
 def test_the_table_format_follows_the_catalogues_unit_not_the_columns_name() -> None:
     frame = pd.DataFrame(
         {
