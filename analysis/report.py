@@ -148,8 +148,15 @@ def build_report(
         )
     speculative = pd.concat([ours.get("speculative", pd.DataFrame()), theirs.get("speculative", pd.DataFrame())])
     if not speculative.empty:
+        points = review.case_points(speculative)
+        cases = [
+            points[("speculative", review.params_key(params))].removeprefix("speculative · ")
+            for params in speculative["params"]
+        ]
         report.charts.append(
-            review_charts.side_by_side(speculative, "k", "speedup_median", "series", "speculative: measured speedup")
+            review_charts.cases_side_by_side(
+                speculative.assign(case=cases), "case", "speedup_median", "speculative: measured speedup, each case"
+            )
         )
     return report
 

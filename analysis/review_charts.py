@@ -115,6 +115,26 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     return figure
 
 
+def cases_side_by_side(frame: pd.DataFrame, case: str, value: str, title: str) -> Figure:
+    """``value`` of each ``case`` (a row each) in the run and its baseline (``which``), two marks a
+    row, with the 1× rule: cases that share a k but differ in schedule or temperature each get
+    their own row, where a line over k joined them into a vertical stroke."""
+    cases = frame[case].astype(str)
+    one = alt.Chart(pd.DataFrame({value: [1.0]})).mark_rule(color=theme.REFERENCE_COLOR).encode(x=f"{value}:Q")
+    points = (
+        alt.Chart(frame)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X(f"{value}:Q", title=value.replace("_", " ")),
+            y=alt.Y(f"{case}:N", sort=sorted(set(cases)), title=None, axis=alt.Axis(labelLimit=0)),
+            color=theme.color("which", frame, "run"),
+            shape=alt.Shape("which:N", legend=None),  # the colour's legend names them
+            tooltip=["which:N", f"{case}:N", f"{value}:Q"],
+        )
+    )
+    return alt.layer(one, points).properties(title=title, height=alt.Step(ROW_PIXELS), width=REPORT_WIDTH)
+
+
 def side_by_side(frame: pd.DataFrame, x: str, value: str, color: str, title: str) -> Figure:
     """``value`` against a discrete ``x`` for the run and its baseline (``which``), one colour per
     ``color`` group: the two runs' lines over the same parameter points."""

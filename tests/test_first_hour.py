@@ -468,3 +468,20 @@ def test_a_legend_of_line_styles_draws_its_strokes() -> None:
         assert legends[0]["symbolType"] == "stroke" and legends[1:] == [None]  # the lines carry it, once
     broken = alt.Chart(curves).mark_line(point=True).encode(x="position:O", y="acceptance:Q", strokeDash="series:N")
     assert blank_dash_legends(broken.to_dict()) == ["series"]
+
+
+def test_the_reviews_speculative_chart_gives_each_case_its_own_row() -> None:
+    """Cases that share a k (a fixed and a confidence schedule) were one vertical stroke over k."""
+    from analysis import review_charts
+
+    frame = pd.DataFrame(
+        {
+            "case": ["static · bigram · schedule=fixed", "static · bigram · p_min=0.5 · schedule=confidence"] * 2,
+            "speedup_median": [1.2, 1.1, 1.25, 1.12],
+            "which": ["run 2", "run 2", "baseline 1", "baseline 1"],
+        }
+    )
+    spec = theme.finish(review_charts.cases_side_by_side(frame, "case", "speedup_median", "each case")).to_dict()
+    points = spec["layer"][1]
+    assert points["mark"]["type"] == "point" and points["encoding"]["y"]["field"] == "case"
+    assert sorted(points["encoding"]["y"]["sort"]) == sorted(set(frame["case"]))
