@@ -278,15 +278,17 @@ def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None 
     )
 
 
-def speedup_bands(speculative: pd.DataFrame) -> Figure:
+def speedup_bands(speculative: pd.DataFrame, x: str = "k") -> Figure:
+    """Each draft's median speedup and min–max band against ``x`` (k; the draft itself where the
+    run timed one k)."""
     chart = band_with_median(
         speculative,
-        "k",
+        x,
         "speedup_median",
         "speedup_min",
         "speedup_max",
         color="draft",
-        x_title="draft length k",
+        x_title="draft length k" if x == "k" else x,
         discrete_x=True,
         y_includes=(1.0,),
     )

@@ -89,11 +89,21 @@ if opened and run_id is not None:
         # The charts over k show the fixed schedule (the others set k differently).
         speculative = speculative[speculative["schedule"] == "fixed"].reset_index(drop=True)
         left, right = st.columns(2)
-        with left:
-            ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
-        with right:
-            ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", f"{unit} per target pass"))
-        ui.chart(charts.speedup_bands(speculative))
+        if speculative["k"].nunique() > 1:
+            with left:
+                ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
+            with right:
+                ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", f"{unit} per target pass"))
+            ui.chart(charts.speedup_bands(speculative))
+        elif not speculative.empty:
+            # One k (the quick preset's 4): a line over k is a column of dots; each draft its own bar.
+            at_k = f"at k = {int(speculative['k'].iloc[0])}"
+            with left:
+                ui.chart(charts.bars(speculative, "draft", "acceptance_rate", f"acceptance rate {at_k}", "draft"))
+            with right:
+                per_pass = f"{unit} per target pass {at_k}"
+                ui.chart(charts.bars(speculative, "draft", "chars_per_target_pass", per_pass, "draft"))
+            ui.chart(charts.speedup_bands(speculative, x="draft"))
         noise = data.part(cases, "aa")
         for row in noise.to_dict("records"):
             st.caption(
