@@ -74,9 +74,11 @@ from analysis.review_timed import (
     Floor,
     Group,
     TimedTest,
+    headline_per_sample,
     judge_timed_rows,
     row_floor,
     seen,
+    tested_values,
 )
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import (
@@ -315,6 +317,8 @@ def verdict_table(
     # Rows to test, by their index in ``rows``: (group, run logs, baseline logs), then their floors.
     candidates: dict[int, tuple[Group, list[float], list[float]]] = {}
     floors: dict[int, tuple[Floor, str]] = {}
+    # Per candidate, (run, baseline): the headline's units per sample unit (tested_values).
+    sample_units: dict[int, tuple[float, float]] = {}
     # A case's timed rows with the very same samples are one measurement: judged once, under the
     # first (kv_cache's speedup_vs_eager_no_cache is measured_speedup for the eager impls, whose
     # own no-cache path is the eager one); counted twice, one event made two false alerts.
@@ -337,8 +341,14 @@ def verdict_table(
         floor = row_floor(between.get((row["experiment"], row["metric"], key)), drift_floor, method)
         entry["noise_floor"] = floor.value
         candidates[len(rows) - 1] = ((str(row["experiment"]), str(row["impl"]), method), run_logs, base_logs)
+        sample_units[len(rows) - 1] = (
+            headline_per_sample(row["value_run"], by_measurement.get(row["measurement_id_run"]), method),
+            headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
+        )
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
     judge_timed_rows(rows, candidates, floors, families or {})
+    for index, (_, run_logs, base_logs) in candidates.items():
+        tested_values(rows[index], run_logs, base_logs, sample_units[index])
     for index, metrics in same_samples.items():
         rows[index]["why"] += f" ({', '.join(metrics)}: the same samples, judged here once)"
     return ordered_table(rows)

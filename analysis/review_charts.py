@@ -3,6 +3,8 @@ two runs' cases (no Streamlit), so the page and `decodelab report run` draw the 
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -59,6 +61,9 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     first."""
     timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
     timed["ratio"] = 1.0 + timed["change"].astype(float)
+    # The floor is a |log|: as a change, ±expm1 of it (as the report writes it).
+    floors = timed["noise_floor"] if "noise_floor" in timed.columns else pd.Series(math.nan, index=timed.index)
+    timed["floor"] = floors.astype(float).replace(math.inf, math.nan).map(math.expm1)  # none yet: blank
     timed = timed[timed["ratio"] > 0]
     # The point's part is left out where it repeats its experiment (speculative's speculative part).
     timed["row"] = [
@@ -98,11 +103,11 @@ def timed_changes(table: pd.DataFrame) -> Figure:
                 "experiment:N",
                 "metric:N",
                 "point:N",
-                alt.Tooltip("baseline:Q", format=".4~g"),
-                alt.Tooltip("run:Q", format=".4~g"),
+                alt.Tooltip("baseline:Q", format=",.4~r"),
+                alt.Tooltip("run:Q", format=",.4~r"),
                 alt.Tooltip("change:Q", format="+.1%"),
                 alt.Tooltip("p_value:Q", title="p", format=".2~g"),
-                alt.Tooltip("noise_floor:Q", title="noise floor", format=".1%"),
+                alt.Tooltip("floor:Q", title="floor ±", format=".1%"),
                 "verdict:N",
             ],
         )

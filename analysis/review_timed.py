@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from analysis.between_runs import SETTLED_HISTORY, FamilyFloor
 from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_matched
 from analysis.statistics import (
@@ -224,11 +226,6 @@ def judge_timed_rows(
             entry, test = rows[index], tests[index]
             shift = math.expm1(test.test.shift)
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
-            # The values the test compared, so that run / baseline is the change beside them: the
-            # stored headline (a median, a best of N) moved otherwise (0.2% down beside +3.3%).
-            _, run_logs, base_logs = candidates[index]
-            entry["baseline"] = math.exp(statistics.fmean(base_logs))
-            entry["run"] = math.exp(statistics.fmean(run_logs))
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
             own_floor = test.floor.between or 0.0
@@ -278,3 +275,30 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int, mov
         f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}; a change under "
         f"{SMALLEST_CHANGE:.0%} is never flagged"
     )
+
+
+def headline_per_sample(value: Any, samples: pd.DataFrame | None, method: str) -> float:
+    """The headline's units per unit of its samples: 1 for a ratio; for a min-of-N time the
+    headline over the least sample (a time per token from samples of a whole generation), NaN
+    where that cannot be read (tested_values then keeps the stored values)."""
+    if not is_absolute(method):
+        return 1.0
+    seconds = [] if samples is None or samples.empty else [value for value in samples["seconds"] if value > 0]
+    try:
+        return float(value) / min(seconds) if seconds else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def tested_values(
+    entry: dict[str, Any], run_logs: list[float], base_logs: list[float], units: tuple[float, float]
+) -> None:
+    """A tested row's ``run`` and ``baseline`` as the values its test compared, each side's
+    geometric mean in the headline's units, so that run / baseline is the ``change`` beside them:
+    the stored headline (a median, a best of N) moved otherwise (a best of 3 down 0.2% beside a
+    +3.3% change)."""
+    run_unit, base_unit = units
+    # One unit for both sides (a time per token of generations of one length), so the ratio holds.
+    if math.isfinite(run_unit) and math.isfinite(base_unit) and math.isclose(run_unit, base_unit, rel_tol=1e-6):
+        entry["run"] = math.exp(statistics.fmean(run_logs)) * run_unit
+        entry["baseline"] = math.exp(statistics.fmean(base_logs)) * run_unit

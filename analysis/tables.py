@@ -30,9 +30,11 @@ BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 SECONDS_PER_UNIT = {"seconds": 1.0, "microseconds": 1e-6}
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 # Relative changes (run over baseline − 1), written as the report writes them: +12.3%.
-PERCENT_COLUMNS = frozenset({"change", "estimate_error", "prediction_error", "median_error"})
-# Shares and sizes of changes (0.08 is 8%), written unsigned: 8.0%.
-SHARE_COLUMNS = frozenset({"median_abs_error", "roof_fraction", "noise_floor", "detectable"})
+# "error": the Roofline page's prediction_error, renamed (analysis.roofline_report.TABLE_COLUMNS).
+PERCENT_COLUMNS = frozenset({"change", "estimate_error", "prediction_error", "median_error", "error"})
+# Shares and sizes of changes (0.08 is 8%), written unsigned: 8.0%. Not the review's noise_floor:
+# a |log| (report_render writes it as ±expm1).
+SHARE_COLUMNS = frozenset({"median_abs_error", "roof_fraction", "roof fraction", "detectable"})
 
 
 # Headers a reader would not guess from the column's name; any other: its words (``header``).

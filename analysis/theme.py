@@ -173,7 +173,7 @@ def fitted_scale(values: Iterable[Any], *, log: bool = False, padding: float = 0
     return alt.Scale(zero=False, domain=[low - margin, high + margin], nice=False)
 
 
-TOOLTIP_NUMBERS = ".4~g"
+TOOLTIP_NUMBERS = ",.6~r"  # six significant digits, never an exponent (113,760, not 1.138e+5)
 TOOLTIP_TIME = "%Y-%m-%d %H:%M"
 
 
@@ -187,7 +187,7 @@ def finish(figure: Figure) -> Figure:
     # default ("fit") holds the whole chart to the height, so a tall legend or rotated labels
     # squeezed the plot to 20 px.
     figure = figure.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
-    # Tooltips to four significant digits and the minute (29.66, not 29.6648752359; a run's time,
+    # Tooltips to six significant digits and the minute (29.6649, not 29.6648752359; a run's time,
     # not only its day), where a tooltip field gives no format of its own. configure() first: it
     # replaces the config the two calls after it add to.
     figure = figure.configure(tooltipFormat=alt.FormatConfig(numberFormat=TOOLTIP_NUMBERS, timeFormat=TOOLTIP_TIME))

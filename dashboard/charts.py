@@ -203,13 +203,13 @@ def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:
             x=alt.X("n:Q", title="tokens in cache"),
             y=alt.Y("size:Q", title=unit),
             color=theme.color("layout", long, "cache layout"),
-            tooltip=["n", "layout", "bytes"],
+            tooltip=["n", "layout", alt.Tooltip("bytes:Q", format=",d")],
         )
     )
     weights = (
         base_chart(pd.DataFrame({"size": [weight_bytes / scale], "weight_bytes": [weight_bytes]}))
         .mark_rule(color=REFERENCE_COLOR, strokeDash=[4, 4])
-        .encode(y="size:Q", tooltip=["weight_bytes"])
+        .encode(y="size:Q", tooltip=[alt.Tooltip("weight_bytes:Q", format=",d")])
     )
     return alt.layer(lines, weights).properties(title="KV cache size vs the weights (gray dashed line)")
 
@@ -368,7 +368,7 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
             x=alt.X("n:Q", scale=fitted_scale(lengths, log=True), title="context length n"),
             y=alt.Y("mults:Q", scale=fitted_scale(long["mults"], log=True), title="multiplications"),
             color=theme.color("part", long),
-            tooltip=["n", "part", "mults"],
+            tooltip=["n", "part", alt.Tooltip("mults:Q", format=",d")],  # exact counts
         )
     )
     layers: list[Figure] = [lines]

@@ -28,7 +28,7 @@ RESULTS_TTL_SECONDS = 30
 # it the calibration over the store's A/A pairs.
 REVIEW_TTL_SECONDS = 3600
 REVIEWS_KEPT = 16
-FINISHED = frozenset({"done", "failed", "interrupted"})
+FINISHED = frozenset({"done", "failed", "interrupted", "abandoned"})  # store.results.RUN_STATUSES' ends
 
 
 def store_url() -> str:
@@ -267,8 +267,7 @@ def forget_runs() -> None:
     """After a write to runs (tags, notes): read them afresh on the next rerun."""
     load_runs.clear()
     load_experiment_runs.clear()
-    load_report.clear()
-    load_report_html.clear()
+    # The reviews are keyed by the runs' state (review_state): a new tag or note gives a new key.
     load_machines_report.clear()
     load_headline.clear()
 

@@ -728,3 +728,6 @@ def test_a_reviews_cache_key_moves_with_what_the_review_reads_and_only_with_it()
     running = data.review_state(runs, 3, 2, now=0.0)
     assert data.review_state(runs, 3, 2, now=data.RESULTS_TTL_SECONDS - 1.0) == running
     assert data.review_state(runs, 3, 2, now=data.RESULTS_TTL_SECONDS + 1.0) != running
+    # An abandoned run's samples are final (another machine went on as a new run).
+    abandoned = runs.assign(status=["abandoned", "done", "done"])
+    assert data.review_state(abandoned, 3, 2, now=0.0) == data.review_state(abandoned, 3, 2, now=10_000.0)

@@ -46,8 +46,8 @@ def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_
     spec = theme.finish(charts.bars(frame, "variant", "weight_bytes", "weight bytes", "precision")).to_dict()
     assert spec["title"] == "weight bytes"
     assert spec["config"]["legend"] == {"labelLimit": 0, "titleLimit": 0, "symbolOpacity": 1, "symbolLimit": 0}
-    # Tooltips without a format of their own: four significant digits, a run's time to the minute.
-    assert spec["config"]["tooltipFormat"] == {"numberFormat": ".4~g", "timeFormat": "%Y-%m-%d %H:%M"}
+    # Tooltips without a format of their own: six significant digits, a run's time to the minute.
+    assert spec["config"]["tooltipFormat"] == {"numberFormat": ",.6~r", "timeFormat": "%Y-%m-%d %H:%M"}
     assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
     # The plot keeps its own height whatever the legend and labels take (Streamlit's "fit" squeezed it).
     assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}

@@ -10,6 +10,7 @@ import json
 import math
 import random
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,8 @@ def test_three_pairs_are_tested_and_one_pair_says_too_few_samples() -> None:
 def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
     def timed(run_id: int, seconds: list[float]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
         params = {"new_tokens": 64}
-        frame = measurements(run_id, [(params, "seconds_per_token", min(seconds), "seconds")])
+        # Per token, as the experiment stores it; the samples time a whole 64-token generation.
+        frame = measurements(run_id, [(params, "seconds_per_token", min(seconds) / 64, "seconds")])
         frame["experiment"] = "training_summary"
         ident = int(frame["measurement_id"].iloc[0])
         return frame, [
@@ -154,14 +156,19 @@ def test_a_min_of_n_time_is_judged_on_its_seconds_lower_being_better() -> None:
             for index, value in enumerate(seconds)
         ]
 
-    slower, slower_samples = timed(2, noisy(2.0, 7, seed=9))
+    slower_samples_seconds = noisy(2.0, 7, seed=9)
+    slower, slower_samples = timed(2, slower_samples_seconds)
     faster, faster_samples = timed(1, noisy(1.0, 7, seed=10))
     samples = pd.DataFrame(slower_samples + faster_samples)
     # Judged against the case's history (three earlier runs 1% apart: a floor far below 2×).
     key = ("training_summary", "seconds_per_token", review.params_key({"new_tokens": 64}))
     history = {key: review.between_run_multiplier(3) * 0.01}
     table = review.verdict_table(slower, faster, samples, between_runs=history)
-    assert verdict_of(table, "seconds_per_token")["verdict"] == "regressed"
+    row = verdict_of(table, "seconds_per_token")
+    assert row["verdict"] == "regressed"
+    # The values beside the change are the samples' geometric means, in the headline's unit (per token).
+    slower_mean = math.exp(statistics.fmean(math.log(value) for value in slower_samples_seconds)) / 64
+    assert row["run"] == pytest.approx(slower_mean) and row["run"] / row["baseline"] - 1 == pytest.approx(row["change"])
     table = review.verdict_table(faster, slower, samples, between_runs=history)
     assert verdict_of(table, "seconds_per_token")["verdict"] == "improved"
     # Without that history the samples, taken back to back in one run, say nothing of how far the
