@@ -33,7 +33,8 @@ def test_the_per_position_curve_sits_beside_alpha_to_the_i_and_the_prediction() 
     assert curves[("ngram", 1, "a priori")] == 0.55
     assert ("small", 2, "measured") not in curves.index, "no pass drafted position 2"
     chart = speculative_figures.position_chart(long).to_dict()
-    assert chart["encoding"]["strokeDash"]["field"] == "series"
+    # Lines carry the series' dash legend, the points on them none (theme.dashed_lines_with_points).
+    assert [layer["encoding"]["strokeDash"]["field"] for layer in chart["layer"]] == ["series", "series"]
 
 
 def test_the_choice_and_the_check_are_named_in_words() -> None:
