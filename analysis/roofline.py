@@ -167,7 +167,8 @@ def _column(frame: pd.DataFrame, name: str) -> list[Any]:
 def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
     """Ceilings (a second machine's dashed) and the run's points coloured by regime, on log axes."""
     x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (flops per byte)")
-    y = alt.Y("flops_per_second:Q", scale=alt.Scale(type="log"), title="flops per second")
+    # SI prefixes (100G, 1T): d3's default wrote 100,000,000,000 beside 1e+12 on one axis.
+    y = alt.Y("flops_per_second:Q", scale=alt.Scale(type="log"), title="flops per second", axis=alt.Axis(format="~s"))
     lines = (
         alt.Chart(roofs)
         .mark_line()
