@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analysis import between_runs, review, review_charts, review_lines
+from analysis import between_runs, review, review_charts, review_lines, tables
 from analysis.figures import Figure
 from analysis.formats import REPORT_FORMATS
 from analysis.runs import sweep_label
@@ -66,6 +66,15 @@ def formatted(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def value_in_unit(row: Mapping[Any, Any], side: str) -> str:
+    """A side's value as the tables write it in the row's unit (4.965 µs, 1.18 MiB, 12,345), empty
+    where the side has none."""
+    value = row[side]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return tables.value_text(value, row.get("unit") if isinstance(row.get("unit"), str) else None)
+
+
 def change_text(change: Any) -> str:
     return "" if change is None or pd.isna(change) else f"{change:+.1%}"
 
@@ -75,7 +84,7 @@ def one_line_row(row: Mapping[Any, Any]) -> str:
     change = change_text(row["change"])
     return (
         f"{row['verdict']} · {row['experiment']} · {row['metric']} · {row['point']}: "
-        f"{formatted(row['baseline'])} → {formatted(row['run'])}{f' ({change})' if change else ''}"
+        f"{value_in_unit(row, 'baseline')} → {value_in_unit(row, 'run')}{f' ({change})' if change else ''}"
     )
 
 
@@ -89,8 +98,8 @@ def table_cells(table: pd.DataFrame) -> list[list[str]]:
                 row["experiment"],
                 row["metric"],
                 row["point"],
-                formatted(row["baseline"]),
-                formatted(row["run"]),
+                value_in_unit(row, "baseline"),
+                value_in_unit(row, "run"),
                 change,
                 formatted(row["p_value"], 2),
                 formatted(row["adjusted_p"], 2),

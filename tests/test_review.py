@@ -403,3 +403,12 @@ def test_a_shift_inside_the_between_run_floor_is_within_noise() -> None:
     row = verdict_of(table, "speedup_median")
     assert row["verdict"] == "within noise" and row["p_value"] < review.ALPHA
     assert row["noise_floor"] == floors[next(iter(floors))]
+
+
+def test_a_reports_values_are_written_in_their_unit() -> None:
+    row = {"verdict": "regressed", "experiment": "overhead", "metric": "seconds_per_token", "point": "point · fast",
+           "baseline": 4.965e-06, "run": 5.131e-06, "change": 0.0334, "unit": "seconds"}  # fmt: skip
+    assert report_render.one_line_row(row).endswith(": 4.965 µs → 5.131 µs (+3.3%)")
+    counted = {**row, "metric": "mults", "baseline": 1234567.0, "run": 1234568.0, "unit": "multiplications"}
+    assert report_render.one_line_row(counted).endswith(": 1,234,567 → 1,234,568 (+3.3%)")
+    assert report_render.value_in_unit({**row, "baseline": None}, "baseline") == ""
