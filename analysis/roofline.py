@@ -181,14 +181,16 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
             tooltip=["machine", "ceiling"],
         )
     )
+    regimes = theme.color_scale("regime", _column(placed, "regime"))
     dots = (
         alt.Chart(placed)
         .mark_point(filled=True, size=70)
         .encode(
             x=x,
             y=alt.Y("achieved_flops_per_second:Q", scale=alt.Scale(type="log")),
-            shape=alt.Shape("regime:N", title="regime"),
-            fill=alt.Fill("regime:N", title="regime", scale=theme.color_scale("regime", _column(placed, "regime"))),
+            # One legend for both: the shape's scale over the fill's domain (two "regime" legends before).
+            shape=alt.Shape("regime:N", title="regime", scale=alt.Scale(domain=regimes.domain)),
+            fill=alt.Fill("regime:N", title="regime", scale=regimes),
             tooltip=[
                 "experiment",
                 "case",
