@@ -29,7 +29,7 @@ if opened and run_id is not None:
         row = summary.iloc[0]
         left, middle, right = st.columns(3)
         left.metric("Crossover n", f"{int(row['crossover_n']):,}")
-        middle.metric(f"Causal pairs at n = {int(row['n'])}", f"{int(row['causal_pairs']):,}")
+        middle.metric(f"Causal pairs at n = {int(row['n']):,}", f"{int(row['causal_pairs']):,}")
         right.metric("Wasted pairs (masked)", f"{int(row['wasted_pairs']):,}")
         if "quad_ratio" in summary.columns:
             before, last = (int(n) for n in row["ratio_lengths"])

@@ -27,7 +27,7 @@ if opened and run_id is not None:
         ui.chart(charts.cache_bytes(shown, weight_bytes))
         largest = shown.sort_values("n").iloc[-1]
         st.metric(
-            f"Cache ({dtype}) at n = {int(largest['n'])} vs the float32 weights",
+            f"Cache ({dtype}) at n = {int(largest['n']):,} vs the float32 weights",
             f"{largest['cache_to_weight_ratio']:.2f}×",
         )
         ui.table(
