@@ -66,6 +66,14 @@ def header(name: str) -> str:
     return words.replace("_us_per_", "_µs_per_").replace("_", " ")
 
 
+def axis_title(metric: str) -> str:
+    """A metric's name in words with its catalogue unit, for an axis that plots its raw values:
+    held-out loss (nats), time per token (seconds); a ratio's unit goes without saying."""
+    found = lookup(metric)
+    unit = found.unit if found is not None else None
+    return header(metric) + (f" ({unit})" if unit and unit not in ("ratio", "bool") else "")
+
+
 def is_identifier(name: str) -> bool:
     """Ids and seeds read as names, not quantities: no thousands separator in them."""
     return name == "id" or name.endswith("_id") or name in {"seed", "pid"}

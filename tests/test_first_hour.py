@@ -136,6 +136,12 @@ def test_a_tables_headers_are_words_and_its_fractions_percentages() -> None:
             "measured_us_per_token",
         )
     ] == ["run", "noise floor", "wall time", "draft call time", "time no cache", "measured µs per token"]
+    # An axis over a metric's raw values says its unit, a ratio's going without saying.
+    assert [tables.axis_title(name) for name in ("val_loss", "seconds_per_token", "measured_speedup")] == [
+        "held-out loss (nats)",
+        "time per token (seconds)",
+        "measured speedup",
+    ]
     frame = pd.DataFrame({"estimate_error": [0.0177, -0.5], "median_abs_error": [2.716, 0.05]})
     assert tables.cell_texts(frame).to_dict("records") == [
         {"estimate_error": "+1.8%", "median_abs_error": "271.6%"},

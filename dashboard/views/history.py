@@ -3,6 +3,7 @@ its tags and note, and any metric's history on request."""
 
 import streamlit as st
 
+from analysis import tables
 from analysis.review import tag_set
 from analysis.runs import sweep_labels
 from dashboard import data, history_charts, history_series, ui
@@ -118,7 +119,7 @@ if opened:
             points = list(dict.fromkeys(values["point"]))
             point = st.selectbox("Parameter point", points, key="history_point") if len(points) > 1 else points[0]
             flagged = history_series.change_points(values[values["point"] == point], runs)
-            ui.chart(history_charts.history(flagged, metric))
+            ui.chart(history_charts.history(flagged, tables.axis_title(metric)))
             if flagged.empty or not flagged["change_point"].any():
                 st.write("No change point: every machine's series stays at one level.")
             else:
