@@ -32,6 +32,8 @@ DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 # Relative changes (run over baseline − 1), written as the report writes them: +12.3%.
 # "error": the Roofline page's prediction_error, renamed (analysis.roofline_report.TABLE_COLUMNS).
 PERCENT_COLUMNS = frozenset({"change", "estimate_error", "prediction_error", "median_error", "error"})
+# Columns whose rows each carry their own unit (in a ``unit`` column): row_unit_texts.
+ROW_UNIT_COLUMNS = ("baseline", "run")
 # Shares and sizes of changes (0.08 is 8%), written unsigned: 8.0%. Not the review's noise_floor:
 # a |log| (report_render writes it as ±expm1).
 SHARE_COLUMNS = frozenset({"median_abs_error", "roof_fraction", "roof fraction", "detectable"})
@@ -259,11 +261,33 @@ def display(frame: pd.DataFrame) -> Styler:
     as_text = [column for column in shown.columns if chosen.get(column) in (yes_no, date) or shown[column].isna().any()]
     for column in as_text:
         underneath[column] = shown[column].map(chosen.get(column, plain)).astype(object)
+    for column, texts in row_unit_texts(shown).items():
+        underneath[column] = texts
+        as_text.append(column)
     return underneath.style.format({column: chosen[column] for column in chosen if column not in as_text})
+
+
+def row_unit_texts(frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """Columns whose rows hold values of different units (a review's ``baseline`` and ``run``:
+    a speedup on one row, seconds on the next), each cell written in its row's ``unit``
+    (4.965 µs, not 4.965e-06); none where the frame has no ``unit`` column."""
+    if "unit" not in frame.columns:
+        return {}
+    units = [unit if isinstance(unit, str) else None for unit in frame["unit"]]
+    return {
+        column: pd.Series(
+            [value_text(value, unit) for value, unit in zip(frame[column], units, strict=True)],
+            index=frame.index,
+            dtype=object,
+        )
+        for column in ROW_UNIT_COLUMNS
+        if column in frame.columns
+    }
 
 
 def cell_texts(frame: pd.DataFrame) -> pd.DataFrame:
     """The text of each shown cell (what ``display`` renders): for tests and plain-text exports."""
     shown = frame[shown_columns(frame)]
     chosen = formatters(shown)
-    return pd.DataFrame({column: shown[column].map(chosen.get(column, plain)) for column in shown.columns})
+    texts = {column: shown[column].map(chosen.get(column, plain)) for column in shown.columns}
+    return pd.DataFrame({**texts, **row_unit_texts(shown)})

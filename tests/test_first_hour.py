@@ -142,6 +142,12 @@ def test_a_tables_headers_are_words_and_its_fractions_percentages() -> None:
         "time per token (seconds)",
         "measured speedup",
     ]
+    # A review's baseline and run hold a speedup on one row and seconds on the next: each in its unit.
+    review_rows = pd.DataFrame({"baseline": [4.965e-06, 29.42], "run": [5.131e-06, 30.7], "unit": ["seconds", "ratio"]})
+    assert tables.cell_texts(review_rows)[["baseline", "run"]].to_dict("records") == [
+        {"baseline": "4.965 µs", "run": "5.131 µs"},
+        {"baseline": "29.42", "run": "30.7"},
+    ]
     frame = pd.DataFrame({"estimate_error": [0.0177, -0.5], "median_abs_error": [2.716, 0.05]})
     assert tables.cell_texts(frame).to_dict("records") == [
         {"estimate_error": "+1.8%", "median_abs_error": "271.6%"},
