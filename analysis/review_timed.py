@@ -283,7 +283,7 @@ def headline_per_sample(value: Any, samples: pd.DataFrame | None, method: str) -
     where that cannot be read (tested_values then keeps the stored values)."""
     if not is_absolute(method):
         return 1.0
-    seconds = [] if samples is None or samples.empty else [value for value in samples["seconds"] if value > 0]
+    seconds = [] if samples is None or samples.empty else [second for second in samples["seconds"] if second > 0]
     try:
         return float(value) / min(seconds) if seconds else math.nan
     except (TypeError, ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from analysis import theme
+from analysis import tables, theme
 from analysis.theme import REFERENCE_COLOR, Figure, fitted_scale
 from runner.metrics import lookup
 
@@ -378,11 +378,6 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     return alt.layer(*layers).properties(title="quadratic vs linear multiplications (dashed: crossover)")
 
 
-def column_words(name: str) -> str:
-    """A column's name as an axis or title says it: ``measured_us_per_token`` → measured µs per token."""
-    return name.replace("_", " ").replace("us per token", "µs per token")
-
-
 def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: str, color: str = "impl") -> Figure:
     """Measured against predicted, with the y = x line; the axes span the points drawn (a point
     without a prediction, such as a no-cache time, is not drawn and stretched them to 3,600 µs)."""
@@ -392,11 +387,11 @@ def predicted_against_measured(frame: pd.DataFrame, measured: str, predicted: st
         base_chart(drawn)
         .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X(f"{predicted}:Q", title=column_words(predicted), scale=fitted_scale(span)),
-            y=alt.Y(f"{measured}:Q", title=column_words(measured), scale=fitted_scale(span)),
+            x=alt.X(f"{predicted}:Q", title=tables.header(predicted), scale=fitted_scale(span)),
+            y=alt.Y(f"{measured}:Q", title=tables.header(measured), scale=fitted_scale(span)),
             color=theme.color(color, drawn),
             tooltip=list(drawn.columns),
         )
     )
-    title = f"{column_words(measured)} against {column_words(predicted)} (dotted: y = x)"
+    title = f"{tables.header(measured)} against {tables.header(predicted)} (dotted: y = x)"
     return alt.layer(_diagonal(min(span), max(span)), points).properties(title=title)

@@ -14,6 +14,7 @@ import streamlit as st
 from runner.cost.overhead_fit import OverheadFit
 from store import frames
 from store.compatibility import renamed_in
+from store.results import ENDED_RUN_STATUSES
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ RESULTS_TTL_SECONDS = 30
 # it the calibration over the store's A/A pairs.
 REVIEW_TTL_SECONDS = 3600
 REVIEWS_KEPT = 16
-FINISHED = frozenset({"done", "failed", "interrupted", "abandoned"})  # store.results.RUN_STATUSES' ends
 
 
 def store_url() -> str:
@@ -214,7 +214,7 @@ def review_state(runs: pd.DataFrame, run_id: int, baseline_id: int, now: float |
     columns = ["run_id", "status", "finished_at", "tags", "note"]
     digest = hashlib.sha256(runs.reindex(columns=columns).astype(str).to_csv(index=False).encode("utf-8"))
     statuses = runs.set_index("run_id")["status"] if not runs.empty else pd.Series(dtype=str)
-    if any(statuses.get(run) not in FINISHED for run in (run_id, baseline_id)):
+    if any(statuses.get(run) not in ENDED_RUN_STATUSES for run in (run_id, baseline_id)):
         digest.update(str(int((time.time() if now is None else now) // RESULTS_TTL_SECONDS)).encode())
     return digest.hexdigest()
 

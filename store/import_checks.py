@@ -20,11 +20,12 @@ from typing import Any
 
 from store.annotations import NOTE_LIMIT, check_tag
 from store.errors import StoreError
+from store.results import ENDED_RUN_STATUSES
 from store.schema import Case, Machine, MachineProfile, Measurement, Run, Sample
 from store.user_text import clean_label, clean_note
 
-# The statuses a run has once it ended: an import is a finished run's record.
-IMPORT_STATUSES = ("done", "failed", "interrupted", "abandoned")
+# An import is a finished run's record.
+IMPORT_STATUSES = ENDED_RUN_STATUSES
 # How deep a row's JSON (params, spec, the machine's roof) may nest: a real spec is 4 levels deep;
 # deeper is a file made to exhaust the recursion of whatever reads it next.
 MAX_DEPTH = 10

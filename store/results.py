@@ -22,7 +22,9 @@ from store.records import CaseRecord, Claim, MachineRecord, ModelRecord, Recorde
 from store.schema import Case, Job, Machine, Measurement, Model, Run, Sample, utc_now
 
 # abandoned: a job's partial run that another machine took over (it continued as a new run).
-RUN_STATUSES = ("queued", "running", "done", "failed", "interrupted", "abandoned")
+# The statuses of a run that ended: its record no longer changes.
+ENDED_RUN_STATUSES = ("done", "failed", "interrupted", "abandoned")
+RUN_STATUSES = ("queued", "running", *ENDED_RUN_STATUSES)
 
 
 class Sessions(Protocol):
