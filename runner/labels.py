@@ -1,7 +1,8 @@
 """Short readable labels for cases: built from the parameters that vary among the cases shown
 (``static · n=256``), never a case's JSON. The names that say what a case is (its part, impl,
 draft, kernel, precision, dtype) stand bare; every other value carries its key, since ``256``
-alone does not say what it counts."""
+alone does not say what it counts. A flag or an unset value reads as words (``no cache``,
+``one scale per row``), not as Python's ``cache=False`` or ``group_size=None``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ from store.records import case_key
 # Parameters read first in a label, in this order, their names (strings) bare; the rest follow
 # by name, as key=value.
 LEADING = ("part", "impl", "draft", "kernel", "precision", "dtype", "rounding", "cache")
+
+# The words for a flag's or an unset parameter's value where the generic ones (``key`` for True,
+# ``no key`` for False, ``key=none`` for None) read worse. Each key's phrases differ, so two cases
+# that differ in the key still label apart.
+PHRASES: dict[tuple[str, bool | None], str] = {
+    ("embeddings_quantized", True): "embeddings quantized",
+    ("embeddings_quantized", False): "embeddings float32",
+    ("group_size", None): "one scale per row",
+}
 
 
 def ordered_keys(keys: Iterable[str]) -> list[str]:
@@ -28,16 +38,23 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
+def piece(key: str, value: Any) -> str:
+    """One parameter in a label: ``static``, ``n=256``, ``no cache``, ``one scale per row``."""
+    if (isinstance(value, bool) or value is None) and (key, value) in PHRASES:
+        return PHRASES[(key, value)]
+    if isinstance(value, bool):
+        return key if value else f"no {key}"
+    if value is None:
+        return f"{key}=none"
+    if key in LEADING and isinstance(value, str):
+        return value
+    return f"{key}={value_text(value)}"
+
+
 def short_label(params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
     """``params`` in a line, only ``keys`` where given: ``static · n=256``; ``all`` when none is left."""
     chosen = ordered_keys(params if keys is None else [key for key in keys if key in params])
-    pieces = [
-        value_text(params[key])
-        if key in LEADING and isinstance(params[key], str)
-        else f"{key}={value_text(params[key])}"
-        for key in chosen
-    ]
-    return " · ".join(pieces) or "all"
+    return " · ".join(piece(key, params[key]) for key in chosen) or "all"
 
 
 def varying_keys(cases: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -33,6 +33,17 @@ def test_case_labels_name_what_varies_and_never_show_json() -> None:
     # A parameter only some cases have varies; a case left with no varying parameter is "all".
     assert case_labels([{"n": 8}, {"n": 8, "impl": "fast"}]) == ["all", "fast"]
     assert case_labels([{"n": 8}]) == ["all"]
+    # Flags and unset values read as words, and each value of a key labels apart.
+    flags = [
+        {"kernel": "fake", "group_size": None, "embeddings_quantized": True, "distilled": True},
+        {"kernel": "fake", "group_size": 32, "embeddings_quantized": False, "distilled": False},
+        {"kernel": "fake", "group_size": 32, "embeddings_quantized": False, "distilled": None},
+    ]
+    assert case_labels(flags) == [
+        "distilled · embeddings quantized · one scale per row",
+        "no distilled · embeddings float32 · group_size=32",
+        "distilled=none · embeddings float32 · group_size=32",
+    ]
 
 
 def machine(name: str, cores: int = 2) -> MachineRecord:
@@ -224,7 +235,8 @@ def test_the_progress_bar_names_every_case_of_a_preset_apart_in_words() -> None:
     assert len(set(labels.values())) == len(plan)
     assert not [label for label in labels.values() if "{" in label or "}" in label]
     assert "kv_cache · timing · static · n=256 · no_cache_impl=static" in labels.values()
-    assert "kv_cache · prefill · fast · cache=False" in labels.values()
+    assert "kv_cache · prefill · fast · no cache" in labels.values()
+    assert not [label for label in labels.values() if "=False" in label or "=True" in label or "=None" in label]
 
 
 def audit_frame(machine_name: str, logit_diff: float, cache_bytes: int) -> pd.DataFrame:
