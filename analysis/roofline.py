@@ -175,7 +175,9 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
         .encode(
             x=x,
             y=y,
-            color=theme.color("ceiling", roofs, "ceiling", columns=1),
+            # No ceiling's line in a regime's colour: an overhead-bound point in the L3 line's red
+            # read as sitting on that ceiling.
+            color=theme.color("ceiling", roofs, "ceiling", columns=1, avoid=theme.REGIME_COLORS.values()),
             strokeDash=alt.StrokeDash("machine:N", title="machine"),
             detail="machine:N",
             tooltip=["machine", "ceiling"],

@@ -51,7 +51,13 @@ PRECISION_COLORS = {
     "int8": "#e15759",
     "int4": "#b07aa1",
 }
-KNOWN_COLORS = {"impl": IMPL_COLORS, "draft": DRAFT_COLORS, "precision": PRECISION_COLORS}
+# A roofline point's regime: fixed, so that its ceilings' lines can keep clear of them.
+REGIME_COLORS = {
+    "memory-bound": "#4e79a7",
+    "compute-bound": "#f28e2b",
+    "overhead-bound": "#e15759",
+}
+KNOWN_COLORS = {"impl": IMPL_COLORS, "draft": DRAFT_COLORS, "precision": PRECISION_COLORS, "regime": REGIME_COLORS}
 # The domains a colour means one thing in; a chart's field names its domain through ``key``
 # where the column is called otherwise (a ``series`` of impls).
 DOMAINS = ("impl", "draft", "precision", "machine", "run")
@@ -121,21 +127,23 @@ def dashed_lines_with_points(base: alt.Chart, dash: alt.StrokeDash) -> alt.Layer
     return alt.LayerChart(layer=[lines, base.mark_point(filled=True).encode(strokeDash=points_dash)])
 
 
-def color_scale(field: str, values: Iterable[Any]) -> alt.Scale:
+def color_scale(field: str, values: Iterable[Any], avoid: Iterable[str] = ()) -> alt.Scale:
     """The colour scale of ``field`` (a domain of DOMAINS, or any other field) over ``values``:
     each value's ``colour_of``. Only where two values of one chart would share a colour does the
     later (in sorted order, fixed names first) take the next free one, so a chart never draws two
-    series alike."""
+    series alike; ``avoid`` holds the colours a second scale of the same chart already uses."""
     shown = sorted({str(value) for value in values if value is not None and value == value})
     known = KNOWN_COLORS.get(field, {})
+    taken = set(avoid)
     chosen: dict[str, str] = {}
     for value in sorted(shown, key=lambda value: (value not in known, value)):
         colour = colour_of(field, value)
-        if colour in chosen.values():
+        if colour in taken:
             start = SPARE_PALETTE.index(colour) if colour in SPARE_PALETTE else 0
             free = [SPARE_PALETTE[(start + step) % len(SPARE_PALETTE)] for step in range(len(SPARE_PALETTE))]
-            colour = next((each for each in free if each not in chosen.values()), colour)
+            colour = next((each for each in free if each not in taken), colour)
         chosen[value] = colour
+        taken.add(colour)
     return alt.Scale(domain=shown, range=[chosen[value] for value in shown])
 
 
@@ -147,13 +155,15 @@ def color(
     columns: int | None = None,
     orient: str = LEGEND_ORIENT,
     key: str | None = None,
+    avoid: Iterable[str] = (),
 ) -> alt.Color:
     """The colour encoding of ``field`` in ``frame``; ``key`` names the family whose fixed
-    colours apply when the column's name is not the family's (a ``series`` of impls)."""
+    colours apply when the column's name is not the family's (a ``series`` of impls); ``avoid``
+    as in ``color_scale``."""
     values = frame[field].tolist() if field in frame.columns else []
     return alt.Color(
         f"{field}:N",
-        scale=color_scale(key or field, values),
+        scale=color_scale(key or field, values, avoid),
         legend=legend(title if title is not None else field.replace("_", " "), columns=columns, orient=orient),
     )
 
