@@ -4,6 +4,8 @@ Compare page). Built from dashboard/charts.py's shared pieces, in analysis.theme
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 import pandas as pd
 
@@ -41,14 +43,24 @@ def history(
         .mark_area(opacity=0.2)
         .encode(x=x_axis, y=alt.Y("low:Q", title=y_title, scale=y_scale), y2="high:Q", color=colour)
     )
-    line = base_chart(points).mark_line(point=True).encode(x=x_axis, y="value:Q", color=colour, tooltip=tooltip)
+    shape: dict[str, Any] = {}
+    if color in points.columns and points[color].nunique() > 1:
+        # Series that agree (naive's and static's received fraction) draw on one another: a point
+        # shape each, outlined, keeps every one in sight (the legend shows it beside the colour).
+        shape = {"shape": alt.Shape(f"{color}:N", legend=None)}
+    line = base_chart(points).mark_line().encode(x=x_axis, y="value:Q", color=colour)
+    dots = (
+        base_chart(points)
+        .mark_point(filled=not shape, size=40)
+        .encode(x=x_axis, y="value:Q", color=colour, tooltip=tooltip, **shape)
+    )
     flagged_encodings = {"href": "review:N"} if "review" in points.columns else {}
     flagged = (
         base_chart(points[points["change_point"]])
         .mark_point(color="red", size=140, shape="diamond", filled=True)
         .encode(x=x_axis, y="value:Q", tooltip=["run_id", "machine", "value", "median"], **flagged_encodings)
     )
-    return alt.layer(band, line, flagged).properties(title=title or f"{y_title} over time")
+    return alt.layer(band, line, dots, flagged).properties(title=title or f"{y_title} over time")
 
 
 def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:

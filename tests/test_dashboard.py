@@ -178,7 +178,11 @@ def test_tvd_chart_and_history_change_points() -> None:
     assert flagged.index[flagged["change_point"]].tolist() == [5, 6, 8]
     assert flagged.loc[8, "review"] == "review?run=8&baseline=7" and flagged.loc[3, "review"] == "review?run=3"
     marks = [layer["mark"]["type"] for layer in layers(history_charts.history(flagged, "seconds"))]
-    assert marks == ["area", "line", "point"]
+    assert marks == ["area", "line", "point", "point"]
+    # Two series that agree draw on one another: each its own outlined shape keeps both in sight.
+    both = pd.concat([flagged.assign(series="naive"), flagged.assign(series="static")], ignore_index=True)
+    dots = layers(history_charts.history(both, "ratio", color="series"))[2]
+    assert dots["encoding"]["shape"]["field"] == "series" and dots["mark"]["filled"] is False
 
 
 def test_a_series_alternating_a_few_percent_has_no_change_point() -> None:
