@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
 
 from runner.measure import quiet
 from runner.measure.timing import Harness
+
+T = TypeVar("T")
 
 
 def test_background_work_waits_for_the_open_sample_and_the_next_sample_waits_for_it() -> None:
@@ -55,22 +61,25 @@ def test_neither_side_waits_past_its_limit() -> None:
         thread.join(5)
         assert ran == ["background"], "it ran once it had waited its limit"
 
-    stuck, stuck_running = threading.Event(), threading.Event()
+    # Background work stuck inside its gap (a heartbeat in a store outage): the next sample waits
+    # its limit, then runs while that work is still inside, where without a limit it would run
+    # only once the work gave up (after its own 5 s).
+    stuck, stuck_running, holder_done = threading.Event(), threading.Event(), threading.Event()
 
     def hold() -> None:
         with quiet.between_samples():
             stuck_running.set()
             stuck.wait(5)
+        holder_done.set()
 
     holder = threading.Thread(target=hold)
     holder.start()
     assert stuck_running.wait(5)
-    started = time.perf_counter()
     with quiet.sample(max_wait_seconds=0.05):
-        waited = time.perf_counter() - started
+        ran.append("sample" if not holder_done.is_set() else "sample after the work gave up")
     stuck.set()
     holder.join(5)
-    assert 0.04 <= waited < 2.0
+    assert ran == ["background", "sample"]
 
 
 def _background(ran: list[str], max_wait_seconds: float) -> None:
@@ -78,12 +87,41 @@ def _background(ran: list[str], max_wait_seconds: float) -> None:
         ran.append("background")
 
 
-def test_a_sample_inside_a_sample_of_the_same_thread_does_not_wait_for_itself() -> None:
+class RecordingCondition(threading.Condition):
+    """quiet's condition, noting which thread waited on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiters: list[int] = []
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float | None = None) -> T:
+        self.waiters.append(threading.get_ident())
+        return super().wait_for(predicate, timeout)
+
+
+def test_a_sample_inside_a_sample_of_the_same_thread_does_not_wait_for_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With background work waiting for the outer sample to end, an inner sample of the same
+    thread opens at once: waiting for that work would wait on itself (until its limit)."""
+    condition = RecordingCondition()
+    monkeypatch.setattr(quiet, "_changed", condition)
+    events: list[str] = []
+    me = threading.get_ident()
+    with quiet.sample():
+        background = threading.Thread(target=lambda: _background(events, max_wait_seconds=5))
+        background.start()
+        with condition:
+            assert condition.wait_for(lambda: quiet._pending == 1, timeout=5), "the work is waiting"
+        waits_before = condition.waiters.count(me)
+        with quiet.sample(max_wait_seconds=5):
+            events.append("inner sample")
+        assert condition.waiters.count(me) == waits_before, "the inner sample did not wait"
+        events.append("outer sample ends")
+    background.join(5)
+    assert events == ["inner sample", "outer sample ends", "background"]
     harness = Harness()
-    inner = harness.time_once(lambda: harness.time_once(lambda: None))
-    assert inner >= 0.0
-    with quiet.sample(), quiet.sample():
-        pass
+    assert harness.time_once(lambda: harness.time_once(lambda: None)) >= 0.0
 
 
 def test_the_harness_opens_a_sample_around_every_timed_window() -> None:

@@ -216,5 +216,6 @@ def test_a_refused_heartbeat_stops_the_job_unless_the_worker_is_stopping_already
     beat = worker.Heartbeat(RefusingStore(), Claim(1, 1, 1), 0.01, RecordingStop(), lambda _: None)  # type: ignore[arg-type]
     with beat:
         assert refused.wait(5), "the heartbeat thread asked the store"
-        time.sleep(0.05)  # not a wait for something: room for a wrong stop to land
+        beat._thread.join(5)  # the thread has decided (it ends after a refusal), whatever it decided
+        assert not beat._thread.is_alive()
     assert [type(error) for error in raised] == ([] if stopping else [ClaimLost])
