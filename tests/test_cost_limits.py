@@ -96,6 +96,11 @@ def test_a_spec_allowed_more_hours_is_enqueued(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     result = run_decodelab("enqueue", "--spec", str(spec), "--db", url, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
+    store = Store(url)
+    queued = frames.jobs(store)
+    store.close()
+    assert queued["status"].tolist() == ["queued"]
+    assert queued["spec"].iloc[0]["max_hours"] == 8760, "the job keeps the hours it was allowed"
 
 
 def test_the_launch_form_refuses_a_spec_too_big_together(tmp_path: Path) -> None:

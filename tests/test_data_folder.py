@@ -4,6 +4,7 @@ line keeps any readable path."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tomllib
 from pathlib import Path
@@ -116,8 +117,13 @@ def test_the_worker_refuses_a_dashboard_job_whose_corpus_left_the_folder(tmp_pat
 def test_the_command_line_keeps_any_readable_path(tmp_path: Path) -> None:
     (tmp_path / "anywhere.txt").write_text(TEXT)
     (tmp_path / "quick.toml").write_text(spec_naming(str(tmp_path / "anywhere.txt")))
-    result = run_decodelab("enqueue", "--spec", "quick.toml", "--db", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    result = run_decodelab("enqueue", "--spec", "quick.toml", "--db", url, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    store = Store(url)
+    queued = frames.jobs(store)
+    store.close()
+    assert str(tmp_path / "anywhere.txt") in json.dumps(queued["spec"].iloc[0]), "the job names the file given"
 
 
 def test_the_form_offers_the_data_folders_files(
