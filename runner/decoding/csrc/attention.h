@@ -1,4 +1,4 @@
-// Causal attention over the KV cache for runner/csrc/fast_decode.cpp: one head, m new positions.
+// Causal attention over the KV cache for runner/decoding/csrc/fast_decode.cpp: one head, m new positions.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The `fast` decode path of runner/fast_decode.py: the whole model over packed weights (linear.h) and
-// vector primitives (simd.h), behind a C interface that runner/fast_decode.py loads with ctypes. The
+// The `fast` decode path of runner/decoding/fast.py: the whole model over packed weights (linear.h) and
+// vector primitives (simd.h), behind a C interface that runner/decoding/fast_library.py loads with ctypes. The
 // caller checks every pointer and shape; the entry points only refuse positions past the cache.
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-// Packed linear layers for runner/csrc: out[j] = W x[j] + b for m inputs, with W in float32, bfloat16 or
+// Packed linear layers for runner/decoding/csrc: out[j] = W x[j] + b for m inputs, with W in float32, bfloat16 or
 // int8 (one scale per output row).
 //
 // Layout: output rows in panels of kLanes (one vector), four panels to a chunk. Within a chunk the
@@ -205,7 +205,7 @@ struct Int8Op {  // int8 widened to float32: every partial sum is an integer bel
 #endif
 
 // Activations of m rows in the layer's format: 32-bit words, `words` per row, and for int8 one scale per
-// row (symmetric, max |x| / 127, as runner/quantize.py's eager emulation).
+// row (symmetric, max |x| / 127, as runner/model/quantize.py's eager emulation).
 inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* words, float* row_scales) {
   const int64_t cols = layer.cols;
   for (int64_t j = 0; j < m; ++j) {

@@ -1,4 +1,4 @@
-// Helper threads for runner/csrc: a caller splits a loop of independent items (chunks of a layer's rows,
+// Helper threads for runner/decoding/csrc: a caller splits a loop of independent items (chunks of a layer's rows,
 // attention heads) with them. Items are claimed one at a time from a shared ticket, and the caller claims
 // too, so a helper that the OS has not scheduled costs nothing: the caller does its items. The caller
 // waits only for items a helper has already claimed. Helpers spin while calls keep coming (a decode step

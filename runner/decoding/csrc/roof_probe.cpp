@@ -1,8 +1,8 @@
-// Micro-kernels that measure this machine's roof for runner/machine_profile.py: peak multiply-add throughput
+// Micro-kernels that measure this machine's roof for runner/cost/machine_profile.py: peak multiply-add throughput
 // of one core per precision, with the instructions the fast path's kernels use (linear.h: vdpbf16ps for
 // bfloat16 and vpdpbusd for int8 where the CPU has them, else both widened to float32 multiply-adds), and read
 // bandwidth over a buffer of a chosen size, on one thread or several. Python times each call with
-// runner/timing.py and divides the work counted here by the time.
+// runner/measure/timing.py and divides the work counted here by the time.
 #include <immintrin.h>
 
 #include <cstdint>

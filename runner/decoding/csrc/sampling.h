@@ -1,5 +1,5 @@
-// Choosing tokens for runner/csrc/fast_decode.cpp, as runner/decode.py and runner/speculative.py choose
-// them: one uniform per token, inverse CDF.
+// Choosing tokens for runner/decoding/csrc/fast_decode.cpp, as runner/decoding/decode.py and
+// runner/decoding/speculative.py choose them: one uniform per token, inverse CDF.
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Vector primitives for runner/csrc: AVX-512, AVX2 + FMA, or plain floats, chosen when the library is
+// Vector primitives for runner/decoding/csrc: AVX-512, AVX2 + FMA, or plain floats, chosen when the library is
 // built (-march=native). Every routine takes any length: tails are masked (AVX-512) or scalar.
 #pragma once
 
