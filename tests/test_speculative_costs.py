@@ -10,18 +10,17 @@ import pytest
 import torch
 
 from runner.cost.speculative import expected_chars_per_pass
-from runner.cost.speculative_prediction import simulated_passes
+from runner.cost.speculative_prediction import calibrate, simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
 from runner.decoding.fast import FastDecoder, LoopState, decoder_for
 from runner.decoding.fast_library import entry_point_seconds
-from runner.decoding.speculative import speculative_decode
+from runner.decoding.speculative import Draft, speculative_decode
 from runner.experiments.parts import speculative_costs
 from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds
 from runner.experiments.parts.speculative_costs import (
     COST_CALLS,
     CostSession,
     PassCosts,
-    alpha_a_priori,
     centred_passes,
     held_out_windows,
     passes_of_run,
@@ -41,6 +40,11 @@ def test_expected_chars_per_pass_is_the_geometric_sum() -> None:
     assert expected_chars_per_pass(0.0, 4) == 1.0
     assert expected_chars_per_pass(1.0, 4) == 5.0
     assert expected_chars_per_pass(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def alpha_a_priori(target: CharGPT, draft: Draft, windows: list[list[int]], temperature: float) -> float:
+    """α as the experiment records it (speculative_drafts.held_out_alpha): the calibration's."""
+    return calibrate(target, draft, windows, temperature).alpha
 
 
 def test_alpha_is_one_for_the_target_itself_and_matches_a_direct_overlap(target: CharGPT) -> None:

@@ -4,8 +4,9 @@
   loop runs and from nothing it measures. Characters per pass and draft lengths are simulated over
   calibration text (runner.cost.speculative_prediction); the costs of a verification and a draft
   turn come from cost sessions that follow that text, keeping per pass what its per-position
-  acceptance says (simulated_passes). α on held-out text (``alpha_a_priori``, the mean of
-  Σ min(p, q)) stays beside it for the write-ups' i.i.d. E = (1 − α^(k+1)) / (1 − α).
+  acceptance says (simulated_passes). α on held-out text (the ``alpha_a_priori`` metric:
+  speculative_drafts.held_out_alpha, the mean of Σ min(p, q)) stays beside it for the
+  write-ups' i.i.d. E = (1 − α^(k+1)) / (1 − α).
 - Component model (a cost decomposition, not a forecast): the loop's own characters per pass
   over the verify and draft costs timed after each timed pair, replaying the loop's own passes.
   It checks that the loop's time is its passes' costs, nothing more.
@@ -19,14 +20,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 
 from runner.cost.speculative import TURN_PROPOSALS
-from runner.decoding.accept_rule import probabilities
 from runner.decoding.fast import LoopState
 from runner.decoding.fast_library import entry_point_seconds
 from runner.decoding.speculative import (
@@ -72,18 +72,6 @@ def held_out_windows(tokens: torch.Tensor, context_length: int) -> list[list[int
     length = min(ALPHA_WINDOW_LENGTH, context_length, len(tokens))
     starts = torch.linspace(0, len(tokens) - length, ALPHA_WINDOWS).long().unique().tolist()
     return [tokens[start : start + length].tolist() for start in starts]
-
-
-@torch.inference_mode()
-def alpha_a_priori(target: CharGPT, draft: Draft, windows: Sequence[list[int]], temperature: float) -> float:
-    """Mean over every held-out position of Σ min(p, q): the chance that the accept rule keeps a
-    proposal there, p the target's and q the draft's next-character distribution."""
-    overlaps = []
-    for window in windows:
-        p = probabilities(target(torch.tensor([window], device=target.device))[0].float(), temperature).cpu()
-        q = draft.distributions(window, temperature).float().cpu()
-        overlaps.append(torch.minimum(p, q).sum(dim=-1))
-    return float(torch.cat(overlaps).mean())
 
 
 def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> Harness:
