@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from analysis import review, review_inputs
+from analysis import review, review_inputs, review_lines
 from analysis import runs as runs_module
 from store import frames
 from store.store import Store
@@ -237,13 +237,14 @@ def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None
 
 
 def tested(table: pd.DataFrame) -> pd.DataFrame:
-    timed = table[table["kind"] == "timed"]
+    """The timed rows a test judged (review_lines.judged_fraction's numerator)."""
+    timed = review_lines.comparable_timed(table)
     return timed[timed["p_value"].notna()]
 
 
 def timed_rows(table: pd.DataFrame) -> int:
-    """Timed rows with a value in both runs: what could be tested."""
-    return int(((table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])).sum())
+    """Timed rows with a value in both runs: what could be tested (judged_fraction's denominator)."""
+    return len(review_lines.comparable_timed(table))
 
 
 class Injector:
@@ -252,19 +253,11 @@ class Injector:
     def __init__(self, inputs: review_inputs.ReviewInputs) -> None:
         self.inputs = inputs
         self.rows = inputs.side_by_side(True)
-        samples = inputs.samples
-        if samples.empty:
-            self.measured = pd.Series(dtype=bool)
-        else:
-            paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
-            self.measured = (paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A"))
+        self.measured = review_inputs.measured_sides(inputs.samples)
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
         """``review_inputs.injected`` with the measured sides found once per pair."""
-        samples = self.inputs.samples.copy()
-        chosen = self.measured & samples["measurement_id"].isin(measurement_ids)
-        samples.loc[chosen, "seconds"] = samples.loc[chosen, "seconds"] * slower_by
-        return samples
+        return review_inputs.injected(self.inputs.samples, measurement_ids, slower_by, self.measured)
 
     def judged(self, rows: pd.DataFrame | None, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
         samples = self.samples(measurement_ids, slower_by)

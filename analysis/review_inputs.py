@@ -125,18 +125,28 @@ def record_machine_drift(store: Store, run_id: int) -> float | None:
     return figure
 
 
-def injected(samples: pd.DataFrame, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
+def measured_sides(samples: pd.DataFrame) -> pd.Series:
+    """Which samples time the measured side of their measurement: the candidate, B, of a paired
+    ratio; the one side, A, of a min-of-N time."""
+    if samples.empty:
+        return pd.Series(dtype=bool)
+    paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
+    return (paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A"))
+
+
+def injected(
+    samples: pd.DataFrame, measurement_ids: set[int], slower_by: float, measured: pd.Series | None = None
+) -> pd.DataFrame:
     """A regression injected into real samples: every sample of the measured side of
-    ``measurement_ids`` (the candidate, B, of a paired ratio; the one side, A, of a min-of-N
-    time) ``slower_by`` times as long. Each pair keeps its own noise: the per-pair log values
-    move by log(slower_by) together, their spread is the run's own."""
+    ``measurement_ids`` (``measured_sides``; given, where the caller injects into the same samples
+    many times) ``slower_by`` times as long. Each pair keeps its own noise: the per-pair log
+    values move by log(slower_by) together, their spread is the run's own."""
     samples = samples.copy()
     if samples.empty:
         return samples
-    own = samples["measurement_id"].isin(measurement_ids)
-    paired = samples.groupby("measurement_id")["side"].transform(lambda sides: (sides == "B").any())
-    measured = own & ((paired & (samples["side"] == "B")) | (~paired & (samples["side"] == "A")))
-    samples.loc[measured, "seconds"] = samples.loc[measured, "seconds"] * slower_by
+    sides = measured_sides(samples) if measured is None else measured
+    chosen = sides & samples["measurement_id"].isin(measurement_ids)
+    samples.loc[chosen, "seconds"] = samples.loc[chosen, "seconds"] * slower_by
     return samples
 
 

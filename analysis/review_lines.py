@@ -119,11 +119,16 @@ def seen_line(table: pd.DataFrame) -> str:
     return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows})"
 
 
+def comparable_timed(table: pd.DataFrame) -> pd.DataFrame:
+    """The timed rows with a value on both sides: what a test could have judged."""
+    if table.empty:
+        return table
+    return table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
+
+
 def judged_fraction(table: pd.DataFrame) -> float | None:
     """Tested timed rows over all timed rows with a value on both sides; None without such rows."""
-    if table.empty:
-        return None
-    timed = table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
+    timed = comparable_timed(table)
     return float(timed["p_value"].notna().sum() / len(timed)) if len(timed) else None
 
 
