@@ -287,13 +287,15 @@ def gpt2_sized(experiments: dict[str, Any]) -> Any:
 
 def test_the_example_fits_a_two_core_machine_and_a_seed_sized_sweep_is_refused() -> None:
     from runner.spec import hf as hf_spec
-    from runner.spec.sweeps import estimate_seconds, preset_text
+    from runner.spec.calibrated_estimate import estimate
+    from runner.spec.sweeps import preset_text
 
     eight_gib = 8 * 2**30
     example = gpt2_sized(tomllib.loads((ROOT / "examples" / "gpt2-distilgpt2.toml").read_text())["experiments"])
     fits = hf_spec.check_affordable(example, memory_bytes=eight_gib)
     assert 3600 < fits.seconds < 3 * 3600 and fits.peak_bytes < 2 * 2**30
-    assert estimate_seconds(example) == fits.seconds
+    # The launch form's and `decodelab run`'s estimate is the checkpoint's own.
+    assert estimate(example, {}, model_stored=False).seconds == fits.seconds
     seed = tomllib.loads(preset_text("seed"))["experiments"]
     with pytest.raises(InputError) as refused:
         hf_spec.check_affordable(gpt2_sized(seed), memory_bytes=eight_gib)

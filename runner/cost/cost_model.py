@@ -57,7 +57,8 @@ def case_seconds(experiment: str, case: dict[str, Any], model: dict[str, Any]) -
 
 def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
     """A character model's sweep's wall time: training (unless its model is stored) plus every
-    case's (a local Hugging Face checkpoint's: runner.spec.sweeps.estimate_seconds)."""
+    case's (a local Hugging Face checkpoint's: runner.spec.hf.estimate, which
+    runner.spec.calibrated_estimate.estimate takes for one)."""
     model = spec.raw["model"]
     total = 0.0 if model_stored else training_seconds(spec)
     return total + sum(case_seconds(experiment.name, case, model) for experiment, case in spec.plan())

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from runner import declarations
-from runner.cost import cost_model
 from runner.cost.cost_model import check_limits
 from runner.errors import InputError
 from runner.experiments import Experiment, registry
@@ -189,14 +188,6 @@ def validate(raw: Any) -> SweepSpec:
     else:
         check_limits(spec)
     return spec
-
-
-def estimate_seconds(spec: SweepSpec, model_stored: bool = False) -> float:
-    """A sweep's wall time, as the launch form asks it: a local Hugging Face checkpoint's by its
-    own estimate (runner.spec.hf), a character model's by the cost model."""
-    if spec.is_hf:
-        return hf_spec.estimate(spec).seconds
-    return cost_model.estimate_seconds(spec, model_stored)
 
 
 def cpu_only() -> dict[tuple[str, str], tuple[str, ...]]:
