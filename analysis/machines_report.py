@@ -13,8 +13,7 @@ import pandas as pd
 
 from analysis import machines as machines_module
 from analysis import roofline
-from analysis.formats import REPORT_FORMATS
-from analysis.report_render import STYLE, markdown_table
+from analysis.report_render import STYLE, html_table, in_format, markdown_table
 from store import frames
 from store.store import Store
 from store.user_text import markdown_text
@@ -134,14 +133,8 @@ def to_markdown(report: MachinesReport) -> str:
     )
 
 
-def html_table(frame: pd.DataFrame, marked: Sequence[bool] | None = None) -> str:
-    escape = html.escape
-    head = "".join(f"<th>{escape(str(column))}</th>" for column in frame.columns)
-    body = []
-    for index, row in enumerate(frame.itertuples(index=False)):
-        css = ' class="differs"' if marked is not None and marked[index] else ""
-        body.append(f"<tr{css}>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+def frame_html(frame: pd.DataFrame, marked: Sequence[bool] | None = None) -> str:
+    return html_table(list(frame.columns), frame.itertuples(index=False), marked)
 
 
 def to_html(report: MachinesReport) -> str:
@@ -157,21 +150,19 @@ def to_html(report: MachinesReport) -> str:
 <ul><li>runs: {escape(runs_line(report))}</li><li>reference machine: {escape(report.reference)}</li></ul>
 <h2>Fingerprints</h2>
 <p>Fields that differ between the machines are highlighted.</p>
-{html_table(report.fingerprints.drop(columns=["differs"]), differs)}
+{frame_html(report.fingerprints.drop(columns=["differs"]), differs)}
 <h2>Determinism audit</h2>
 <p>{escape(AUDIT_NOTE)}</p>
 <ul>{audit}</ul>
 <h2>Headline figures</h2>
 <p>{escape(MATRIX_NOTE)}</p>
-{html_table(report.wide())}
+{frame_html(report.wide())}
 <h2>Roofs</h2>
 <p>{escape(ROOFS_NOTE)}</p>
-{html_table(pd.DataFrame(rows, columns=header)) if report.roofs else "<p>no machine profiled</p>"}
+{html_table(header, rows) if report.roofs else "<p>no machine profiled</p>"}
 </body></html>
 """
 
 
 def render(report: MachinesReport, report_format: str) -> str:
-    if report_format not in REPORT_FORMATS:
-        raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
-    return to_html(report) if report_format == "html" else to_markdown(report)
+    return in_format(report, report_format, to_html, to_markdown)

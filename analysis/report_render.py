@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
@@ -26,6 +26,9 @@ from store.user_text import flatten_lines, markdown_cell, markdown_plain, markdo
 if TYPE_CHECKING:
     # The type only: rendering needs none of the store-reading modules analysis.report loads.
     from analysis.report import RunReport
+
+
+Report = TypeVar("Report")
 
 
 def describe(run: Mapping[Any, Any], escape: Callable[[object], str] = str) -> str:
@@ -304,8 +307,26 @@ def verdicts_html(table: pd.DataFrame) -> str:
     )
 
 
-def render(report: RunReport, report_format: str) -> str:
-    """The report as ``report_format`` (one of REPORT_FORMATS): HTML or Markdown."""
+def html_table(header: Sequence[Any], rows: Iterable[Sequence[Any]], marked: Sequence[bool] | None = None) -> str:
+    """A table of every report's HTML, each cell escaped; the rows ``marked`` carry the class
+    ``differs`` (the machines report's highlighted fields)."""
+    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
+    body = []
+    for index, row in enumerate(rows):
+        css = ' class="differs"' if marked is not None and marked[index] else ""
+        body.append(f"<tr{css}>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def in_format(
+    report: Report, report_format: str, html_of: Callable[[Report], str], markdown_of: Callable[[Report], str]
+) -> str:
+    """Any report as ``report_format`` (one of REPORT_FORMATS): HTML or Markdown."""
     if report_format not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
-    return to_html(report) if report_format == "html" else to_markdown(report)
+    return html_of(report) if report_format == "html" else markdown_of(report)
+
+
+def render(report: RunReport, report_format: str) -> str:
+    """The report as ``report_format`` (one of REPORT_FORMATS): HTML or Markdown."""
+    return in_format(report, report_format, to_html, to_markdown)

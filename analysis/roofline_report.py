@@ -10,8 +10,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import roofline, roofline_conclusions
-from analysis.formats import REPORT_FORMATS
-from analysis.report_render import STYLE, markdown_table, to_svg
+from analysis.report_render import STYLE, html_table, in_format, markdown_table, to_svg
 from store import frames
 from store.store import Store
 from store.user_text import markdown_text
@@ -108,13 +107,6 @@ def to_markdown(report: RooflineReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def html_table(header: list[str], rows: list[list[str]]) -> str:
-    escape = html.escape
-    head = "".join(f"<th>{escape(name)}</th>" for name in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def to_html(report: RooflineReport) -> str:
     escape = html.escape
     roofs = {report.machine: report.roof, **report.other_roofs} if report.roof else report.other_roofs
@@ -136,6 +128,4 @@ def to_html(report: RooflineReport) -> str:
 
 
 def render(report: RooflineReport, report_format: str) -> str:
-    if report_format not in REPORT_FORMATS:
-        raise ValueError(f"format must be one of {REPORT_FORMATS}, got {report_format!r}")
-    return to_html(report) if report_format == "html" else to_markdown(report)
+    return in_format(report, report_format, to_html, to_markdown)
