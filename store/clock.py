@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import DateTime, Float, func, literal, type_coerce
 from sqlalchemy.sql.elements import ColumnElement
@@ -25,3 +25,9 @@ def server_now(backend: str, offset_seconds: float | ColumnElement[float] = 0.0)
         return type_coerce(now + func.make_interval(0, 0, 0, 0, 0, 0, offset), DateTime(timezone=True))
     text = func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("%+.3f seconds", offset)).op("||")("000")
     return type_coerce(text, DateTime(timezone=True))
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` with its zone, UTC where it has none: decodelab stores UTC everywhere, and
+    SQLite hands it back without a zone."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.annotations import NOTE_LIMIT, check_tag
+from store.clock import as_utc
 from store.errors import StoreError
 from store.results import ENDED_RUN_STATUSES
 from store.schema import Case, Machine, MachineProfile, Measurement, Run, Sample
@@ -115,8 +116,7 @@ class RowChecker:
             parsed = None
         if parsed is None:
             raise self.refuse(field, value, "an ISO timestamp")
-        # decodelab stores UTC everywhere; SQLite hands it back without a zone.
-        aware = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        aware = as_utc(parsed)
         try:
             late = aware > now
         except OverflowError:  # an offset that moves 9999-12-31 past the last datetime
@@ -258,5 +258,4 @@ def check_machine(check: RowChecker, machine: Any) -> dict[str, Any]:
 
 
 def _utc(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return as_utc(datetime.fromisoformat(value))

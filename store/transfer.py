@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from store.annotations import check_tag
+from store.clock import as_utc
 from store.errors import StoreError
 from store.export import compressed_name
 from store.files import write_whole
@@ -135,8 +136,7 @@ def _parse_time(value: str | None, field: str) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except (TypeError, ValueError):
         raise StoreError(f"import: run.{field} {value!r} is not an ISO timestamp") from None
-    # decodelab stores UTC everywhere; SQLite hands it back without a zone.
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return as_utc(parsed)
 
 
 def read_export(path: Path) -> list[dict[str, Any]]:
