@@ -13,9 +13,11 @@ import pandas as pd
 
 from analysis import theme
 from runner import declarations
+from runner.cost.roofline_model import LEVELS
 
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # runner.cost.roofline_model.REGIMES, by stored index
-LEVELS = {1: "L1", 2: "L2", 3: "L3", 4: "DRAM"}  # runner.experiments.parts.roofline_placement.LEVEL_CODES, inverted
+# The stored cache_level codes (runner.experiments.parts.roofline_placement.LEVEL_CODES), inverted.
+LEVEL_NAMES = dict(enumerate(LEVELS, start=1))
 SIDES = {"": "cached step", "_no_cache": "no-cache step"}
 WITHHELD_REASONS = (  # runner.cost.roofline_model.WITHHELD_REASONS, by stored index
     "no overhead fit yet",
@@ -86,7 +88,7 @@ def roof_rows(roofs: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[st
                 *(f"{roofs[name]['peak_operations_per_second'][precision]['high'] / 1e9:.0f}" for name in names),
             ]
         )
-    for level in ("L1", "L2", "L3", "DRAM"):
+    for level in LEVELS:
         rows.append(
             [
                 f"{level} read GB/s (one thread / all)",
@@ -145,7 +147,7 @@ def points(cases: pd.DataFrame, experiment: str) -> pd.DataFrame:
                     "achieved_flops_per_second": case[f"achieved_flops_per_second{suffix}"],
                     "achieved_bytes_per_second": case[f"achieved_bytes_per_second{suffix}"],
                     "working_set_bytes": case[f"working_set_bytes{suffix}"],
-                    "level": LEVELS[int(case[f"cache_level{suffix}"])],
+                    "level": LEVEL_NAMES[int(case[f"cache_level{suffix}"])],
                     "regime": REGIMES[int(case[f"regime{suffix}"])],
                     "roof_fraction": fraction,
                     "predicted_us_per_token": predicted * 1e6,

@@ -24,7 +24,7 @@ def test_quick_profile_is_positive_and_ordered(quick_profile: dict[str, Any]) ->
     for precision in machine_profile.PRECISIONS:
         rates = quick_profile["peak_operations_per_second"][precision]
         assert 0 < rates["low"] <= rates["median"] <= rates["high"], precision
-    bands = [quick_profile["bandwidth"][level] for level in machine_profile.LEVELS]
+    bands = [quick_profile["bandwidth"][level] for level in roofline_model.LEVELS]
     sizes = [band["working_set_bytes"] for band in bands]
     assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
     for threads in ("one_thread", "all_threads"):

@@ -44,7 +44,6 @@ from runner.cost.roofline_model import decode_working_sets
 from runner.decoding.native_build import build
 
 PRECISIONS = ("fp32", "bf16", "int8")
-LEVELS = ("L1", "L2", "L3", "DRAM")
 PRECISION_CODES = {"fp32": 0, "bf16": 1, "int8": 2}  # runner/decoding/csrc/roof_probe.cpp Precision
 KIB, MIB = 1024, 1024 * 1024
 ALIGNMENT_BYTES = 64  # a cache line and an AVX-512 vector

@@ -40,6 +40,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# The memory levels a working set may sit in, nearest first: the probe measures each, a figure
+# is placed at one (its code, 1 to 4, is the stored cache_level metric).
+LEVELS = ("L1", "L2", "L3", "DRAM")
+
 PRECISIONS = ("fp32", "bf16", "int8")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
 REGIMES = ("memory-bound", "compute-bound", "overhead-bound")  # stored as their index (unit "regime")
@@ -197,7 +201,7 @@ def decode_working_sets(
 
 def level_of(working_set_bytes: int, caches: dict[str, int]) -> str:
     """The nearest level whose capacity holds the working set."""
-    for level in ("L1", "L2", "L3"):
+    for level in LEVELS[:-1]:
         if working_set_bytes <= caches[level]:
             return level
     return "DRAM"

@@ -22,12 +22,12 @@ from typing import Any
 
 from runner.cost import roofline_model
 from runner.cost import speculative as speculative_cost
-from runner.cost.roofline_model import Placement, Shape, pass_cost
+from runner.cost.roofline_model import LEVELS, Placement, Shape, pass_cost
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord, case_key
 
-LEVEL_CODES = {"L1": 1, "L2": 2, "L3": 3, "DRAM": 4}  # the cache_level metric (unit "level")
+LEVEL_CODES = {level: code for code, level in enumerate(LEVELS, start=1)}  # the cache_level metric (unit "level")
 PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int8"}
 
 
