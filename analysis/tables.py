@@ -286,7 +286,8 @@ def row_unit_texts(frame: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def cell_texts(frame: pd.DataFrame) -> pd.DataFrame:
-    """The text of each shown cell (what ``display`` renders): for tests and plain-text exports."""
+    """The text of each shown cell (what ``display`` renders), as a frame of strings: what the
+    tests read where a page shows the table."""
     shown = frame[shown_columns(frame)]
     chosen = formatters(shown)
     texts = {column: shown[column].map(chosen.get(column, plain)) for column in shown.columns}

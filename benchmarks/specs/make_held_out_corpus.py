@@ -4,7 +4,7 @@ modules, in sorted module order, each docstring's lines stripped and paragraphs 
 another kind than the default corpus (pydoc's topics): API descriptions rather than the
 language reference. Same licence as the default corpus (runner/data/DEFAULT_CORPUS_LICENSE.txt).
 
-It is a file with a pinned hash (HELD_OUT_SHA256 in benchmarks/specs/held-out-speculative.toml's
+It is a file with a pinned hash (the sha256 in benchmarks/specs/held-out-speculative.toml's
 comment) because the standard library changes with every release; this script only says how it
 was made, and refuses another Python.
 
