@@ -73,14 +73,47 @@ def test_simulated_passes_keep_what_the_calibration_says() -> None:
     assert len({kept for kept, _, _ in mixed}) > 2 and mixed[-1][2] + 4 <= 200
 
 
+class RecordingDraft(ModelDraft):
+    """A model draft that notes every start (its prompt's length) and commit (what was kept and
+    emitted)."""
+
+    def __init__(self, model: CharGPT) -> None:
+        super().__init__(model, "itself")
+        self.log: list[tuple[int, list[int]] | int] = []
+
+    def start(self, prompt: list[int]) -> None:
+        self.log.append(len(prompt))
+        super().start(prompt)
+
+    def commit(self, accepted: int, emitted: list[int]) -> None:
+        self.log.append((accepted, list(emitted)))
+        super().commit(accepted, emitted)
+
+
 def test_a_cost_session_replays_the_loops_passes(target: CharGPT) -> None:
-    draft = ModelDraft(target, "itself")
-    run = speculative_decode(target, draft, 3, [1, 2], 40, temperature=1.0, seed=5)
+    run = speculative_decode(target, ModelDraft(target, "itself"), 3, [1, 2], 40, temperature=1.0, seed=5)
     passes = passes_of_run(run, 2)
     assert passes[-1][2] >= 42 and passes[0][1] == 2
-    session = CostSession(target, "static", draft, 3, 1.0, [1, 2] + run.tokens, passes, seed=5, harness=Harness())
+    text = [1, 2] + run.tokens
+    draft = RecordingDraft(target)
+    session = CostSession(target, "static", draft, 3, 1.0, text, passes, seed=5, harness=Harness())
     costs = session()
     assert costs.draft_turn_seconds > 0 and costs.verify_seconds > 0
+    # Every replay starts where the first pass does and commits the loop's passes in order: what
+    # each kept and the text it emitted.
+    expected = [(accepted, text[begin:end]) for accepted, begin, end in passes]
+    replays: list[list[tuple[int, list[int]] | int]] = []
+    for entry in draft.log:
+        if isinstance(entry, int):
+            replays.append([])
+        else:
+            replays[-1].append(entry)
+    starts = [entry for entry in draft.log if isinstance(entry, int)]
+    assert starts[1:] and set(starts[1:]) == {passes[0][1]}, "each replay starts at the first pass"
+    timed = [replay for replay in replays[1:] if len(replay) > 1]
+    assert timed, "the timed turns replay passes past the first"
+    for replay in replays[1:]:
+        assert replay == expected[: len(replay)]
     with pytest.raises(ValueError, match="at least one pass"):
         CostSession(target, "static", draft, 3, 1.0, [1, 2], [], seed=5, harness=Harness())
 
