@@ -125,7 +125,7 @@ def test_an_hf_spec_runs_end_to_end_through_decodelab_run(hf_run_url: str, hf_ch
     assert values(frame, "mults_cache", part="counts") == [
         counts.generation_mults(n, 32, 2, cache=True) for n in (8, 16)
     ]
-    # Quantization on the spec's text: int8 costs a quarter of the blocks' float32 bytes.
+    # Quantization on the spec's text: each of its three variants reports its loss increase.
     assert len(values(frame, "loss_increase")) == 3
     # Speculative: the hf draft is accepted sometimes, not always; HF assisted generation is the
     # peer, its greedy text the same as decodelab's.
