@@ -43,8 +43,9 @@ def ab(
     ] = None,
     db: DbOption = None,
 ) -> None:
-    """Measure two revisions interleaved on this machine, each in its own worktree and worker
-    process, and review the candidate against the baseline. Stored as two runs tagged
+    """Measure two revisions interleaved on this machine and review the candidate against the baseline.
+
+    Each revision runs in its own worktree and worker process. Stored as two runs tagged
     rev:<commit> and linked as one A/B pair. With --fail-on, exits 1 when a listed verdict
     stands (0 otherwise, 2 for bad input), as `report run --fail-on`."""
     from runner.ab.run import checked_revisions, run_ab

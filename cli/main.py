@@ -217,8 +217,9 @@ def cancel(
     job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job to call off (see the dashboard's jobs).")],
     db: DbOption = None,
 ) -> None:
-    """Call off a queued or running job: no worker claims it again; a running one stops at its
-    next heartbeat, its run marked interrupted."""
+    """Call off a queued or running job: no worker claims it again.
+
+    A running one stops at its next heartbeat, its run marked interrupted."""
     store = open_store(db, "cancel")
     was = store.jobs.cancel(job_id)
     typer.echo(f"job {job_id} cancelled (it was {was})")

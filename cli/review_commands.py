@@ -43,8 +43,10 @@ def tag(
     remove: Annotated[bool, typer.Option("--remove", help="Take the tag off instead.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Tag a run: `baseline` pins it as the baseline of later runs of its preset on its machine,
-    `suspect` leaves it out of baselines and change detection."""
+    """Tag a run: `baseline` pins it as later runs' baseline, `suspect` leaves it out of reviews.
+
+    `baseline` pins the run as the baseline of later runs of its preset on its machine; `suspect`
+    leaves it out of baselines and change detection."""
     store = open_store(db, "tag")
     check_run(store, run_id)
     if remove:
@@ -127,6 +129,7 @@ def report_run(
     db: DbOption = None,
 ) -> None:
     """A run against its baseline: the verdict table (and, in HTML, the key charts) in one file.
+
     With --fail-on, exits 1 when a listed verdict stands (0 otherwise, 2 for bad input)."""
     chosen_format = checked_format(out, report_format)
     gate = checked_gate(fail_on)
@@ -201,8 +204,9 @@ def report_machines(
     report_format: FormatOption = None,
     db: DbOption = None,
 ) -> None:
-    """Machines side by side: fingerprints, a determinism audit and every headline figure with
-    its band and ratio to a reference machine, in one file."""
+    """Machines side by side: fingerprints, a determinism audit and every headline figure, in one file.
+
+    Each headline figure comes with its band and its ratio to a reference machine."""
     chosen_format = checked_format(out, report_format)
     store = open_store(db, "report machines", read_only=True)
     # Loaded once the store is open: a refused command never needs pandas or the reports.

@@ -18,8 +18,10 @@ def machine_profile(
         bool, typer.Option("--quick", help="Smaller working sets and fewer repeats: seconds, for tests.")
     ] = False,
 ) -> None:
-    """Measure this machine's roof (peak multiply-adds per precision, read bandwidth per cache
-    level, one thread and all) and store it with the machine."""
+    """Measure this machine's roof and store it with the machine.
+
+    The roof: peak multiply-adds per precision, and read bandwidth per cache level on one thread
+    and on all."""
     from runner.cost import machine_profile as profiler
     from runner.measure.machine import fingerprint
 

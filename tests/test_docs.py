@@ -141,6 +141,27 @@ def cli_commands() -> set[str]:
     return walk(typer.main.get_command(app), "decodelab")
 
 
+def test_every_commands_summary_is_one_sentence_on_one_line() -> None:
+    """``decodelab --help`` lists each command by its docstring's first paragraph with that
+    paragraph's line breaks kept: a summary that ran on to a second line broke mid-sentence
+    there ("a running one stops at its" / "next heartbeat")."""
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["decodelab"]
+    app = importlib.import_module(target.split(":")[0]).app
+
+    def summaries(command: Any, path: str) -> dict[str, str]:
+        found = {path: (command.help or "").strip().split("\n\n")[0]}
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            found |= summaries(sub, f"{path} {name}")
+        return found
+
+    broken = {
+        path: summary
+        for path, summary in summaries(typer.main.get_command(app), "decodelab").items()
+        if "\n" in summary
+    }
+    assert not broken, broken
+
+
 def readme_section(title: str) -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
