@@ -46,7 +46,7 @@ def ab(
     """Measure two revisions interleaved on this machine and review the candidate against the baseline.
 
     Each revision runs in its own worktree and worker process. Stored as two runs tagged
-    rev:<commit> and linked as one A/B pair. With --fail-on, exits 1 when a listed verdict
+    `rev:<commit>` and linked as one A/B pair. With --fail-on, exits 1 when a listed verdict
     stands (0 otherwise, 2 for bad input), as `report run --fail-on`."""
     from runner.ab.run import checked_revisions, run_ab
     from runner.execution.execute import check_device, log_to_stderr

@@ -7,7 +7,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 import typer.core
@@ -39,9 +39,14 @@ def _flag_type_hidden(option: typer.core.TyperOption, ctx: Any) -> str | None:
 _option_type = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type_hidden  # type: ignore[method-assign,assignment]
 
+# Help text as Markdown paragraphs, reflowed to the terminal: a docstring's line breaks inside a
+# paragraph are its source's wrapping (typer's rich mode kept them, breaking lines mid-sentence).
+HELP_MARKUP: Literal["markdown"] = "markdown"
+
 app = typer.Typer(
     help="Measure what KV caches, weight quantization and speculative decoding really buy.",
     no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
@@ -65,11 +70,13 @@ def main_options(
     """Measure what KV caches, weight quantization and speculative decoding really buy."""
 
 
-db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True)
-report_app = typer.Typer(help="Write reports computed by decodelab's modules.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the store's schema.", no_args_is_help=True, rich_markup_mode=HELP_MARKUP)
+report_app = typer.Typer(
+    help="Write reports computed by decodelab's modules.", no_args_is_help=True, rich_markup_mode=HELP_MARKUP
+)
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
-machine_app = typer.Typer(help="Measure this machine.", no_args_is_help=True)
+machine_app = typer.Typer(help="Measure this machine.", no_args_is_help=True, rich_markup_mode=HELP_MARKUP)
 app.add_typer(machine_app, name="machine")
 
 PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed or full.")]

@@ -162,6 +162,32 @@ def test_every_commands_summary_is_one_sentence_on_one_line() -> None:
     assert not broken, broken
 
 
+def test_every_word_of_a_commands_help_reaches_its_help_screen() -> None:
+    """The help is rendered as Markdown (paragraphs reflowed to the terminal): a word Markdown
+    would swallow (``rev:<commit>`` read as an HTML tag) goes in backticks."""
+    from typer.testing import CliRunner
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["decodelab"]
+    app = importlib.import_module(target.split(":")[0]).app
+
+    def leaves(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+        subcommands = getattr(command, "commands", None) or {}
+        if not subcommands:
+            return [(path, command)]
+        return [leaf for name, sub in subcommands.items() for leaf in leaves(sub, [*path, name])]
+
+    missing = {}
+    for path, command in leaves(typer.main.get_command(app), []):
+        shown = CliRunner().invoke(app, [*path, "--help"], terminal_width=200).output
+        flat = re.sub(r"[│╭╮╰╯─\s]+", " ", shown)
+        texts = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]
+        words = {word.strip(".,;:()") for text in texts for word in text.replace("`", "").split()}
+        lost = sorted(word for word in words if word and word not in flat)
+        if lost:
+            missing[" ".join(path)] = lost
+    assert not missing, missing
+
+
 def readme_section(title: str) -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
