@@ -120,7 +120,8 @@ def seen_line(table: pd.DataFrame) -> str:
 
 
 def comparable_timed(table: pd.DataFrame) -> pd.DataFrame:
-    """The timed rows with a value on both sides: what a test could have judged."""
+    """The timed rows of both runs (neither ``only in run`` nor ``only in baseline``): what a test
+    could have judged."""
     if table.empty:
         return table
     return table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]

@@ -134,14 +134,18 @@ def color_scale(field: str, values: Iterable[Any], avoid: Iterable[str] = ()) ->
     series alike; ``avoid`` holds the colours a second scale of the same chart already uses."""
     shown = sorted({str(value) for value in values if value is not None and value == value})
     known = KNOWN_COLORS.get(field, {})
-    taken = set(avoid)
+    avoided = set(avoid)
+    taken = set(avoided)
     chosen: dict[str, str] = {}
     for value in sorted(shown, key=lambda value: (value not in known, value)):
         colour = colour_of(field, value)
         if colour in taken:
             start = SPARE_PALETTE.index(colour) if colour in SPARE_PALETTE else 0
             free = [SPARE_PALETTE[(start + step) % len(SPARE_PALETTE)] for step in range(len(SPARE_PALETTE))]
-            colour = next((each for each in free if each not in taken), colour)
+            # With every colour taken two series share one, never one that is avoided.
+            colour = next(
+                (each for each in free if each not in taken), next(each for each in free if each not in avoided)
+            )
         chosen[value] = colour
         taken.add(colour)
     return alt.Scale(domain=shown, range=[chosen[value] for value in shown])

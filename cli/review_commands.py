@@ -43,7 +43,7 @@ def tag(
     remove: Annotated[bool, typer.Option("--remove", help="Take the tag off instead.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Tag a run: `baseline` pins it as later runs' baseline, `suspect` leaves it out of reviews.
+    """Tag a run: `baseline` pins it as later runs' baseline, `suspect` leaves it out of baselines.
 
     `baseline` pins the run as the baseline of later runs of its preset on its machine; `suspect`
     leaves it out of baselines and change detection."""

@@ -2,7 +2,7 @@
 (``static · n=256``), never a case's JSON. The names that say what a case is (its part, impl,
 draft, kernel, precision, dtype) stand bare; every other value carries its key, since ``256``
 alone does not say what it counts. A flag or an unset value reads as words (``no cache``,
-``one scale per row``), not as Python's ``cache=False`` or ``group_size=None``."""
+``ungrouped``), not as Python's ``cache=False`` or ``group_size=None``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ LEADING = ("part", "impl", "draft", "kernel", "precision", "dtype", "rounding", 
 PHRASES: dict[tuple[str, bool | None], str] = {
     ("embeddings_quantized", True): "embeddings quantized",
     ("embeddings_quantized", False): "embeddings float32",
-    ("group_size", None): "one scale per row",
+    ("group_size", None): "ungrouped",  # int8's one scale per row, and fp32 or bf16, which have none
 }
 
 

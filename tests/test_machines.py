@@ -40,7 +40,7 @@ def test_case_labels_name_what_varies_and_never_show_json() -> None:
         {"kernel": "fake", "group_size": 32, "embeddings_quantized": False, "distilled": None},
     ]
     assert case_labels(flags) == [
-        "distilled · embeddings quantized · one scale per row",
+        "distilled · embeddings quantized · ungrouped",
         "no distilled · embeddings float32 · group_size=32",
         "distilled=none · embeddings float32 · group_size=32",
     ]

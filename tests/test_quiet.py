@@ -70,7 +70,7 @@ def test_neither_side_waits_past_its_limit() -> None:
         with quiet.between_samples():
             stuck_running.set()
             stuck.wait(5)
-        holder_done.set()
+            holder_done.set()  # inside: a sample that waited for the work to end runs after this
 
     holder = threading.Thread(target=hold)
     holder.start()

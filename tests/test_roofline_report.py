@@ -59,13 +59,15 @@ def test_the_chart_holds_both_machines_roofs_and_the_points() -> None:
     assert dots["encoding"]["fill"]["field"] == "regime"
     # Every regime's fill differs from every ceiling's line colour, whatever the ceilings are called.
     two_machines = [f"{level} {rate} GB/s" for level in ("L1", "L2", "L3", "DRAM") for rate in (17, 380)]
-    for level_names in (["L3 30 GB/s", "L1 300 GB/s"], two_machines):
+    # Past the palette's 22 colours two ceilings share one, still none of a regime's.
+    many = [f"{level} {rate} GB/s" for level in ("L1", "L2", "L3", "DRAM") for rate in range(10, 90, 10)]
+    for level_names in (["L3 30 GB/s", "L1 300 GB/s"], two_machines, many):
         renamed = ceilings.assign(ceiling=[level_names[i % len(level_names)] for i in range(len(ceilings))])
         points = pd.DataFrame([placed_point(regime=regime) for regime in roofline.REGIMES])
         layers = roofline.roofline_chart(renamed, points).to_dict()["layer"]
         line_colours = set(layers[0]["encoding"]["color"]["scale"]["range"])
         fills = layers[1]["encoding"]["fill"]["scale"]["range"]
-        assert len(set(fills)) == len(roofline.REGIMES) and not line_colours & set(fills)
+        assert len(set(fills)) == len(roofline.REGIMES) and not line_colours & set(fills), level_names
     rows = [row for data in spec["datasets"].values() for row in data]
     assert {row.get("machine") for row in rows if "ceiling" in row} == {"here", "there"}
     # The bandwidth line stops at the compute peak: the roofline's knee.
