@@ -28,6 +28,7 @@ from runner.declarations import Declaration, StepSeconds
 from runner.decoding.choices import MAX_DRAFT_LENGTH, MAX_NGRAM_ORDER, SCHEDULES, SPECULATIVE_IMPLS, longest_draft
 from runner.errors import InputError
 from runner.experiments.base import AA_PART, Part, PartsExperiment, parts_in
+from runner.experiments.speculative_metrics import METRICS
 from runner.fields import Field
 from runner.model.data_folder import DRAFT_PREFIX
 
@@ -62,6 +63,7 @@ DECLARATION = Declaration(
     launch_fields=("ks", "pairs"),
     case_seconds=case_seconds,
     pages=(("speculative", "Speculative decoding"),),
+    metrics=METRICS,
 )
 
 # int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
