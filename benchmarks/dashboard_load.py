@@ -11,6 +11,7 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dashboard import pages as dashboard_pages
@@ -73,7 +74,7 @@ def build(url: str, runs: int, samples: int) -> None:
     store.close()
 
 
-def timed(label: str, function, target: float) -> float:  # noqa: ANN001
+def timed(label: str, function: Callable[[], object], target: float) -> float:
     started = time.perf_counter()
     function()
     seconds = time.perf_counter() - started

@@ -27,6 +27,7 @@ from store.files import check_output_file
 from store.user_text import for_terminal
 
 if TYPE_CHECKING:  # the store's module pulls in what a command that needs no store never loads
+    from runner.spec.sweeps import SweepSpec
     from store.store import Store
 
 
@@ -83,12 +84,15 @@ PresetOption = Annotated[str | None, typer.Option("--preset", help="quick, seed 
 SpecOption = Annotated[Path | None, typer.Option("--spec", help="A sweep spec TOML file.")]
 
 
-def load_spec(preset: str | None, spec: Path | None):  # noqa: ANN201
+def load_spec(preset: str | None, spec: Path | None) -> SweepSpec:
     from runner.spec.sweeps import load_preset, load_spec_file
 
     if (preset is None) == (spec is None):
         raise InputError("give exactly one of --preset NAME or --spec FILE")
-    return load_preset(preset) if preset is not None else load_spec_file(spec)  # type: ignore[arg-type]
+    if preset is not None:
+        return load_preset(preset)
+    assert spec is not None  # exactly one of them, checked above
+    return load_spec_file(spec)
 
 
 @app.command()

@@ -11,7 +11,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
@@ -20,6 +20,9 @@ import torch
 from hypothesis import settings
 
 from store import frames
+
+if TYPE_CHECKING:  # for the annotations: the fixtures import it where they use it
+    from store.store import Store
 
 # Property tests draw the same examples every run and never fail on time: Hypothesis's default
 # (fresh examples, a 200 ms deadline per example) turns a stall on a busy CI core into a failure.
@@ -166,7 +169,7 @@ def empty_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def store(store_url: str):  # noqa: ANN201
+def store(store_url: str) -> Iterator[Store]:
     from store.store import Store
 
     opened = Store(store_url)

@@ -34,7 +34,7 @@ def test_case_labels_name_what_varies_and_never_show_json() -> None:
     assert case_labels([{"n": 8}, {"n": 8, "impl": "fast"}]) == ["all", "fast"]
     assert case_labels([{"n": 8}]) == ["all"]
     # Flags and unset values read as words, and each value of a key labels apart.
-    flags = [
+    flags: list[dict[str, object]] = [
         {"kernel": "fake", "group_size": None, "embeddings_quantized": True, "distilled": True},
         {"kernel": "fake", "group_size": 32, "embeddings_quantized": False, "distilled": False},
         {"kernel": "fake", "group_size": 32, "embeddings_quantized": False, "distilled": None},

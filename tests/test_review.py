@@ -66,7 +66,7 @@ def two_runs(
     baseline_ratios: list[float],
     *,
     aa_band: tuple[float, float] = (0.97, 1.03),
-    acceptance=(0.6, 0.6),
+    acceptance: tuple[float, float] = (0.6, 0.6),
     drift: float | None = None,
 ) -> pd.DataFrame:
     """Compare a run and a baseline holding one paired speedup, one A/A case and one seeded count."""

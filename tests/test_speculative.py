@@ -11,7 +11,7 @@ import torch
 from runner.decoding.accept_rule import accept_rule
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
-from runner.decoding.speculative import speculative_decode
+from runner.decoding.speculative import Draft, speculative_decode
 from runner.experiments.parts.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
 from runner.experiments.parts.distribution_power import POWER, SIMULATION_SLACK
 from runner.model.gpt import CharGPT, ModelConfig
@@ -25,7 +25,7 @@ def target() -> CharGPT:
     return peaked_target()
 
 
-def drafts(target: CharGPT) -> list:  # noqa: ANN201
+def drafts(target: CharGPT) -> list[Draft]:
     tokens = torch.randint(0, VOCAB, (500,), generator=torch.Generator().manual_seed(1))
     torch.manual_seed(2)
     small = CharGPT(ModelConfig(vocab_size=VOCAB, d_model=16, n_layer=1, n_head=2, context_length=128)).eval()

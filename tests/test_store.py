@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -145,7 +146,7 @@ def test_read_api_filters(store: Store) -> None:
     assert frames.runs(store, status="failed")["error"].tolist() == ["boom"]
 
 
-def test_export_long_format(store: Store, tmp_path) -> None:  # noqa: ANN001
+def test_export_long_format(store: Store, tmp_path: Path) -> None:
     from store.export import write_export
 
     run_id = store.results.start_run(

@@ -9,8 +9,10 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from store import frames
 from store.store import Store
@@ -107,11 +109,11 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_store_consistent(
     url = f"sqlite:///{store_copy}"
     real_create = store_module.create_store_engine
 
-    def on_a_tiny_disk(store_url: str, *, read_only: bool = False):  # noqa: ANN202
+    def on_a_tiny_disk(store_url: str, *, read_only: bool = False) -> Engine:
         engine = real_create(store_url, read_only=read_only)
 
         @event.listens_for(engine, "connect")
-        def limit(dbapi_connection, _record) -> None:  # noqa: ANN001
+        def limit(dbapi_connection: Any, _record: object) -> None:
             pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
             dbapi_connection.execute(f"PRAGMA max_page_count = {pages + 12}")
 

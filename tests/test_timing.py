@@ -19,7 +19,7 @@ class FakeClock:
     def __call__(self) -> float:
         return self.now
 
-    def runner(self, durations: list[float]):  # noqa: ANN201
+    def runner(self, durations: list[float]) -> tuple[Callable[[], None], list[float]]:
         queue = list(durations)
 
         def run() -> None:
@@ -83,7 +83,7 @@ def test_paired_alternates_and_reports_median_and_band() -> None:
     harness = Harness(clock=clock, warmup=1)
     original_warm = harness._warm
 
-    def warm(*functions) -> None:  # noqa: ANN002
+    def warm(*functions: Callable[[], object]) -> None:
         original_warm(*functions)
         warmed[0] = True
 
