@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.cost import counts, scale
-from store.files import write_whole
+from store.files import write_text_whole
 from store.records import RecordedMeasurement
 
 FIGURES_PATH = Path(__file__).parent / "data" / "writeup_figures.toml"
@@ -232,6 +232,6 @@ def write_writeup_report(rows: Sequence[Row], run_id: int, out: Path) -> list[Pa
     """seed_report.json (one object per row) and seed_report.md in ``out``."""
     json_path, markdown_path = out / "seed_report.json", out / "seed_report.md"
     json_text, markdown_text = json.dumps([asdict(row) for row in rows], indent=1), markdown(rows, run_id)
-    write_whole(json_path, lambda temporary: temporary.write_text(json_text, encoding="utf-8"))
-    write_whole(markdown_path, lambda temporary: temporary.write_text(markdown_text, encoding="utf-8"))
+    write_text_whole(json_path, json_text)
+    write_text_whole(markdown_path, markdown_text)
     return [json_path, markdown_path]

@@ -8,7 +8,7 @@ from typing import Any
 
 from runner.cost import context_cost as cost
 from runner.cost import scale
-from store.files import write_whole
+from store.files import write_text_whole
 
 ITEMSIZE = 2
 BUDGET_BYTES = 1 << 30
@@ -86,8 +86,8 @@ def write_context_cost_report(directory: Path) -> list[Path]:
     report = context_cost_report()
     json_path, markdown_path = directory / "cost_report.json", directory / "cost_report.md"
     json_text, markdown_text = json.dumps(report, indent=2) + "\n", context_cost_markdown(report)
-    write_whole(json_path, lambda temporary: temporary.write_text(json_text, encoding="utf-8"))
-    write_whole(markdown_path, lambda temporary: temporary.write_text(markdown_text, encoding="utf-8"))
+    write_text_whole(json_path, json_text)
+    write_text_whole(markdown_path, markdown_text)
     return [json_path, markdown_path]
 
 

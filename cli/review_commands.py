@@ -10,7 +10,7 @@ import typer
 
 from cli.options import DbOption, open_store
 from runner.errors import InputError
-from store.files import check_output_file, write_whole
+from store.files import check_output_file, write_text_whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,7 +86,7 @@ def checked_format(out: Path, report_format: str | None) -> str:
 
 def write_file(out: Path, text: str) -> None:
     """Written whole or not at all: a reader never finds half a report."""
-    write_whole(out, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    write_text_whole(out, text)
 
 
 def checked_gate(fail_on: str | None) -> list[str]:

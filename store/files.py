@@ -66,3 +66,8 @@ def write_whole(path: Path, write: Callable[[Path], object], mode: int = SHARED_
         if isinstance(error, OSError):  # no permission, a full disk, a read-only file system
             raise StoreError(f"--out: cannot write {str(path)!r} ({error.strerror or error})") from None
         raise
+
+
+def write_text_whole(path: Path, text: str) -> None:
+    """``text`` written whole or not at all (write_whole): a reader never finds half a report."""
+    write_whole(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
