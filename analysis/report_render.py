@@ -73,7 +73,7 @@ def value_in_unit(row: Mapping[Any, Any], side: str) -> str:
     """A side's value as the tables write it in the row's unit (4.965 µs, 1.18 MiB, 12,345), empty
     where the side has none."""
     value = row[side]
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if tables.is_missing(value):
         return ""
     return tables.value_text(value, row.get("unit") if isinstance(row.get("unit"), str) else None)
 

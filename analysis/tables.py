@@ -76,6 +76,11 @@ def axis_title(metric: str) -> str:
     return header(metric) + (f" ({unit})" if unit and unit not in ("ratio", "bool") else "")
 
 
+def is_missing(value: Any) -> bool:
+    """No value to write: None or NaN (a cell's MISSING)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def is_identifier(name: str) -> bool:
     """Ids and seeds read as names, not quantities: no thousands separator in them."""
     return name == "id" or name.endswith("_id") or name in {"seed", "pid"}
@@ -121,14 +126,14 @@ def is_flag(series: pd.Series) -> bool:
 
 
 def yes_no(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     return "yes" if bool(value) else "no"
 
 
 def binary_bytes(value: Any) -> str:
     """1536 → "1.50 KiB"; below 1 KiB the count itself."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     size = float(value)
     unit = 0
@@ -141,7 +146,7 @@ def binary_bytes(value: Any) -> str:
 def duration(value: Any, unit: str = "seconds") -> str:
     """A time in ``unit`` (seconds or microseconds) as a person reads it: 0.000123 s → "123 µs",
     0.0123 → "12.3 ms", 1976.4 → "1,976 s"; four significant figures."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     seconds = float(value) * SECONDS_PER_UNIT.get(unit, 1.0)
     size = abs(seconds)
@@ -156,7 +161,7 @@ def duration(value: Any, unit: str = "seconds") -> str:
 
 def date(value: Any) -> str:
     """A date to the second (no microseconds, no time zone suffix)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     try:
         stamp = pd.Timestamp(value)
@@ -166,20 +171,20 @@ def date(value: Any) -> str:
 
 
 def percent(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     return f"{float(value):+.1%}"
 
 
 def share(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     return f"{float(value):.1%}"
 
 
 def value_text(value: Any, unit: str | None) -> str:
     """One value in ``unit`` (the catalogue's), as every table writes it."""
-    if unit == "bool" and value is not None and not (isinstance(value, float) and math.isnan(value)):
+    if unit == "bool" and not is_missing(value):
         try:
             if float(value) in (0.0, 1.0):
                 return yes_no(value)
@@ -194,7 +199,7 @@ def value_text(value: Any, unit: str | None) -> str:
 
 def number(value: Any) -> str:
     """Whole numbers with separators (12,345), others to four significant figures."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     if isinstance(value, bool):
         return yes_no(value)
@@ -209,7 +214,7 @@ def number(value: Any) -> str:
 
 
 def plain(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return MISSING
     return str(value)
 
