@@ -39,7 +39,7 @@ def value_text(value: Any) -> str:
 
 
 def piece(key: str, value: Any) -> str:
-    """One parameter in a label: ``static``, ``n=256``, ``no cache``, ``one scale per row``."""
+    """One parameter in a label: ``static``, ``n=256``, ``no cache``, ``ungrouped``."""
     if (isinstance(value, bool) or value is None) and (key, value) in PHRASES:
         return PHRASES[(key, value)]
     if isinstance(value, bool):
