@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from analysis import between_runs, review, review_charts, review_lines, tables
+from analysis import between_runs, review, review_charts, review_lines, review_timed, tables
 from analysis.figures import Figure
 from analysis.formats import REPORT_FORMATS
 from analysis.runs import sweep_label
@@ -143,7 +143,10 @@ METHOD = (
     f"about {between_runs.FLOOR_ALPHA:g}, up to twice that on two runs), or, for a ratio moving the same way as the "
     f"median of its experiment · metric · impl group where that median is beyond the group's own floor (its level's "
     f"run-to-run spread, the same way), that lower floor; with fewer, a paired ratio's shift within "
-    f"the machine's drift figure (else ±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, and a min-of-N "
+    f"the machine's drift figure (else ±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, unless "
+    f"{review_timed.RUN_WIDE_MIN_ROWS} or more such ratios moved beyond "
+    f"±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} together (their median: the whole run moved), which "
+    f"those moving with it are judged against, and a min-of-N "
     f"time (absolute seconds) is at most unknown drift. Each tested row says the smallest change it would have seen "
     f"({review.MDE_POWER:.0%} power, moving alone in its family, never below its floor); a review with rows that "
     f"could not see {review.UNDERPOWERED_CHANGE:.0%} says it is underpowered."

@@ -177,6 +177,41 @@ def group_moves(
     return {key: move for key, move in moves.items() if abs(move.shift) > move.floor}
 
 
+# A first review's paired ratios (no between-run floor yet) are judged against the machine's drift
+# allowance (±15% before it is known), which hides a 10% change of every case. Their two sides are
+# timed together, so a move of the host cancels in each and their median over the review barely
+# moves between runs of the same code (-1.5% to +0.7% over 33 A/A pairs of six Zen 5 EPYC stores,
+# docs/review-measurements.md), where a change of the whole run moves it by the change itself. So
+# where at least RUN_WIDE_MIN_ROWS such rows moved RUN_WIDE_ALLOWANCE or more (median), the rows
+# moving that way are judged against RUN_WIDE_ALLOWANCE instead of the drift allowance.
+RUN_WIDE_ALLOWANCE = math.log1p(0.05)
+RUN_WIDE_MIN_ROWS = 20
+
+
+@dataclass(frozen=True)
+class RunWideMove:
+    """The paired rows judged against a drift allowance, where their median moved beyond
+    RUN_WIDE_ALLOWANCE: the review's whole run moved, not one family."""
+
+    shift: float  # their median log shift
+    rows: int
+
+
+def run_wide_move(tests: Mapping[int, TimedTest]) -> RunWideMove | None:
+    """The median shift of the review's paired rows that have no between-run floor yet (judged
+    against a finite drift allowance), where RUN_WIDE_MIN_ROWS or more of them moved beyond
+    RUN_WIDE_ALLOWANCE together."""
+    shifts = [
+        test.test.shift
+        for test in tests.values()
+        if test.floor.between is None and not test.absolute and 0 < test.floor.drift < math.inf
+    ]
+    if len(shifts) < RUN_WIDE_MIN_ROWS:
+        return None
+    median = statistics.median(shifts)
+    return RunWideMove(median, len(shifts)) if abs(median) > RUN_WIDE_ALLOWANCE else None
+
+
 def group_variances(tests: Mapping[int, tuple[Group, list[float], list[float]]]) -> dict[Group, float]:
     """Per (experiment, impl, method): the median pooled variance of its rows' log values, the
     prior each row's own variance is moderated towards."""
@@ -217,6 +252,7 @@ def judge_timed_rows(
             absolute=is_absolute(group[2]),
         )
     moved = group_moves(rows, tests, families or {})
+    whole_run = run_wide_move(tests)
     by_family: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
         by_family.setdefault(timed.family, []).append(index)
@@ -228,6 +264,17 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
+            run_wide = (
+                whole_run
+                if whole_run is not None
+                and drift_rule is not None
+                and not test.absolute
+                and RUN_WIDE_ALLOWANCE < drift_rule < math.inf
+                and whole_run.shift * test.test.shift > 0
+                else None
+            )
+            if run_wide is not None:
+                drift_rule = RUN_WIDE_ALLOWANCE
             own_floor = test.floor.between or 0.0
             move = moved.get((str(entry["experiment"]), str(entry["metric"]), test.family[1]))
             if (
@@ -242,10 +289,16 @@ def judge_timed_rows(
             entry["verdict"] = decided(
                 adjusted_p, shift, test.direction, own_floor if move is None else move.floor, drift_rule
             )
-            entry["why"] = explanation(entry, test, len(members), move)
+            entry["why"] = explanation(entry, test, len(members), move, run_wide)
 
 
-def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int, move: GroupMove | None = None) -> str:
+def explanation(
+    entry: Mapping[str, Any],
+    test: TimedTest,
+    family_size: int,
+    move: GroupMove | None = None,
+    run_wide: RunWideMove | None = None,
+) -> str:
     """Why a tested timed row got its verdict: the test, the adjusted p, what it could have seen
     and the floor or drift allowance it had to clear (its group's, where it moved with its group)."""
     experiment, impl = test.family
@@ -259,6 +312,12 @@ def explanation(entry: Mapping[str, Any], test: TimedTest, family_size: int, mov
         floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
     elif math.isinf(test.floor.drift):
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
+    elif run_wide is not None:
+        floor = (
+            f"the review's {run_wide.rows} paired rows without a between-run floor moved "
+            f"{math.expm1(run_wide.shift):+.1%} together (median), beyond ±{math.expm1(RUN_WIDE_ALLOWANCE):.0%}, "
+            f"which it was judged against (the drift allowance ±{math.expm1(test.floor.drift):.1%})"
+        )
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"

@@ -11,6 +11,7 @@ import math
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,45 @@ def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
         tested = table[table["p_value"].notna()]
         ratio = tested["run"].astype(float) / tested["baseline"].astype(float)
         assert ratio.sub(1.0).sub(tested["change"].astype(float)).abs().max() < 1e-9, seed
+
+
+def slowed_grid(seed: int, slowed: Callable[[dict[str, Any]], bool], factor: float = 1.1) -> pd.DataFrame:
+    """A first review (no earlier runs, the ±15% drift allowance) of the 28-case grid in realistic
+    noise, the cases ``slowed`` picks ``factor`` slower in the run: its timed rows."""
+    base_cases = [(e, p, noisy_ratios(1.5, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
+    run_cases = [
+        (e, p, noisy_ratios(1.5 / (factor if slowed(p) else 1.0), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)
+    ]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+    return review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples)).query("kind == 'timed'")
+
+
+RUN_WIDE_WHY = "paired rows without a between-run floor moved"
+
+
+def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_one_draft_alone_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first review judges its paired ratios against the ±15% drift allowance, so a 10% change
+    of one case is `unknown drift`; a change of the whole run moves the median of those rows, which
+    an unchanged machine's first reviews moved at most 1.5% (review_timed.RUN_WIDE_ALLOWANCE), and
+    rows moving with it are judged against ±5%. Two drafts of five slowed alone (8 of 28 rows) do
+    not move the median that far: the rule does not fire."""
+    whole = [slowed_grid(seed, lambda params: True) for seed in range(10)]
+    regressed = [table[table["verdict"] == "regressed"] for table in whole]
+    assert sum(map(len, regressed)) >= 100, [len(table) for table in regressed]  # of 280 rows
+    assert all(RUN_WIDE_WHY in why for table in regressed for why in table["why"])
+    assert not any((table["verdict"] == "improved").any() for table in whole)
+    for seed in range(10):
+        two_drafts = slowed_grid(seed, lambda params: params.get("draft") in ("bigram", "ngram"))
+        assert not two_drafts["why"].str.contains(RUN_WIDE_WHY).any(), seed
+        # Only rows beyond the allowance itself (a 1/1.15 ratio, 13% down) are regressed.
+        assert (two_drafts[two_drafts["verdict"] == "regressed"]["change"] < 1 / 1.15 - 1).all(), seed
+    monkeypatch.setattr(review_timed, "RUN_WIDE_ALLOWANCE", math.inf)
+    without = [slowed_grid(seed, lambda params: True) for seed in range(10)]
+    flagged_without = pd.concat([table[table["verdict"] == "regressed"] for table in without])
+    # Without the rule only rows whose noise took them past the allowance itself are regressed.
+    assert len(flagged_without) <= 20 and (flagged_without["change"] < 1 / 1.15 - 1).all(), flagged_without
 
 
 def test_a_change_below_the_smallest_one_the_review_flags_is_within_noise_however_sure() -> None:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.cost.roofline_model import decode_working_sets
+from runner.cost.roofline_model import LEVELS, decode_working_sets
 from runner.decoding.native_build import build
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -96,7 +96,7 @@ def level_working_sets(caches: dict[str, int], quick: bool) -> dict[str, int]:
     level_three = min(4 * caches["L2"], max(caches["L3"] // 2, caches["L2"] * 3 // 2))
     dram_cap = 64 * MIB if quick else 512 * MIB
     dram = max(min(4 * caches["L3"], dram_cap), 2 * level_three)
-    return {"L1": caches["L1"] // 2, "L2": caches["L2"] // 2, "L3": level_three, "DRAM": dram}
+    return dict(zip(LEVELS, (caches["L1"] // 2, caches["L2"] // 2, level_three, dram), strict=True))
 
 
 def sweep_sizes(caches: dict[str, int], largest: int, quick: bool) -> list[int]:
