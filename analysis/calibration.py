@@ -250,10 +250,18 @@ def timed_rows(table: pd.DataFrame) -> int:
 class Injector:
     """Regressions injected into one review pair's real samples, judged family by family."""
 
-    def __init__(self, inputs: review_inputs.ReviewInputs) -> None:
+    def __init__(self, inputs: review_inputs.ReviewInputs, table: pd.DataFrame) -> None:
         self.inputs = inputs
         self.rows = inputs.side_by_side(True)
         self.measured = review_inputs.measured_sides(inputs.samples)
+        # The rows of the un-injected review (``table``, its full verdict table) that a move of the
+        # whole run is judged on, by their key, with their log shifts: a family judged alone is judged
+        # beside the rest of the review's, which an injection into that family leaves as they were.
+        joining = table[table["run_wide_shift"].notna()]
+        self.run_wide_shifts = {
+            (str(row["experiment"]), str(row["metric"]), str(row["point"])): float(row["run_wide_shift"])
+            for row in joining.to_dict("records")
+        }
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
         """``review_inputs.injected`` with the measured sides found once per pair."""
@@ -265,7 +273,12 @@ class Injector:
             # Only the family's samples: grouping every sample of both runs was most of a family's cost.
             family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
             samples = samples[samples["measurement_id"].isin(family)]
-        return review_inputs.judge(self.inputs, samples=samples, rows=rows)
+        outside: list[float] = []
+        if rows is not None:
+            keys = (rows[column].astype(str) for column in ("experiment", "metric", "point"))
+            inside = set(zip(*keys, strict=True))
+            outside = [shift for key, shift in self.run_wide_shifts.items() if key not in inside]
+        return review_inputs.judge(self.inputs, samples=samples, rows=rows, run_wide_outside=outside)
 
 
 def drift_judged_moves(cases: pd.DataFrame) -> dict[Family, list[float]]:
@@ -336,7 +349,7 @@ def calibrate(
         alerts = int(judged["verdict"].isin(ALERTS).sum())
         result.false_alerts += alerts
         result.reviews_with_false_alert += alerts > 0
-        injector = Injector(inputs)
+        injector = Injector(inputs, table)
         cases = keyed(table, injector.rows)
         for family, moves in drift_judged_moves(cases).items():
             result.drift_judged_moves.setdefault(family, []).extend(moves)

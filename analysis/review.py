@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +212,9 @@ COLUMNS = [
     "kind",
     "why",
 ]
+# Kept beside COLUMNS, not shown as a column: the log shift of each row that a move of the whole
+# run is judged on (analysis.review_timed.joins_run_wide), empty on the others.
+TABLE_COLUMNS = [*COLUMNS, "run_wide_shift"]
 
 
 # ---- the noise floors -------------------------------------------------------------------------
@@ -298,6 +301,7 @@ def verdict_table(
     paired_rows: pd.DataFrame | None = None,
     unmeasured: Mapping[tuple[str, str], str] | None = None,
     families: Mapping[tuple[str, str, str], FamilyFloor] | None = None,
+    run_wide_outside: Sequence[float] = (),
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -308,7 +312,10 @@ def verdict_table(
     ``paired_rows``: ``side_by_side(run, baseline, headline_only)`` where the caller has it already.
     ``unmeasured``: (experiment, params key) → reason, the run's cases it could not measure: their
     rows say so and are never judged. ``families``: ``family_floors`` of the same earlier runs, how
-    far each experiment · metric · impl group moves together between runs."""
+    far each experiment · metric · impl group moves together between runs. ``run_wide_outside``:
+    where ``paired_rows`` holds only some of the review's rows (the calibration judges a family
+    alone), the log shifts of the review's other rows that join a move of the whole run
+    (``run_wide_shift`` of the full table), so that the rule sees the whole review."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
@@ -347,7 +354,7 @@ def verdict_table(
             headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
         )
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
-    judge_timed_rows(rows, candidates, floors, families or {})
+    judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside)
     for index, (_, run_logs, base_logs) in candidates.items():
         tested_values(rows[index], run_logs, base_logs, sample_units[index])
     for index, metrics in same_samples.items():
@@ -429,7 +436,7 @@ def timed_logs(
 
 def ordered_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The rows as the verdict table: by verdict (regressions first), then the largest change."""
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     if table.empty:
         return table
     table["order"] = table["verdict"].map(VERDICT_ORDER.index)

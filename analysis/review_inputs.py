@@ -4,6 +4,7 @@ calibration, which also judges them again with the run's samples slowed on purpo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,10 +157,12 @@ def judge(
     headline_only: bool = True,
     samples: pd.DataFrame | None = None,
     rows: pd.DataFrame | None = None,
+    run_wide_outside: Sequence[float] = (),
 ) -> pd.DataFrame:
     """The verdict table of the review (``samples`` in place of the stored ones, if given; only
     ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
-    as in the full review, whose tests and adjustments stay within a family)."""
+    as in the full review, whose tests and adjustments stay within a family, given the log shifts
+    of the other rows that join a move of the whole run, ``run_wide_outside``)."""
     table = review.verdict_table(
         inputs.run_measurements,
         inputs.baseline_measurements,
@@ -170,6 +173,7 @@ def judge(
         paired_rows=inputs.side_by_side(headline_only) if rows is None else rows,
         unmeasured=inputs.unmeasured,
         families=inputs.families,
+        run_wide_outside=run_wide_outside,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

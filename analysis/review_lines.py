@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.review import UNDERPOWERED_CHANGE, VERDICT_ORDER, seen
+from analysis.review_timed import RUN_WIDE_ALLOWANCE, RUN_WIDE_MIN_ROWS
 
 
 def verdict_label(row: Mapping[Any, Any]) -> str:
@@ -94,11 +95,25 @@ def cannot_see(table: pd.DataFrame) -> bool:
     return smallest is not None and smallest > UNDERPOWERED_CHANGE
 
 
+def run_wide_clause(table: pd.DataFrame) -> str:
+    """What a move of the whole run is judged against, where RUN_WIDE_MIN_ROWS or more paired rows
+    are judged on it together (``run_wide_shift``: a first review's ratios, each alone held to its
+    drift allowance, analysis.review_timed.joins_run_wide); else nothing."""
+    rows = int(table["run_wide_shift"].notna().sum()) if "run_wide_shift" in table.columns else 0
+    if rows < RUN_WIDE_MIN_ROWS:
+        return ""
+    return (
+        f"; a change of the whole run, moving its {rows} paired ratios without a between-run floor "
+        f"together, from {math.expm1(RUN_WIDE_ALLOWANCE):.0%}"
+    )
+
+
 def seen_line(table: pd.DataFrame) -> str:
     """What the review could see, said before its counts: the smallest timed change it could have
     flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
     machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
-    (``detectable_line``). A count of "0 regressed" means nothing beyond what this line allows."""
+    (``detectable_line``); in a first review, what a move of the whole run is judged against
+    (``run_wide_clause``). A count of "0 regressed" means nothing beyond what this line allows."""
     smallest = smallest_detectable(table)
     if smallest is None:
         return (
@@ -114,9 +129,9 @@ def seen_line(table: pd.DataFrame) -> str:
     if smallest > UNDERPOWERED_CHANGE:
         return (
             f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
-            f"could have flagged is {smallest:.0%} ({rows})"
+            f"could have flagged is {smallest:.0%} ({rows}){run_wide_clause(table)}"
         )
-    return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows})"
+    return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows}){run_wide_clause(table)}"
 
 
 def comparable_timed(table: pd.DataFrame) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,10 +180,10 @@ def group_moves(
 # A first review's paired ratios (no between-run floor yet) are judged against the machine's drift
 # allowance (±15% before it is known), which hides a 10% change of every case. Their two sides are
 # timed together, so a move of the host cancels in each and their median over the review barely
-# moves between runs of the same code (-1.5% to +0.7% over 33 A/A pairs of six Zen 5 EPYC stores,
-# docs/review-measurements.md), where a change of the whole run moves it by the change itself. So
-# where at least RUN_WIDE_MIN_ROWS such rows moved RUN_WIDE_ALLOWANCE or more (median), the rows
-# moving that way are judged against RUN_WIDE_ALLOWANCE instead of the drift allowance.
+# moves between runs of the same code (-1.5% to +0.6% in the first reviews of thirteen Zen 5 EPYC
+# stores, docs/review-measurements.md), where a change of the whole run moves it by the change
+# itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond RUN_WIDE_ALLOWANCE (their
+# median), the rows moving that way are judged against RUN_WIDE_ALLOWANCE, not the drift allowance.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
 RUN_WIDE_MIN_ROWS = 20
 
@@ -197,15 +197,18 @@ class RunWideMove:
     rows: int
 
 
-def run_wide_move(tests: Mapping[int, TimedTest]) -> RunWideMove | None:
-    """The median shift of the review's paired rows that have no between-run floor yet (judged
-    against a finite drift allowance), where RUN_WIDE_MIN_ROWS or more of them moved beyond
-    RUN_WIDE_ALLOWANCE together."""
-    shifts = [
-        test.test.shift
-        for test in tests.values()
-        if test.floor.between is None and not test.absolute and 0 < test.floor.drift < math.inf
-    ]
+def joins_run_wide(test: TimedTest) -> bool:
+    """Whether a row speaks in run_wide_move: a paired ratio without a between-run floor, judged
+    against a drift allowance wider than RUN_WIDE_ALLOWANCE (not a min-of-N time, whose samples
+    carry the host's moves; not an A/B session's, which allows no drift)."""
+    return test.floor.between is None and not test.absolute and RUN_WIDE_ALLOWANCE < test.floor.drift < math.inf
+
+
+def run_wide_move(tests: Mapping[int, TimedTest], outside: Sequence[float] = ()) -> RunWideMove | None:
+    """The median shift of the review's rows that join it (``joins_run_wide``), with ``outside``
+    (the log shifts of such rows of the review that are not judged here), where RUN_WIDE_MIN_ROWS
+    or more of them moved beyond RUN_WIDE_ALLOWANCE together."""
+    shifts = [test.test.shift for test in tests.values() if joins_run_wide(test)] + list(outside)
     if len(shifts) < RUN_WIDE_MIN_ROWS:
         return None
     median = statistics.median(shifts)
@@ -229,11 +232,14 @@ def judge_timed_rows(
     candidates: Mapping[int, tuple[Group, list[float], list[float]]],
     floors: Mapping[int, tuple[Floor, str]],
     families: Mapping[GroupKey, FamilyFloor] | None = None,
+    run_wide_outside: Sequence[float] = (),
 ) -> None:
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
     group that moved together beyond its ``families`` floor (``group_moves``), moving the same
-    way, is judged against that floor where it is the lower one."""
+    way, is judged against that floor where it is the lower one; a paired row without a between-run
+    floor moving with the whole run (``run_wide_move`` over these rows and ``run_wide_outside``),
+    against RUN_WIDE_ALLOWANCE."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -252,7 +258,7 @@ def judge_timed_rows(
             absolute=is_absolute(group[2]),
         )
     moved = group_moves(rows, tests, families or {})
-    whole_run = run_wide_move(tests)
+    whole_run = run_wide_move(tests, run_wide_outside)
     by_family: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
         by_family.setdefault(timed.family, []).append(index)
@@ -264,15 +270,11 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
-            run_wide = (
-                whole_run
-                if whole_run is not None
-                and drift_rule is not None
-                and not test.absolute
-                and RUN_WIDE_ALLOWANCE < drift_rule < math.inf
-                and whole_run.shift * test.test.shift > 0
-                else None
-            )
+            joins = joins_run_wide(test)
+            # The log shift of a row a whole run's move is judged on: review_lines.seen_line counts them,
+            # the calibration's Injector hands them to a family judged alone (``run_wide_outside``).
+            entry["run_wide_shift"] = test.test.shift if joins else None
+            run_wide = whole_run if whole_run is not None and joins and whole_run.shift * test.test.shift > 0 else None
             if run_wide is not None:
                 drift_rule = RUN_WIDE_ALLOWANCE
             own_floor = test.floor.between or 0.0

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import review, review_lines, review_samples, review_timed
+from analysis import calibration, review, review_inputs, review_lines, review_samples, review_timed, statistics
 from runner import metrics
 from store import frames
 from store.store import Store
@@ -185,15 +185,22 @@ def noisy_ratios(center: float, seed: int, pairs: int = QUICK_PAIRS, sigma: floa
     return draws
 
 
+def grid_runs(
+    seed: int, slower_by: Callable[[int, dict[str, Any]], float]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The 28-case grid in two runs of noisy ratios, case i (with its params) ``slower_by(i, params)``
+    times slower in the run: the run's and the baseline's measurements and both runs' samples."""
+    base_cases = [(e, p, noisy_ratios(1.5, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
+    run_cases = [(e, p, noisy_ratios(1.5 / slower_by(i, p), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)]
+    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
+    return run, baseline, pd.DataFrame(run_samples + baseline_samples)
+
+
 def grid_review(seed: int, slowed: int | None) -> tuple[pd.DataFrame, str | None]:
     """The 28-case grid in two runs of noisy ratios, case ``slowed`` 25% slower in the run: the
     review and the slowed case's point."""
-    base_cases = [(e, p, noisy_ratios(1.5, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
-    run_cases = [
-        (e, p, noisy_ratios(1.5 / (1.25 if i == slowed else 1.0), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)
-    ]
-    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
-    table = review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples))
+    run, baseline, samples = grid_runs(seed, lambda index, params: 1.25 if index == slowed else 1.0)
+    table = review.verdict_table(run, baseline, samples)
     if slowed is None:
         return table, None
     experiment, params = GRID[slowed]
@@ -267,33 +274,37 @@ def test_two_runs_of_the_same_code_with_realistic_noise_give_no_alert() -> None:
         assert ratio.sub(1.0).sub(tested["change"].astype(float)).abs().max() < 1e-9, seed
 
 
-def slowed_grid(seed: int, slowed: Callable[[dict[str, Any]], bool], factor: float = 1.1) -> pd.DataFrame:
+def slowed_grid(
+    seed: int, slowed: Callable[[dict[str, Any]], bool], factor: float = 1.1, **options: Any
+) -> pd.DataFrame:
     """A first review (no earlier runs, the ±15% drift allowance) of the 28-case grid in realistic
     noise, the cases ``slowed`` picks ``factor`` slower in the run: its timed rows."""
-    base_cases = [(e, p, noisy_ratios(1.5, seed * 100 + i)) for i, (e, p) in enumerate(GRID)]
-    run_cases = [
-        (e, p, noisy_ratios(1.5 / (factor if slowed(p) else 1.0), seed * 100 + 50 + i)) for i, (e, p) in enumerate(GRID)
-    ]
-    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
-    return review.verdict_table(run, baseline, pd.DataFrame(run_samples + baseline_samples)).query("kind == 'timed'")
+    run, baseline, samples = grid_runs(seed, lambda index, params: factor if slowed(params) else 1.0)
+    return review.verdict_table(run, baseline, samples, **options).query("kind == 'timed'")
 
 
 RUN_WIDE_WHY = "paired rows without a between-run floor moved"
 
 
-def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_one_draft_alone_passes(
+def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_two_drafts_alone_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A first review judges its paired ratios against the ±15% drift allowance, so a 10% change
     of one case is `unknown drift`; a change of the whole run moves the median of those rows, which
-    an unchanged machine's first reviews moved at most 1.5% (review_timed.RUN_WIDE_ALLOWANCE), and
-    rows moving with it are judged against ±5%. Two drafts of five slowed alone (8 of 28 rows) do
-    not move the median that far: the rule does not fire."""
+    an unchanged machine's first reviews moved at most 1.5%, and rows moving with it are judged
+    against ±5% (review_timed.RUN_WIDE_ALLOWANCE). Two drafts of five slowed alone (8 of 28 rows)
+    do not move the median that far: the rule does not fire."""
     whole = [slowed_grid(seed, lambda params: True) for seed in range(10)]
     regressed = [table[table["verdict"] == "regressed"] for table in whole]
     assert sum(map(len, regressed)) >= 100, [len(table) for table in regressed]  # of 280 rows
     assert all(RUN_WIDE_WHY in why for table in regressed for why in table["why"])
     assert not any((table["verdict"] == "improved").any() for table in whole)
+    # The review's first line says what a whole run's move is judged against; where no drift is
+    # allowed (an A/B session's rounds) each row is judged alone, and the line says nothing of it.
+    assert review_lines.seen_line(whole[0]).endswith(
+        "; a change of the whole run, moving its 28 paired ratios without a between-run floor together, from 5%"
+    )
+    assert "whole run" not in review_lines.seen_line(slowed_grid(0, lambda params: True, drift=0.0))
     for seed in range(10):
         two_drafts = slowed_grid(seed, lambda params: params.get("draft") in ("bigram", "ngram"))
         assert not two_drafts["why"].str.contains(RUN_WIDE_WHY).any(), seed
@@ -612,22 +623,60 @@ def test_a_first_reviews_moves_are_the_ratios_judged_against_the_allowance_on_it
     assert moves[("kv_cache", "static")] == pytest.approx([0.01])
 
 
-def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review() -> None:
-    """The calibration judges an injected case or family by judging its family alone: the
-    tests, priors and adjustments never cross families, so the verdicts are the same."""
-    table, slowed_point = grid_review(3, slowed=5)
-    base_cases = [(e, p, noisy_ratios(1.5, 300 + i)) for i, (e, p) in enumerate(GRID)]
-    run_cases = [(e, p, noisy_ratios(1.5 / (1.25 if i == 5 else 1.0), 350 + i)) for i, (e, p) in enumerate(GRID)]
-    (run, run_samples), (baseline, baseline_samples) = case_rows(2, run_cases, {}), case_rows(1, base_cases, {})
-    rows = review.side_by_side(run, baseline)
+@pytest.mark.parametrize("slowed", [5, None], ids=["one case 25%", "its family 10%"])
+def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review(slowed: int | None) -> None:
+    """The calibration (calibration.Injector) judges an injected case or family by judging its
+    family alone: the tests, priors and adjustments never cross families, and a move of the whole
+    run (which does) is judged on the family's rows beside the other families' shifts in the
+    un-injected review, so the verdicts are those of the full review with the same injection. The
+    grid's family is half its rows, so 10% of it moves the median of the first review's ratios
+    past ±5%: the rule fires, in both."""
+    run, baseline, samples = grid_runs(3, lambda index, params: 1.0)
+    inputs = review_inputs.ReviewInputs({}, {}, run, baseline, samples, earlier=[], between={}, drift=None)
+    injector = calibration.Injector(inputs, review_inputs.judge(inputs))
     impl = GRID[5][1]["impl"]
-    alone = review.verdict_table(
-        run, baseline, pd.DataFrame(run_samples + baseline_samples), paired_rows=rows[rows["impl"] == impl]
+    family = injector.rows[injector.rows["impl"] == impl]
+    chosen = (
+        family
+        if slowed is None
+        else family[family["point"] == review.case_points(run)[GRID[slowed][0], review.params_key(GRID[slowed][1])]]
     )
-    full = table[table["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
-    alone = alone.sort_values("point").reset_index(drop=True)
-    assert len(alone) == len(GRID) // 2 and slowed_point in set(alone["point"])
+    ids = {int(ident) for ident in chosen["measurement_id_run"]}
+    factor = 1.25 if slowed is not None else 1.1
+    alone = injector.judged(family, ids, factor).sort_values("point").reset_index(drop=True)
+    full = review_inputs.judge(inputs, samples=injector.samples(ids, factor))
+    full = full[full["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
+    assert len(alone) == len(GRID) // 2 and set(chosen["point"]) <= set(alone["point"])
     pd.testing.assert_frame_equal(alone, full)
+    assert (alone["verdict"] == "regressed").any()
+    if slowed is None:
+        assert alone["why"].str.contains(RUN_WIDE_WHY).any()
+
+
+def test_a_move_of_the_whole_run_needs_20_paired_rows_without_a_floor_and_moving_beyond_5_percent() -> None:
+    """Who speaks in review_timed.run_wide_move: paired ratios judged against a drift allowance
+    wider than ±5%; never a min-of-N time (its samples carry the host's moves), an A/B session's
+    row (no drift allowed) or a row with a between-run floor; and at least RUN_WIDE_MIN_ROWS of
+    them, their median beyond ±5%."""
+    shift = math.log(1 / 1.1)
+
+    def timed(floor: review_timed.Floor, absolute: bool = False, moved: float = shift) -> review_timed.TimedTest:
+        test = statistics.LogShiftTest(moved, 0.01, 8.0, 1e-6)
+        return review_timed.TimedTest(test, 5, 5, ("speculative", "fast"), "higher", floor, absolute=absolute)
+
+    first = review_timed.row_floor(None, review.DEFAULT_DRIFT)
+    assert review_timed.joins_run_wide(timed(first))
+    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(None, review.DEFAULT_DRIFT, "min"), True))
+    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(None, 0.0)))
+    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(0.05, review.DEFAULT_DRIFT)))
+    count = review_timed.RUN_WIDE_MIN_ROWS
+    assert review_timed.run_wide_move({i: timed(first) for i in range(count - 1)}) is None
+    move = review_timed.run_wide_move({i: timed(first) for i in range(count)})
+    assert move is not None and move.rows == count and math.isclose(move.shift, shift)
+    # The rows outside those judged count too (the calibration's family judged alone).
+    assert review_timed.run_wide_move({0: timed(first)}, [shift] * (count - 1)) == move
+    quiet = {i: timed(first, moved=math.log(1.04) * (-1) ** i) for i in range(count)}
+    assert review_timed.run_wide_move(quiet) is None
 
 
 @pytest.mark.slow
