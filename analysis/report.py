@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import calibration, review, review_charts, review_inputs, review_lines
+from analysis import calibration, review, review_charts, review_inputs, review_lines, review_timed
 from analysis.figures import Figure
 from analysis.runs import sweep_label
 from store.compatibility import renamed_in
@@ -104,7 +104,14 @@ def build_report(
             f"fewer than two earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
             f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size are `unknown drift`, not a "
-            "regression (run the preset again to learn it)"
+            "regression"
+            + (
+                f"; only a change of the whole run, {review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios moving "
+                f"beyond ±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} together, is judged against that"
+                if drift > review_timed.RUN_WIDE_ALLOWANCE
+                else ""
+            )
+            + " (run the preset again to learn it)"
         )
     elif not timed.empty and not inputs.interleaved and inputs.floor_runs < review.SETTLED_HISTORY:
         warnings.append(

@@ -339,6 +339,13 @@ def test_a_review_on_fewer_than_eight_earlier_runs_says_its_floors_rest_on_them(
     ]
     assert said and said[0].startswith("the between-run floors rest on at most 3 earlier done runs of ")
     assert " on this machine: " in said[0] and "known from at most 2 of its moves" in said[0]
+    # A first review says what it cannot judge yet, and that a whole run's move it can.
+    first = [
+        warning
+        for warning in report.build_report(store, copies[0], 1, calibrated=False).warnings
+        if warning.startswith("fewer than two earlier done runs")
+    ]
+    assert first and "; only a change of the whole run, 20 or more paired ratios moving beyond ±5% together" in first[0]
     settled = next(run for run in copies if earlier[run] >= review.SETTLED_HISTORY)
     built = report.build_report(store, settled, settled - 1, calibrated=False)
     assert not [warning for warning in built.warnings if "floors rest on" in warning]
