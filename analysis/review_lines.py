@@ -96,16 +96,16 @@ def cannot_see(table: pd.DataFrame) -> bool:
 
 
 def run_wide_clause(table: pd.DataFrame) -> str:
-    """What a move of the whole run is judged against, where RUN_WIDE_MIN_ROWS or more paired rows
-    are judged on it together (``run_wide_shift``: a first review's ratios, each alone held to its
-    drift allowance, analysis.review_timed.joins_run_wide); else nothing."""
+    """Where no tested row could see RUN_WIDE_ALLOWANCE alone (a first review's ratios are held to
+    their drift allowance) but RUN_WIDE_MIN_ROWS or more paired ratios are judged together on a move
+    of the whole run (``run_wide_shift``, analysis.review_timed.run_wide_move): what that move is
+    judged against. Else nothing."""
+    smallest = smallest_detectable(table)
     rows = int(table["run_wide_shift"].notna().sum()) if "run_wide_shift" in table.columns else 0
-    if rows < RUN_WIDE_MIN_ROWS:
+    allowance = math.expm1(RUN_WIDE_ALLOWANCE)
+    if rows < RUN_WIDE_MIN_ROWS or smallest is None or smallest <= allowance:
         return ""
-    return (
-        f"; a change of the whole run, moving its {rows} paired ratios without a between-run floor "
-        f"together, from {math.expm1(RUN_WIDE_ALLOWANCE):.0%}"
-    )
+    return f"; a change of the whole run, moving its {rows} paired ratios together, from {allowance:.0%}"
 
 
 def seen_line(table: pd.DataFrame) -> str:

@@ -178,37 +178,38 @@ def group_moves(
 
 
 # A first review's paired ratios (no between-run floor yet) are judged against the machine's drift
-# allowance (±15% before it is known), which hides a 10% change of every case. Their two sides are
-# timed together, so a move of the host cancels in each and their median over the review barely
-# moves between runs of the same code (-1.5% to +0.6% in the first reviews of thirteen Zen 5 EPYC
-# stores, docs/review-measurements.md), where a change of the whole run moves it by the change
+# allowance (±15% before it is known), which hides a 10% change of every case, and a noisy case's
+# between-run floor can be as wide. A ratio's two sides are timed together, so a move of the host
+# cancels in it, and the median over a review's paired ratios barely moves between runs of the same
+# code (-1.5% to +0.6% in the first reviews of thirteen Zen 5 EPYC stores, at most 1.3% with a core
+# kept busy, docs/review-measurements.md), where a change of the whole run moves it by the change
 # itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond RUN_WIDE_ALLOWANCE (their
-# median), the rows moving that way are judged against RUN_WIDE_ALLOWANCE, not the drift allowance.
+# median), each row moving that way is judged against RUN_WIDE_ALLOWANCE where its own floor or
+# drift allowance is wider.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
 RUN_WIDE_MIN_ROWS = 20
 
 
 @dataclass(frozen=True)
 class RunWideMove:
-    """The paired rows judged against a drift allowance, where their median moved beyond
-    RUN_WIDE_ALLOWANCE: the review's whole run moved, not one family."""
+    """The review's paired ratios, where their median moved beyond RUN_WIDE_ALLOWANCE: its whole
+    run moved, not one family."""
 
     shift: float  # their median log shift
     rows: int
 
 
-def joins_run_wide(test: TimedTest) -> bool:
-    """Whether a row speaks in run_wide_move: a paired ratio without a between-run floor, judged
-    against a drift allowance wider than RUN_WIDE_ALLOWANCE (not a min-of-N time, whose samples
-    carry the host's moves; not an A/B session's, which allows no drift)."""
-    return test.floor.between is None and not test.absolute and RUN_WIDE_ALLOWANCE < test.floor.drift < math.inf
+def speaks_for_run(test: TimedTest) -> bool:
+    """Whether a row speaks in run_wide_move: a paired ratio (not a min-of-N time, whose samples
+    carry the host's moves; not an A/B session's, which allows no drift and needs no such rule)."""
+    return not test.absolute and 0 < test.floor.drift < math.inf
 
 
 def run_wide_move(tests: Mapping[int, TimedTest], outside: Sequence[float] = ()) -> RunWideMove | None:
-    """The median shift of the review's rows that join it (``joins_run_wide``), with ``outside``
-    (the log shifts of such rows of the review that are not judged here), where RUN_WIDE_MIN_ROWS
-    or more of them moved beyond RUN_WIDE_ALLOWANCE together."""
-    shifts = [test.test.shift for test in tests.values() if joins_run_wide(test)] + list(outside)
+    """The median shift of the review's rows that speak for its run (``speaks_for_run``), with
+    ``outside`` (the log shifts of such rows of the review that are not judged here), where
+    RUN_WIDE_MIN_ROWS or more of them moved beyond RUN_WIDE_ALLOWANCE together."""
+    shifts = [test.test.shift for test in tests.values() if speaks_for_run(test)] + list(outside)
     if len(shifts) < RUN_WIDE_MIN_ROWS:
         return None
     median = statistics.median(shifts)
@@ -270,14 +271,24 @@ def judge_timed_rows(
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
-            joins = joins_run_wide(test)
+            speaks = speaks_for_run(test)
             # The log shift of a row a whole run's move is judged on: review_lines.seen_line counts them,
             # the calibration's Injector hands them to a family judged alone (``run_wide_outside``).
-            entry["run_wide_shift"] = test.test.shift if joins else None
-            run_wide = whole_run if whole_run is not None and joins and whole_run.shift * test.test.shift > 0 else None
-            if run_wide is not None:
-                drift_rule = RUN_WIDE_ALLOWANCE
+            entry["run_wide_shift"] = test.test.shift if speaks else None
+            run_wide = (
+                whole_run
+                if whole_run is not None
+                and speaks
+                and whole_run.shift * test.test.shift > 0
+                and test.floor.threshold > RUN_WIDE_ALLOWANCE
+                else None
+            )
             own_floor = test.floor.between or 0.0
+            if run_wide is not None and drift_rule is not None:
+                drift_rule = RUN_WIDE_ALLOWANCE
+            elif run_wide is not None:
+                own_floor = RUN_WIDE_ALLOWANCE
+                entry["noise_floor"] = RUN_WIDE_ALLOWANCE  # the floor it was judged against
             move = moved.get((str(entry["experiment"]), str(entry["metric"]), test.family[1]))
             if (
                 move is None
@@ -310,16 +321,20 @@ def explanation(
             f"together (median), beyond their group's between-run floor ±{math.expm1(move.floor):.1%}, which it "
             f"was judged against (its own ±{math.expm1(test.floor.between or 0.0):.1%})"
         )
+    elif run_wide is not None:
+        own = (
+            f"its between-run floor ±{math.expm1(test.floor.between):.1%}"
+            if test.floor.between is not None
+            else f"the drift allowance ±{math.expm1(test.floor.drift):.1%}"
+        )
+        floor = (
+            f"the review's {run_wide.rows} paired ratios moved {math.expm1(run_wide.shift):+.1%} together "
+            f"(median), beyond ±{math.expm1(RUN_WIDE_ALLOWANCE):.0%}, which it was judged against ({own})"
+        )
     elif test.floor.between is not None:
         floor = f"between-run floor ±{math.expm1(test.floor.between):.1%}"
     elif math.isinf(test.floor.drift):
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
-    elif run_wide is not None:
-        floor = (
-            f"the review's {run_wide.rows} paired rows without a between-run floor moved "
-            f"{math.expm1(run_wide.shift):+.1%} together (median), beyond ±{math.expm1(RUN_WIDE_ALLOWANCE):.0%}, "
-            f"which it was judged against (the drift allowance ±{math.expm1(test.floor.drift):.1%})"
-        )
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"

@@ -283,7 +283,7 @@ def slowed_grid(
     return review.verdict_table(run, baseline, samples, **options).query("kind == 'timed'")
 
 
-RUN_WIDE_WHY = "paired rows without a between-run floor moved"
+RUN_WIDE_WHY = "paired ratios moved"
 
 
 def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_two_drafts_alone_pass(
@@ -302,7 +302,7 @@ def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_two_drafts_al
     # The review's first line says what a whole run's move is judged against; where no drift is
     # allowed (an A/B session's rounds) each row is judged alone, and the line says nothing of it.
     assert review_lines.seen_line(whole[0]).endswith(
-        "; a change of the whole run, moving its 28 paired ratios without a between-run floor together, from 5%"
+        "; a change of the whole run, moving its 28 paired ratios together, from 5%"
     )
     assert "whole run" not in review_lines.seen_line(slowed_grid(0, lambda params: True, drift=0.0))
     for seed in range(10):
@@ -653,11 +653,10 @@ def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review(slow
         assert alone["why"].str.contains(RUN_WIDE_WHY).any()
 
 
-def test_a_move_of_the_whole_run_needs_20_paired_rows_without_a_floor_and_moving_beyond_5_percent() -> None:
-    """Who speaks in review_timed.run_wide_move: paired ratios judged against a drift allowance
-    wider than ±5%; never a min-of-N time (its samples carry the host's moves), an A/B session's
-    row (no drift allowed) or a row with a between-run floor; and at least RUN_WIDE_MIN_ROWS of
-    them, their median beyond ±5%."""
+def test_a_move_of_the_whole_run_needs_20_paired_ratios_moving_beyond_5_percent() -> None:
+    """Who speaks in review_timed.run_wide_move: paired ratios, with or without a between-run
+    floor; never a min-of-N time (its samples carry the host's moves) or an A/B session's row (no
+    drift allowed); and at least RUN_WIDE_MIN_ROWS of them, their median beyond ±5%."""
     shift = math.log(1 / 1.1)
 
     def timed(floor: review_timed.Floor, absolute: bool = False, moved: float = shift) -> review_timed.TimedTest:
@@ -665,10 +664,11 @@ def test_a_move_of_the_whole_run_needs_20_paired_rows_without_a_floor_and_moving
         return review_timed.TimedTest(test, 5, 5, ("speculative", "fast"), "higher", floor, absolute=absolute)
 
     first = review_timed.row_floor(None, review.DEFAULT_DRIFT)
-    assert review_timed.joins_run_wide(timed(first))
-    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(None, review.DEFAULT_DRIFT, "min"), True))
-    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(None, 0.0)))
-    assert not review_timed.joins_run_wide(timed(review_timed.row_floor(0.05, review.DEFAULT_DRIFT)))
+    assert review_timed.speaks_for_run(timed(first))
+    assert review_timed.speaks_for_run(timed(review_timed.row_floor(0.02, review.DEFAULT_DRIFT)))
+    assert not review_timed.speaks_for_run(timed(review_timed.row_floor(None, review.DEFAULT_DRIFT, "min"), True))
+    assert not review_timed.speaks_for_run(timed(review_timed.row_floor(0.02, review.DEFAULT_DRIFT, "min"), True))
+    assert not review_timed.speaks_for_run(timed(review_timed.row_floor(None, 0.0)))
     count = review_timed.RUN_WIDE_MIN_ROWS
     assert review_timed.run_wide_move({i: timed(first) for i in range(count - 1)}) is None
     move = review_timed.run_wide_move({i: timed(first) for i in range(count)})
@@ -677,6 +677,41 @@ def test_a_move_of_the_whole_run_needs_20_paired_rows_without_a_floor_and_moving
     assert review_timed.run_wide_move({0: timed(first)}, [shift] * (count - 1)) == move
     quiet = {i: timed(first, moved=math.log(1.04) * (-1) ** i) for i in range(count)}
     assert review_timed.run_wide_move(quiet) is None
+
+
+def wide_and_narrow_floors(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The 28-case grid with history, the whole run 10% slower in realistic noise: every other case
+    on a ±20% between-run floor (a noisy case's), the rest on ±2%. Their timed rows, in that order."""
+    run, baseline, samples = grid_runs(seed, lambda index, params: 1.1)
+    floors = {(e, review.params_key(p)): 0.2 if index % 2 else 0.02 for index, (e, p) in enumerate(GRID)}
+    between = {(e, "speedup_median", key): math.log1p(floor) for (e, key), floor in floors.items()}
+    table = review.verdict_table(run, baseline, samples, between_runs=between).query("kind == 'timed'")
+    floor_of = {point: floors[key] for key, point in review.case_points(run).items()}
+    wide = [floor_of[point] == 0.2 for point in table["point"]]
+    return table[wide], table[[not one for one in wide]]
+
+
+def test_a_whole_run_slowed_10_percent_is_judged_against_5_percent_where_a_rows_floor_is_wider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With history each ratio has its between-run floor, and a noisy case's can be wider than a
+    whole run's 10%. Moving with the whole run, such a row is judged against ±5% (its own floor
+    said in its why); a row whose floor is narrower keeps its own."""
+    flagged = 0
+    for seed in range(10):
+        on_wide, on_narrow = wide_and_narrow_floors(seed)
+        assert len(on_wide) == len(on_narrow) == len(GRID) // 2
+        regressed = on_wide[on_wide["verdict"] == "regressed"]
+        assert all(RUN_WIDE_WHY in why and "(its between-run floor ±20.0%)" in why for why in regressed["why"])
+        assert (regressed["noise_floor"] == review_timed.RUN_WIDE_ALLOWANCE).all()
+        assert not on_narrow["why"].str.contains(RUN_WIDE_WHY).any()
+        flagged += len(regressed)
+    assert flagged >= 40, flagged  # of 140 rows on ±20% floors
+    monkeypatch.setattr(review_timed, "RUN_WIDE_ALLOWANCE", math.inf)
+    without = pd.concat([wide_and_narrow_floors(seed)[0] for seed in range(10)])
+    without = without[without["verdict"] == "regressed"]
+    # Without the rule only rows whose noise took them past the ±20% floor itself are regressed.
+    assert len(without) <= 5 and (without["change"] < 1 / 1.2 - 1).all(), without[["point", "change"]]
 
 
 @pytest.mark.slow
