@@ -100,6 +100,7 @@ def build_report(
     if not timed.empty and not inputs.between and not inputs.interleaved:
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
+        run_wide = math.expm1(review_timed.RUN_WIDE_ALLOWANCE)
         warnings.append(
             f"fewer than two earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
@@ -107,7 +108,7 @@ def build_report(
             "regression"
             + (
                 f"; only a change of the whole run, {review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios moving "
-                f"beyond ±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} together, is judged against that"
+                f"beyond ±{run_wide:.0%} together, is judged against ±{run_wide:.0%} instead"
                 if drift > review_timed.RUN_WIDE_ALLOWANCE
                 else ""
             )

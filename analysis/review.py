@@ -315,8 +315,9 @@ def verdict_table(
     rows say so and are never judged. ``families``: ``family_floors`` of the same earlier runs, how
     far each experiment · metric · impl group moves together between runs. ``run_wide_outside``:
     where ``paired_rows`` holds only some of the review's rows (the calibration judges a family
-    alone), the log shifts of the review's other rows that join a move of the whole run
-    (``run_wide_shift`` of the full table), so that the rule sees the whole review."""
+    alone), the log shifts of the review's other rows that speak for its run
+    (``review_timed.speaks_for_run``: ``run_wide_shift`` of the full table), so that the rule sees
+    the whole review."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}

@@ -162,7 +162,7 @@ def judge(
     """The verdict table of the review (``samples`` in place of the stored ones, if given; only
     ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
     as in the full review, whose tests and adjustments stay within a family, given the log shifts
-    of the other rows that join a move of the whole run, ``run_wide_outside``)."""
+    of the other rows that speak for the run, ``run_wide_outside``)."""
     table = review.verdict_table(
         inputs.run_measurements,
         inputs.baseline_measurements,

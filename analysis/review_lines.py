@@ -112,8 +112,9 @@ def seen_line(table: pd.DataFrame) -> str:
     """What the review could see, said before its counts: the smallest timed change it could have
     flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
     machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
-    (``detectable_line``); in a first review, what a move of the whole run is judged against
-    (``run_wide_clause``). A count of "0 regressed" means nothing beyond what this line allows."""
+    (``detectable_line``); where no row could see RUN_WIDE_ALLOWANCE alone, what a move of the
+    whole run is judged against (``run_wide_clause``). A count of "0 regressed" means nothing beyond
+    what this line allows."""
     smallest = smallest_detectable(table)
     if smallest is None:
         return (

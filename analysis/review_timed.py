@@ -177,11 +177,11 @@ def group_moves(
     return {key: move for key, move in moves.items() if abs(move.shift) > move.floor}
 
 
-# A first review's paired ratios (no between-run floor yet) are judged against the machine's drift
-# allowance (±15% before it is known), which hides a 10% change of every case, and a noisy case's
-# between-run floor can be as wide. A ratio's two sides are timed together, so a move of the host
+# A paired ratio without a between-run floor yet (a first review's) is judged against the machine's
+# drift allowance (±15% before it is known), which hides a 10% change of every case, and a noisy
+# case's between-run floor can be as wide. A ratio's two sides are timed together, so a move of the host
 # cancels in it, and the median over a review's paired ratios barely moves between runs of the same
-# code (-1.5% to +0.6% in the first reviews of thirteen Zen 5 EPYC stores, at most 1.3% with a core
+# code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most 1.3% with a core
 # kept busy, docs/review-measurements.md), where a change of the whole run moves it by the change
 # itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond RUN_WIDE_ALLOWANCE (their
 # median), each row moving that way is judged against RUN_WIDE_ALLOWANCE where its own floor or
@@ -238,9 +238,9 @@ def judge_timed_rows(
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
     group that moved together beyond its ``families`` floor (``group_moves``), moving the same
-    way, is judged against that floor where it is the lower one; a paired row without a between-run
-    floor moving with the whole run (``run_wide_move`` over these rows and ``run_wide_outside``),
-    against RUN_WIDE_ALLOWANCE."""
+    way, is judged against that floor where it is the lower one; a paired ratio moving with the
+    whole run (``run_wide_move`` over these rows and ``run_wide_outside``), against
+    RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -285,6 +285,7 @@ def judge_timed_rows(
             )
             own_floor = test.floor.between or 0.0
             if run_wide is not None and drift_rule is not None:
+                # Its noise_floor stays empty: a drift-judged row (calibration.drift_judged_moves reads it so).
                 drift_rule = RUN_WIDE_ALLOWANCE
             elif run_wide is not None:
                 own_floor = RUN_WIDE_ALLOWANCE

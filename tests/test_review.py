@@ -345,7 +345,14 @@ def test_a_review_on_fewer_than_eight_earlier_runs_says_its_floors_rest_on_them(
         for warning in report.build_report(store, copies[0], 1, calibrated=False).warnings
         if warning.startswith("fewer than two earlier done runs")
     ]
-    assert first and "; only a change of the whole run, 20 or more paired ratios moving beyond ±5% together" in first[0]
+    assert (
+        first
+        and (
+            "; only a change of the whole run, 20 or more paired ratios moving beyond ±5% together, is judged against "
+            "±5% instead (run the preset again to learn it)"
+        )
+        in first[0]
+    )
     settled = next(run for run in copies if earlier[run] >= review.SETTLED_HISTORY)
     built = report.build_report(store, settled, settled - 1, calibrated=False)
     assert not [warning for warning in built.warnings if "floors rest on" in warning]
