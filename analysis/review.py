@@ -28,10 +28,10 @@ Verdicts:
   machine may have drifted between the two runs; a min-of-N time is at most ``unknown drift``
   (NO_HISTORY). Where the median of the review's paired ratios moved beyond RUN_WIDE_ALLOWANCE
   (a change of the whole run, analysis.review_timed.run_wide_move), a ratio moving with it is
-  judged against that where its floor or drift allowance is wider. Every tested row carries its minimum detectable
-  effect (``detectable``): the change it would have flagged with MDE_POWER moving alone, never below its floor or drift
-  allowance; a review some of whose rows could not see UNDERPOWERED_CHANGE says it is
-  underpowered (analysis.review_lines.power_line);
+  judged against that where its floor or drift allowance is wider. Every tested row carries its
+  minimum detectable effect (``detectable``): the change it would have flagged with MDE_POWER
+  moving alone, never below its floor or drift allowance; a review some of whose rows could not
+  see UNDERPOWERED_CHANGE says it is underpowered (analysis.review_lines.power_line);
 - a metric with neither (fitted or predicted values, benchmark lines without samples) is
   ``not judged``; fewer than MIN_SAMPLES samples a side is ``too few samples``.
 

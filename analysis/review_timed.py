@@ -179,13 +179,13 @@ def group_moves(
 
 # A paired ratio without a between-run floor yet (a first review's) is judged against the machine's
 # drift allowance (±15% before it is known), which hides a 10% change of every case, and a noisy
-# case's between-run floor can be as wide. A ratio's two sides are timed together, so a move of the host
-# cancels in it, and the median over a review's paired ratios barely moves between runs of the same
-# code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most 1.3% with a core
-# kept busy, docs/review-measurements.md), where a change of the whole run moves it by the change
-# itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond RUN_WIDE_ALLOWANCE (their
-# median), each row moving that way is judged against RUN_WIDE_ALLOWANCE where its own floor or
-# drift allowance is wider.
+# case's between-run floor can be as wide. A ratio's two sides are timed together, so a move of
+# the host cancels in it, and the median over a review's paired ratios barely moves between runs
+# of the same code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most
+# 1.3% with a core kept busy, docs/review-measurements.md), where a change of the whole run moves
+# it by the change itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond
+# RUN_WIDE_ALLOWANCE (their median), each row moving that way is judged against RUN_WIDE_ALLOWANCE
+# where its own floor or drift allowance is wider.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
 RUN_WIDE_MIN_ROWS = 20
 
