@@ -108,7 +108,8 @@ def build_report(
             "regression"
             + (
                 f"; only a change of the whole run, {review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios moving "
-                f"beyond ±{run_wide:.0%} together, is judged against ±{run_wide:.0%} instead"
+                f"beyond ±{run_wide:.0%} together, is judged against ±{run_wide:.0%} instead, on the min-of-N times "
+                "moving with it too"
                 if drift > review_timed.RUN_WIDE_ALLOWANCE
                 else ""
             )

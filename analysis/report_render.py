@@ -146,8 +146,9 @@ METHOD = (
     f"the machine's drift figure (else ±{math.expm1(review.DEFAULT_DRIFT):.0%}) is unknown drift, and a min-of-N "
     f"time (absolute seconds) is at most unknown drift. Where {review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios "
     f"moved beyond ±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} together (their median: the whole run moved), "
-    f"those moving with them are judged against ±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} where their floor "
-    f"or drift allowance is wider. Each tested row says the smallest change it would have seen "
+    f"the rows moving with them, min-of-N times too, are judged against "
+    f"±{math.expm1(review_timed.RUN_WIDE_ALLOWANCE):.0%} where their floor or drift allowance is wider. Each tested "
+    f"row says the smallest change it would have seen "
     f"({review.MDE_POWER:.0%} power, moving alone in its family, never below its floor); a review with rows that "
     f"could not see {review.UNDERPOWERED_CHANGE:.0%} says it is underpowered."
 )

@@ -36,10 +36,10 @@ def underpowered_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def waiting_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The tested timed rows that could see no change yet: min-of-N times whose case fewer than
-    two earlier runs hold (NO_HISTORY)."""
+    two earlier runs hold (NO_HISTORY), but for those flagged on a move of their whole run."""
     if table.empty or "detectable" not in table.columns:
         return table.iloc[0:0]
-    return table[table["detectable"].astype(float).map(math.isinf)]
+    return table[table["detectable"].astype(float).map(math.isinf) & ~table["verdict"].isin(("regressed", "improved"))]
 
 
 def waiting_line(table: pd.DataFrame) -> str | None:
@@ -50,7 +50,8 @@ def waiting_line(table: pd.DataFrame) -> str | None:
     rows = "1 min-of-N time waits" if len(waiting) == 1 else f"{len(waiting)} min-of-N times wait"
     return (
         f"{rows} for history: absolute seconds are judged only against two earlier runs of their case on "
-        "this machine, so until then they are at most unknown drift (run the preset again)"
+        "this machine, so until then they are at most unknown drift unless the review's paired ratios moved "
+        "together (run the preset again)"
     )
 
 

@@ -58,10 +58,11 @@ class Floor:
         return self.between if self.between is not None else self.drift
 
 
-# Why a min-of-N row with too little history cannot be regressed: its samples, taken back to back
-# in one run, know nothing of how far the machine moves between runs, so the t test finds every
-# run-to-run move significant and only a between-run floor can judge it (measured on the 2-core
-# EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift allowance).
+# Why a min-of-N row with too little history cannot be regressed on its own: its samples, taken
+# back to back in one run, know nothing of how far the machine moves between runs, so the t test
+# finds every run-to-run move significant and only a between-run floor can judge it (measured on the
+# 2-core EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift
+# allowance). The review's paired ratios can still say that the whole run moved (``follows_run``).
 NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
 
 
@@ -184,8 +185,8 @@ def group_moves(
 # of the same code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most
 # 1.3% with a core kept busy, docs/review-measurements.md), where a change of the whole run moves
 # it by the change itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond
-# RUN_WIDE_ALLOWANCE (their median), each row moving that way is judged against RUN_WIDE_ALLOWANCE
-# where its own floor or drift allowance is wider.
+# RUN_WIDE_ALLOWANCE (their median), each row moving that way (a min-of-N time too) is judged
+# against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
 RUN_WIDE_MIN_ROWS = 20
 
@@ -195,7 +196,7 @@ class RunWideMove:
     """The review's paired ratios, where their median moved beyond RUN_WIDE_ALLOWANCE: its whole
     run moved, not one family."""
 
-    shift: float  # their median log shift
+    shift: float  # their median log shift, positive the better way (``toward_better``)
     rows: int
 
 
@@ -205,11 +206,24 @@ def speaks_for_run(test: TimedTest) -> bool:
     return not test.absolute and 0 < test.floor.drift < math.inf
 
 
+def follows_run(test: TimedTest) -> bool:
+    """Whether a row is judged against RUN_WIDE_ALLOWANCE once its run moved (``run_wide_move``):
+    every row that allows drift, the min-of-N times too. Those cannot say that a run moved (their
+    samples carry the host's moves), but once its paired ratios have said so, an absolute time that
+    moved the same way is no longer only the host's to explain. An A/B session's rows allow no drift."""
+    return test.floor.drift > 0
+
+
+def toward_better(test: TimedTest) -> float:
+    """The row's log shift, positive where it moved the better way: a speedup up, seconds down."""
+    return test.test.shift if test.direction == "higher" else -test.test.shift
+
+
 def run_wide_move(tests: Mapping[int, TimedTest], outside: Sequence[float] = ()) -> RunWideMove | None:
-    """The median shift of the review's rows that speak for its run (``speaks_for_run``), with
-    ``outside`` (the log shifts of such rows of the review that are not judged here), where
-    RUN_WIDE_MIN_ROWS or more of them moved beyond RUN_WIDE_ALLOWANCE together."""
-    shifts = [test.test.shift for test in tests.values() if speaks_for_run(test)] + list(outside)
+    """The median shift (``toward_better``) of the review's rows that speak for its run
+    (``speaks_for_run``), with ``outside`` (those shifts of such rows of the review that are not
+    judged here), where RUN_WIDE_MIN_ROWS or more of them moved beyond RUN_WIDE_ALLOWANCE together."""
+    shifts = [toward_better(test) for test in tests.values() if speaks_for_run(test)] + list(outside)
     if len(shifts) < RUN_WIDE_MIN_ROWS:
         return None
     median = statistics.median(shifts)
@@ -238,9 +252,9 @@ def judge_timed_rows(
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
     group that moved together beyond its ``families`` floor (``group_moves``), moving the same
-    way, is judged against that floor where it is the lower one; a paired ratio moving with the
-    whole run (``run_wide_move`` over these rows and ``run_wide_outside``), against
-    RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider."""
+    way, is judged against that floor where it is the lower one; a row moving with the whole run
+    (``run_wide_move`` over these rows' paired ratios and ``run_wide_outside``; ``follows_run``: a
+    min-of-N time too), against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -274,12 +288,12 @@ def judge_timed_rows(
             speaks = speaks_for_run(test)
             # The log shift of a row a whole run's move is judged on: review_lines.seen_line counts them,
             # the calibration's Injector hands them to a family judged alone (``run_wide_outside``).
-            entry["run_wide_shift"] = test.test.shift if speaks else None
+            entry["run_wide_shift"] = toward_better(test) if speaks else None
             run_wide = (
                 whole_run
                 if whole_run is not None
-                and speaks
-                and whole_run.shift * test.test.shift > 0
+                and follows_run(test)
+                and whole_run.shift * toward_better(test) > 0
                 and test.floor.threshold > RUN_WIDE_ALLOWANCE
                 else None
             )
@@ -323,11 +337,13 @@ def explanation(
             f"was judged against (its own ±{math.expm1(test.floor.between or 0.0):.1%})"
         )
     elif run_wide is not None:
-        own = (
-            f"its between-run floor ±{math.expm1(test.floor.between):.1%}"
-            if test.floor.between is not None
-            else f"the drift allowance ±{math.expm1(test.floor.drift):.1%}"
-        )
+        if test.floor.between is not None:
+            own = f"its between-run floor ±{math.expm1(test.floor.between):.1%}"
+        elif math.isinf(test.floor.drift):
+            own = f"{NO_HISTORY}, fewer so far"
+        else:
+            own = f"the drift allowance ±{math.expm1(test.floor.drift):.1%}"
+
         floor = (
             f"the review's {run_wide.rows} paired ratios moved {math.expm1(run_wide.shift):+.1%} together "
             f"(median), beyond ±{math.expm1(RUN_WIDE_ALLOWANCE):.0%}, which it was judged against ({own})"
@@ -349,8 +365,8 @@ def explanation(
         f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
-        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}; {floor}; a change under "
-        f"{SMALLEST_CHANGE:.0%} is never flagged"
+        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}{' alone' if run_wide else ''}; {floor}; "
+        f"a change under {SMALLEST_CHANGE:.0%} is never flagged"
     )
 
 

@@ -330,6 +330,76 @@ def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_two_drafts_al
     assert len(flagged_without) <= 20 and (flagged_without["change"] < 1 / 1.15 - 1).all(), flagged_without
 
 
+OVERHEAD_WIDTHS = (8, 16, 32, 64, 96, 128, 192, 256)
+UNFLAGGED = ("unknown drift", "within noise")
+
+
+def overhead_points(run_id: int, seed: int, slower_by: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The overhead experiment's fast points as a run stores them: min-of-N times (seconds a
+    64-token generation, one side only, lower better) in realistic noise, ``slower_by`` times
+    slower. Their measurements and samples."""
+    records, samples = [], []
+    for index, d_model in enumerate(OVERHEAD_WIDTHS):
+        seconds = [1e-4 * d_model * slower_by * ratio for ratio in noisy_ratios(1.0, seed * 100 + index)]
+        ident = run_id * 1000 + 700 + index
+        params = {"part": "point", "impl": "fast", "d_model": d_model}
+        measured = row(run_id, "overhead", params, "seconds_per_token", min(seconds) / 64, ident)
+        records.append({**measured, "unit": "seconds"})
+        samples += [
+            {"measurement_id": ident, "pair_index": pair, "side": "A", "seconds": value}
+            for pair, value in enumerate(seconds)
+        ]
+    return pd.DataFrame(records), pd.DataFrame(samples)
+
+
+def first_review_with_points(seed: int, ratios_slower_by: float, points_slower_by: float) -> pd.DataFrame:
+    """A first review of the 28-case grid's paired ratios and eight min-of-N overhead points, each
+    kind slowed by its own factor in the run: the points' rows."""
+    run, baseline, samples = grid_runs(seed, lambda index, params: ratios_slower_by)
+    run_points, run_point_samples = overhead_points(2, seed * 2 + 1, points_slower_by)
+    base_points, base_point_samples = overhead_points(1, seed * 2, 1.0)
+    table = review.verdict_table(
+        pd.concat([run, run_points], ignore_index=True),
+        pd.concat([baseline, base_points], ignore_index=True),
+        pd.concat([samples, run_point_samples, base_point_samples], ignore_index=True),
+    )
+    points = table[table["experiment"] == "overhead"]
+    assert len(points) == len(OVERHEAD_WIDTHS) and points["p_value"].notna().all()
+    return points
+
+
+def test_min_of_n_times_moving_with_the_whole_run_are_judged_against_5_percent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A min-of-N time without two earlier runs is at most unknown drift: its samples carry the
+    host's moves, which its test cannot tell from a change. Once the review's paired ratios say the
+    whole run moved, such a time moving the worse way too (its seconds up, where the ratios fell) is
+    judged against ±5%; moving the other way, or with the ratios steady, it stays unknown drift."""
+    flagged = 0
+    for seed in range(10):
+        points = first_review_with_points(seed, 1.1, 1.1)
+        regressed = points[points["verdict"] == "regressed"]
+        flagged += len(regressed)
+        assert all(RUN_WIDE_WHY in why and review_timed.NO_HISTORY in why for why in regressed["why"]), seed
+        assert (regressed["change"] > 0.05).all() and not (points["verdict"] == "improved").any(), seed
+        # Alone each would have seen no change; flagged, it no longer waits for history.
+        assert all("would have seen no change alone;" in why for why in regressed["why"]), seed
+        assert len(review_lines.waiting_rows(points)) == len(points) - len(regressed), seed
+        # The host alone moved them 20%: the ratios say nothing moved, so nothing is judged.
+        alone = first_review_with_points(seed, 1.0, 1.2)
+        assert alone["verdict"].isin(UNFLAGGED).all() and not alone["why"].str.contains(RUN_WIDE_WHY).any(), seed
+        # Faster while the run got slower: not the run's move, so not judged on it (but for a point
+        # whose noise took it the worse way).
+        against = first_review_with_points(seed, 1.1, 1 / 1.1)
+        assert against["verdict"].isin(UNFLAGGED).all(), seed
+        assert (against[against["why"].str.contains(RUN_WIDE_WHY)]["change"] > 0).all(), seed
+        assert (against["change"] < 0).sum() >= 6, seed
+    assert flagged >= 40, flagged  # of 80 points slowed 10%
+    monkeypatch.setattr(review_timed, "RUN_WIDE_ALLOWANCE", math.inf)
+    without = pd.concat([first_review_with_points(seed, 1.1, 1.1) for seed in range(10)])
+    assert without["verdict"].isin(UNFLAGGED).all()
+
+
 def test_a_change_below_the_smallest_one_the_review_flags_is_within_noise_however_sure() -> None:
     """Quiet samples (σ 0.2%) on a machine known not to drift: a case 2% slower is significant but
     below SMALLEST_CHANGE (3%), so within noise, and says it would have seen ≥ 3%; 5% is regressed."""
