@@ -11,12 +11,13 @@ model (runner.experiments.parts.roofline_placement.speculative and loop_parts): 
 verification, its draft turn (the turn's fixed part, once a pass, from the case's timed turns of
 one proposal and of four, then each proposal at the roof's price of the draft's pass plus what its
 timed price took beyond it; a run that timed no turn prices each proposal at its single timed call),
-the cache refill of two models sharing the caches, and the
-loop's per-pass overhead, fitted as the median over the impl's *other* cases whose loop is of the
-same kind (one C++ call, or Python) of what their loops took beyond their priced parts (a run fits
-on its earlier cases only; read back, every other case is at hand). Characters and draft calls per
-pass are the a-priori prediction's where the run recorded it, else the i.i.d. E at the
-calibrated acceptance and k calls. The speedup is the case's measured plain step over the
+the cache refill of two models sharing the caches, and the loop's per-pass overhead, fitted on
+the impl's *other* cases whose loop is of the same kind (one C++ call, or Python) from what their
+loops took beyond their priced parts, those of the case's schedule first in a Python loop, their
+median weighted by 1 / pass² (runner.cost.speculative.fitted_loop_overhead; a run fits on its
+earlier cases only; read back, every other case is at hand). Characters and draft calls per pass
+are the a-priori prediction's where the run recorded it, else the i.i.d. E at the calibrated
+acceptance and k calls. The speedup is the case's measured plain step over the
 predicted pass, and the plain steps a pass costs are counted in that measured step
 (runner.experiments.parts.roofline_placement.LoopParts). Eager targets are withheld, as a run
 withholds them.
@@ -158,7 +159,15 @@ def main() -> None:
                 "case": case,
                 "impl": impl,
                 "parts": parts,
-                "own_overhead": parts.loop_overhead(measured),
+                "residual": speculative_cost.LoopResidual(
+                    parts.loop_overhead(measured),
+                    speculative_cost.measured_pass_seconds(
+                        measured["target_step_seconds"],
+                        measured["chars_per_target_pass_timed"],
+                        measured["speedup_median"],
+                    ),
+                    schedule_of(case),
+                ),
                 "chars": figure(case, "predicted_chars_per_pass", "expected_chars_per_pass"),
                 "calls": figure(case, "predicted_mean_draft_calls") or calls,
                 "k": k,  # the verification priced: the loop's mean draft length, rounded
@@ -177,14 +186,14 @@ def main() -> None:
             print(f"{label}  measured {case['speedup_median']:.2f}x  withheld ({row['withheld']})")
             continue
         others = [
-            other["own_overhead"]
+            other["residual"]
             for j, other in enumerate(priced)
             if j != index and other["impl"] == impl and "parts" in other and other["compiled"] == row["compiled"]
         ]
-        if not others:
+        fitted = speculative_cost.fitted_loop_overhead(others, None if row["compiled"] else schedule_of(case))
+        if fitted is None:
             print(f"{label}  measured {case['speedup_median']:.2f}x  withheld (no other case of its loop's kind)")
             continue
-        fitted = statistics.median(others)
         parts = row["parts"]
         predicted = parts.speedup(row["chars"], row["calls"], fitted)
         measured_speedup = float(case["speedup_median"])
@@ -209,6 +218,12 @@ def main() -> None:
         decided = clear.get(impl, [])
         print(f"{impl}_clear_verdicts_right={sum(decided)}/{len(decided)}")
         print(deciding_cost(impl, machine, *best[impl]))
+
+
+def schedule_of(case: pd.Series) -> str:
+    """The case's draft schedule; a run made before schedules drafted a fixed k."""
+    schedule = case.get("schedule")
+    return schedule if isinstance(schedule, str) else "fixed"
 
 
 def loop_compiled(case: pd.Series) -> bool:

@@ -238,7 +238,9 @@ ENTRIES: tuple[Metric, ...] = (
         "roofline_loop_overhead_fit_seconds",
         "seconds",
         "fitted",
-        help="the median of the run's earlier cases' loop overhead: what the speedup prediction adds per pass",
+        help="the run's earlier cases' loop overhead (a Python loop's: its schedule's first), their median weighted "
+        "by 1 / pass²: "
+        "what the speedup prediction adds per pass",
     ),
     Metric(
         "roofline_speculative_withheld",

@@ -10,7 +10,8 @@ units of a plain decode step (standard library only).
   (runner.experiments.parts.roofline_placement prices the step, a draft call and a verification on the machine's roof);
 - ``loop_speedup``, ``loop_overhead_seconds`` and ``loop_break_even_acceptance``: the same with
   the loop's own costs, a draft call priced as a fixed part plus its pass and a per-pass overhead
-  (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases;
+  (sampling, the accept rule, cache rewinds, Python) fitted on the run's other cases
+  (``fitted_loop_overhead``);
 - ``turn_fixed_seconds``: a draft turn's fixed part from two timed turns;
 - ``pass_in_steps``: a priced pass split into those costs, in plain steps, and which one decides.
 
@@ -19,6 +20,9 @@ runner.experiments.parts.speculative_timing records what they give beside the me
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def expected_chars_per_pass(alpha: float, k: int) -> float:
@@ -97,8 +101,44 @@ def loop_overhead_seconds(
     """What one pass of a measured loop took beyond its priced verification and draft calls: the
     pass's time (its plain step × characters per pass ÷ the measured speedup) minus those parts.
     Negative where the parts are priced above what the loop spent."""
-    pass_seconds = measured_step_seconds * measured_chars_per_pass / measured_speedup
+    pass_seconds = measured_pass_seconds(measured_step_seconds, measured_chars_per_pass, measured_speedup)
     return pass_seconds - verify_seconds - draft_calls_per_pass * draft_call_seconds
+
+
+def measured_pass_seconds(
+    measured_step_seconds: float, measured_chars_per_pass: float, measured_speedup: float
+) -> float:
+    """A measured loop's pass: its plain step × characters per pass ÷ its speedup."""
+    return measured_step_seconds * measured_chars_per_pass / measured_speedup
+
+
+@dataclass(frozen=True)
+class LoopResidual:
+    """What one case's loop took per pass beyond its priced parts (``loop_overhead_seconds``),
+    with its schedule and its measured pass (``measured_pass_seconds``), which weighs it."""
+
+    overhead_seconds: float
+    pass_seconds: float
+    schedule: str
+
+
+def fitted_loop_overhead(residuals: Sequence[LoopResidual], schedule: str | None) -> float | None:
+    """The loop's per-pass overhead for a case of ``schedule``, from other cases' residuals: those
+    of the same schedule, else all (``schedule`` None: all); their median, each weighted by 1 / its
+    pass². A loop in Python pays its schedule's own Python each pass (a confidence stop asks for
+    the draft's top probability at every proposal, and computes one distribution more where it
+    stops), where a loop in one C++ call decides it in C++: its caller passes None. A residual is
+    a difference of whole passes, so its error grows with its pass: an eager draft's 1.6 ms pass
+    left ±100 us where a table draft's 60 us pass leaves a few, and the plain median of two such
+    cases is their mean. None where there is none."""
+    chosen = [residual for residual in residuals if residual.schedule == schedule] or list(residuals)
+    weighted = sorted((residual.overhead_seconds, residual.pass_seconds**-2) for residual in chosen)
+    half, running = sum(weight for _, weight in weighted) / 2, 0.0
+    for overhead, weight in weighted:
+        running += weight
+        if running >= half:
+            return overhead
+    return None
 
 
 def loop_break_even_acceptance(

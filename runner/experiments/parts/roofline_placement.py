@@ -15,17 +15,17 @@ the reason's index. Without a roof nothing is recorded.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runner.cost import roofline_model
 from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import LEVELS, Placement, Shape, pass_cost
+from runner.cost.speculative import LoopResidual
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
-from store.records import MeasurementRecord, case_key
+from store.records import MeasurementRecord, RecordedMeasurement, case_key
 
 LEVEL_CODES = {level: code for code, level in enumerate(LEVELS, start=1)}  # the cache_level metric (unit "level")
 PRECISION_OF_KERNEL = {"float32": "fp32", "fast_bf16": "bf16", "fast_int8": "int8"}
@@ -166,9 +166,10 @@ def speculative(
     pass plus a fixed part: the case's timed price of a proposal beyond that price, ≥ 0), the fixed
     part of its draft turn (from the case's timed turns of one and of four proposals), the cache
     refill of the two models sharing the caches (loop_parts) and the loop's own per-pass overhead
-    (sampling, the accept rule, cache rewinds, Python): the median over this run's earlier cases of
-    the impl whose loop is of the same kind (one C++ call or Python) of what their loops took beyond
-    their priced parts (each case records its own, ``roofline_loop_overhead_seconds``). Characters
+    (sampling, the accept rule, cache rewinds, Python): what this run's earlier cases of the impl
+    whose loop is of the same kind (one C++ call or Python) took beyond their priced parts (each
+    case records its own, ``roofline_loop_overhead_seconds``), those of its schedule first in a
+    Python loop, their median weighted by 1 / pass² (runner.cost.speculative.fitted_loop_overhead). Characters
     and draft calls per pass are the a-priori prediction's; the speedup is the case's measured plain
     step over that pass (LoopParts says why). An eager target's verification is not
     priced (runner.cost.roofline_model's module doc): withheld, as is the first case of a kind."""
@@ -214,21 +215,12 @@ def speculative(
         MeasurementRecord("roofline_cache_refill_seconds", parts.cache_refill_seconds, "seconds"),
         MeasurementRecord("roofline_loop_overhead_seconds", own_overhead, "seconds"),
     ]
-    # A loop in one C++ call pays far less per pass than one in Python: fit each on its own kind
-    # (a case recorded before the flag ran in Python).
-    rows = context.earlier("speculative")
-    compiled_cases = {case_key(row.params) for row in rows if row.metric == "roofline_loop_compiled" and row.value}
-    earlier = [
-        row.value
-        for row in rows
-        if row.metric == "roofline_loop_overhead_seconds"
-        and row.params.get("impl") == impl
-        and row.params.get("part") == "speculative"
-        and (case_key(row.params) in compiled_cases) == compiled
-    ]
-    if not earlier:
+    fitted = speculative_cost.fitted_loop_overhead(
+        earlier_loop_residuals(context.earlier("speculative"), impl, compiled),
+        None if compiled else str(case.get("schedule", "fixed")),
+    )
+    if fitted is None:
         return [*records, MeasurementRecord("roofline_speculative_withheld", NO_LOOP_FIT, "reason")]
-    fitted = statistics.median(earlier)
     speedup = parts.speedup(measured["predicted_chars_per_pass"], measured["predicted_mean_draft_calls"], fitted)
     break_even = parts.break_even_acceptance(k, fitted)
     measured_speedup = measured["speedup_median"]
@@ -240,6 +232,40 @@ def speculative(
         # 1.0 where even full acceptance loses: no draft of this cost can win.
         MeasurementRecord("roofline_break_even_acceptance", 1.0 if break_even is None else break_even, "ratio"),
     ]
+
+
+def earlier_loop_residuals(rows: Sequence[RecordedMeasurement], impl: str, compiled: bool) -> list[LoopResidual]:
+    """The residuals (``roofline_loop_overhead_seconds``) of the run's earlier speculative cases of
+    ``impl`` whose loop is of the same kind: a loop in one C++ call pays far less per pass than one
+    in Python (a case recorded before the flag ran in Python). Each with its schedule and its
+    measured pass, which fitted_loop_overhead weighs it by."""
+    figures: dict[str, dict[str, float]] = {}
+    schedules: dict[str, str] = {}
+    for row in rows:
+        if row.params.get("impl") == impl and row.params.get("part") == "speculative":
+            key = case_key(row.params)
+            figures.setdefault(key, {})[row.metric] = float(row.value)
+            schedules[key] = str(row.params.get("schedule", "fixed"))
+    return [
+        LoopResidual(
+            own["roofline_loop_overhead_seconds"],
+            speculative_cost.measured_pass_seconds(
+                own["target_step_seconds"], own["chars_per_target_pass_timed"], own["speedup_median"]
+            ),
+            schedules[key],
+        )
+        for key, own in figures.items()
+        if own.keys() >= LOOP_RESIDUAL_FIGURES and bool(own.get("roofline_loop_compiled")) == compiled
+    ]
+
+
+# What a case must have recorded for its residual to join the fit.
+LOOP_RESIDUAL_FIGURES = {
+    "roofline_loop_overhead_seconds",
+    "target_step_seconds",
+    "chars_per_target_pass_timed",
+    "speedup_median",
+}
 
 
 @dataclass(frozen=True)
