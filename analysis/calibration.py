@@ -149,7 +149,7 @@ class Calibration:
             "review_timed_verdicts": self.timed_verdicts,
             "review_untested_timed_rows": self.untested,
             "review_judged_fraction": self.judged_fraction(),
-            # Tested rows that could flag nothing: min-of-N times without two earlier runs.
+            # Tested rows that could flag nothing alone: min-of-N times without two earlier runs.
             "review_rows_without_history": sum(math.isinf(value) for value in self.detectable),
             "review_detectable_median": self.detectable_median(),
             "review_false_alerts": self.false_alerts,

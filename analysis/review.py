@@ -25,10 +25,11 @@ Verdicts:
   (analysis.between_runs.family_floors, analysis.review_timed.group_moves: a change of a whole
   group, seen where no single case clears its own floor). With fewer earlier runs a paired
   ratio's shift within the machine's drift figure (else DEFAULT_DRIFT) is ``unknown drift``: the
-  machine may have drifted between the two runs; a min-of-N time is at most ``unknown drift``
-  (NO_HISTORY). Where the median of the review's paired ratios moved beyond RUN_WIDE_ALLOWANCE
-  (a change of the whole run, analysis.review_timed.run_wide_move), a ratio moving with it is
-  judged against that where its floor or drift allowance is wider. Every tested row carries its
+  machine may have drifted between the two runs; a min-of-N time is at most ``unknown drift`` on
+  its own (NO_HISTORY). Where the median of the review's paired ratios moved beyond
+  RUN_WIDE_ALLOWANCE (a change of the whole run, analysis.review_timed.run_wide_move), a row
+  moving with it (a min-of-N time too) is judged against that where its floor or drift allowance
+  is wider. Every tested row carries its
   minimum detectable effect (``detectable``): the change it would have flagged with MDE_POWER
   moving alone, never below its floor or drift allowance; a review some of whose rows could not
   see UNDERPOWERED_CHANGE says it is underpowered (analysis.review_lines.power_line);
@@ -213,8 +214,9 @@ COLUMNS = [
     "kind",
     "why",
 ]
-# Kept beside COLUMNS, not shown as a column: the log shift of each row that a move of the whole
-# run is judged on (analysis.review_timed.speaks_for_run), empty on the others.
+# Kept beside COLUMNS, not shown as a column: the log shift, the better way up, of each row that
+# speaks for its run (analysis.review_timed.speaks_for_run: its median is the whole run's move),
+# empty on the others.
 TABLE_COLUMNS = [*COLUMNS, "run_wide_shift"]
 
 

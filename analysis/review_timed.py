@@ -286,8 +286,8 @@ def judge_timed_rows(
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
             drift_rule = None if test.floor.between is not None else test.floor.drift
             speaks = speaks_for_run(test)
-            # The log shift of a row a whole run's move is judged on: review_lines.seen_line counts them,
-            # the calibration's Injector hands them to a family judged alone (``run_wide_outside``).
+            # The log shift of a row that speaks for its run: review_lines.seen_line counts them, the
+            # calibration's Injector hands them to a family judged alone (``run_wide_outside``).
             entry["run_wide_shift"] = toward_better(test) if speaks else None
             run_wide = (
                 whole_run
@@ -340,10 +340,9 @@ def explanation(
         if test.floor.between is not None:
             own = f"its between-run floor ±{math.expm1(test.floor.between):.1%}"
         elif math.isinf(test.floor.drift):
-            own = f"{NO_HISTORY}, fewer so far"
+            own = "an absolute time without two earlier runs of its case, else at most unknown drift"
         else:
             own = f"the drift allowance ±{math.expm1(test.floor.drift):.1%}"
-
         floor = (
             f"the review's {run_wide.rows} paired ratios moved {math.expm1(run_wide.shift):+.1%} together "
             f"(median), beyond ±{math.expm1(RUN_WIDE_ALLOWANCE):.0%}, which it was judged against ({own})"
@@ -355,6 +354,7 @@ def explanation(
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
     units = "rounds (fresh processes each)" if test.per_round else "samples"
+    alone = " alone" if run_wide is not None else ""  # what it would have seen without its run's move
     if not test.matched:
         test_name = "t test on log values"
     elif test.per_round:
@@ -365,7 +365,7 @@ def explanation(
         f"{test_name}, {test.run_count} against {test.baseline_count} {units} "
         f"({test.test.degrees_of_freedom:.0f} df, moderated variance): p = {entry['p_value']:.2g}, adjusted within "
         f"{experiment} · {impl} ({family_size} tests, Benjamini–Hochberg) {entry['adjusted_p']:.2g} against "
-        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}{' alone' if run_wide else ''}; {floor}; "
+        f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}{alone}; {floor}; "
         f"a change under {SMALLEST_CHANGE:.0%} is never flagged"
     )
 

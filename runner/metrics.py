@@ -239,8 +239,7 @@ ENTRIES: tuple[Metric, ...] = (
         "seconds",
         "fitted",
         help="the run's earlier cases' loop overhead (a Python loop's: its schedule's first), their median weighted "
-        "by 1 / pass²: "
-        "what the speedup prediction adds per pass",
+        "by 1 / pass²: what the speedup prediction adds per pass",
     ),
     Metric(
         "roofline_speculative_withheld",

@@ -348,8 +348,8 @@ def test_a_review_on_fewer_than_eight_earlier_runs_says_its_floors_rest_on_them(
     assert (
         first
         and (
-            "; only a change of the whole run, 20 or more paired ratios moving beyond ±5% together, is judged against "
-            "±5% instead, on the min-of-N times moving with it too (run the preset again to learn it)"
+            "; only a change of the whole run (20 or more paired ratios moving beyond ±5% together) is judged against "
+            "±5% instead, the min-of-N times moving with it too (run the preset again to learn it)"
         )
         in first[0]
     )

@@ -253,7 +253,7 @@ def test_the_loops_overhead_is_fitted_on_its_schedules_cases_each_weighed_by_its
         *case("int8", "confidence", 9e-6, False),
         *case("fast_int8", "fixed", -3e-6, True),
         *case("bigram", "fixed", 7e-6, False, impl="static"),
-        *case("ngram", "fixed", 5e-6, False)[:-3],  # no speedup recorded: it cannot join
+        *[row for row in case("ngram", "fixed", 5e-6, False) if row.metric != "speedup_median"],  # cannot join
     ]
     residuals = earlier_loop_residuals(rows, "fast", compiled=False)
     assert residuals == [LoopResidual(4e-6, 60e-6, "fixed"), LoopResidual(9e-6, 60e-6, "confidence")]
@@ -405,7 +405,7 @@ def test_the_xeon_run_without_a_roof_of_its_own_needs_one_given(imported_quick_r
 
 def test_the_loops_costs_put_the_third_cpus_speculative_cases_right(imported_quick_runs: str) -> None:
     """The third CPU's run carries its profile through the import: the fast impl's median |error|
-    is within 25% (5.7%) and every case measured more than 10% from a tie is called right (the one
+    is within 25% (3.8%) and every case measured more than 10% from a tie is called right (the one
     miss is a tie: the n-gram draft's confidence schedule, measured 1.04x and predicted 1.00x). As
     on the EPYC, its verification decides, and speculative decoding wins there (1.8-1.9x with the
     fast int8 draft at k = 4)."""
@@ -421,7 +421,7 @@ def test_the_loops_costs_put_the_third_cpus_speculative_cases_right(imported_qui
 
 def test_the_loops_costs_put_the_zen5_epycs_fast_int8_cases_right(imported_quick_runs: str) -> None:
     """The Zen 5 EPYC's run carries the roof it was judged on through its export (a roof stored
-    under the host's other fingerprint). The fast impl's median |error| is within 25% (6.9%), every
+    under the host's other fingerprint). The fast impl's median |error| is within 25% (4.9%), every
     fast_int8 case (the loop in C++) is called right, and so is every case measured more than 10%
     from a tie in this run; its verification decides. In its three other quick runs one or two
     clear verdicts were wrong, each a table draft's (the loop in Python: bigram and n-gram, fixed k

@@ -6,6 +6,7 @@ calibration on a store of five small runs, and the catalogue and package boundar
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import random
@@ -352,16 +353,25 @@ def overhead_points(run_id: int, seed: int, slower_by: float) -> tuple[pd.DataFr
     return pd.DataFrame(records), pd.DataFrame(samples)
 
 
-def first_review_with_points(seed: int, ratios_slower_by: float, points_slower_by: float) -> pd.DataFrame:
+def first_review_with_points(
+    seed: int, ratios_slower_by: float, points_slower_by: float, point_floor: float | None = None
+) -> pd.DataFrame:
     """A first review of the 28-case grid's paired ratios and eight min-of-N overhead points, each
-    kind slowed by its own factor in the run: the points' rows."""
+    kind slowed by its own factor in the run (with ``point_floor``, the points have history: that
+    between-run floor each): the points' rows."""
     run, baseline, samples = grid_runs(seed, lambda index, params: ratios_slower_by)
-    run_points, run_point_samples = overhead_points(2, seed * 2 + 1, points_slower_by)
-    base_points, base_point_samples = overhead_points(1, seed * 2, 1.0)
+    run_points, run_point_samples = overhead_points(2, seed * 2 + 1001, points_slower_by)
+    base_points, base_point_samples = overhead_points(1, seed * 2 + 1000, 1.0)
+    between = {
+        ("overhead", "seconds_per_token", review.params_key(params)): math.log1p(point_floor)
+        for params in run_points["params"]
+        if point_floor is not None
+    }
     table = review.verdict_table(
         pd.concat([run, run_points], ignore_index=True),
         pd.concat([baseline, base_points], ignore_index=True),
         pd.concat([samples, run_point_samples, base_point_samples], ignore_index=True),
+        between_runs=between,
     )
     points = table[table["experiment"] == "overhead"]
     assert len(points) == len(OVERHEAD_WIDTHS) and points["p_value"].notna().all()
@@ -380,7 +390,8 @@ def test_min_of_n_times_moving_with_the_whole_run_are_judged_against_5_percent(
         points = first_review_with_points(seed, 1.1, 1.1)
         regressed = points[points["verdict"] == "regressed"]
         flagged += len(regressed)
-        assert all(RUN_WIDE_WHY in why and review_timed.NO_HISTORY in why for why in regressed["why"]), seed
+        own = "(an absolute time without two earlier runs of its case, else at most unknown drift)"
+        assert all(RUN_WIDE_WHY in why and own in why for why in regressed["why"]), seed
         assert (regressed["change"] > 0.05).all() and not (points["verdict"] == "improved").any(), seed
         # Alone each would have seen no change; flagged, it no longer waits for history.
         assert all("would have seen no change alone;" in why for why in regressed["why"]), seed
@@ -395,6 +406,15 @@ def test_min_of_n_times_moving_with_the_whole_run_are_judged_against_5_percent(
         assert (against[against["why"].str.contains(RUN_WIDE_WHY)]["change"] > 0).all(), seed
         assert (against["change"] < 0).sum() >= 6, seed
     assert flagged >= 40, flagged  # of 80 points slowed 10%
+    # The other way: a run 10% faster, its points too, is improved; with history, a point on a
+    # ±20% floor is judged against ±5% and says its own floor.
+    faster = pd.concat([first_review_with_points(seed, 1 / 1.1, 1 / 1.1) for seed in range(10)])
+    assert (faster["verdict"] == "improved").sum() >= 40 and not (faster["verdict"] == "regressed").any()
+    with_history = pd.concat([first_review_with_points(seed, 1.1, 1.1, point_floor=0.2) for seed in range(10)])
+    judged = with_history[with_history["why"].str.contains(RUN_WIDE_WHY)]
+    assert len(judged) >= 70 and judged["why"].str.contains("(its between-run floor ±20.0%)", regex=False).all()
+    assert (judged["noise_floor"] == review_timed.RUN_WIDE_ALLOWANCE).all()
+    assert (with_history["verdict"] == "regressed").sum() >= 40
     monkeypatch.setattr(review_timed, "RUN_WIDE_ALLOWANCE", math.inf)
     without = pd.concat([first_review_with_points(seed, 1.1, 1.1) for seed in range(10)])
     assert without["verdict"].isin(UNFLAGGED).all()
@@ -747,12 +767,21 @@ def test_a_move_of_the_whole_run_needs_20_paired_ratios_moving_beyond_5_percent(
         return review_timed.TimedTest(test, 5, 5, ("speculative", "fast"), "higher", floor, absolute=absolute)
 
     first = review_timed.row_floor(None, review.DEFAULT_DRIFT)
+    first_absolute = review_timed.row_floor(None, review.DEFAULT_DRIFT, "min")
     assert review_timed.speaks_for_run(timed(first))
     assert review_timed.speaks_for_run(timed(review_timed.row_floor(0.02, review.DEFAULT_DRIFT)))
     assert not review_timed.speaks_for_run(timed(review_timed.row_floor(None, review.DEFAULT_DRIFT, "min"), True))
     assert not review_timed.speaks_for_run(timed(review_timed.row_floor(0.02, review.DEFAULT_DRIFT, "min"), True))
     assert not review_timed.speaks_for_run(timed(review_timed.row_floor(None, 0.0)))
     assert not review_timed.speaks_for_run(timed(review_timed.row_floor(0.02, 0.0)))
+    # Who is judged on the run's move: every row that allows drift, a min-of-N time too.
+    assert review_timed.follows_run(timed(first)) and review_timed.follows_run(timed(first_absolute, True))
+    assert review_timed.follows_run(timed(review_timed.row_floor(0.02, review.DEFAULT_DRIFT, "min"), True))
+    assert not review_timed.follows_run(timed(review_timed.row_floor(None, 0.0)))
+    assert not review_timed.follows_run(timed(review_timed.row_floor(0.02, 0.0, "min"), True))
+    # The shifts the better way up: a speedup's as it is, seconds' turned over.
+    assert review_timed.toward_better(timed(first)) == shift
+    assert review_timed.toward_better(dataclasses.replace(timed(first_absolute, True), direction="lower")) == -shift
     count = review_timed.RUN_WIDE_MIN_ROWS
     assert review_timed.run_wide_move({i: timed(first) for i in range(count - 1)}) is None
     move = review_timed.run_wide_move({i: timed(first) for i in range(count)})

@@ -21,6 +21,7 @@ runner.experiments.parts.speculative_timing records what they give beside the me
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -124,14 +125,21 @@ class LoopResidual:
 
 def fitted_loop_overhead(residuals: Sequence[LoopResidual], schedule: str | None) -> float | None:
     """The loop's per-pass overhead for a case of ``schedule``, from other cases' residuals: those
-    of the same schedule, else all (``schedule`` None: all); their median, each weighted by 1 / its
-    pass². A loop in Python pays its schedule's own Python each pass (a confidence stop asks for
-    the draft's top probability at every proposal, and computes one distribution more where it
-    stops), where a loop in one C++ call decides it in C++: its caller passes None. A residual is
-    a difference of whole passes, so its error grows with its pass: an eager draft's 1.6 ms pass
-    left ±100 us where a table draft's 60 us pass leaves a few, and the plain median of two such
-    cases is their mean. None where there is none."""
-    chosen = [residual for residual in residuals if residual.schedule == schedule] or list(residuals)
+    of the same schedule, else all (``schedule`` None: all); their lower weighted median, each
+    weighted by 1 / its pass² (a residual without a finite overhead and pass is left out). A loop
+    in Python pays its schedule's own Python each pass (a confidence stop asks for the draft's top
+    probability at every proposal, and computes one distribution more where it stops), where a
+    loop in one C++ call decides it in C++: its caller passes None. A residual is a difference of
+    whole passes, so its error grows with its pass: an eager draft's 1.6 ms pass left ±100 us where
+    a table draft's 60 us pass leaves a few, and the plain median of two such cases is their mean.
+    A schedule whose only other case is such a draft still takes its residual (a run's table
+    drafts come before its eager one). None where there is none."""
+    usable = [
+        residual
+        for residual in residuals
+        if math.isfinite(residual.overhead_seconds) and 0 < residual.pass_seconds < math.inf
+    ]
+    chosen = [residual for residual in usable if residual.schedule == schedule] or usable
     weighted = sorted((residual.overhead_seconds, residual.pass_seconds**-2) for residual in chosen)
     half, running = sum(weight for _, weight in weighted) / 2, 0.0
     for overhead, weight in weighted:

@@ -22,7 +22,6 @@ from typing import Any
 from runner.cost import roofline_model
 from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import LEVELS, Placement, Shape, pass_cost
-from runner.cost.speculative import LoopResidual
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
 from store.records import MeasurementRecord, RecordedMeasurement, case_key
@@ -234,7 +233,15 @@ def speculative(
     ]
 
 
-def earlier_loop_residuals(rows: Sequence[RecordedMeasurement], impl: str, compiled: bool) -> list[LoopResidual]:
+# What a case must have recorded for its residual to join the fit.
+LOOP_RESIDUAL_FIGURES = frozenset(
+    ("roofline_loop_overhead_seconds", "target_step_seconds", "chars_per_target_pass_timed", "speedup_median")
+)
+
+
+def earlier_loop_residuals(
+    rows: Sequence[RecordedMeasurement], impl: str, compiled: bool
+) -> list[speculative_cost.LoopResidual]:
     """The residuals (``roofline_loop_overhead_seconds``) of the run's earlier speculative cases of
     ``impl`` whose loop is of the same kind: a loop in one C++ call pays far less per pass than one
     in Python (a case recorded before the flag ran in Python). Each with its schedule and its
@@ -247,7 +254,7 @@ def earlier_loop_residuals(rows: Sequence[RecordedMeasurement], impl: str, compi
             figures.setdefault(key, {})[row.metric] = float(row.value)
             schedules[key] = str(row.params.get("schedule", "fixed"))
     return [
-        LoopResidual(
+        speculative_cost.LoopResidual(
             own["roofline_loop_overhead_seconds"],
             speculative_cost.measured_pass_seconds(
                 own["target_step_seconds"], own["chars_per_target_pass_timed"], own["speedup_median"]
@@ -257,15 +264,6 @@ def earlier_loop_residuals(rows: Sequence[RecordedMeasurement], impl: str, compi
         for key, own in figures.items()
         if own.keys() >= LOOP_RESIDUAL_FIGURES and bool(own.get("roofline_loop_compiled")) == compiled
     ]
-
-
-# What a case must have recorded for its residual to join the fit.
-LOOP_RESIDUAL_FIGURES = {
-    "roofline_loop_overhead_seconds",
-    "target_step_seconds",
-    "chars_per_target_pass_timed",
-    "speedup_median",
-}
 
 
 @dataclass(frozen=True)
