@@ -101,21 +101,19 @@ def build_report(
         drift = review.DEFAULT_DRIFT if inputs.drift is None else inputs.drift
         learned = "this machine's drift figure" if inputs.drift is not None else "the default drift allowance"
         run_wide = math.expm1(review_timed.RUN_WIDE_ALLOWANCE)
+        moved = f"({review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios moving beyond ±{run_wide:.0%} together)"
         whole_run = (
-            "only a change of the whole run" if drift > review_timed.RUN_WIDE_ALLOWANCE else "a change of the whole run"
+            f"only a change of the whole run {moved} is judged against ±{run_wide:.0%} instead, the min-of-N "
+            "times moving with it too"
+            if drift > review_timed.RUN_WIDE_ALLOWANCE
+            else f"a change of the whole run {moved} is judged against ±{run_wide:.0%} on the min-of-N times "
+            "moving with it"
         )
         warnings.append(
             f"fewer than two earlier done runs of {sweep} on this machine: how far a timing "
             f"moves between runs is not known for these cases, so a paired ratio's shift within {learned} "
             f"(±{math.expm1(drift):.1%}) and a min-of-N time's shift of any size on its own are `unknown drift`, "
-            f"not a regression; {whole_run} ({review_timed.RUN_WIDE_MIN_ROWS} or more paired ratios moving beyond "
-            f"±{run_wide:.0%} together) is judged against ±{run_wide:.0%} "
-            + (
-                "instead, the min-of-N times moving with it too"
-                if drift > review_timed.RUN_WIDE_ALLOWANCE
-                else "on the min-of-N times moving with it"
-            )
-            + " (run the preset again to learn it)"
+            f"not a regression; {whole_run} (run the preset again to learn it)"
         )
     elif not timed.empty and not inputs.interleaved and inputs.floor_runs < review.SETTLED_HISTORY:
         warnings.append(

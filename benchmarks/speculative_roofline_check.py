@@ -159,15 +159,7 @@ def main() -> None:
                 "case": case,
                 "impl": impl,
                 "parts": parts,
-                "residual": speculative_cost.LoopResidual(
-                    parts.loop_overhead(measured),
-                    speculative_cost.measured_pass_seconds(
-                        measured["target_step_seconds"],
-                        measured["chars_per_target_pass_timed"],
-                        measured["speedup_median"],
-                    ),
-                    schedule_of(case),
-                ),
+                "residual": parts.residual(measured, schedule_of(case)),
                 "chars": figure(case, "predicted_chars_per_pass", "expected_chars_per_pass"),
                 "calls": figure(case, "predicted_mean_draft_calls") or calls,
                 "k": k,  # the verification priced: the loop's mean draft length, rounded

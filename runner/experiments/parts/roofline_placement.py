@@ -349,6 +349,17 @@ class LoopParts:
             - self.once_a_pass_seconds
         )
 
+    def residual(self, measured: Mapping[str, float], schedule: str) -> speculative_cost.LoopResidual:
+        """The case's loop overhead (``loop_overhead``) with its measured pass and schedule: what
+        speculative_cost.fitted_loop_overhead fits other cases' overhead on."""
+        return speculative_cost.LoopResidual(
+            self.loop_overhead(measured),
+            speculative_cost.measured_pass_seconds(
+                measured["target_step_seconds"], measured["chars_per_target_pass_timed"], measured["speedup_median"]
+            ),
+            schedule,
+        )
+
     @property
     def once_a_pass_seconds(self) -> float:
         """The priced parts a pass pays once besides its verification and its proposals (the loop's
