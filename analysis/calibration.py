@@ -262,6 +262,17 @@ class Injector:
             (str(row["experiment"]), str(row["metric"]), str(row["point"])): float(row["run_wide_shift"])
             for row in joining.to_dict("records")
         }
+        # Likewise the min-of-N times' shifts, by impl, that tell a step of the machine (review_host).
+        impls = {
+            (str(row["experiment"]), str(row["metric"]), str(row["point"])): str(row["impl"])
+            for row in self.rows.to_dict("records")
+        }
+        absolute = table[table["absolute_shift"].notna()]
+        self.absolute_shifts = {
+            key: (impls[key], float(row["absolute_shift"]))
+            for row in absolute.to_dict("records")
+            if (key := (str(row["experiment"]), str(row["metric"]), str(row["point"]))) in impls
+        }
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
         """``review_inputs.injected`` with the measured sides found once per pair."""
@@ -274,11 +285,15 @@ class Injector:
             family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
             samples = samples[samples["measurement_id"].isin(family)]
         outside: list[float] = []
+        absolute_outside: list[tuple[str, float]] = []
         if rows is not None:
             keys = (rows[column].astype(str) for column in ("experiment", "metric", "point"))
             inside = set(zip(*keys, strict=True))
             outside = [shift for key, shift in self.run_wide_shifts.items() if key not in inside]
-        return review_inputs.judge(self.inputs, samples=samples, rows=rows, run_wide_outside=outside)
+            absolute_outside = [shift for key, shift in self.absolute_shifts.items() if key not in inside]
+        return review_inputs.judge(
+            self.inputs, samples=samples, rows=rows, run_wide_outside=outside, absolute_outside=absolute_outside
+        )
 
 
 def drift_judged_moves(cases: pd.DataFrame) -> dict[Family, list[float]]:

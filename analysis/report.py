@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import calibration, review, review_charts, review_inputs, review_lines, review_timed
+from analysis import calibration, review, review_charts, review_host, review_inputs, review_lines, review_timed
 from analysis.figures import Figure
 from analysis.runs import sweep_label
 from store.compatibility import renamed_in
@@ -125,6 +125,8 @@ def build_report(
         )
     if waiting := review_lines.waiting_line(table):
         warnings.append(waiting)
+    if stepped := review_host.host_line(table):
+        warnings.append(stepped)
     report = RunReport(
         run,
         baseline,

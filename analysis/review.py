@@ -67,7 +67,14 @@ from analysis.between_runs import (
     drift_of,
     family_floors,
 )
-from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, both_sides, log_values
+from analysis.review_samples import (
+    MATCHED_METHOD,
+    ROUND_METHOD,
+    both_sides,
+    headline_per_sample,
+    log_values,
+    tested_values,
+)
 from analysis.review_timed import (
     ALPHA,
     MDE_POWER,
@@ -77,11 +84,9 @@ from analysis.review_timed import (
     Floor,
     Group,
     TimedTest,
-    headline_per_sample,
     judge_timed_rows,
     row_floor,
     seen,
-    tested_values,
 )
 from analysis.runs import PINNED, SUSPECT, default_baseline, earlier_comparable_runs, tag_set
 from analysis.statistics import (
@@ -164,7 +169,10 @@ VERDICT_MEANINGS = {
         f"{SMALLEST_CHANGE:.0%}, the better way"
     ),
     "changed": "a deterministic figure differs: it must reproduce exactly",
-    "unknown drift": "fewer than two earlier runs: the shift is within what the machine may drift between runs",
+    "unknown drift": (
+        "the shift is within what the machine may drift between runs: fewer than two earlier runs, or a step "
+        "of the machine between these two (every impl's absolute times moved the same way)"
+    ),
     "within noise": (
         f"the adjusted p is not below {ALPHA:g}, or the shift is within the between-run floor or under "
         f"{SMALLEST_CHANGE:.0%}; "
@@ -216,8 +224,10 @@ COLUMNS = [
 ]
 # Kept beside COLUMNS, not shown as a column: the log shift, the better way up, of each row that
 # speaks for its run (analysis.review_timed.speaks_for_run: its median is the whole run's move),
-# empty on the others.
-TABLE_COLUMNS = [*COLUMNS, "run_wide_shift"]
+# empty on the others; each min-of-N time's log shift as measured (``absolute_shift``, seconds: up is
+# slower) and, where the machine itself moved between the runs (analysis.review_host), how far it
+# moved them (``host_envelope``, |log|).
+TABLE_COLUMNS = [*COLUMNS, "run_wide_shift", "absolute_shift", "host_envelope"]
 
 
 # ---- the noise floors -------------------------------------------------------------------------
@@ -305,6 +315,7 @@ def verdict_table(
     unmeasured: Mapping[tuple[str, str], str] | None = None,
     families: Mapping[tuple[str, str, str], FamilyFloor] | None = None,
     run_wide_outside: Sequence[float] = (),
+    absolute_outside: Sequence[tuple[str, float]] = (),
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -319,7 +330,8 @@ def verdict_table(
     where ``paired_rows`` holds only some of the review's rows (the calibration judges a family
     alone), the log shifts of the review's other rows that speak for its run
     (``review_timed.speaks_for_run``: ``run_wide_shift`` of the full table), so that the rule sees
-    the whole review."""
+    the whole review; ``absolute_outside`` likewise, (impl, ``absolute_shift``) of its other min-of-N
+    times, so that review_host.host_move sees them all."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
@@ -358,7 +370,7 @@ def verdict_table(
             headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
         )
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
-    judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside)
+    judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside, absolute_outside)
     for index, (_, run_logs, base_logs) in candidates.items():
         tested_values(rows[index], run_logs, base_logs, sample_units[index])
     for index, metrics in same_samples.items():
@@ -443,6 +455,9 @@ def ordered_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     if table.empty:
         return table
+    # The hidden figures are numbers, NaN where a row has none, whichever rows a table holds.
+    hidden = TABLE_COLUMNS[len(COLUMNS) :]
+    table[hidden] = table[hidden].astype(float)
     table["order"] = table["verdict"].map(VERDICT_ORDER.index)
     table["size"] = table["change"].astype(float).abs().fillna(0.0)
     table = table.sort_values(

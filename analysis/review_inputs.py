@@ -158,11 +158,13 @@ def judge(
     samples: pd.DataFrame | None = None,
     rows: pd.DataFrame | None = None,
     run_wide_outside: Sequence[float] = (),
+    absolute_outside: Sequence[tuple[str, float]] = (),
 ) -> pd.DataFrame:
     """The verdict table of the review (``samples`` in place of the stored ones, if given; only
     ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
     as in the full review, whose tests and adjustments stay within a family, given the log shifts
-    of the other rows that speak for the run, ``run_wide_outside``)."""
+    of the other rows that speak for the run, ``run_wide_outside``, and (impl, log shift) of its
+    other min-of-N times, ``absolute_outside``)."""
     table = review.verdict_table(
         inputs.run_measurements,
         inputs.baseline_measurements,
@@ -174,6 +176,7 @@ def judge(
         unmeasured=inputs.unmeasured,
         families=inputs.families,
         run_wide_outside=run_wide_outside,
+        absolute_outside=absolute_outside,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

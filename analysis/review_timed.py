@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from analysis.between_runs import SETTLED_HISTORY, FamilyFloor
-from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_matched
+from analysis.review_host import host_move
+from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_absolute, is_matched
 from analysis.statistics import (
     LogShiftTest,
     adjusted_p_values,
@@ -64,12 +63,6 @@ class Floor:
 # 2-core EPYC: all 13 false alerts of four quick runs were such rows, judged against a drift
 # allowance). The review's paired ratios can still say that the whole run moved (``follows_run``).
 NO_HISTORY = "an absolute time, judged only against two earlier runs of its case on this machine"
-
-
-def is_absolute(method: str) -> bool:
-    """Whether samples of ``method`` are absolute seconds ("min", or an A/B session's "min, per
-    round"), not ratios of two sides timed together."""
-    return method.split(",")[0] == "min"
 
 
 def row_floor(between: float | None, drift: float, method: str = "paired") -> Floor:
@@ -248,13 +241,17 @@ def judge_timed_rows(
     floors: Mapping[int, tuple[Floor, str]],
     families: Mapping[GroupKey, FamilyFloor] | None = None,
     run_wide_outside: Sequence[float] = (),
+    absolute_outside: Sequence[tuple[str, float]] = (),
 ) -> None:
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
     group that moved together beyond its ``families`` floor (``group_moves``), moving the same
     way, is judged against that floor where it is the lower one; a row moving with the whole run
     (``run_wide_move`` over these rows' paired ratios and ``run_wide_outside``; ``follows_run``: a
-    min-of-N time too), against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider."""
+    min-of-N time too), against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider.
+    Where the machine itself moved (review_host.host_move over these rows' min-of-N times and
+    ``absolute_outside``, (impl, log shift) of the review's others), a row that moved within its widest
+    absolute time is at most unknown drift."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -274,6 +271,9 @@ def judge_timed_rows(
         )
     moved = group_moves(rows, tests, families or {})
     whole_run = run_wide_move(tests, run_wide_outside)
+    absolute = [(test.family[1], test.test.shift) for test in tests.values() if test.absolute and follows_run(test)]
+    ratios = sum(speaks_for_run(test) for test in tests.values()) + len(run_wide_outside)
+    host = host_move(absolute + list(absolute_outside), whole_run is None and ratios >= RUN_WIDE_MIN_ROWS)
     by_family: dict[tuple[str, str], list[int]] = {}
     for index, timed in tests.items():
         by_family.setdefault(timed.family, []).append(index)
@@ -284,11 +284,18 @@ def judge_timed_rows(
             shift = math.expm1(test.test.shift)
             entry["change"], entry["p_value"], entry["adjusted_p"] = shift, test.test.p_value, adjusted_p
             entry["detectable"] = math.expm1(detectable_log(test, len(members)))
+            stepped = host if host is not None and follows_run(test) else None
+            entry["host_envelope"] = None if stepped is None else stepped.envelope
+            if stepped is not None:  # a step of the machine hides any move within it
+                entry["detectable"] = max(entry["detectable"], math.expm1(stepped.envelope))
             drift_rule = None if test.floor.between is not None else test.floor.drift
             speaks = speaks_for_run(test)
             # The log shift of a row that speaks for its run: review_lines.seen_line counts them, the
             # calibration's Injector hands them to a family judged alone (``run_wide_outside``).
             entry["run_wide_shift"] = toward_better(test) if speaks else None
+            # A min-of-N time's log shift as measured (seconds: up is slower), which the calibration
+            # hands to a family judged alone (``absolute_outside``) for review_host.host_move.
+            entry["absolute_shift"] = test.test.shift if test.absolute and follows_run(test) else None
             run_wide = (
                 whole_run
                 if whole_run is not None
@@ -318,6 +325,10 @@ def judge_timed_rows(
                 adjusted_p, shift, test.direction, own_floor if move is None else move.floor, drift_rule
             )
             entry["why"] = explanation(entry, test, len(members), move, run_wide)
+            if stepped is not None:
+                held = entry["verdict"] in ("regressed", "improved") and abs(test.test.shift) <= stepped.envelope
+                entry["verdict"] = "unknown drift" if held else entry["verdict"]
+                entry["why"] += f"; {stepped.clause(held)}"
 
 
 def explanation(
@@ -368,30 +379,3 @@ def explanation(
         f"{ALPHA:g}; would have seen {seen(entry['detectable'], '.1%')}{alone}; {floor}; "
         f"a change under {SMALLEST_CHANGE:.0%} is never flagged"
     )
-
-
-def headline_per_sample(value: Any, samples: pd.DataFrame | None, method: str) -> float:
-    """The headline's units per unit of its samples: 1 for a ratio; for a min-of-N time the
-    headline over the least sample (a time per token from samples of a whole generation), NaN
-    where that cannot be read (tested_values then keeps the stored values)."""
-    if not is_absolute(method):
-        return 1.0
-    seconds = [] if samples is None or samples.empty else [second for second in samples["seconds"] if second > 0]
-    try:
-        return float(value) / min(seconds) if seconds else math.nan
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def tested_values(
-    entry: dict[str, Any], run_logs: list[float], base_logs: list[float], units: tuple[float, float]
-) -> None:
-    """A tested row's ``run`` and ``baseline`` as the values its test compared, each side's
-    geometric mean in the headline's units, so that run / baseline is the ``change`` beside them:
-    the stored headline (a median, a best of N) moved otherwise (a best of 3 down 0.2% beside a
-    +3.3% change)."""
-    run_unit, base_unit = units
-    # One unit for both sides (a time per token of generations of one length), so the ratio holds.
-    if math.isfinite(run_unit) and math.isfinite(base_unit) and math.isclose(run_unit, base_unit, rel_tol=1e-6):
-        entry["run"] = math.exp(statistics.fmean(run_logs)) * run_unit
-        entry["baseline"] = math.exp(statistics.fmean(base_logs)) * run_unit

@@ -136,7 +136,7 @@ def report_run(
     store = open_store(db, "report run", read_only=True)
     check_run(store, run_id)
     # The report's code (pandas, the statistics) is loaded once the input is known good.
-    from analysis import report, report_render, review, review_lines
+    from analysis import report, report_render, review, review_host, review_lines
     from store import frames
 
     runs = frames.runs(store)
@@ -161,6 +161,8 @@ def report_run(
         summary = f"{summary}; {power}"
     if waiting := review_lines.waiting_line(built.table):
         summary = f"{summary}; {waiting}"
+    if stepped := review_host.host_line(built.table):
+        summary = f"{summary}; {stepped}"
     if str(out) == "-":
         typer.echo(report_render.render(built, chosen_format), nl=False)
         typer.echo(summary, err=True)  # stdout holds the comment alone
