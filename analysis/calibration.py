@@ -26,8 +26,9 @@ samples cannot alert either way and are counted apart (``review_judged_fraction`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
@@ -247,6 +248,12 @@ def timed_rows(table: pd.DataFrame) -> int:
     return len(review_lines.comparable_timed(table))
 
 
+def row_key(row: Mapping[Any, Any]) -> tuple[str, str, str]:
+    """A review row's (experiment, metric, point): the same row in the verdict table and in its
+    side_by_side rows."""
+    return (str(row["experiment"]), str(row["metric"]), str(row["point"]))
+
+
 class Injector:
     """Regressions injected into one review pair's real samples, judged family by family."""
 
@@ -258,20 +265,14 @@ class Injector:
         # whole run is judged on, by their key, with their log shifts: a family judged alone is judged
         # beside the rest of the review's, which an injection into that family leaves as they were.
         joining = table[table["run_wide_shift"].notna()]
-        self.run_wide_shifts = {
-            (str(row["experiment"]), str(row["metric"]), str(row["point"])): float(row["run_wide_shift"])
-            for row in joining.to_dict("records")
-        }
+        self.run_wide_shifts = {row_key(row): float(row["run_wide_shift"]) for row in joining.to_dict("records")}
         # Likewise the min-of-N times' shifts, by impl, that tell a step of the machine (review_host).
-        impls = {
-            (str(row["experiment"]), str(row["metric"]), str(row["point"])): str(row["impl"])
-            for row in self.rows.to_dict("records")
-        }
+        impls = {row_key(row): str(row["impl"]) for row in self.rows.to_dict("records")}
         absolute = table[table["absolute_shift"].notna()]
         self.absolute_shifts = {
             key: (impls[key], float(row["absolute_shift"]))
             for row in absolute.to_dict("records")
-            if (key := (str(row["experiment"]), str(row["metric"]), str(row["point"]))) in impls
+            if (key := row_key(row)) in impls
         }
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:

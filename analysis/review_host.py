@@ -1,7 +1,7 @@
 """The machine itself moved between a review's two runs: every impl's absolute times moved the
 same way while the paired ratios held.
 
-A shared host changes speed in steps: on a 2-core Xeon VM (family 6 model 207, no AMX), eight
+A shared host changes speed in steps: on a 2-core Xeon VM (family 6 model 207, no BF16 or AMX), eight
 quick runs of one code minutes apart met four such steps, each impl's min-of-N times moving
 +46% to +59%, −11% to −18%, +10% to +27% and −35% to −38% together, while the median of the 48
 paired ratios moved −0.5% to +3.9% (docs/review-measurements.md, eighteenth session). A paired
