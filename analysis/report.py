@@ -127,6 +127,8 @@ def build_report(
         warnings.append(waiting)
     if stepped := review_host.host_line(table):
         warnings.append(stepped)
+    if phased := review_host.phase_line(table):
+        warnings.append(phased)
     report = RunReport(
         run,
         baseline,

@@ -67,6 +67,7 @@ from analysis.between_runs import (
     drift_of,
     family_floors,
 )
+from analysis.review_host import CasePhase, case_phases
 from analysis.review_samples import (
     MATCHED_METHOD,
     ROUND_METHOD,
@@ -226,8 +227,10 @@ COLUMNS = [
 # speaks for its run (analysis.review_timed.speaks_for_run: its median is the whole run's move),
 # empty on the others; each min-of-N time's log shift as measured (``absolute_shift``, seconds: up is
 # slower) and, where the machine itself moved between the runs (analysis.review_host), how far it
-# moved them (``host_envelope``, |log|).
-TABLE_COLUMNS = [*COLUMNS, "run_wide_shift", "absolute_shift", "host_envelope"]
+# moved them (``host_envelope``, |log|); where the machine ran at another speed around a case's
+# timings in one run than in the other (analysis.review_host.case_phases), the log ratio of its
+# reference loop's readings (``phase_move``: up is slower in the run).
+TABLE_COLUMNS = [*COLUMNS, "run_wide_shift", "absolute_shift", "host_envelope", "phase_move"]
 
 
 # ---- the noise floors -------------------------------------------------------------------------
@@ -337,6 +340,8 @@ def verdict_table(
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
+    case_speeds = case_phases(run, baseline)
+    phases: dict[int, CasePhase] = {}  # per candidate, the machine's speed around its case in each run
     rows: list[dict[str, Any]] = []
     # Rows to test, by their index in ``rows``: (group, run logs, baseline logs), then their floors.
     candidates: dict[int, tuple[Group, list[float], list[float]]] = {}
@@ -370,7 +375,9 @@ def verdict_table(
             headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
         )
         floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
-    judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside, absolute_outside)
+        if (phase := case_speeds.get((str(row["experiment"]), str(key)))) is not None:
+            phases[len(rows) - 1] = phase
+    judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside, absolute_outside, phases)
     for index, (_, run_logs, base_logs) in candidates.items():
         tested_values(rows[index], run_logs, base_logs, sample_units[index])
     for index, metrics in same_samples.items():

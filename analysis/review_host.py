@@ -1,5 +1,6 @@
-"""The machine itself moved between a review's two runs: every impl's absolute times moved the
-same way while the paired ratios held.
+"""The machine itself moved: between a review's two runs (a step: every impl's absolute times
+moved the same way while the paired ratios held), or while one case was timed (its reading of the
+harness's reference loop, runner.measure.reference, moved between the runs: ``case_phases``).
 
 A shared host changes speed in steps: on a 2-core Xeon VM (family 6 model 207, no BF16 or AMX), eight
 quick runs of one code minutes apart met four such steps, each impl's min-of-N times moving
@@ -25,8 +26,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
+
+from runner.measure.reference import REFERENCE_METRIC
+from store.records import case_key
 
 # Every impl with HOST_MIN_ROWS min-of-N times, at least HOST_MIN_IMPLS of them, moved beyond
 # HOST_IMPL_MOVE the same way (their medians), one beyond HOST_STEP, and the least of those moves
@@ -107,4 +112,88 @@ def host_line(table: pd.DataFrame) -> str | None:
         f"paired ratios held, so a timed row that moved between {math.expm1(-envelope):.0%} and "
         f"{math.expm1(envelope):+.0%} is at most unknown drift ({rows} would otherwise have been flagged); nothing "
         "in the two runs tells such a step from a change of every code path alike: rerun both on a steadier machine"
+    )
+
+
+# A case whose reference loop ran this much slower or faster around its timings in one run than in
+# the other was timed at another speed of the machine. Between quiet processes on the Xeon VM the
+# loop's reading moved 2-5%; between its two speeds, 30-45% (runner.measure.reference).
+PHASE_MOVE = math.log1p(0.10)
+
+
+@dataclass(frozen=True)
+class CasePhase:
+    """How fast the machine ran around one case's timings in each run: the slowest reading of the
+    reference loop there (seconds)."""
+
+    run_seconds: float
+    baseline_seconds: float
+
+    @property
+    def move(self) -> float:
+        """The log ratio of the readings: positive where the machine ran slower in the run."""
+        return math.log(self.run_seconds / self.baseline_seconds)
+
+    @property
+    def moved(self) -> bool:
+        return abs(self.move) > PHASE_MOVE
+
+    def clause(self, allowance: float, held: bool) -> str:
+        """What the machine's speed means for the row, for its ``why``: ``held`` where it made the row
+        unknown drift (``phase_line`` counts those by their first words)."""
+        start = "but the machine ran at another speed" if held else "the machine ran at another speed"
+        return (
+            f"{start} around this case's timings: a fixed reference loop took {self.run_seconds * 1e3:.2f} ms a "
+            f"reading in the run against {self.baseline_seconds * 1e3:.2f} ms in the baseline "
+            f"({math.expm1(self.move):+.0%}), so a move within ±{math.expm1(allowance):.0%} (its floor widened by "
+            "that) is at most unknown drift"
+        )
+
+
+def widen_for_phase(entry: dict[str, Any], shift: float, phase: CasePhase, judged_floor: float) -> None:
+    """A verdict row (``shift``: its log shift) whose case was timed at another speed of the machine in
+    each run: its floor widened by how far the reference loop's readings moved, a flagged row within
+    that at most unknown drift. Either way round: a paired ratio's two sides may feel the machine's
+    speed unequally (interpreted code felt the Xeon VM's slow stretches most, the fast kernel least)."""
+    allowance = judged_floor + abs(phase.move)
+    held = entry["verdict"] in ("regressed", "improved") and abs(shift) <= allowance
+    entry["phase_move"] = phase.move
+    entry["detectable"] = max(entry["detectable"], math.expm1(allowance))
+    entry["verdict"] = "unknown drift" if held else entry["verdict"]
+    entry["why"] += f"; {phase.clause(allowance, held)}"
+
+
+def case_phases(run: pd.DataFrame, baseline: pd.DataFrame) -> dict[tuple[str, str], CasePhase]:
+    """(experiment, case key) → the case's CasePhase, for every case with a reference reading in both
+    runs' measurements (store.frames.measurements); runs recorded before the reading have none."""
+    readings = []
+    for frame in (run, baseline):
+        kept = frame[(frame["metric"] == REFERENCE_METRIC) & (frame["value"] > 0)] if not frame.empty else frame
+        readings.append(
+            {
+                (str(experiment), case_key(params)): float(value)
+                for experiment, params, value in zip(kept["experiment"], kept["params"], kept["value"], strict=True)
+            }
+            if not kept.empty
+            else {}
+        )
+    return {key: CasePhase(seconds, readings[1][key]) for key, seconds in readings[0].items() if key in readings[1]}
+
+
+def phase_line(table: pd.DataFrame) -> str | None:
+    """``N timed rows were timed while the machine ran at another speed …`` where any was (the
+    hidden ``phase_move`` column); None otherwise."""
+    if table.empty or "phase_move" not in table.columns:
+        return None
+    judged = table[table["phase_move"].notna()]
+    if judged.empty:
+        return None
+    held = int(judged["why"].str.contains("but the machine ran at another speed", regex=False).sum())
+    moves = judged["phase_move"].astype(float).abs()
+    rows = "1 timed row was" if len(judged) == 1 else f"{len(judged)} timed rows were"
+    flagged = "1 of them" if held == 1 else f"{held} of them"
+    return (
+        f"{rows} timed while the machine ran at another speed than in the baseline: a fixed reference loop around "
+        f"their timings moved {math.expm1(moves.min()):.0%}–{math.expm1(moves.max()):.0%}, so each such row's floor "
+        f"was widened by its move ({flagged} would otherwise have been flagged): rerun both on a steadier machine"
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.between_runs import SETTLED_HISTORY, FamilyFloor
-from analysis.review_host import host_move
+from analysis.review_host import CasePhase, host_move, widen_for_phase
 from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_absolute, is_matched
 from analysis.statistics import (
     LogShiftTest,
@@ -242,6 +242,7 @@ def judge_timed_rows(
     families: Mapping[GroupKey, FamilyFloor] | None = None,
     run_wide_outside: Sequence[float] = (),
     absolute_outside: Sequence[tuple[str, float]] = (),
+    phases: Mapping[int, CasePhase] | None = None,
 ) -> None:
     """Test each candidate row (``rows[index]``) against its group's prior variance, adjust the
     p-values within each experiment · impl family, and give each its verdict and why. A row of a
@@ -251,7 +252,9 @@ def judge_timed_rows(
     min-of-N time too), against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider.
     Where the machine itself moved (review_host.host_move over these rows' min-of-N times and
     ``absolute_outside``, (impl, log shift) of the review's others), a row that moved within its widest
-    absolute time is at most unknown drift."""
+    absolute time is at most unknown drift. Where the machine ran at another speed around a row's
+    case in one run than in the other (``phases``, by row: review_host.CasePhase), its floor widens
+    by that move: a flagged row within it is at most unknown drift."""
     priors = group_variances(candidates)
     tests: dict[int, TimedTest] = {}
     for index, (group, run_logs, base_logs) in candidates.items():
@@ -329,6 +332,12 @@ def judge_timed_rows(
                 held = entry["verdict"] in ("regressed", "improved") and abs(test.test.shift) <= stepped.envelope
                 entry["verdict"] = "unknown drift" if held else entry["verdict"]
                 entry["why"] += f"; {stepped.clause(held)}"
+            judged_floor = (
+                move.floor if move is not None else own_floor if test.floor.between is not None else drift_rule or 0.0
+            )
+            phase = (phases or {}).get(index)
+            if phase is not None and phase.moved and follows_run(test) and math.isfinite(judged_floor):
+                widen_for_phase(entry, test.test.shift, phase, judged_floor)
 
 
 def explanation(

@@ -163,6 +163,8 @@ def report_run(
         summary = f"{summary}; {waiting}"
     if stepped := review_host.host_line(built.table):
         summary = f"{summary}; {stepped}"
+    if phased := review_host.phase_line(built.table):
+        summary = f"{summary}; {phased}"
     if str(out) == "-":
         typer.echo(report_render.render(built, chosen_format), nl=False)
         typer.echo(summary, err=True)  # stdout holds the comment alone

@@ -47,6 +47,13 @@ EXPERIMENT_ORDER = tuple(declaration.name for declaration in declarations.ordere
 # declaration's ``headlines``.
 ENTRIES: tuple[Metric, ...] = (
     Metric("seconds_per_token", "seconds", "timed", "lower", help="min-of-N seconds per generated token"),
+    Metric(
+        "reference_loop_seconds",
+        "seconds",
+        "timed",
+        help="the machine's own speed while the case was timed: the slowest reading of a fixed pure-Python loop "
+        "around its timings (runner.measure.reference)",
+    ),
     Metric("val_loss", "nats", "numerical", help="held-out cross-entropy"),
     Metric("parameter_count", "parameters", "exact"),
     *paired("measured_speedup", "no cache over cache, paired, through one impl"),

@@ -25,13 +25,14 @@ from runner.experiments.base import RunMeasurements
 from runner.labels import part_labels, progress_label
 from runner.measure import load as machine_load
 from runner.measure.machine import code_version, fingerprint
+from runner.measure.reference import REFERENCE_METRIC
 from runner.measure.timing import Harness
 from runner.model.corpus import load_corpus
 from runner.model.progress import Ticker
 from runner.model.train import train_or_reuse
 from runner.spec.sweeps import SweepSpec
 from store.masking import mask_secrets
-from store.records import CaseRecord, Claim, JobRecord, case_key
+from store.records import CaseRecord, Claim, JobRecord, MeasurementRecord, case_key
 from store.store import Store
 
 Log = Callable[[str], None]
@@ -238,6 +239,13 @@ class CaseProgress:
             self.lines(f"run {self.run_id}: {self.done}/{self.total} cases")
 
 
+def machine_speed(harness: Harness) -> tuple[MeasurementRecord, ...]:
+    """The case's ``reference_loop_seconds``: the slowest reading of the reference loop around its
+    timings (runner.measure.reference), where it timed anything."""
+    readings = harness.take_reference_readings()
+    return (MeasurementRecord(REFERENCE_METRIC, max(readings), "seconds"),) if readings else ()
+
+
 def run_cases(
     store: Store,
     spec: SweepSpec,
@@ -269,7 +277,7 @@ def run_cases(
         model=prepared.model,
         model_record=prepared.record,
         corpus=prepared.corpus,
-        harness=Harness(device=spec.device),
+        harness=Harness(device=spec.device, reference=True),
         device=spec.device,
         seed=spec.seed,
         earlier=made.of,
@@ -287,8 +295,9 @@ def run_cases(
             continue
         progress.bar.set_postfix_str(labels[(experiment.name, case_key(case))])
         torch.manual_seed(spec.seed)
+        context.harness.take_reference_readings()  # none of an earlier case's, or of training a draft
         try:
-            measurements = experiment.run_case(case, context)
+            measurements = (*experiment.run_case(case, context), *machine_speed(context.harness))
             record = CaseRecord(experiment.name, case, measurements)
             made.add(experiment.name, case, measurements)
         except Unmeasured as unmeasured:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from runner.measure import quiet
+from runner.measure.reference import reference_seconds
 from store.records import MeasurementRecord, SampleRecord
 
 Clock = Callable[[], float]
@@ -177,10 +178,23 @@ def loops_for_seconds(seconds: float) -> int:
 class Harness:
     """Times callables on one device; the clock is injectable so tests can use a fake one."""
 
-    def __init__(self, device: str | torch.device = "cpu", clock: Clock = time.perf_counter, warmup: int = 1):
+    def __init__(
+        self,
+        device: str | torch.device = "cpu",
+        clock: Clock = time.perf_counter,
+        warmup: int = 1,
+        *,
+        reference: bool = False,
+        reference_readings: list[float] | None = None,
+    ):
         self.device = device
         self.clock = clock
         self.warmup = warmup
+        # ``reference``: each timing reads the machine's own speed just before its first sample and
+        # after its last (runner.measure.reference); a harness made from another shares its list.
+        self.reference_readings: list[float] | None = (
+            reference_readings if reference_readings is not None else [] if reference else None
+        )
         # Decided once, not per timed call: building a torch.device to ask took 0.6 us on the Xeon
         # VM, inside the timed window after every call (a timed no-op: 0.81 us, now 0.19 us), 3%
         # of a table draft's 20 us turn in the cost sessions. (So ``device`` is not to be changed
@@ -188,6 +202,19 @@ class Harness:
         self.synchronize: Callable[[], None] = (
             (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else no_synchronize
         )
+
+    def read_reference(self) -> None:
+        """One reading of the reference loop, where this harness keeps them."""
+        if self.reference_readings is not None:
+            self.reference_readings.append(reference_seconds())
+
+    def take_reference_readings(self) -> list[float]:
+        """The reference loop's readings since the last call: one case's, for the runner to store."""
+        if self.reference_readings is None:
+            return []
+        taken = list(self.reference_readings)
+        self.reference_readings.clear()
+        return taken
 
     def time_once(self, function: Callable[[], object], loops: int = 1) -> float:
         """Seconds per call of ``function`` over ``loops`` calls, the collector off."""
@@ -274,11 +301,13 @@ class Harness:
             raise ValueError("repeats must be at least 1")
         with pinned():
             (loops,) = self._prepare([function], steady)
+            self.read_reference()
             seconds: list[float] = []
             for _ in range(repeats):
                 seconds.append(self.time_once(function, loops))
                 if between is not None:
                     between()
+            self.read_reference()
             return MinOfN(tuple(seconds))
 
     def alternating(
@@ -299,6 +328,7 @@ class Harness:
         for function in functions:
             function()
         per_call: list[list[float]] = [[] for _ in functions]
+        self.read_reference()
         for _ in range(repeats):
             prepare()
             totals = [0.0] * len(functions)
@@ -307,6 +337,7 @@ class Harness:
                     totals[index] += self.time_once(function)
             for index, total in enumerate(totals):
                 per_call[index].append(total / rounds)
+        self.read_reference()
         return tuple(MinOfN(tuple(seconds)) for seconds in per_call)
 
     def interleaved(
@@ -332,6 +363,7 @@ class Harness:
             raise ValueError("rounds must be at least 1")
         with pinned():
             loops = self._prepare(functions, steady, warm)
+            self.read_reference()
             seconds: list[list[float]] = [[] for _ in functions]
             for index in range(rounds):
                 if steady:
@@ -344,6 +376,7 @@ class Harness:
                         seconds[position].append(self.time_once(functions[position], loops[position]))
                 if between is not None:
                     between()
+            self.read_reference()
         return tuple(tuple(times) for times in seconds)
 
     def time_interleaved(

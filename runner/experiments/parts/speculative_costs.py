@@ -83,7 +83,9 @@ def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> H
         return harness
     from runner.decoding.fast_library import kernel_seconds
 
-    return Harness(harness.device, clock=kernel_seconds, warmup=harness.warmup)
+    return Harness(
+        harness.device, clock=kernel_seconds, warmup=harness.warmup, reference_readings=harness.reference_readings
+    )
 
 
 def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:

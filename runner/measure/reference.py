@@ -1,0 +1,51 @@
+"""The machine's own speed while a case is timed: a fixed pure-Python loop, read before and after
+each of the harness's timings and stored with the case (``reference_loop_seconds``, the slowest
+reading around its timings).
+
+A shared host runs at two speeds for seconds at a time. On the 2-core Xeon VM (family 6 model
+207, no BF16 or AMX) fresh processes a few seconds apart ran this loop in 13.0-13.6 ms or in
+16.8-19.1 ms, the project's eager decoding of a 16-wide model 41-53% slower with it, the fast
+kernel 0-20% (docs/review-measurements.md, nineteenth session), and one min-of-N point of a quick
+run can fall wholly inside such a stretch. Nothing in the case's own samples tells that, and the
+loop's code never changes with the project's, so a review compares the loop's readings of one
+case in two runs (analysis.review_host.case_phases) to tell the host's speed from the code's.
+
+Standard library only: the review imports the metric's name.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+REFERENCE_METRIC = "reference_loop_seconds"
+# About 1 ms a reading on the Xeon VM: short beside a case's samples (0.05 s or more each), long
+# beside the timer. A reading is the least of REFERENCE_REPEATS runs, so that one interrupt does
+# not read as a slow machine.
+REFERENCE_ITERATIONS = 15_000
+REFERENCE_REPEATS = 3
+
+
+def reference_loop() -> int:
+    """Integer arithmetic in the interpreter: the work of no library, compiled or not."""
+    total = 0
+    for index in range(REFERENCE_ITERATIONS):
+        total += index * index % 7
+    return total
+
+
+def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
+    """One reading: the least of REFERENCE_REPEATS timed runs of ``reference_loop``, the collector off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        best = float("inf")
+        for _ in range(REFERENCE_REPEATS):
+            start = clock()
+            reference_loop()
+            best = min(best, clock() - start)
+        return best
+    finally:
+        if enabled:
+            gc.enable()
