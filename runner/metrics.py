@@ -51,8 +51,8 @@ ENTRIES: tuple[Metric, ...] = (
         "reference_loop_seconds",
         "seconds",
         "timed",
-        help="the machine's own speed while the case was timed: the slowest reading of a fixed pure-Python loop "
-        "around its timings (runner.measure.reference)",
+        help="the machine's own speed while the case was timed: the median reading of a fixed pure-Python loop "
+        "read between its samples (runner.measure.reference)",
     ),
     Metric("val_loss", "nats", "numerical", help="held-out cross-entropy"),
     Metric("parameter_count", "parameters", "exact"),

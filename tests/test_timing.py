@@ -228,7 +228,7 @@ def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restor
 
     import torch
 
-    from runner.measure import timing
+    from runner.measure import pinning
 
     seen: list[tuple[bool, int]] = []
     threads = torch.get_num_threads()
@@ -240,7 +240,7 @@ def test_a_sample_runs_with_the_collector_off_and_the_process_pinned_then_restor
         torch.set_num_threads(threads)
     assert gc.isenabled(), "the collector is back on after the sample"
     assert [enabled for enabled, _ in seen[1:]] == [False, False], "off inside every timed sample"
-    if len(before) > 1 and timing.current_cpu() is not None:
+    if len(before) > 1 and pinning.current_cpu() is not None:
         assert {cpus for _, cpus in seen} == {1}, "pinned to one CPU while timing"
     assert (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()) == before
 

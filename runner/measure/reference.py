@@ -1,6 +1,6 @@
-"""The machine's own speed while a case is timed: a fixed pure-Python loop, read before and after
-each of the harness's timings and stored with the case (``reference_loop_seconds``, the slowest
-reading around its timings).
+"""The machine's own speed while a case is timed: a fixed pure-Python loop, read before the first
+sample of each of the harness's timings and after every sample (or round), and stored with the
+case (``reference_loop_seconds``, the median of its readings).
 
 A shared host runs at two speeds for seconds at a time. On the 2-core Xeon VM (family 6 model
 207, no BF16 or AMX) fresh processes a few seconds apart ran this loop in 13.0-13.6 ms or in
@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 
 REFERENCE_METRIC = "reference_loop_seconds"
-# About 1 ms a reading on the Xeon VM: short beside a case's samples (0.05 s or more each), long
-# beside the timer. A reading is the least of REFERENCE_REPEATS runs, so that one interrupt does
-# not read as a slow machine.
-REFERENCE_ITERATIONS = 15_000
-REFERENCE_REPEATS = 3
+# About 1.1 ms a reading on the Xeon VM, one after each sample of 0.05 s or more: some 2% of a
+# timing. A reading is the least of REFERENCE_REPEATS runs, so that one interrupt does not read as
+# a slow machine.
+REFERENCE_ITERATIONS = 10_000
+REFERENCE_REPEATS = 2
 
 
 def reference_loop() -> int:

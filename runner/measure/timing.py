@@ -19,18 +19,16 @@ Both return their raw samples as well as the summary, so the store keeps what wa
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
-import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from runner.measure import quiet
+from runner.measure.pinning import collector_off, pinned
 from runner.measure.reference import reference_seconds
 from store.records import MeasurementRecord, SampleRecord
 
@@ -48,60 +46,6 @@ STEADY_ROUNDS = 4
 # sample however much faster a warm one is) and its warm-up call is its first settling sample: the
 # kv_cache experiment's no-cache generations (0.2-0.7 s each on the Xeon) paid for one more call.
 LONG_CALL_SECONDS = 4 * MIN_SAMPLE_SECONDS
-
-
-def current_cpu() -> int | None:
-    """The CPU this process is running on now (Linux: /proc/self/stat field 39), else None."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return int(fields[36])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-@contextlib.contextmanager
-def pinned() -> Iterator[None]:
-    """The process on one CPU (the one it is on) while timing, where the OS allows it and both torch
-    and the fast path run one thread: a migration between cores mid-sample costs its caches.
-    Restored after. (A thread started while pinned inherits the pin: the fast path's helpers would
-    share the one CPU with the thread they help.)"""
-    from runner.decoding.fast_library import threads_wanted
-
-    if not hasattr(os, "sched_setaffinity") or torch.get_num_threads() != 1 or threads_wanted() != 1:
-        yield
-        return
-    try:
-        allowed = os.sched_getaffinity(0)
-    except OSError:
-        yield
-        return
-    cpu = current_cpu()
-    if len(allowed) < 2 or cpu is None or cpu not in allowed:
-        yield
-        return
-    try:
-        os.sched_setaffinity(0, {cpu})
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, allowed)
-
-
-@contextlib.contextmanager
-def collector_off() -> Iterator[None]:
-    """No garbage collection pause inside a sample (it runs between samples)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def no_synchronize() -> None:
@@ -191,7 +135,8 @@ class Harness:
         self.clock = clock
         self.warmup = warmup
         # ``reference``: each timing reads the machine's own speed just before its first sample and
-        # after its last (runner.measure.reference); a harness made from another shares its list.
+        # after every sample or round (runner.measure.reference); a harness made from another shares
+        # its list.
         self.reference_readings: list[float] | None = (
             reference_readings if reference_readings is not None else [] if reference else None
         )
@@ -305,9 +250,9 @@ class Harness:
             seconds: list[float] = []
             for _ in range(repeats):
                 seconds.append(self.time_once(function, loops))
+                self.read_reference()
                 if between is not None:
                     between()
-            self.read_reference()
             return MinOfN(tuple(seconds))
 
     def alternating(
@@ -337,7 +282,7 @@ class Harness:
                     totals[index] += self.time_once(function)
             for index, total in enumerate(totals):
                 per_call[index].append(total / rounds)
-        self.read_reference()
+            self.read_reference()
         return tuple(MinOfN(tuple(seconds)) for seconds in per_call)
 
     def interleaved(
@@ -374,9 +319,9 @@ class Harness:
                     for offset in range(len(functions)):
                         position = (index + offset) % len(functions)
                         seconds[position].append(self.time_once(functions[position], loops[position]))
+                self.read_reference()
                 if between is not None:
                     between()
-            self.read_reference()
         return tuple(tuple(times) for times in seconds)
 
     def time_interleaved(
