@@ -143,6 +143,12 @@ class CasePhase:
     def moved(self) -> bool:
         return abs(self.move) > PHASE_MOVE
 
+    def allowance(self, judged_floor: float) -> float:
+        """A row's floor (|log|) widened by PHASE_SENSITIVITY times this move, either way round: a
+        paired ratio's two sides may feel the machine's speed unequally (interpreted code felt the
+        Xeon VM's slow stretches most, the fast kernel least)."""
+        return judged_floor + PHASE_SENSITIVITY * abs(self.move)
+
     def clause(self, allowance: float, held: bool) -> str:
         """What the machine's speed means for the row, for its ``why``: ``held`` where it made the row
         unknown drift (``phase_line`` counts those by their first words)."""
@@ -155,16 +161,12 @@ class CasePhase:
         )
 
 
-def widen_for_phase(entry: dict[str, Any], shift: float, phase: CasePhase, judged_floor: float) -> None:
+def hold_for_phase(entry: dict[str, Any], shift: float, phase: CasePhase, allowance: float) -> None:
     """A verdict row (``shift``: its log shift) whose case was timed at another speed of the machine in
-    each run: its floor widened by PHASE_SENSITIVITY times how far the reference loop's readings
-    moved, a flagged row within that at most unknown drift. Either way round: a paired ratio's two
-    sides may feel the machine's speed unequally (interpreted code felt the Xeon VM's slow stretches
-    most, the fast kernel least)."""
-    allowance = judged_floor + PHASE_SENSITIVITY * abs(phase.move)
+    each run, judged against ``allowance`` (``CasePhase.allowance``): a flagged row within it is at
+    most unknown drift, and its why says so."""
     held = entry["verdict"] in ("regressed", "improved") and abs(shift) <= allowance
     entry["phase_move"] = phase.move
-    entry["detectable"] = max(entry["detectable"], math.expm1(allowance))
     entry["verdict"] = "unknown drift" if held else entry["verdict"]
     entry["why"] += f"; {phase.clause(allowance, held)}"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.between_runs import SETTLED_HISTORY, FamilyFloor
-from analysis.review_host import CasePhase, host_move, widen_for_phase
+from analysis.review_host import CasePhase, hold_for_phase, host_move
 from analysis.review_samples import MATCHED_METHOD, ROUND_METHOD, is_absolute, is_matched
 from analysis.statistics import (
     LogShiftTest,
@@ -327,17 +327,21 @@ def judge_timed_rows(
             entry["verdict"] = decided(
                 adjusted_p, shift, test.direction, own_floor if move is None else move.floor, drift_rule
             )
+            judged_floor = (
+                move.floor if move is not None else own_floor if test.floor.between is not None else drift_rule or 0.0
+            )
+            phase = (phases or {}).get(index)
+            widened = None
+            if phase is not None and phase.moved and follows_run(test) and math.isfinite(judged_floor):
+                widened = phase.allowance(judged_floor)  # it could have seen no less (the why says so)
+                entry["detectable"] = max(entry["detectable"], math.expm1(widened))
             entry["why"] = explanation(entry, test, len(members), move, run_wide)
             if stepped is not None:
                 held = entry["verdict"] in ("regressed", "improved") and abs(test.test.shift) <= stepped.envelope
                 entry["verdict"] = "unknown drift" if held else entry["verdict"]
                 entry["why"] += f"; {stepped.clause(held)}"
-            judged_floor = (
-                move.floor if move is not None else own_floor if test.floor.between is not None else drift_rule or 0.0
-            )
-            phase = (phases or {}).get(index)
-            if phase is not None and phase.moved and follows_run(test) and math.isfinite(judged_floor):
-                widen_for_phase(entry, test.test.shift, phase, judged_floor)
+            if phase is not None and widened is not None:
+                hold_for_phase(entry, test.test.shift, phase, widened)
 
 
 def explanation(

@@ -80,6 +80,7 @@ def test_a_case_timed_at_another_speed_of_the_machine_is_unknown_drift_within_th
         assert beyond["verdict"] == "regressed" and PHASE_WHY in beyond["why"] and HELD_WHY not in beyond["why"]
         allowance = math.log(1.15) + review_host.PHASE_SENSITIVITY * math.log(1.4)
         assert held["detectable"] >= math.expm1(allowance) - 1e-12 and held["phase_move"] == math.log(1.4)
+        assert f"would have seen ≥ {held['detectable']:.1%}" in held["why"], held["why"]
         # Only the two cases whose machine moved are touched.
         assert slow["phase_move"].notna().sum() == 2
         line = review_host.phase_line(slow)
