@@ -119,11 +119,13 @@ def host_line(table: pd.DataFrame) -> str | None:
 # the other was timed at another speed of the machine. Between quiet processes on the Xeon VM the
 # loop's reading moved 2-5%; between its two speeds, 30-45% (runner.measure.reference).
 PHASE_MOVE = math.log1p(0.10)
-# How far a case's timings may move for each unit (of log) its reference readings moved: eager
-# decoding of small models moved up to twice the readings' move on the Xeon VM, where the readings
-# were the slowest of two around a whole timing (runner.measure.reference); read between every
-# sample, 1.5 (docs/review-measurements.md, nineteenth session).
-PHASE_SENSITIVITY = 1.5
+# How far a row may move for each unit (of log) its case's reference readings moved: over the
+# five A/A reviews of six quick runs on the Xeon VM (docs/review-measurements.md, nineteenth
+# session), a min-of-N time whose case's readings moved beyond 10% moved 1.1 times as far (median;
+# nine in ten within 2.4), a paired ratio 0.26 (nine in ten within 0.49): both sides of a pair
+# feel the machine's speed, and cancel most of it. Chosen on those reviews, beside the row's floor.
+ABSOLUTE_SENSITIVITY = 2.0
+RATIO_SENSITIVITY = 0.5
 
 
 @dataclass(frozen=True)
@@ -143,11 +145,12 @@ class CasePhase:
     def moved(self) -> bool:
         return abs(self.move) > PHASE_MOVE
 
-    def allowance(self, judged_floor: float) -> float:
-        """A row's floor (|log|) widened by PHASE_SENSITIVITY times this move, either way round: a
-        paired ratio's two sides may feel the machine's speed unequally (interpreted code felt the
-        Xeon VM's slow stretches most, the fast kernel least)."""
-        return judged_floor + PHASE_SENSITIVITY * abs(self.move)
+    def allowance(self, judged_floor: float, absolute: bool) -> float:
+        """A row's floor (|log|) widened by this move times ABSOLUTE_SENSITIVITY for a min-of-N
+        time (``absolute``), RATIO_SENSITIVITY for a paired ratio, either way round: a ratio's two
+        sides may feel the machine's speed unequally (interpreted code felt the Xeon VM's slow
+        stretches most, the fast kernel least)."""
+        return judged_floor + (ABSOLUTE_SENSITIVITY if absolute else RATIO_SENSITIVITY) * abs(self.move)
 
     def clause(self, allowance: float, held: bool) -> str:
         """What the machine's speed means for the row, for its ``why``: ``held`` where it made the row
@@ -156,8 +159,8 @@ class CasePhase:
         return (
             f"{start} while this case was timed: a fixed reference loop took {self.run_seconds * 1e3:.2f} ms a "
             f"reading in the run against {self.baseline_seconds * 1e3:.2f} ms in the baseline "
-            f"({math.expm1(self.move):+.0%}), so a move within ±{math.expm1(allowance):.0%} (its floor widened by "
-            f"{PHASE_SENSITIVITY:g} times that) is at most unknown drift"
+            f"({math.expm1(self.move):+.0%}), so a move within ±{math.expm1(allowance):.0%} (its floor widened in "
+            "proportion) is at most unknown drift"
         )
 
 
@@ -203,6 +206,6 @@ def phase_line(table: pd.DataFrame) -> str | None:
     return (
         f"{rows} timed while the machine ran at another speed than in the baseline: a fixed reference loop read "
         f"between their samples moved {math.expm1(moves.min()):.0%}–{math.expm1(moves.max()):.0%}, so each such "
-        f"row's floor was widened by {PHASE_SENSITIVITY:g} times its move ({flagged} would otherwise have been "
-        "flagged): rerun both on a steadier machine"
+        f"row's floor was widened in proportion ({flagged} would otherwise have been flagged): rerun both on a "
+        "steadier machine"
     )

@@ -333,7 +333,7 @@ def judge_timed_rows(
             phase = (phases or {}).get(index)
             widened = None
             if phase is not None and phase.moved and follows_run(test) and math.isfinite(judged_floor):
-                widened = phase.allowance(judged_floor)  # it could have seen no less (the why says so)
+                widened = phase.allowance(judged_floor, test.absolute)  # it could have seen no less (the why says so)
                 entry["detectable"] = max(entry["detectable"], math.expm1(widened))
             entry["why"] = explanation(entry, test, len(members), move, run_wide)
             if stepped is not None:

@@ -1,7 +1,7 @@
 """The machine's own speed while each case is timed: the harness reads a fixed reference loop
 before the first sample of each timing and after every sample (runner.measure.reference), the
-runner stores the median reading with the case, and a review widens a row's floor by 1.5 times how
-far that reading moved between its two runs (analysis.review_host.case_phases), where it moved
+runner stores the median reading with the case, and a review widens a row's floor in proportion to
+how far that reading moved between its two runs (analysis.review_host.case_phases), where it moved
 beyond 10%."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_a_case_timed_at_another_speed_of_the_machine_is_unknown_drift_within_th
         assert held["verdict"] == "unknown drift" and HELD_WHY in held["why"], seed
         assert "1.40 ms a reading in the run against 1.00 ms in the baseline (+40%)" in held["why"]
         assert beyond["verdict"] == "regressed" and PHASE_WHY in beyond["why"] and HELD_WHY not in beyond["why"]
-        allowance = math.log(1.15) + review_host.PHASE_SENSITIVITY * math.log(1.4)
+        allowance = math.log(1.15) + review_host.RATIO_SENSITIVITY * math.log(1.4)
         assert held["detectable"] >= math.expm1(allowance) - 1e-12 and held["phase_move"] == math.log(1.4)
         assert f"would have seen ≥ {held['detectable']:.1%}" in held["why"], held["why"]
         # Only the two cases whose machine moved are touched.
@@ -88,6 +88,10 @@ def test_a_case_timed_at_another_speed_of_the_machine_is_unknown_drift_within_th
         # Faster counts as much as slower: a ratio's two sides may feel the machine unequally.
         quick = first_review(seed, {0: 1.3}, {0: 0.7e-3})
         assert verdict_of(quick, 0)["verdict"] == "unknown drift", seed
+        # A min-of-N time feels the machine's speed more than a ratio, whose two sides share it.
+        phase = review_host.CasePhase(1.4e-3, 1e-3)
+        assert phase.allowance(0.1, absolute=True) == 0.1 + review_host.ABSOLUTE_SENSITIVITY * math.log(1.4)
+        assert phase.allowance(0.1, absolute=False) < phase.allowance(0.1, absolute=True)
         small = first_review(seed, {0: 1.3}, {0: 1.05e-3})
         assert verdict_of(small, 0)["verdict"] == "regressed" and small["phase_move"].isna().all(), seed
 
