@@ -67,7 +67,7 @@ from analysis.between_runs import (
     drift_of,
     family_floors,
 )
-from analysis.review_host import CasePhase, case_phases
+from analysis.review_host import REFERENCE_WHY, CasePhase, case_phases
 from analysis.review_samples import (
     MATCHED_METHOD,
     ROUND_METHOD,
@@ -94,6 +94,7 @@ from analysis.statistics import (
     smallest_p_value,
 )
 from runner.labels import part_labels
+from runner.measure.reference import REFERENCE_METRIC
 from runner.metrics import has_seeded_pairs, headlines, is_deterministic
 from store.records import case_key as params_key
 
@@ -444,7 +445,7 @@ def timed_logs(
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:
         entry["verdict"] = "not judged"
-        entry["why"] = VERDICT_MEANINGS["not judged"]
+        entry["why"] = REFERENCE_WHY if row["metric"] == REFERENCE_METRIC else VERDICT_MEANINGS["not judged"]
         if row["value_baseline"]:
             entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
         return None

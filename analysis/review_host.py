@@ -119,6 +119,12 @@ def host_line(table: pd.DataFrame) -> str | None:
 # the other was timed at another speed of the machine. Between quiet processes on the Xeon VM the
 # loop's reading moved 2-5%; between its two speeds, 30-45% (runner.measure.reference).
 PHASE_MOVE = math.log1p(0.10)
+# The machine's own speed is not the code's: it widens the floors of its case's other rows.
+REFERENCE_WHY = (
+    "the machine's own speed while the case was timed (a fixed pure-Python loop read between its samples): "
+    "not the code's, so not judged; where it moved beyond 10% it widens the floors of the case's timed rows"
+)
+
 # How far a row may move for each unit (of log) its case's reference readings moved: over the
 # five A/A reviews of six quick runs on the Xeon VM (docs/review-measurements.md, nineteenth
 # session), a min-of-N time whose case's readings moved beyond 10% moved 1.1 times as far (median;

@@ -103,3 +103,13 @@ def test_runs_recorded_before_the_reading_are_judged_as_before() -> None:
     one_sided = review.verdict_table(with_readings(run, 2, {0: 2e-3}), baseline, samples)
     pd.testing.assert_frame_equal(before, one_sided)
     assert review_host.case_phases(run, baseline) == {}
+
+
+def test_a_full_review_shows_the_machines_speed_not_judged_and_says_why() -> None:
+    run, baseline, samples = grid_runs(4, lambda index, params: 1.0)
+    table = review.verdict_table(
+        with_readings(run, 2, {0: 2e-3}), with_readings(baseline, 1, {}), samples, headline_only=False
+    )
+    speeds = table[table["metric"] == REFERENCE_METRIC]
+    assert len(speeds) == len(GRID) and (speeds["verdict"] == "not judged").all()
+    assert (speeds["why"] == review_host.REFERENCE_WHY).all()
