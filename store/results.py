@@ -194,6 +194,18 @@ class Results:
         ]
 
     @survives_outages
+    def metric_values(self, run_id: int, metric: str) -> list[float]:
+        """Every value of ``metric`` this run recorded, in order: the machine's speed at each timed
+        case (runner.measure.reference), which the run's last lines sum up."""
+        query = (
+            select(Measurement.value)
+            .where(Measurement.run_id == run_id, Measurement.metric == metric)
+            .order_by(Measurement.id)
+        )
+        with self._sessions.read() as session:
+            return [float(value) for (value,) in session.execute(query)]
+
+    @survives_outages
     def finish_run(
         self, run_id: int, status: str, *, error: str | None = None, wall_seconds: float | None = None
     ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import review, review_host
-from runner.measure.reference import REFERENCE_METRIC, reference_seconds
+from runner.measure.reference import REFERENCE_METRIC, reference_seconds, speed_line
 from runner.measure.timing import Harness
 from store.records import case_key
 from tests.test_verdicts import GRID, grid_runs, row
@@ -113,3 +113,13 @@ def test_a_full_review_shows_the_machines_speed_not_judged_and_says_why() -> Non
     speeds = table[table["metric"] == REFERENCE_METRIC]
     assert len(speeds) == len(GRID) and (speeds["verdict"] == "not judged").all()
     assert (speeds["why"] == review_host.REFERENCE_WHY).all()
+
+
+def test_a_run_that_ran_at_two_speeds_says_so_as_it_ends() -> None:
+    steady = [0.55e-3 + 0.01e-3 * (index % 3) for index in range(80)]
+    assert speed_line(steady) is None
+    assert speed_line([1e-3, 2e-3]) is None  # too few cases to say
+    two_speeds = steady[:60] + [0.8e-3] * 20
+    line = speed_line(two_speeds)
+    assert line is not None and "0.55–0.80 ms, 20 of 80 timed cases 10% or more above the quickest" in line
+    assert speed_line(steady[:75] + [0.8e-3] * 5) is None  # fewer than one in ten

@@ -144,6 +144,10 @@ def test_read_api_filters(store: Store) -> None:
     assert frames.runs(store, since=utc_now() + timedelta(hours=1)).empty
     assert set(frames.runs(store, until=utc_now() + timedelta(hours=1))["run_id"]) == {first, second}
     assert frames.runs(store, status="failed")["error"].tolist() == ["boom"]
+    # One metric's values over the run's cases, in order (the run's line on the machine's speed).
+    store.results.record_case(first, timed_case(128))
+    assert store.results.metric_values(first, "arithmetic_ratio") == [134.59, 134.59]
+    assert store.results.metric_values(second, "arithmetic_ratio") == []
 
 
 def test_export_long_format(store: Store, tmp_path: Path) -> None:

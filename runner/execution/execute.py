@@ -26,7 +26,7 @@ from runner.experiments.base import RunMeasurements
 from runner.labels import part_labels, progress_label
 from runner.measure import load as machine_load
 from runner.measure.machine import code_version, fingerprint
-from runner.measure.reference import REFERENCE_METRIC
+from runner.measure.reference import REFERENCE_METRIC, speed_line
 from runner.measure.timing import Harness
 from runner.model.corpus import load_corpus
 from runner.model.progress import Ticker
@@ -358,6 +358,8 @@ def execute(
     unmeasured = len(store.results.unmeasured_cases(run_id))
     sweep_seconds = time.perf_counter() - sweep_started
     log(done_line(run_id, recorded_now - unmeasured, total - recorded_now, sweep_seconds, wall, unmeasured))
+    if speeds := speed_line(store.results.metric_values(run_id, REFERENCE_METRIC)):
+        log(speeds)
     return RunOutcome(run_id, recorded_now, total - recorded_now, wall, unmeasured)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 REFERENCE_METRIC = "reference_loop_seconds"
 # About 1.1 ms a reading on the Xeon VM, one after each sample of 0.05 s or more: some 2% of a
@@ -25,6 +25,11 @@ REFERENCE_METRIC = "reference_loop_seconds"
 # a slow machine.
 REFERENCE_ITERATIONS = 10_000
 REFERENCE_REPEATS = 2
+# A case whose median reading is this far above the run's quickest was timed while the machine ran
+# slower; a run with one such case in ten or more says so as it ends (``speed_line``).
+SLOW_READING = 1.10
+SLOW_SHARE = 0.1
+MIN_CASES = 10
 
 
 def reference_loop() -> int:
@@ -49,3 +54,21 @@ def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
     finally:
         if enabled:
             gc.enable()
+
+
+def speed_line(readings: Sequence[float]) -> str | None:
+    """The run's line on the machine's speed, from each timed case's median reading: where one case
+    in ten (SLOW_SHARE) or more read SLOW_READING of the quickest or above, the range and the count;
+    None on a steady machine or with fewer than MIN_CASES cases."""
+    if len(readings) < MIN_CASES:
+        return None
+    quickest = min(readings)
+    slow = sum(reading >= SLOW_READING * quickest for reading in readings)
+    if slow < SLOW_SHARE * len(readings):
+        return None
+    return (
+        f"the machine ran at more than one speed during the run: a fixed reference loop read between samples took "
+        f"{quickest * 1e3:.2f}–{max(readings) * 1e3:.2f} ms, {slow} of {len(readings)} timed cases "
+        f"{SLOW_READING - 1:.0%} or more above the quickest; a review widens the floors of the cases that read "
+        "differently in its baseline (docs/review.md)"
+    )
