@@ -12,6 +12,7 @@ from analysis import theme
 from analysis.figures import Figure
 from analysis.review import VERDICT_ORDER
 from runner.labels import progress_label
+from runner.measure.reference import REFERENCE_METRIC
 
 VERDICT_COLORS = {
     "regressed": "#d62728",
@@ -59,7 +60,8 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     """Each timed metric's change, run over baseline (the geometric means of the samples its test
     compared; log axis: ×2 and ÷2 are the same distance), coloured by verdict, the largest changes
     first."""
-    timed = table[(table["kind"] == "timed") & table["change"].notna()].copy()
+    # The machine's own speed (a full review's not-judged reference readings) is not the code's change.
+    timed = table[(table["kind"] == "timed") & table["change"].notna() & (table["metric"] != REFERENCE_METRIC)].copy()
     timed["ratio"] = 1.0 + timed["change"].astype(float)
     # The floor is a |log|: as a change, ±expm1 of it (as the report writes it).
     floors = timed["noise_floor"] if "noise_floor" in timed.columns else pd.Series(math.nan, index=timed.index)

@@ -149,6 +149,7 @@ class CasePhase:
 
     @property
     def moved(self) -> bool:
+        """Whether the readings moved beyond PHASE_MOVE (|log|: 10% slower, 9.1% faster)."""
         return abs(self.move) > PHASE_MOVE
 
     def allowance(self, judged_floor: float, absolute: bool) -> float:
@@ -183,16 +184,16 @@ def hold_for_phase(entry: dict[str, Any], shift: float, phase: CasePhase, allowa
 def case_phases(run: pd.DataFrame, baseline: pd.DataFrame) -> dict[tuple[str, str], CasePhase]:
     """(experiment, case key) → the case's CasePhase, for every case with a reference reading in both
     runs' measurements (store.frames.measurements); runs recorded before the reading have none."""
-    readings = []
+    if run.empty or baseline.empty:
+        return {}
+    readings: list[dict[tuple[str, str], float]] = []
     for frame in (run, baseline):
-        kept = frame[(frame["metric"] == REFERENCE_METRIC) & (frame["value"] > 0)] if not frame.empty else frame
+        kept = frame[(frame["metric"] == REFERENCE_METRIC) & (frame["value"] > 0)]
         readings.append(
             {
                 (str(experiment), case_key(params)): float(value)
                 for experiment, params, value in zip(kept["experiment"], kept["params"], kept["value"], strict=True)
             }
-            if not kept.empty
-            else {}
         )
     return {key: CasePhase(seconds, readings[1][key]) for key, seconds in readings[0].items() if key in readings[1]}
 
@@ -206,12 +207,12 @@ def phase_line(table: pd.DataFrame) -> str | None:
     if judged.empty:
         return None
     held = int(judged["why"].str.contains("but the machine ran at another speed", regex=False).sum())
-    moves = judged["phase_move"].astype(float).abs()
+    moves = judged["phase_move"].astype(float)
     rows = "1 timed row was" if len(judged) == 1 else f"{len(judged)} timed rows were"
     flagged = "1 of them" if held == 1 else f"{held} of them"
     return (
         f"{rows} timed while the machine ran at another speed than in the baseline: a fixed reference loop read "
-        f"between their samples moved {math.expm1(moves.min()):.0%}–{math.expm1(moves.max()):.0%}, so each such "
+        f"between their samples moved {math.expm1(moves.min()):+.0%} to {math.expm1(moves.max()):+.0%}, so each such "
         f"row's floor was widened in proportion ({flagged} would otherwise have been flagged): rerun both on a "
         "steadier machine"
     )

@@ -46,6 +46,12 @@ class ReviewInputs:
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
 
+    @property
+    def same_machine(self) -> bool:
+        """Both runs on one machine fingerprint (a review may compare two machines, with a warning):
+        only then do their cases' reference readings say how the machine's speed moved."""
+        return self.run.get("machine_fingerprint") == self.baseline.get("machine_fingerprint")
+
     def side_by_side(self, headline_only: bool) -> pd.DataFrame:
         if headline_only not in self._side_by_side:
             self._side_by_side[headline_only] = review.side_by_side(
@@ -177,6 +183,7 @@ def judge(
         families=inputs.families,
         run_wide_outside=run_wide_outside,
         absolute_outside=absolute_outside,
+        same_machine=inputs.same_machine,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

@@ -80,7 +80,8 @@ def main() -> int:
     import torch
 
     from runner.decoding.decode import generate
-    from runner.measure.timing import Harness, loops_for_seconds, pinned
+    from runner.measure.pinning import pinned
+    from runner.measure.timing import Harness, loops_for_seconds
     from runner.model.gpt import CharGPT, ModelConfig
 
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import review, review_host
+from analysis import review, review_charts, review_host
 from runner.measure.reference import REFERENCE_METRIC, reference_seconds, speed_line
 from runner.measure.timing import Harness
 from store.records import case_key
@@ -25,7 +25,7 @@ def with_readings(measurements: pd.DataFrame, run_id: int, seconds: dict[int, fl
     """``measurements`` with a reference reading for each case of the grid: ``seconds[i]`` for case
     i, 1 ms for the rest, as the runner stores it beside the case's own measurements."""
     readings = [
-        {**row(run_id, experiment, params, REFERENCE_METRIC, seconds.get(index, 1e-3), 90000 + run_id * 100 + index)}
+        row(run_id, experiment, params, REFERENCE_METRIC, seconds.get(index, 1e-3), 90000 + run_id * 100 + index)
         for index, (experiment, params) in enumerate(GRID)
     ]
     return pd.concat([measurements, pd.DataFrame(readings).assign(unit="seconds")], ignore_index=True)
@@ -85,6 +85,13 @@ def test_a_case_timed_at_another_speed_of_the_machine_is_unknown_drift_within_th
         assert slow["phase_move"].notna().sum() == 2
         line = review_host.phase_line(slow)
         assert line is not None and line.startswith("2 timed rows were timed") and "(1 of them would" in line
+        assert "moved +40% to +40%" in line, line
+        # Two machines' readings say nothing of either one's speed (a review across machines).
+        run, baseline, samples = grid_runs(seed, lambda index, params: 1.3 if index == 0 else 1.0)
+        across = review.verdict_table(
+            with_readings(run, 2, {0: 1.4e-3}), with_readings(baseline, 1, {}), samples, same_machine=False
+        )
+        assert verdict_of(across, 0)["verdict"] == "regressed" and across["phase_move"].isna().all()
         # Faster counts as much as slower: a ratio's two sides may feel the machine unequally.
         quick = first_review(seed, {0: 1.3}, {0: 0.7e-3})
         assert verdict_of(quick, 0)["verdict"] == "unknown drift", seed
@@ -113,6 +120,11 @@ def test_a_full_review_shows_the_machines_speed_not_judged_and_says_why() -> Non
     speeds = table[table["metric"] == REFERENCE_METRIC]
     assert len(speeds) == len(GRID) and (speeds["verdict"] == "not judged").all()
     assert (speeds["why"] == review_host.REFERENCE_WHY).all()
+    assert speeds["change"].notna().any()  # case 0's reading doubled: a change, which the chart leaves out
+    spec = review_charts.timed_changes(table).to_dict()
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
+    drawn = spec["datasets"][points["data"]["name"]]
+    assert drawn and not any(REFERENCE_METRIC in row["row"] for row in drawn)
 
 
 def test_a_run_that_ran_at_two_speeds_says_so_as_it_ends() -> None:

@@ -3,8 +3,8 @@ sample of each of the harness's timings and after every sample (or round), and s
 case (``reference_loop_seconds``, the median of its readings).
 
 A shared host runs at two speeds for seconds at a time. On the 2-core Xeon VM (family 6 model
-207, no BF16 or AMX) fresh processes a few seconds apart ran this loop in 13.0-13.6 ms or in
-16.8-19.1 ms, the project's eager decoding of a 16-wide model 41-53% slower with it, the fast
+207, no BF16 or AMX) fresh processes a few seconds apart ran a longer pure-Python loop in 13.0-13.6
+ms or in 16.8-19.1 ms, the project's eager decoding of a 16-wide model 41-53% slower with it, the fast
 kernel 0-20% (docs/review-measurements.md, nineteenth session), and one min-of-N point of a quick
 run can fall wholly inside such a stretch. Nothing in the case's own samples tells that, and the
 loop's code never changes with the project's, so a review compares the loop's readings of one
@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 
 REFERENCE_METRIC = "reference_loop_seconds"
-# About 1.1 ms a reading on the Xeon VM, one after each sample of 0.05 s or more: some 2% of a
-# timing. A reading is the least of REFERENCE_REPEATS runs, so that one interrupt does not read as
-# a slow machine.
+# A reading costs about 1.1 ms on the Xeon VM (each run of the loop 0.55-0.9 ms), one after each
+# sample of 0.05 s or more: some 2% of a timing. A reading is the least of REFERENCE_REPEATS runs,
+# so that one interrupt does not read as a slow machine.
 REFERENCE_ITERATIONS = 10_000
 REFERENCE_REPEATS = 2
 # A case whose median reading is this far above the run's quickest was timed while the machine ran

@@ -151,7 +151,8 @@ class Harness:
     def read_reference(self) -> None:
         """One reading of the reference loop, where this harness keeps them."""
         if self.reference_readings is not None:
-            self.reference_readings.append(reference_seconds())
+            with quiet.sample():  # the store's heartbeat waits for the gap after it, as for a sample
+                self.reference_readings.append(reference_seconds())
 
     def take_reference_readings(self) -> list[float]:
         """The reference loop's readings since the last call: one case's, for the runner to store."""
