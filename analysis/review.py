@@ -320,7 +320,7 @@ def verdict_table(
     families: Mapping[tuple[str, str, str], FamilyFloor] | None = None,
     run_wide_outside: Sequence[float] = (),
     absolute_outside: Sequence[tuple[str, float]] = (),
-    same_machine: bool = True,
+    machine_speeds: Mapping[tuple[str, str], CasePhase] | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -336,14 +336,15 @@ def verdict_table(
     alone), the log shifts of the review's other rows that speak for its run
     (``review_timed.speaks_for_run``: ``run_wide_shift`` of the full table), so that the rule sees
     the whole review; ``absolute_outside`` likewise, (impl, ``absolute_shift``) of its other min-of-N
-    times, so that review_host.host_move sees them all. ``same_machine``: both runs on one machine
-    fingerprint, so their cases' reference readings compare (review_host.case_phases)."""
+    times, so that review_host.host_move sees them all. ``machine_speeds``: review_host.case_phases
+    of the two runs where the caller has it (none for two machines, whose readings do not compare),
+    else made here."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
-    case_speeds = case_phases(run, baseline) if same_machine else {}
+    case_speeds = case_phases(run, baseline) if machine_speeds is None else machine_speeds
     phases: dict[int, CasePhase] = {}  # per candidate, the machine's speed around its case in each run
     rows: list[dict[str, Any]] = []
     # Rows to test, by their index in ``rows``: (group, run logs, baseline logs), then their floors.

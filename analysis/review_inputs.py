@@ -4,13 +4,14 @@ calibration, which also judges them again with the run's samples slowed on purpo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from analysis import review
+from analysis import review, review_host
 from analysis import runs as runs_module
 from store import frames
 from store.records import case_key
@@ -46,11 +47,14 @@ class ReviewInputs:
     # (the calibration judges a pair five times; labelling and keying every case was most of that).
     _side_by_side: dict[bool, pd.DataFrame] = field(default_factory=dict, repr=False)
 
-    @property
-    def same_machine(self) -> bool:
-        """Both runs on one machine fingerprint (a review may compare two machines, with a warning):
-        only then do their cases' reference readings say how the machine's speed moved."""
-        return self.run.get("machine_fingerprint") == self.baseline.get("machine_fingerprint")
+    @functools.cached_property
+    def machine_speeds(self) -> dict[tuple[str, str], review_host.CasePhase]:
+        """review_host.case_phases of the two runs, made once however often they are judged; none
+        where they ran on two machine fingerprints (a review may compare two, with a warning), whose
+        reference readings say nothing of either machine's speed."""
+        if self.run.get("machine_fingerprint") != self.baseline.get("machine_fingerprint"):
+            return {}
+        return review_host.case_phases(self.run_measurements, self.baseline_measurements)
 
     def side_by_side(self, headline_only: bool) -> pd.DataFrame:
         if headline_only not in self._side_by_side:
@@ -183,7 +187,7 @@ def judge(
         families=inputs.families,
         run_wide_outside=run_wide_outside,
         absolute_outside=absolute_outside,
-        same_machine=inputs.same_machine,
+        machine_speeds=inputs.machine_speeds,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

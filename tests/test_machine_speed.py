@@ -60,7 +60,7 @@ def test_the_harness_reads_the_reference_loop_around_each_timing_where_asked() -
     assert len(readings) == (1 + 2) + (1 + 2) + (1 + 1) and all(seconds > 0 for seconds in readings)
     assert harness.take_reference_readings() == []  # taken: the next case starts afresh
     # A harness made from another (the speculative costs' kernel clock) adds to the same readings.
-    derived = Harness(clock=harness.clock, reference_readings=harness.reference_readings)
+    derived = harness.with_clock(harness.clock)
     derived.min_of(lambda: None, repeats=1)
     assert len(harness.take_reference_readings()) == 2
 
@@ -89,7 +89,7 @@ def test_a_case_timed_at_another_speed_of_the_machine_is_unknown_drift_within_th
         # Two machines' readings say nothing of either one's speed (a review across machines).
         run, baseline, samples = grid_runs(seed, lambda index, params: 1.3 if index == 0 else 1.0)
         across = review.verdict_table(
-            with_readings(run, 2, {0: 1.4e-3}), with_readings(baseline, 1, {}), samples, same_machine=False
+            with_readings(run, 2, {0: 1.4e-3}), with_readings(baseline, 1, {}), samples, machine_speeds={}
         )
         assert verdict_of(across, 0)["verdict"] == "regressed" and across["phase_move"].isna().all()
         # Faster counts as much as slower: a ratio's two sides may feel the machine unequally.

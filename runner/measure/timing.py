@@ -129,17 +129,13 @@ class Harness:
         warmup: int = 1,
         *,
         reference: bool = False,
-        reference_readings: list[float] | None = None,
     ):
         self.device = device
         self.clock = clock
         self.warmup = warmup
         # ``reference``: each timing reads the machine's own speed just before its first sample and
-        # after every sample or round (runner.measure.reference); a harness made from another shares
-        # its list.
-        self.reference_readings: list[float] | None = (
-            reference_readings if reference_readings is not None else [] if reference else None
-        )
+        # after every sample or round (runner.measure.reference).
+        self.reference_readings: list[float] | None = [] if reference else None
         # Decided once, not per timed call: building a torch.device to ask took 0.6 us on the Xeon
         # VM, inside the timed window after every call (a timed no-op: 0.81 us, now 0.19 us), 3%
         # of a table draft's 20 us turn in the cost sessions. (So ``device`` is not to be changed
@@ -148,10 +144,18 @@ class Harness:
             (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else no_synchronize
         )
 
+    def with_clock(self, clock: Clock) -> Harness:
+        """This harness with another clock (the library's own, for the kernels alone), adding its
+        reference readings to this one's."""
+        derived = Harness(self.device, clock=clock, warmup=self.warmup)
+        derived.reference_readings = self.reference_readings
+        return derived
+
     def read_reference(self) -> None:
-        """One reading of the reference loop, where this harness keeps them."""
+        """One reading of the reference loop, where this harness keeps them: as quiet as a sample
+        (the store's heartbeat waits for the gap after it, the collector off)."""
         if self.reference_readings is not None:
-            with quiet.sample():  # the store's heartbeat waits for the gap after it, as for a sample
+            with quiet.sample(), collector_off():
                 self.reference_readings.append(reference_seconds())
 
     def take_reference_readings(self) -> list[float]:

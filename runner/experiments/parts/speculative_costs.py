@@ -83,9 +83,7 @@ def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> H
         return harness
     from runner.decoding.fast_library import kernel_seconds
 
-    return Harness(
-        harness.device, clock=kernel_seconds, warmup=harness.warmup, reference_readings=harness.reference_readings
-    )
+    return harness.with_clock(kernel_seconds)
 
 
 def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:
