@@ -10,10 +10,9 @@ import math
 from typing import Any
 
 import pandas as pd
-import torch
 
 from analysis import review, review_charts, review_host
-from runner.measure.reference import REFERENCE_METRIC, SpeedWatch, reference_seconds, speed_line
+from runner.measure.reference import REFERENCE_METRIC, reference_seconds, speed_line
 from runner.measure.timing import Harness
 from store.records import case_key
 from tests.test_verdicts import GRID, grid_runs, row
@@ -136,75 +135,3 @@ def test_a_run_that_ran_at_two_speeds_says_so_as_it_ends() -> None:
     line = speed_line(two_speeds)
     assert line is not None and "0.55–0.80 ms, 20 of 80 timed cases 10% or more above the quickest" in line
     assert speed_line(steady[:75] + [0.8e-3] * 5) is None  # fewer than one in ten
-
-
-class ScriptedSpeed:
-    """Readings read from a script, and a clock that moves one second a call: a harness's speed watch
-    whose retakes are decided by the test, not by the machine."""
-
-    def __init__(self, readings: list[float]) -> None:
-        self.script, self.now = list(readings), 0.0
-
-    def read(self) -> float:
-        return self.script.pop(0)
-
-    def clock(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
-def scripted_harness(readings: list[float]) -> tuple[Harness, SpeedWatch]:
-    script = ScriptedSpeed(readings)
-    harness = Harness(reference=True)
-    harness.speed = SpeedWatch(read=script.read, clock=script.clock)
-    return harness, harness.speed
-
-
-def test_a_timing_read_slow_is_taken_again_and_the_quickest_attempt_kept() -> None:
-    quick, slow = 1e-3, 1.5e-3
-    # Three timings of two samples (three readings each): quick, slow then retaken quick, slow twice
-    # then quicker but still slow: the second retake is kept.
-    harness, speed = scripted_harness([quick] * 3 + [slow] * 3 + [quick] * 3 + [slow] * 6 + [1.2e-3] * 3)
-    calls: list[int] = []
-    harness.min_of(lambda: calls.append(1), repeats=2)
-    assert speed.retakes == 0 and speed.quickest == quick
-    assert harness.take_reference_readings() == [quick] * 3
-    speed.attempted_seconds = 100.0  # room in the budget for every retake below
-    harness.min_of(lambda: calls.append(1), repeats=2)
-    assert speed.retakes == 1 and speed.retakes_kept == 1 and harness.kept_attempt == 1
-    assert harness.take_reference_readings() == [quick] * 3  # the kept attempt's readings alone
-    draws: list[float] = []
-    harness.paired(lambda: draws.append(torch.rand(1).item()), lambda: None, pairs=2)
-    assert speed.retakes == 3 and speed.retakes_kept == 2 and harness.kept_attempt == 2
-    assert harness.take_reference_readings() == [1.2e-3] * 3
-    # Each retake drew what the first attempt drew (warm-up call, then two pairs), and the generator
-    # goes on from where the first attempt left it.
-    assert draws[1:3] == draws[3:5] == draws[5:7]
-    assert speed.retake_line() is not None and "3 timings read" in str(speed.retake_line())
-
-
-def test_retakes_leave_the_random_numbers_where_one_attempt_leaves_them() -> None:
-    def drawn(readings: list[float]) -> float:
-        torch.manual_seed(7)
-        harness, speed = scripted_harness(readings)
-        speed.quickest, speed.attempted_seconds = 1e-3, 100.0
-        harness.min_of(lambda: torch.rand(3), repeats=2)
-        return torch.rand(1).item()
-
-    assert drawn([1e-3] * 3) == drawn([2e-3] * 9)
-
-
-def test_retakes_stay_within_their_budget_and_a_caller_restarts_its_pairs() -> None:
-    harness, speed = scripted_harness([1e-3] * 3 + [2e-3] * 100)
-    harness.min_of(lambda: None, repeats=2)
-    # One attempt costs the scripted clock one second: the first attempts' two seconds allow no
-    # retake of 1 s at RETAKE_BUDGET = 0.25.
-    harness.min_of(lambda: None, repeats=2)
-    assert speed.retakes == 0 and speed.retake_line() is None
-    speed.attempted_seconds = 6.0  # with the next attempt 7 s: 1.75 s of retakes, one and not two
-    pairs: list[int] = []
-    restarts: list[int] = []
-    harness.paired(
-        lambda: None, lambda: None, pairs=3, between=lambda: pairs.append(1), restart=lambda: restarts.append(1)
-    )
-    assert speed.retakes == 1 and len(restarts) == 1 and len(pairs) == 6

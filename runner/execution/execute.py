@@ -309,8 +309,6 @@ def run_cases(
         if store.results.record_case(run_id, record, claim) is not None:
             recorded_now += 1
         progress.advance()
-    if context.harness.speed is not None and (retakes := context.harness.speed.retake_line()):
-        log_beside_bar(retakes)
     return recorded_now
 
 

@@ -10,20 +10,13 @@ run can fall wholly inside such a stretch. Nothing in the case's own samples tel
 loop's code never changes with the project's, so a review compares the loop's readings of one
 case in two runs (analysis.review_host.case_phases) to tell the host's speed from the code's.
 
-The harness also acts on a reading (``SpeedWatch``): a timing whose readings sit well above the
-quickest of the run's timings so far is taken again, up to twice, within a share of the run's timing
-time, and the attempt whose readings were quickest is kept, so that fewer of a run's cases are
-timed in a slow stretch at all.
-
 Standard library only: the review imports the metric's name.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 REFERENCE_METRIC = "reference_loop_seconds"
 # A reading costs about 1.1 ms on the Xeon VM (each run of the loop 0.55-0.9 ms), one after each
@@ -36,11 +29,6 @@ REFERENCE_REPEATS = 2
 SLOW_READING = 1.10
 SLOW_SHARE = 0.1
 MIN_CASES = 10
-# A timing read that far above the run's quickest timing so far is taken again, at most
-# MAX_RETAKES times, while the retakes cost at most RETAKE_BUDGET of the run's first attempts'
-# time (a machine slow for minutes must not double the sweep).
-MAX_RETAKES = 2
-RETAKE_BUDGET = 0.25
 
 
 def reference_loop() -> int:
@@ -78,47 +66,3 @@ def speed_line(readings: Sequence[float]) -> str | None:
         f"{SLOW_READING - 1:.0%} or more above the quickest; a review widens the floors of the cases that read "
         "differently in its baseline (docs/review.md)"
     )
-
-
-@dataclass
-class SpeedWatch:
-    """The machine's speed over a run's timings: the reference readings since the runner last took
-    them (one case's), the quickest timing so far, and what taking slow timings again cost.
-    ``read`` takes a reading and ``clock`` times the attempts (both replaceable in tests)."""
-
-    read: Callable[[], float] = reference_seconds
-    clock: Callable[[], float] = time.perf_counter
-    readings: list[float] = field(default_factory=list)
-    # The least median reading of any timing attempt so far: the machine's quick speed, as far as
-    # the run has seen it.
-    quickest: float | None = None
-    attempted_seconds: float = 0.0  # the first attempts' wall time
-    retake_seconds: float = 0.0
-    retakes: int = 0
-    retakes_kept: int = 0  # retakes that read quicker than every earlier attempt of their timing
-
-    def is_slow(self, readings: Sequence[float]) -> bool:
-        """Whether an attempt with these readings ran SLOW_READING above the quickest so far."""
-        return (
-            bool(readings) and self.quickest is not None and statistics.median(readings) >= SLOW_READING * self.quickest
-        )
-
-    def affords(self, seconds: float) -> bool:
-        """Whether one more retake lasting ``seconds`` stays within RETAKE_BUDGET."""
-        return self.retake_seconds + seconds <= RETAKE_BUDGET * self.attempted_seconds
-
-    def saw(self, readings: Sequence[float]) -> None:
-        """An attempt's readings: they may set a new quickest."""
-        if readings:
-            median = statistics.median(readings)
-            self.quickest = median if self.quickest is None else min(self.quickest, median)
-
-    def retake_line(self) -> str | None:
-        """The run's line on its retakes, None where it took none."""
-        if not self.retakes:
-            return None
-        return (
-            f"{self.retakes} timings read the reference loop {SLOW_READING - 1:.0%} or more above the run's quickest "
-            f"and were taken again ({self.retake_seconds:.1f} s, {self.retake_seconds / self.attempted_seconds:.0%} "
-            f"of the timing); {self.retakes_kept} retakes read quicker and were kept"
-        )

@@ -20,22 +20,19 @@ Both return their raw samples as well as the summary, so the store keeps what wa
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 
 from runner.measure import quiet
 from runner.measure.pinning import collector_off, pinned
-from runner.measure.reference import MAX_RETAKES, SpeedWatch
+from runner.measure.reference import reference_seconds
 from store.records import MeasurementRecord, SampleRecord
 
 Clock = Callable[[], float]
-Taken = TypeVar("Taken")
 
 # A sample of a ``steady`` timing lasts at least this long (loops of the call): longer than the
 # timer's resolution and a scheduler tick by far, short enough for the quick sweep.
@@ -137,10 +134,8 @@ class Harness:
         self.clock = clock
         self.warmup = warmup
         # ``reference``: each timing reads the machine's own speed just before its first sample and
-        # after every sample or round, and a timing read slow is taken again (runner.measure.reference).
-        self.speed: SpeedWatch | None = SpeedWatch() if reference else None
-        # Which attempt of the newest timing was kept (0: the first; ``retaken``).
-        self.kept_attempt = 0
+        # after every sample or round (runner.measure.reference).
+        self.reference_readings: list[float] | None = [] if reference else None
         # Decided once, not per timed call: building a torch.device to ask took 0.6 us on the Xeon
         # VM, inside the timed window after every call (a timed no-op: 0.81 us, now 0.19 us), 3%
         # of a table draft's 20 us turn in the cost sessions. (So ``device`` is not to be changed
@@ -153,69 +148,23 @@ class Harness:
         """This harness with another clock (the library's own, for the kernels alone), adding its
         reference readings to this one's."""
         derived = Harness(self.device, clock=clock, warmup=self.warmup)
-        derived.speed = self.speed
+        derived.reference_readings = self.reference_readings
         return derived
 
     def read_reference(self) -> None:
         """One reading of the reference loop, where this harness keeps them: as quiet as a sample
         (the store's heartbeat waits for the gap after it, the collector off)."""
-        if self.speed is not None:
+        if self.reference_readings is not None:
             with quiet.sample(), collector_off():
-                self.speed.readings.append(self.speed.read())
+                self.reference_readings.append(reference_seconds())
 
     def take_reference_readings(self) -> list[float]:
         """The reference loop's readings since the last call: one case's, for the runner to store."""
-        if self.speed is None:
+        if self.reference_readings is None:
             return []
-        taken = list(self.speed.readings)
-        self.speed.readings.clear()
+        taken = list(self.reference_readings)
+        self.reference_readings.clear()
         return taken
-
-    def retaken(self, take: Callable[[], Taken], restart: Callable[[], object] | None = None) -> Taken:
-        """``take()`` (one timing's samples, a reading after each), and where its readings ran slow
-        (SpeedWatch.is_slow) again, up to MAX_RETAKES times within the run's budget: the attempt
-        whose readings were quickest, its readings kept for the case. ``restart`` runs before each
-        retake (a caller whose ``between`` counts pairs resets it; ``kept_attempt`` then says which
-        attempt's was kept); the random number generators
-        start each retake where the first attempt started and end where it ended, so what the case
-        draws after its timing does not depend on the retakes. Without readings (or on a GPU),
-        ``take()`` once."""
-        speed = self.speed
-        self.kept_attempt = 0
-        if speed is None or self.synchronize is not no_synchronize:
-            return take()
-        first_readings = len(speed.readings)
-        generators = torch.get_rng_state(), random.getstate()
-
-        def attempt() -> tuple[Taken, list[float], float]:
-            started = speed.clock()
-            taken = take()
-            elapsed = speed.clock() - started
-            readings = speed.readings[first_readings:]
-            del speed.readings[first_readings:]
-            speed.saw(readings)
-            return taken, readings, elapsed
-
-        kept, kept_readings, seconds = attempt()
-        speed.attempted_seconds += seconds
-        after = torch.get_rng_state(), random.getstate()
-        for retake in range(1, MAX_RETAKES + 1):
-            if not speed.is_slow(kept_readings) or not speed.affords(seconds):
-                break
-            if restart is not None:
-                restart()
-            torch.set_rng_state(generators[0])
-            random.setstate(generators[1])
-            taken, readings, seconds = attempt()
-            speed.retakes += 1
-            speed.retake_seconds += seconds
-            if statistics.median(readings) < statistics.median(kept_readings):
-                kept, kept_readings, self.kept_attempt = taken, readings, retake
-                speed.retakes_kept += 1
-        torch.set_rng_state(after[0])
-        random.setstate(after[1])
-        speed.readings.extend(kept_readings)
-        return kept
 
     def time_once(self, function: Callable[[], object], loops: int = 1) -> float:
         """Seconds per call of ``function`` over ``loops`` calls, the collector off."""
@@ -302,18 +251,14 @@ class Harness:
             raise ValueError("repeats must be at least 1")
         with pinned():
             (loops,) = self._prepare([function], steady)
-
-            def take() -> MinOfN:
+            self.read_reference()
+            seconds: list[float] = []
+            for _ in range(repeats):
+                seconds.append(self.time_once(function, loops))
                 self.read_reference()
-                seconds: list[float] = []
-                for _ in range(repeats):
-                    seconds.append(self.time_once(function, loops))
-                    self.read_reference()
-                    if between is not None:
-                        between()
-                return MinOfN(tuple(seconds))
-
-            return self.retaken(take)
+                if between is not None:
+                    between()
+            return MinOfN(tuple(seconds))
 
     def alternating(
         self,
@@ -353,7 +298,6 @@ class Harness:
         *,
         steady: bool = False,
         warm: bool = True,
-        restart: Callable[[], object] | None = None,
     ) -> tuple[tuple[float, ...], ...]:
         """Time every function once per round, rotating which goes first (round r starts with
         function r mod len; in a steady sample, on a tie of ``time_interleaved``'s schedule),
@@ -364,13 +308,11 @@ class Harness:
         machine as each round saw it (cost breakdowns to set beside the round's ratio).
         ``steady``: the functions keep no state between calls: every sample loops each of them
         until it lasts MIN_SAMPLE_SECONDS (seconds per call) after warm-up until steady.
-        ``warm=False`` skips the warm-up call of each: the caller has just run them.
-        The rounds may be taken again where the machine read slow (``retaken``): ``between`` must
-        bear running again, or ``restart`` must reset what it keeps."""
+        ``warm=False`` skips the warm-up call of each: the caller has just run them."""
         if rounds < 1:
             raise ValueError("rounds must be at least 1")
-
-        def take() -> tuple[tuple[float, ...], ...]:
+        with pinned():
+            loops = self._prepare(functions, steady, warm)
             self.read_reference()
             seconds: list[list[float]] = [[] for _ in functions]
             for index in range(rounds):
@@ -385,11 +327,7 @@ class Harness:
                 self.read_reference()
                 if between is not None:
                     between()
-            return tuple(tuple(times) for times in seconds)
-
-        with pinned():
-            loops = self._prepare(functions, steady, warm)
-            return self.retaken(take, restart)
+        return tuple(tuple(times) for times in seconds)
 
     def time_interleaved(
         self, functions: Sequence[Callable[[], object]], loops: Sequence[int], first: int = 0
@@ -426,12 +364,11 @@ class Harness:
         *,
         steady: bool = False,
         warm: bool = True,
-        restart: Callable[[], object] | None = None,
     ) -> Paired:
         """Baseline and candidate alternating (A B, B A, A B …): ``interleaved`` of two."""
         if pairs < 1:
             raise ValueError("pairs must be at least 1")
         baseline_seconds, candidate_seconds = self.interleaved(
-            (baseline, candidate), pairs, between, steady=steady, warm=warm, restart=restart
+            (baseline, candidate), pairs, between, steady=steady, warm=warm
         )
         return Paired(baseline_seconds, candidate_seconds)

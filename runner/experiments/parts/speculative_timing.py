@@ -133,7 +133,7 @@ def time_loop(
     passes = centred_passes(passes_of_run(counted, len(prompt)))
     text = prompt + counted.tokens
     cost_session = CostSession(target, impl, draft, k, temperature, text, passes, seed, context.harness)
-    attempts: list[list[PassCosts]] = [[]]  # each attempt's sessions, one a pair (Harness.retaken)
+    sessions: list[PassCosts] = []
 
     # On the fast impl a generation lasts a few milliseconds, and one pair hit by the host moved a
     # case's ratio 15-27% alone (the Xeon, issue 42): there a pair's sample loops its text until it
@@ -151,21 +151,14 @@ def time_loop(
 
         def next_pair() -> None:
             nonlocal pair
-            attempts[-1].append(cost_session())
+            sessions.append(cost_session())
             pair += 1
             if repack is not None:
                 repack()
 
-        def first_pair() -> None:
-            """Before the pairs are taken again (the machine read slow): the same texts, sessions anew."""
-            nonlocal pair
-            attempts.append([])
-            pair = 0
-
         paired = context.harness.paired(
-            plain, loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast", warm=False, restart=first_pair
+            plain, loop, pairs=case["pairs"], between=next_pair, steady=impl == "fast", warm=False
         )
-    sessions = attempts[context.harness.kept_attempt]
     # The pairs' texts, each once however often a sample looped it: what the counted figures pool
     # is the same in every run, whatever the timing chose.
     timed = [texts[first_pair_seed + index] for index in range(case["pairs"])]
