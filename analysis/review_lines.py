@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.review import UNDERPOWERED_CHANGE, VERDICT_ORDER, seen
-from analysis.review_timed import RUN_WIDE_ALLOWANCE, RUN_WIDE_MIN_ROWS
+from analysis.review_timed import ROUND_UNITS, RUN_WIDE_ALLOWANCE, RUN_WIDE_MIN_ROWS
 
 
 def verdict_label(row: Mapping[Any, Any]) -> str:
@@ -109,13 +109,29 @@ def run_wide_clause(table: pd.DataFrame) -> str:
     return f"; a change of the whole run, moving its {rows} paired ratios together, from {allowance:.0%}"
 
 
+def remedy_clause(table: pd.DataFrame) -> str:
+    """For a review that cannot see UNDERPOWERED_CHANGE: what would see more. A run against its
+    baseline points to `decodelab ab`, which times both revisions in the same rounds: on a 2-core
+    Xeon VM whose host ran at its slow speed most of the time, a run's review could see 69% on the
+    quantization · fast rows while ten-round A/B sessions of those cases saw 5.5-13.2%
+    (docs/review-measurements.md, twentieth session). A session itself (its rows' units are rounds)
+    points to more rounds."""
+    why = table["why"].astype(str) if "why" in table.columns else pd.Series(dtype=str)
+    if why.str.contains(ROUND_UNITS, regex=False).any():
+        return "; more rounds (`decodelab ab --rounds`) narrow it"
+    return (
+        "; to see smaller changes on this machine, time both revisions in one session: "
+        "`decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
+    )
+
+
 def seen_line(table: pd.DataFrame) -> str:
     """What the review could see, said before its counts: the smallest timed change it could have
     flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
     machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
     (``detectable_line``); where no row could see RUN_WIDE_ALLOWANCE alone, what a move of the
-    whole run is judged against (``run_wide_clause``). A count of "0 regressed" means nothing beyond
-    what this line allows."""
+    whole run is judged against (``run_wide_clause``); where it cannot see, what would
+    (``remedy_clause``). A count of "0 regressed" means nothing beyond what this line allows."""
     smallest = smallest_detectable(table)
     if smallest is None:
         return (
@@ -126,12 +142,12 @@ def seen_line(table: pd.DataFrame) -> str:
     if math.isinf(smallest):
         return (
             "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
-            f"times, judged only against two earlier runs of their case here ({rows})"
+            f"times, judged only against two earlier runs of their case here ({rows}){remedy_clause(table)}"
         )
     if smallest > UNDERPOWERED_CHANGE:
         return (
             f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
-            f"could have flagged is {smallest:.0%} ({rows}){run_wide_clause(table)}"
+            f"could have flagged is {smallest:.0%} ({rows}){run_wide_clause(table)}{remedy_clause(table)}"
         )
     return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows}){run_wide_clause(table)}"
 

@@ -178,6 +178,8 @@ def group_moves(
 # of the same code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most
 # 1.3% with a core kept busy, docs/review-measurements.md), where a change of the whole run moves
 # it by the change itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond
+# How a tested row of an A/B session (`decodelab ab`) names its units in its why.
+ROUND_UNITS = "rounds (fresh processes each)"
 # RUN_WIDE_ALLOWANCE (their median), each row moving that way (a min-of-N time too) is judged
 # against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
@@ -377,7 +379,7 @@ def explanation(
         floor = f"{NO_HISTORY} (fewer so far): at most unknown drift"
     else:
         floor = f"drift allowance ±{math.expm1(test.floor.drift):.1%}"
-    units = "rounds (fresh processes each)" if test.per_round else "samples"
+    units = ROUND_UNITS if test.per_round else "samples"
     alone = " alone" if run_wide is not None else ""  # what it would have seen without its run's move
     if not test.matched:
         test_name = "t test on log values"

@@ -311,9 +311,8 @@ def test_a_first_review_sees_its_whole_run_slowed_10_percent_where_two_drafts_al
     assert not any((table["verdict"] == "improved").any() for table in whole)
     # The review's first line says what a whole run's move is judged against; where no drift is
     # allowed (an A/B session's rounds) each row is judged alone, and the line says nothing of it.
-    assert review_lines.seen_line(whole[0]).endswith(
-        "; a change of the whole run, moving its 28 paired ratios together, from 5%"
-    )
+    whole_line = review_lines.seen_line(whole[0])
+    assert "; a change of the whole run, moving its 28 paired ratios together, from 5%" in whole_line
     assert "whole run" not in review_lines.seen_line(slowed_grid(0, lambda params: True, drift=0.0))
     held = 0  # slowed rows the allowance held as unknown drift
     for seed in range(10):
@@ -486,13 +485,19 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     assert line.startswith(f"This review cannot see changes below {smallest:.0%} on this machine: "), line
     rows = review_lines.detectable_line(blind)
     assert rows is not None and rows in line  # what its rows would have seen, as the gate says it
+    # What would see more: an A/B session for a run against its baseline, more rounds for a session.
+    assert line.endswith(
+        "time both revisions in one session: `decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
+    )
+    session = blind.assign(why=blind["why"].str.replace("samples", review_timed.ROUND_UNITS, regex=False))
+    assert review_lines.seen_line(session).endswith("; more rounds (`decodelab ab --rounds`) narrow it")
 
     steady = review_of(1.0)
     smallest = float(steady["detectable"].min())
     assert smallest <= review.UNDERPOWERED_CHANGE and not review_lines.cannot_see(steady)
     line = review_lines.seen_line(steady)
     assert line.startswith(f"The smallest timed change this review could have flagged: {smallest:.0%} ("), line
-    assert "cannot see" not in line
+    assert "cannot see" not in line and "decodelab ab" not in line
 
     untested = steady.assign(detectable=float("nan"))
     assert not review_lines.cannot_see(untested) and "no timed row was tested" in review_lines.seen_line(untested)
