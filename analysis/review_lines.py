@@ -109,20 +109,22 @@ def run_wide_clause(table: pd.DataFrame) -> str:
     return f"; a change of the whole run, moving its {rows} paired ratios together, from {allowance:.0%}"
 
 
+# What measures two revisions side by side on one machine (docs/ci.md).
+AB_COMMAND = "`decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
+
+
 def remedy_clause(table: pd.DataFrame) -> str:
     """For a review that cannot see UNDERPOWERED_CHANGE: what would see more. A run against its
     baseline points to `decodelab ab`, which times both revisions in the same rounds: on a 2-core
-    Xeon VM whose host ran at its slow speed most of the time, a run's review could see 69% on the
-    quantization · fast rows while ten-round A/B sessions of those cases saw 5.5-13.2%
-    (docs/review-measurements.md, twentieth session). A session itself (its rows' units are rounds)
-    points to more rounds."""
+    Xeon VM whose host ran at its slow speed most of the time, the quantization experiment's
+    `fast_int8` row could have seen 53–140% in four reviews of quick runs, and 5.5–13.2% in
+    ten-round A/B sessions, which caught its kernel slowed 10% in 2 of 3
+    (docs/review-measurements.md, twentieth session). Rows judged by rounds (a session, or runs of
+    two sessions) point to more rounds of one session holding both revisions."""
     why = table["why"].astype(str) if "why" in table.columns else pd.Series(dtype=str)
     if why.str.contains(ROUND_UNITS, regex=False).any():
-        return "; more rounds (`decodelab ab --rounds`) narrow it"
-    return (
-        "; to see smaller changes on this machine, time both revisions in one session: "
-        "`decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
-    )
+        return "; more rounds of one session holding both revisions (`decodelab ab --rounds 10`) would lower it"
+    return f"; an A/B session of both revisions would see smaller ones: {AB_COMMAND}"
 
 
 def seen_line(table: pd.DataFrame) -> str:
@@ -142,7 +144,8 @@ def seen_line(table: pd.DataFrame) -> str:
     if math.isinf(smallest):
         return (
             "This review cannot see any timed change on this machine yet: its tested timed rows are absolute "
-            f"times, judged only against two earlier runs of their case here ({rows}){remedy_clause(table)}"
+            f"times, judged only against two earlier runs of their case here ({rows}); without waiting for that "
+            f"history, time both revisions in one session: {AB_COMMAND}"
         )
     if smallest > UNDERPOWERED_CHANGE:
         return (

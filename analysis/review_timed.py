@@ -178,8 +178,6 @@ def group_moves(
 # of the same code (-1.5% to +0.6% in the first reviews of fourteen Zen 5 EPYC stores, at most
 # 1.3% with a core kept busy, docs/review-measurements.md), where a change of the whole run moves
 # it by the change itself. So where RUN_WIDE_MIN_ROWS or more such rows moved beyond
-# How a tested row of an A/B session (`decodelab ab`) names its units in its why.
-ROUND_UNITS = "rounds (fresh processes each)"
 # RUN_WIDE_ALLOWANCE (their median), each row moving that way (a min-of-N time too) is judged
 # against RUN_WIDE_ALLOWANCE where its own floor or drift allowance is wider.
 RUN_WIDE_ALLOWANCE = math.log1p(0.05)
@@ -344,6 +342,10 @@ def judge_timed_rows(
                 entry["why"] += f"; {stepped.clause(held)}"
             if phase is not None and widened is not None:
                 hold_for_phase(entry, test.test.shift, phase, widened)
+
+
+# How a tested row of an A/B session (`decodelab ab`) names its units in its why.
+ROUND_UNITS = "rounds (fresh processes each)"
 
 
 def explanation(

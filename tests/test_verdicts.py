@@ -487,10 +487,13 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     assert rows is not None and rows in line  # what its rows would have seen, as the gate says it
     # What would see more: an A/B session for a run against its baseline, more rounds for a session.
     assert line.endswith(
-        "time both revisions in one session: `decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
+        "; an A/B session of both revisions would see smaller ones: `decodelab ab --baseline REV --candidate REV` "
+        "(docs/ci.md)"
     )
     session = blind.assign(why=blind["why"].str.replace("samples", review_timed.ROUND_UNITS, regex=False))
-    assert review_lines.seen_line(session).endswith("; more rounds (`decodelab ab --rounds`) narrow it")
+    assert review_lines.seen_line(session).endswith(
+        "; more rounds of one session holding both revisions (`decodelab ab --rounds 10`) would lower it"
+    )
 
     steady = review_of(1.0)
     smallest = float(steady["detectable"].min())
