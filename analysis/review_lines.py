@@ -121,8 +121,7 @@ def remedy_clause(table: pd.DataFrame) -> str:
     ten-round A/B sessions, which caught its kernel slowed 10% in 2 of 3
     (docs/review-measurements.md, twentieth session). Rows judged by rounds (a session, or runs of
     two sessions) point to more rounds of one session holding both revisions."""
-    why = table["why"].astype(str) if "why" in table.columns else pd.Series(dtype=str)
-    if why.str.contains(ROUND_UNITS, regex=False).any():
+    if table["why"].astype(str).str.contains(ROUND_UNITS, regex=False).any():
         return "; more rounds of one session holding both revisions (`decodelab ab --rounds 10`) would lower it"
     return f"; an A/B session of both revisions would see smaller ones: {AB_COMMAND}"
 
