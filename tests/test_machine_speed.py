@@ -7,14 +7,17 @@ beyond 10%."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from typing import Any
 
 import pandas as pd
 
 from analysis import review, review_charts, review_host
-from runner.measure.reference import REFERENCE_METRIC, reference_seconds, speed_line
+from runner.measure.reference import REFERENCE_METRIC, reference_seconds, slow_cases, speed_line, steady
 from runner.measure.timing import Harness
 from store.records import case_key
+from tests.conftest import ROOT
 from tests.test_verdicts import GRID, grid_runs, row
 
 HELD_WHY = "but the machine ran at another speed"
@@ -128,10 +131,41 @@ def test_a_full_review_shows_the_machines_speed_not_judged_and_says_why() -> Non
 
 
 def test_a_run_that_ran_at_two_speeds_says_so_as_it_ends() -> None:
-    steady = [0.55e-3 + 0.01e-3 * (index % 3) for index in range(80)]
-    assert speed_line(steady) is None
+    one_speed = [0.55e-3 + 0.01e-3 * (index % 3) for index in range(80)]
+    assert speed_line(one_speed) is None
     assert speed_line([1e-3, 2e-3]) is None  # too few cases to say
-    two_speeds = steady[:60] + [0.8e-3] * 20
+    two_speeds = one_speed[:60] + [0.8e-3] * 20
     line = speed_line(two_speeds)
     assert line is not None and "0.55–0.80 ms, 20 of 80 timed cases 10% or more above the quickest" in line
-    assert speed_line(steady[:75] + [0.8e-3] * 5) is None  # fewer than one in ten
+    assert speed_line(one_speed[:75] + [0.8e-3] * 5) is None  # fewer than one in ten
+    assert (slow_cases(two_speeds), steady(two_speeds), steady(one_speed), steady([1e-3, 2e-3])) == (
+        20,
+        False,
+        True,
+        None,
+    )
+    assert slow_cases(one_speed[:72] + [0.8e-3] * 8) == 8 and steady(one_speed[:72] + [0.8e-3] * 8) is False
+
+
+def test_the_timing_noise_benchmark_says_how_steady_the_host_was_in_each_run_read(filled_store_url: str) -> None:
+    """benchmarks/timing_noise.py on the session's real tiny run: its counts are the run's own
+    readings', and a verdict on the host goes with them."""
+    from store.store import Store
+
+    store = Store(filled_store_url)
+    readings = store.results.metric_values(1, REFERENCE_METRIC)
+    store.close()
+    assert len(readings) >= 10
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "timing_noise.py"), "--db", filled_store_url, "--runs", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert figures["host_timed_cases_run_1"] == str(len(readings))
+    assert figures["host_slow_cases_run_1"] == str(slow_cases(readings))
+    assert figures["host_steady"] == ("1" if steady(readings) else "0")
+    assert ("the host was not steady" in result.stdout) is (not steady(readings))

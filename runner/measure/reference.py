@@ -50,16 +50,30 @@ def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
     return best
 
 
-def speed_line(readings: Sequence[float]) -> str | None:
-    """The run's line on the machine's speed, from each timed case's median reading: where one case
-    in ten (SLOW_SHARE) or more read SLOW_READING of the quickest or above, the range and the count;
-    None on a steady machine or with fewer than MIN_CASES cases."""
+def slow_cases(readings: Sequence[float]) -> int:
+    """How many of a run's timed cases (each's median reading) read SLOW_READING of the run's
+    quickest or above."""
+    if not readings:
+        return 0
+    quickest = min(readings)
+    return sum(reading >= SLOW_READING * quickest for reading in readings)
+
+
+def steady(readings: Sequence[float]) -> bool | None:
+    """Whether the machine kept one speed through a run: fewer than one case in ten (SLOW_SHARE)
+    read slow; None with fewer than MIN_CASES cases, too few to say."""
     if len(readings) < MIN_CASES:
         return None
-    quickest = min(readings)
-    slow = sum(reading >= SLOW_READING * quickest for reading in readings)
-    if slow < SLOW_SHARE * len(readings):
+    return slow_cases(readings) < SLOW_SHARE * len(readings)
+
+
+def speed_line(readings: Sequence[float]) -> str | None:
+    """The run's line on the machine's speed, from each timed case's median reading: where the run
+    was not steady, the range and the count; None on a steady machine or with fewer than MIN_CASES
+    cases."""
+    if steady(readings) is not False:
         return None
+    quickest, slow = min(readings), slow_cases(readings)
     return (
         f"the machine ran at more than one speed during the run: a fixed reference loop read between samples took "
         f"{quickest * 1e3:.2f}–{max(readings) * 1e3:.2f} ms, {slow} of {len(readings)} timed cases "
