@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import review, review_inputs, review_lines
+from analysis import review, review_inputs, review_lines, review_samples
 from analysis import runs as runs_module
 from store import frames
 from store.store import Store
@@ -261,6 +261,12 @@ class Injector:
         self.inputs = inputs
         self.rows = inputs.side_by_side(True)
         self.measured = review_inputs.measured_sides(inputs.samples)
+        # The samples grouped by measurement once, and what the untouched ones say kept across trials:
+        # each trial slows a few measurements and judges the rest as they were.
+        self.groups: dict[Any, pd.DataFrame] = (
+            dict(tuple(inputs.samples.groupby("measurement_id"))) if not inputs.samples.empty else {}
+        )
+        self.memo = review_samples.SidesMemo()
         # The rows of the un-injected review (``table``, its full verdict table) that a move of the
         # whole run is judged on, by their key, with their log shifts: a family judged alone is judged
         # beside the rest of the review's, which an injection into that family leaves as they were.
@@ -276,15 +282,27 @@ class Injector:
         }
 
     def samples(self, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
-        """``review_inputs.injected`` with the measured sides found once per pair."""
+        """Every sample of the pair, ``review_inputs.injected`` with the measured sides found once."""
         return review_inputs.injected(self.inputs.samples, measurement_ids, slower_by, self.measured)
 
+    def slowed(self, measurement_id: Any, slower_by: float) -> pd.DataFrame:
+        """One measurement's samples as ``review_inputs.injected`` leaves them."""
+        frame = self.groups[measurement_id].copy()
+        chosen = self.measured.loc[frame.index]
+        frame.loc[chosen, "seconds"] = frame.loc[chosen, "seconds"] * slower_by
+        return frame
+
     def judged(self, rows: pd.DataFrame | None, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
-        samples = self.samples(measurement_ids, slower_by)
-        if rows is not None and not samples.empty:
-            # Only the family's samples: grouping every sample of both runs was most of a family's cost.
+        by_measurement = self.groups
+        if rows is not None:
+            # Only the family's samples: a family is judged alone.
             family = set(rows["measurement_id_run"].dropna()) | set(rows["measurement_id_baseline"].dropna())
-            samples = samples[samples["measurement_id"].isin(family)]
+            by_measurement = {ident: frame for ident, frame in self.groups.items() if ident in family}
+        by_measurement = {
+            **by_measurement,
+            **{ident: self.slowed(ident, slower_by) for ident in measurement_ids if ident in by_measurement},
+        }
+        self.memo.changed = set(measurement_ids)
         outside: list[float] = []
         absolute_outside: list[tuple[str, float]] = []
         if rows is not None:
@@ -293,7 +311,12 @@ class Injector:
             outside = [shift for key, shift in self.run_wide_shifts.items() if key not in inside]
             absolute_outside = [shift for key, shift in self.absolute_shifts.items() if key not in inside]
         return review_inputs.judge(
-            self.inputs, samples=samples, rows=rows, run_wide_outside=outside, absolute_outside=absolute_outside
+            self.inputs,
+            rows=rows,
+            run_wide_outside=outside,
+            absolute_outside=absolute_outside,
+            by_measurement=by_measurement,
+            memo=self.memo,
         )
 
 
@@ -323,13 +346,23 @@ def keyed(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 def regressed_by_family(
     table: pd.DataFrame, rows: pd.DataFrame, measurement_ids: set[int]
 ) -> dict[Family, tuple[int, int]]:
-    """Per experiment · impl family: (regressed, injected tested rows) among the rows of ``measurement_ids``."""
-    hit = keyed(table, rows)
-    hit = hit[hit["measurement_id_run"].isin(measurement_ids)]
-    return {
-        (str(experiment), str(impl)): (int((group["verdict"] == "regressed").sum()), len(group))
-        for (experiment, impl), group in hit.groupby(["experiment", "impl"])
-    }
+    """Per experiment · impl family: (regressed, injected tested rows) among the rows of ``measurement_ids``:
+    ``keyed`` rows counted in plain Python (a merge a trial was a quarter of the calibration's time)."""
+    families: dict[tuple[str, str, str], list[tuple[str, Any]]] = {}
+    for experiment, point, metric, impl, ident in zip(
+        rows["experiment"], rows["point"], rows["metric"], rows["impl"], rows["measurement_id_run"], strict=True
+    ):
+        families.setdefault((str(experiment), str(point), str(metric)), []).append((str(impl), ident))
+    found = tested(table)
+    counts: dict[Family, tuple[int, int]] = {}
+    for experiment, point, metric, verdict in zip(
+        found["experiment"], found["point"], found["metric"], found["verdict"], strict=True
+    ):
+        for impl, ident in families.get((str(experiment), str(point), str(metric)), []):
+            if ident in measurement_ids:
+                flagged, injected = counts.get((str(experiment), impl), (0, 0))
+                counts[(str(experiment), impl)] = (flagged + (verdict == "regressed"), injected + 1)
+    return dict(sorted(counts.items()))
 
 
 def calibrate(

@@ -71,7 +71,7 @@ from analysis.review_host import REFERENCE_WHY, CasePhase, case_phases
 from analysis.review_samples import (
     MATCHED_METHOD,
     ROUND_METHOD,
-    both_sides,
+    SidesMemo,
     headline_per_sample,
     log_values,
     tested_values,
@@ -321,6 +321,8 @@ def verdict_table(
     run_wide_outside: Sequence[float] = (),
     absolute_outside: Sequence[tuple[str, float]] = (),
     machine_speeds: Mapping[tuple[str, str], CasePhase] | None = None,
+    by_measurement: Mapping[Any, pd.DataFrame] | None = None,
+    memo: SidesMemo | None = None,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
     regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
@@ -338,11 +340,14 @@ def verdict_table(
     the whole review; ``absolute_outside`` likewise, (impl, ``absolute_shift``) of its other min-of-N
     times, so that review_host.host_move sees them all. ``machine_speeds``: review_host.case_phases
     of the two runs where the caller has it (none for two machines, whose readings do not compare),
-    else made here."""
+    else made here. ``by_measurement``: ``samples`` already grouped by measurement id, where the
+    caller judges the same samples many times (then ``samples`` is not read); ``memo``: what the
+    samples say, kept across such calls (review_samples.SidesMemo)."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
-    by_measurement = {key: group for key, group in samples.groupby("measurement_id")} if not samples.empty else {}
+    if by_measurement is None:
+        by_measurement = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
     case_speeds = case_phases(run, baseline) if machine_speeds is None else machine_speeds
     phases: dict[int, CasePhase] = {}  # per candidate, the machine's speed around its case in each run
@@ -360,7 +365,7 @@ def verdict_table(
     for row in merged.to_dict("records"):
         entry = row_entry(row)
         rows.append(entry)
-        to_test = verdict_without_test(entry, row, unmeasured or {}, by_measurement)
+        to_test = verdict_without_test(entry, row, unmeasured or {}, by_measurement, memo or SidesMemo())
         if to_test is None:
             continue
         run_logs, base_logs, method = to_test
@@ -414,6 +419,7 @@ def verdict_without_test(
     row: Mapping[Any, Any],
     unmeasured: Mapping[tuple[str, str], str],
     by_measurement: Mapping[Any, pd.DataFrame],
+    memo: SidesMemo,
 ) -> tuple[list[float], list[float], str] | None:
     """Give ``entry`` the verdict that needs no test (a row on one side only, a case not
     measured, a deterministic row, a timed row without enough samples); for a timed row to test,
@@ -431,19 +437,17 @@ def verdict_without_test(
         if not same and row["value_baseline"]:
             entry["change"] = row["value_run"] / row["value_baseline"] - 1.0
     else:
-        return timed_logs(entry, row, by_measurement)
+        return timed_logs(entry, row, by_measurement, memo)
     return None
 
 
 def timed_logs(
-    entry: dict[str, Any], row: Mapping[Any, Any], by_measurement: Mapping[Any, pd.DataFrame]
+    entry: dict[str, Any], row: Mapping[Any, Any], by_measurement: Mapping[Any, pd.DataFrame], memo: SidesMemo
 ) -> tuple[list[float], list[float], str] | None:
     """A timed row's log values on each side and their statistic, or None with the verdict given
     where a side has no samples (not judged) or too few (too few samples)."""
-    run_samples, base_samples, method = both_sides(
-        by_measurement.get(row["measurement_id_run"], pd.DataFrame()),
-        by_measurement.get(row["measurement_id_baseline"], pd.DataFrame()),
-        has_seeded_pairs(str(row["metric"])),
+    run_samples, base_samples, method = memo.sides(
+        row["measurement_id_run"], row["measurement_id_baseline"], has_seeded_pairs(str(row["metric"])), by_measurement
     )
     run_logs, base_logs = log_values(run_samples), log_values(base_samples)
     if not run_logs or not base_logs:

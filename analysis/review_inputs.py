@@ -5,7 +5,7 @@ calibration, which also judges them again with the run's samples slowed on purpo
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis import review, review_host
 from analysis import runs as runs_module
+from analysis.review_samples import SidesMemo
 from store import frames
 from store.records import case_key
 from store.store import Store
@@ -169,8 +170,11 @@ def judge(
     rows: pd.DataFrame | None = None,
     run_wide_outside: Sequence[float] = (),
     absolute_outside: Sequence[tuple[str, float]] = (),
+    by_measurement: Mapping[Any, pd.DataFrame] | None = None,
+    memo: SidesMemo | None = None,
 ) -> pd.DataFrame:
-    """The verdict table of the review (``samples`` in place of the stored ones, if given; only
+    """The verdict table of the review (``samples`` in place of the stored ones, if given, or
+    ``by_measurement``, samples grouped by measurement, with a ``memo`` of what they say; only
     ``rows`` of its side_by_side, if given: whole experiment · impl families are judged exactly
     as in the full review, whose tests and adjustments stay within a family, given the log shifts
     of the other rows that speak for the run, ``run_wide_outside``, and (impl, log shift) of its
@@ -188,6 +192,8 @@ def judge(
         run_wide_outside=run_wide_outside,
         absolute_outside=absolute_outside,
         machine_speeds=inputs.machine_speeds,
+        by_measurement=by_measurement,
+        memo=memo,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -132,6 +133,35 @@ def both_sides(
                 if len(log_values(run_samples + base_samples)) == len(run_samples) + len(base_samples):
                     method += SEEDED_METHOD
     return run_samples, base_samples, method
+
+
+# both_sides' answer: the run's values, the baseline's, their method.
+Sides = tuple[list[float], list[float], str]
+
+
+@dataclass
+class SidesMemo:
+    """``both_sides`` answers kept across reviews of the same samples: the calibration judges one
+    pair of runs' samples hundreds of times, each time with a few measurements slowed, and working
+    the answers out from the sample frames again was most of a report's time. Keyed by the two
+    measurement ids and whether the metric's pairs are seeded; a measurement in ``changed`` (one
+    whose samples differ from those the memo saw) is neither read from the memo nor kept in it."""
+
+    answers: dict[tuple[Hashable, Hashable, bool], Sides] = field(default_factory=dict)
+    changed: set[int] = field(default_factory=set)
+
+    def sides(
+        self, run_id: Hashable, baseline_id: Hashable, seeded_pairs: bool, frames: Mapping[Any, pd.DataFrame]
+    ) -> Sides:
+        """``both_sides`` of the two measurements' samples in ``frames``, from the memo where it may."""
+        key = (run_id, baseline_id, seeded_pairs)
+        kept = not ({run_id, baseline_id} & self.changed)
+        if kept and key in self.answers:
+            return self.answers[key]
+        answer = both_sides(frames.get(run_id, pd.DataFrame()), frames.get(baseline_id, pd.DataFrame()), seeded_pairs)
+        if kept:
+            self.answers[key] = answer
+        return answer
 
 
 def is_absolute(method: str) -> bool:

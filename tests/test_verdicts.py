@@ -764,6 +764,30 @@ def test_a_family_judged_alone_gets_the_verdicts_it_gets_in_the_full_review(slow
         assert alone["why"].str.contains(RUN_WIDE_WHY).any()
 
 
+def test_one_injector_judges_trial_after_trial_as_the_full_review_does() -> None:
+    """The calibration judges one pair's samples hundreds of times, keeping what the untouched
+    measurements' samples say (review_samples.SidesMemo): a measurement slowed in one trial and
+    left alone or slowed otherwise in the next is judged on its samples of that trial, every time."""
+    run, baseline, samples = grid_runs(3, lambda index, params: 1.0)
+    inputs = review_inputs.ReviewInputs({}, {}, run, baseline, samples, earlier=[], between={}, drift=None)
+    injector = calibration.Injector(inputs, review_inputs.judge(inputs))
+    impl = GRID[5][1]["impl"]
+    family = injector.rows[injector.rows["impl"] == impl]
+    first, second = (int(ident) for ident in family["measurement_id_run"].iloc[:2])
+    trials = [(family, {first}, 1.5), (family, {second}, 1.1), (None, {first, second}, 1.25), (family, {first}, 1.5)]
+    flagged = []
+    for rows, ids, factor in trials:
+        alone = injector.judged(rows, ids, factor).sort_values("point").reset_index(drop=True)
+        full = review_inputs.judge(inputs, samples=injector.samples(ids, factor))
+        full = full[full["point"].isin(alone["point"])].sort_values("point").reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone, full)
+        flagged.append(int((alone["verdict"] == "regressed").sum()))
+    assert flagged[0] >= 1 and flagged[0] == flagged[-1], flagged  # the same trial again: the same verdicts
+    kept = {key[0] for key in injector.memo.answers}
+    assert kept and injector.memo.changed == {first}
+    assert len(injector.memo.answers) >= len(family) - 2, "the untouched measurements' answers are kept"
+
+
 def test_a_move_of_the_whole_run_needs_20_paired_ratios_moving_beyond_5_percent() -> None:
     """Who speaks in review_timed.run_wide_move: paired ratios, with or without a between-run
     floor; never a min-of-N time (its samples carry the host's moves) or an A/B session's row (no
