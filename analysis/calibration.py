@@ -352,7 +352,8 @@ def regressed_by_family(
     for experiment, point, metric, impl, ident in zip(
         rows["experiment"], rows["point"], rows["metric"], rows["impl"], rows["measurement_id_run"], strict=True
     ):
-        families.setdefault((str(experiment), str(point), str(metric)), []).append((str(impl), ident))
+        if not (pd.isna(impl) or pd.isna(ident)):  # as the merge and groupby did: a row without either is no family's
+            families.setdefault((str(experiment), str(point), str(metric)), []).append((str(impl), ident))
     found = tested(table)
     counts: dict[Family, tuple[int, int]] = {}
     for experiment, point, metric, verdict in zip(

@@ -342,12 +342,13 @@ def verdict_table(
     of the two runs where the caller has it (none for two machines, whose readings do not compare),
     else made here. ``by_measurement``: ``samples`` already grouped by measurement id, where the
     caller judges the same samples many times (then ``samples`` is not read); ``memo``: what the
-    samples say, kept across such calls (review_samples.SidesMemo)."""
+    samples say, kept across such calls for the same frames (review_samples.SidesMemo)."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     if by_measurement is None:
         by_measurement = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
+    memo = SidesMemo() if memo is None else memo
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
     case_speeds = case_phases(run, baseline) if machine_speeds is None else machine_speeds
     phases: dict[int, CasePhase] = {}  # per candidate, the machine's speed around its case in each run
@@ -365,7 +366,7 @@ def verdict_table(
     for row in merged.to_dict("records"):
         entry = row_entry(row)
         rows.append(entry)
-        to_test = verdict_without_test(entry, row, unmeasured or {}, by_measurement, memo or SidesMemo())
+        to_test = verdict_without_test(entry, row, unmeasured or {}, by_measurement, memo)
         if to_test is None:
             continue
         run_logs, base_logs, method = to_test

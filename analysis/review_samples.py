@@ -137,6 +137,8 @@ def both_sides(
 
 # both_sides' answer: the run's values, the baseline's, their method.
 Sides = tuple[list[float], list[float], str]
+# A measurement without samples (one object, so that the memo recognizes it).
+EMPTY = pd.DataFrame()
 
 
 @dataclass
@@ -144,23 +146,28 @@ class SidesMemo:
     """``both_sides`` answers kept across reviews of the same samples: the calibration judges one
     pair of runs' samples hundreds of times, each time with a few measurements slowed, and working
     the answers out from the sample frames again was most of a report's time. Keyed by the two
-    measurement ids and whether the metric's pairs are seeded; a measurement in ``changed`` (one
-    whose samples differ from those the memo saw) is neither read from the memo nor kept in it."""
+    measurement ids and whether the metric's pairs are seeded, each answer with the two frames it
+    came from: it is given again only for those very frame objects (which the memo keeps alive, and
+    which no reader changes), so other samples under the same ids are worked out anew. A measurement
+    in ``changed`` (one slowed for a single trial) is not kept, so that its own samples' answer stays."""
 
-    answers: dict[tuple[Hashable, Hashable, bool], Sides] = field(default_factory=dict)
-    changed: set[int] = field(default_factory=set)
+    answers: dict[tuple[Hashable, Hashable, bool], tuple[pd.DataFrame, pd.DataFrame, Sides]] = field(
+        default_factory=dict
+    )
+    changed: set[Hashable] = field(default_factory=set)
 
     def sides(
         self, run_id: Hashable, baseline_id: Hashable, seeded_pairs: bool, frames: Mapping[Any, pd.DataFrame]
     ) -> Sides:
         """``both_sides`` of the two measurements' samples in ``frames``, from the memo where it may."""
+        run_frame, base_frame = frames.get(run_id, EMPTY), frames.get(baseline_id, EMPTY)
         key = (run_id, baseline_id, seeded_pairs)
-        kept = not ({run_id, baseline_id} & self.changed)
-        if kept and key in self.answers:
-            return self.answers[key]
-        answer = both_sides(frames.get(run_id, pd.DataFrame()), frames.get(baseline_id, pd.DataFrame()), seeded_pairs)
-        if kept:
-            self.answers[key] = answer
+        kept = self.answers.get(key)
+        if kept is not None and kept[0] is run_frame and kept[1] is base_frame:
+            return kept[2]
+        answer = both_sides(run_frame, base_frame, seeded_pairs)
+        if not ({run_id, baseline_id} & self.changed):
+            self.answers[key] = (run_frame, base_frame, answer)
         return answer
 
 

@@ -15,8 +15,9 @@ Targets on a quiet machine (issue 42): median ≤ 0.05 and p95 ≤ 0.15 for ever
 average does not show a shared host's own changes of speed, so it also prints, per run, how many
 timed cases read the fixed reference loop (runner.measure.reference) 10% or more above the run's
 quickest (``host_slow_cases_run_<id>=`` of ``host_timed_cases_run_<id>=``) and ``host_steady=``
-(1 where every run read fewer than one case in ten slow): figures from a host that was not
-steady are its changes of speed as much as the timing's own.
+(1 where every run read fewer than one case in ten slow, 0 where one did not; missing where a run
+has too few readings to tell and none was unsteady): figures from a host that was not steady are
+its changes of speed as much as the timing's own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pandas as pd
 
 from analysis.review import DEFAULT_IMPL
 from analysis.review_samples import pair_ratios, sample_statistic
-from runner.measure.reference import MIN_CASES, REFERENCE_METRIC, slow_cases, steady
+from runner.measure.reference import REFERENCE_METRIC, steadiness_lines
 from runner.metrics import has_seeded_pairs
 from store import frames
 from store.records import case_key
@@ -102,36 +103,6 @@ def matched_spreads(runs: dict[int, RunSamples]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["experiment", "impl", "spread"])
 
 
-def host_lines(readings: dict[int, list[float]]) -> list[str]:
-    """The host's speed in each run read, from its timed cases' reference readings: the counts,
-    ``host_steady=`` and, where some run was not steady, a sentence saying what that means for the
-    spreads. Runs recorded before the readings (or with fewer than MIN_CASES cases) give only a
-    sentence."""
-    lines, unsteady, unknown = [], [], []
-    for run_id, values in readings.items():
-        lines.append(f"host_timed_cases_run_{run_id}={len(values)}")
-        lines.append(f"host_slow_cases_run_{run_id}={slow_cases(values)}")
-        verdict = steady(values)
-        if verdict is None:
-            unknown.append(run_id)
-        elif not verdict:
-            unsteady.append(f"{slow_cases(values)} of {len(values)} in run {run_id}")
-    if not unknown:
-        lines.append(f"host_steady={0 if unsteady else 1}")
-    if unsteady:
-        lines.append(
-            "the host was not steady: timed cases read the reference loop 10% or more above their run's quickest ("
-            + ", ".join(unsteady)
-            + "), so these spreads are the host's changes of speed as much as the timing's own"
-        )
-    if unknown:
-        lines.append(
-            f"too few reference readings to tell the host's speed in run {', '.join(map(str, unknown))} "
-            f"(fewer than {MIN_CASES} timed cases read it)"
-        )
-    return lines
-
-
 def chosen_runs(store: Store, preset: str, given: str | None) -> list[int]:
     runs = frames.runs(store)
     if given:
@@ -174,7 +145,7 @@ def main() -> int:
         name = f"{experiment}_{impl}"
         print(f"timing_spread_matched_median_{name}={group['spread'].median():.4g}")
         print(f"timing_spread_matched_p95_{name}={group['spread'].quantile(0.95):.4g}")
-    print("\n".join(host_lines(readings)))
+    print("\n".join(steadiness_lines(readings)))
     return 0
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pandas as pd
 
 from analysis import review, review_charts, review_host
-from runner.measure.reference import REFERENCE_METRIC, reference_seconds, slow_cases, speed_line, steady
+from runner.measure.reference import (
+    REFERENCE_METRIC,
+    reference_seconds,
+    slow_cases,
+    speed_line,
+    steadiness_lines,
+    steady,
+)
 from runner.measure.timing import Harness
 from store.records import case_key
 from tests.conftest import ROOT
@@ -145,6 +152,22 @@ def test_a_run_that_ran_at_two_speeds_says_so_as_it_ends() -> None:
         None,
     )
     assert slow_cases(one_speed[:72] + [0.8e-3] * 8) == 8 and steady(one_speed[:72] + [0.8e-3] * 8) is False
+    # What a benchmark reading these runs prints about the host.
+    figures = lambda lines: dict(line.split("=", 1) for line in lines if "=" in line)  # noqa: E731
+    assert figures(steadiness_lines({1: one_speed, 2: one_speed}))["host_steady"] == "1"
+    mixed = steadiness_lines({1: one_speed, 2: two_speeds, 3: [1e-3]})
+    assert figures(mixed) == {
+        "host_timed_cases_run_1": "80",
+        "host_slow_cases_run_1": "0",
+        "host_timed_cases_run_2": "80",
+        "host_slow_cases_run_2": "20",
+        "host_timed_cases_run_3": "1",
+        "host_slow_cases_run_3": "0",
+        "host_steady": "0",
+    }
+    assert any("not steady" in line and "20 of 80 in run 2" in line for line in mixed)
+    assert any("too few reference readings" in line and "run 3" in line for line in mixed)
+    assert "host_steady" not in figures(steadiness_lines({1: one_speed, 3: [1e-3]}))  # one run cannot say
 
 
 def test_the_timing_noise_benchmark_says_how_steady_the_host_was_in_each_run_read(filled_store_url: str) -> None:

@@ -16,7 +16,7 @@ Standard library only: the review imports the metric's name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 REFERENCE_METRIC = "reference_loop_seconds"
 # A reading costs about 1.1 ms on the Xeon VM (each run of the loop 0.55-0.9 ms), one after each
@@ -80,3 +80,32 @@ def speed_line(readings: Sequence[float]) -> str | None:
         f"{SLOW_READING - 1:.0%} or more above the quickest; a review widens the floors of the cases that read "
         "differently in its baseline (docs/review.md)"
     )
+
+
+def steadiness_lines(readings: Mapping[int, Sequence[float]]) -> list[str]:
+    """For benchmarks that read runs (benchmarks/timing_noise.py): per run its timed cases and how
+    many read slow (``host_timed_cases_run_<id>=``, ``host_slow_cases_run_<id>=``), then
+    ``host_steady=`` (0 where some run was not ``steady``, 1 where every run was, missing where a run
+    has too few readings to tell and none was unsteady) and sentences saying what that means."""
+    lines, unsteady, unknown = [], [], []
+    for run_id, values in readings.items():
+        lines += [f"host_timed_cases_run_{run_id}={len(values)}", f"host_slow_cases_run_{run_id}={slow_cases(values)}"]
+        verdict = steady(values)
+        if verdict is None:
+            unknown.append(str(run_id))
+        elif not verdict:
+            unsteady.append(f"{slow_cases(values)} of {len(values)} in run {run_id}")
+    if unsteady or not unknown:
+        lines.append(f"host_steady={0 if unsteady else 1}")
+    if unsteady:
+        lines.append(
+            f"the host was not steady: timed cases read the reference loop {SLOW_READING - 1:.0%} or more above "
+            f"their run's quickest ({', '.join(unsteady)}), so these spreads are the host's changes of speed as "
+            "much as the timing's own"
+        )
+    if unknown:
+        lines.append(
+            f"too few reference readings to tell the host's speed in run {', '.join(unknown)} "
+            f"(fewer than {MIN_CASES} timed cases read it)"
+        )
+    return lines
