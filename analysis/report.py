@@ -76,6 +76,20 @@ def chart_frames(measurements: pd.DataFrame, which: str) -> dict[str, pd.DataFra
     }
 
 
+def calibration_line(store: Store, run: Mapping[str, Any]) -> str:
+    """The measured error rates of the verdicts for the run's machine and preset, over the A/A
+    pairs the run could have known (analysis.calibration): Markdown, the store's text escaped. The
+    slow part of a report (seconds), so the Review page draws it last."""
+    preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
+    return calibration.calibrate(
+        store,
+        preset,
+        fingerprint=str(run["machine_fingerprint"]),
+        newest=calibration.PAGE_PAIRS,
+        up_to=int(run["run_id"]),
+    ).line(markdown_text)
+
+
 def build_report(
     store: Store, run_id: int, baseline_id: int, *, headline_only: bool = True, calibrated: bool = True
 ) -> RunReport:
@@ -144,10 +158,7 @@ def build_report(
         else drift_line(store.drift.of_fingerprint(str(run["machine_fingerprint"])), inputs.drift, int(run["run_id"]))
     )
     if calibrated:
-        preset = str(run["preset"]) if isinstance(run["preset"], str) else "custom"
-        report.calibration = calibration.calibrate(
-            store, preset, fingerprint=str(run["machine_fingerprint"]), newest=calibration.PAGE_PAIRS, up_to=run_id
-        ).line(markdown_text)
+        report.calibration = calibration_line(store, run)
     if (table["kind"] == "timed").any():
         report.charts.append(review_charts.timed_changes(table))
     ours, theirs = (

@@ -3,6 +3,7 @@ cached wrappers keyed by the store URL (the engine lives in ``st.cache_resource`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -221,11 +222,28 @@ def review_state(runs: pd.DataFrame, run_id: int, baseline_id: int, now: float |
 
 @st.cache_resource(ttl=REVIEW_TTL_SECONDS, max_entries=REVIEWS_KEPT, show_spinner="Comparing the two runs…")
 def load_report(url: str, run_id: int, baseline_id: int, headline_only: bool, state: str) -> RunReport:
-    """The Review page's comparison (shared, not copied: the page only reads it); ``state``:
+    """The Review page's comparison, without its calibration line (``load_calibration``: the slow
+    part, which the page draws last); shared, not copied: the page only reads it. ``state``:
     review_state's, the cache key's part that changes with what the review reads."""
     from analysis.report import build_report
 
-    return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only)
+    return build_report(store_for(url), run_id, baseline_id, headline_only=headline_only, calibrated=False)
+
+
+@st.cache_data(ttl=REVIEW_TTL_SECONDS, max_entries=REVIEWS_KEPT, show_spinner=False)
+def load_calibration(url: str, run_id: int, state: str) -> str:
+    """The calibration line of a review of ``run_id`` (analysis.report.calibration_line): seconds on
+    a 2-core machine, most of a cold Review page's time, so kept apart from ``load_report``."""
+    from analysis.report import calibration_line
+
+    runs = frames.runs(store_for(url))
+    run = runs.set_index("run_id", drop=False).loc[run_id].to_dict()
+    return calibration_line(store_for(url), {str(key): value for key, value in run.items()})
+
+
+def calibrated(report: RunReport, line: str) -> RunReport:
+    """``report`` with its calibration line, as analysis.report.build_report makes it."""
+    return dataclasses.replace(report, calibration=line)
 
 
 @st.cache_resource(ttl=REVIEW_TTL_SECONDS, max_entries=REVIEWS_KEPT, show_spinner="Writing the HTML report…")
@@ -236,7 +254,8 @@ def load_report_html(url: str, run_id: int, baseline_id: int, headline_only: boo
     reruns every 2 seconds), so a browser slower than that to ask for it saw the download cancelled."""
     from analysis.report_render import to_html
 
-    return to_html(load_report(url, run_id, baseline_id, headline_only, state))
+    report = load_report(url, run_id, baseline_id, headline_only, state)
+    return to_html(calibrated(report, load_calibration(url, run_id, state)))
 
 
 @st.cache_resource(ttl=RESULTS_TTL_SECONDS, show_spinner="Comparing the machines…")

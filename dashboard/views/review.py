@@ -87,7 +87,9 @@ if opened:
         column.metric(verdict, counts.get(verdict, 0), help=review.VERDICT_MEANINGS[verdict])
     # Every verdict word links to its meaning below; each row's `why` says which floor, test and adjusted p.
     st.markdown("**Verdicts:** " + report_render.linked_counts(counts))
-    st.markdown(f"**Calibration:** {built.calibration}")
+    # Filled in last: the calibration judges the machine's earlier A/A pairs again (seconds).
+    calibration_slot = st.empty()
+    calibration_slot.markdown("**Calibration:** measuring this machine's error rates on its earlier runs…")
     st.caption(f"Drift: {markdown_text(built.machine_drift)}")
     st.caption(f"A/A spread: {report_render.floors_line(built.floors)}. {report_render.METHOD}")
     first = table[table["verdict"].isin(["regressed", "changed"])].head(FIRST_ROWS)
@@ -151,6 +153,8 @@ if opened:
             data.forget_runs()
             st.rerun()
 
+    built = data.calibrated(built, data.load_calibration(url, int(run_id), state))
+    calibration_slot.markdown(f"**Calibration:** {built.calibration}")
     markdown, page = st.columns(2)
     name = f"decodelab-run-{run_id}-vs-{baseline_id}"
     # Last on the page: drawing the HTML's charts takes seconds, and nothing above waits for it.
