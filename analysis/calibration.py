@@ -266,7 +266,7 @@ class Injector:
         self.groups: dict[Any, pd.DataFrame] = (
             dict(tuple(inputs.samples.groupby("measurement_id"))) if not inputs.samples.empty else {}
         )
-        self.memo = review_samples.SidesMemo()
+        self.memo = review_samples.SidesMemo(base=self.groups)
         # The rows of the un-injected review (``table``, its full verdict table) that a move of the
         # whole run is judged on, by their key, with their log shifts: a family judged alone is judged
         # beside the rest of the review's, which an injection into that family leaves as they were.
@@ -287,10 +287,8 @@ class Injector:
 
     def slowed(self, measurement_id: Any, slower_by: float) -> pd.DataFrame:
         """One measurement's samples as ``review_inputs.injected`` leaves them."""
-        frame = self.groups[measurement_id].copy()
-        chosen = self.measured.loc[frame.index]
-        frame.loc[chosen, "seconds"] = frame.loc[chosen, "seconds"] * slower_by
-        return frame
+        frame = self.groups[measurement_id]
+        return review_inputs.injected(frame, {measurement_id}, slower_by, self.measured.loc[frame.index])
 
     def judged(self, rows: pd.DataFrame | None, measurement_ids: set[int], slower_by: float) -> pd.DataFrame:
         by_measurement = self.groups
@@ -302,7 +300,6 @@ class Injector:
             **by_measurement,
             **{ident: self.slowed(ident, slower_by) for ident in measurement_ids if ident in by_measurement},
         }
-        self.memo.changed = set(measurement_ids)
         outside: list[float] = []
         absolute_outside: list[tuple[str, float]] = []
         if rows is not None:

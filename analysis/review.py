@@ -348,7 +348,7 @@ def verdict_table(
     better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     if by_measurement is None:
         by_measurement = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
-    memo = SidesMemo() if memo is None else memo
+    memo = SidesMemo(base=by_measurement) if memo is None else memo
     merged = side_by_side(run, baseline, headline_only) if paired_rows is None else paired_rows
     case_speeds = case_phases(run, baseline) if machine_speeds is None else machine_speeds
     phases: dict[int, CasePhase] = {}  # per candidate, the machine's speed around its case in each run

@@ -145,16 +145,15 @@ EMPTY = pd.DataFrame()
 class SidesMemo:
     """``both_sides`` answers kept across reviews of the same samples: the calibration judges one
     pair of runs' samples hundreds of times, each time with a few measurements slowed, and working
-    the answers out from the sample frames again was most of a report's time. Keyed by the two
-    measurement ids and whether the metric's pairs are seeded, each answer with the two frames it
-    came from: it is given again only for those very frame objects (which the memo keeps alive, and
-    which no reader changes), so other samples under the same ids are worked out anew. A measurement
-    in ``changed`` (one slowed for a single trial) is not kept, so that its own samples' answer stays."""
+    the answers out from the sample frames again was most of a report's time. ``base``: the samples
+    as grouped once (measurement id → frame). An answer is kept, keyed by the two measurement ids and
+    whether the metric's pairs are seeded, only where both frames are ``base``'s own objects (which no
+    reader changes), and given again only for those very frames: a slowed copy is worked out anew."""
 
+    base: Mapping[Any, pd.DataFrame] = field(default_factory=dict)
     answers: dict[tuple[Hashable, Hashable, bool], tuple[pd.DataFrame, pd.DataFrame, Sides]] = field(
         default_factory=dict
     )
-    changed: set[Hashable] = field(default_factory=set)
 
     def sides(
         self, run_id: Hashable, baseline_id: Hashable, seeded_pairs: bool, frames: Mapping[Any, pd.DataFrame]
@@ -166,7 +165,7 @@ class SidesMemo:
         if kept is not None and kept[0] is run_frame and kept[1] is base_frame:
             return kept[2]
         answer = both_sides(run_frame, base_frame, seeded_pairs)
-        if not ({run_id, baseline_id} & self.changed):
+        if run_frame is self.base.get(run_id, EMPTY) and base_frame is self.base.get(baseline_id, EMPTY):
             self.answers[key] = (run_frame, base_frame, answer)
         return answer
 
