@@ -293,7 +293,22 @@ def test_the_compiled_entry_points_refuse_bad_tensors(tiny_model: CharGPT) -> No
         decoder.forward([99], cache)
     with pytest.raises(RuntimeError, match="past the cache"):
         decoder.forward([1] * 3, tiny_model.new_cache(capacity=2))
+    vocab = tiny_model.config.vocab_size
+    q, randoms = (
+        torch.full((2, vocab), 1.0 / vocab),
+        torch.rand(5, dtype=torch.float64, generator=torch.Generator().manual_seed(3)),
+    )
+    with pytest.raises(RuntimeError, match=f"q must be a 2 × {vocab}"):
+        decoder.verify([1, 2, 3], cache, q[:1], 1.0, randoms)
+    with pytest.raises(RuntimeError, match="5 float64 CPU uniforms"):
+        decoder.verify([1, 2, 3], cache, q, 1.0, randoms.float())
     assert cache.length == 0, "a refused call leaves the cache as it was"
+    # A float64 q and strided uniforms are converted, not refused, and decide as their float32 copies do.
+    verdict = decoder.verify([1, 2, 3], cache, q, 1.0, randoms)
+    cache.length = 0
+    strided = torch.stack([randoms, randoms], dim=1)[:, 0]
+    assert not strided.is_contiguous()
+    assert decoder.verify([1, 2, 3], cache, q.double(), 1.0, strided) == verdict
 
 
 def test_the_fast_step_matches_the_eager_logits(tiny_model: CharGPT) -> None:
