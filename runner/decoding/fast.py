@@ -233,9 +233,10 @@ class FastDecoder:
     ) -> tuple[list[int], torch.Tensor | None]:
         keys, values, capacity = self._cache_pointers(cache)
         fed = self._tokens(feed)
-        if uniforms.dtype != torch.float64 or uniforms.device.type != "cpu" or uniforms.numel() < new_tokens:
+        if uniforms.dtype != torch.float64 or not uniforms.is_cpu or uniforms.numel() < new_tokens:
             raise RuntimeError(f"need {new_tokens} contiguous float64 CPU uniforms")
-        uniforms = uniforms.contiguous()
+        if not uniforms.is_contiguous():  # as in verify: a draft's turn in a Python loop runs cold
+            uniforms = uniforms.contiguous()
         if new_tokens < 0:
             raise RuntimeError("new_tokens must be non-negative")
         self._positions_fit(start, len(fed) + max(new_tokens - 1, 0), capacity)
