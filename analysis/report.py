@@ -76,6 +76,12 @@ def chart_frames(measurements: pd.DataFrame, which: str) -> dict[str, pd.DataFra
     }
 
 
+# The calibration line of a report written with `report run --no-calibration`.
+CALIBRATION_LEFT_OUT = (
+    "left out of this report (`--no-calibration`); without it the report measures this machine's error rates"
+)
+
+
 def calibration_line(store: Store, run: Mapping[str, Any]) -> str:
     """The measured error rates of the verdicts for the run's machine and preset, over the A/A
     pairs the run could have known (analysis.calibration): Markdown, the store's text escaped. The

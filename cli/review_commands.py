@@ -118,6 +118,14 @@ def report_run(
     all_metrics: Annotated[
         bool, typer.Option("--all-metrics", help="Every metric, not only the headline ones.")
     ] = False,
+    calibration: Annotated[
+        bool,
+        typer.Option(
+            "--calibration/--no-calibration",
+            help="With the calibration line: this machine's measured error rates of the verdicts, seconds of "
+            "re-judging its earlier runs (most of a report's time). --no-calibration leaves it out and says so.",
+        ),
+    ] = True,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -152,7 +160,9 @@ def report_run(
         raise InputError(f"--baseline: no run {baseline_id} in {store.masked_url}")
     if baseline_id == run_id:
         raise InputError(f"--baseline: {baseline_id} is the run itself (allowed: any other run)")
-    built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics)
+    built = report.build_report(store, run_id, baseline_id, headline_only=not all_metrics, calibrated=calibration)
+    if not calibration:
+        built.calibration = report.CALIBRATION_LEFT_OUT
     power, detectable = review_lines.power_line(built.table), review_lines.detectable_line(built.table)
     summary = f"run {run_id} against baseline {baseline_id}: {review_lines.summary_line(built.table)}"
     if detectable:

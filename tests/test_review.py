@@ -373,6 +373,7 @@ def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_lin
     text = (tmp_path / "r.md").read_text()
     assert text.startswith(f"# decodelab: run {slowed} against baseline {baseline}")
     assert "note: slower on purpose" in text
+    assert "\n- calibration: " in text and "--no-calibration" not in text, "measured unless left out"
     written = run_decodelab("report", "run", "--run", str(slowed), "--out", "r.html", "--db", url, cwd=tmp_path)
     assert written.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     for args, fragment in (

@@ -634,10 +634,12 @@ def test_the_ci_gate_exits_1_on_a_listed_verdict_0_otherwise_2_on_bad_input(
 ) -> None:
     url = copy_store(filled_store_url, tmp_path / "gate.db")
     baseline, slowed = reviewed_pair(Store(url))
-    common = ("report", "run", "--run", str(slowed), "--db", url)
+    # The gate reads the verdicts alone, so these reports leave the calibration's seconds out.
+    common = ("report", "run", "--run", str(slowed), "--db", url, "--no-calibration")
     gated = run_decodelab(*common, "--out", "-", "--format", "md", "--fail-on", "regressed,changed", cwd=tmp_path)
     assert gated.returncode == 1, gated.stderr
     assert gated.stdout.startswith(f"# decodelab: run {slowed} against baseline {baseline}"), "the comment on stdout"
+    assert "\n- calibration: left out of this report (`--no-calibration`)" in gated.stdout, "said, not silently missing"
     assert "\n| [regressed](#verdict-regressed) |" in gated.stdout, "each verdict word links to its meaning"
     assert "--fail-on:" in gated.stderr and "regressed" in gated.stderr
     assert "tested timed rows would have seen ≥ " in gated.stderr, "the gate says what the review could see"
