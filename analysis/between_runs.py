@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from analysis.statistics import moderated_variance, robust_sigma
+from analysis.statistics import moderated_variance, robust_sigma, t_quantile
 from store.records import case_key
 
 # The chance an unchanged case's shift crosses its floor, where its run-to-run spread is normal.
@@ -91,11 +91,9 @@ def between_run_multiplier(earlier_runs: int, prior_freedom: float = 0.0) -> flo
     degrees of freedom: the two-sided 1 − FLOOR_ALPHA quantile of Student's t on
     earlier_runs − 1 + prior_freedom degrees of freedom, times √2 (both the run and its baseline
     vary). Infinite below two runs."""
-    from scipy.stats import t as student
-
     if earlier_runs < 2:
         return math.inf
-    return float(student.ppf(1 - FLOOR_ALPHA / 2, earlier_runs - 1 + prior_freedom)) * math.sqrt(2)
+    return t_quantile(1 - FLOOR_ALPHA / 2, earlier_runs - 1 + prior_freedom) * math.sqrt(2)
 
 
 def case_spreads(history: pd.DataFrame) -> dict[FloorKey, tuple[int, float, str]]:
