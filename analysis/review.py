@@ -323,9 +323,11 @@ def verdict_table(
     machine_speeds: Mapping[tuple[str, str], CasePhase] | None = None,
     by_measurement: Mapping[Any, pd.DataFrame] | None = None,
     memo: SidesMemo | None = None,
+    ordered: bool = True,
 ) -> pd.DataFrame:
     """Every (headline) metric of every case of both runs, side by side with its verdict,
-    regressions first. ``run`` and ``baseline`` are store.frames.measurements of one run each;
+    regressions first (``ordered``; in the order judged where the caller only counts verdicts).
+    ``run`` and ``baseline`` are store.frames.measurements of one run each;
     ``samples`` holds the raw samples of both (store.frames.samples); ``between_runs`` the
     between-run floors of ``between_run_floors``, where the store has them; ``drift`` the
     machine's drift figure (``drift_of``; DEFAULT_DRIFT where None). The timed rows' p-values
@@ -392,7 +394,7 @@ def verdict_table(
         tested_values(rows[index], run_logs, base_logs, sample_units[index])
     for index, metrics in same_samples.items():
         rows[index]["why"] += f" ({', '.join(metrics)}: the same samples, judged here once)"
-    return ordered_table(rows)
+    return ordered_table(rows) if ordered else verdict_frame(rows)
 
 
 def row_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -466,14 +468,21 @@ def timed_logs(
     return run_logs, base_logs, method
 
 
+def verdict_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The rows as a verdict table, in the order they were judged."""
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    if not table.empty:
+        # The hidden figures are numbers, NaN where a row has none, whichever rows a table holds.
+        hidden = TABLE_COLUMNS[len(COLUMNS) :]
+        table[hidden] = table[hidden].astype(float)
+    return table
+
+
 def ordered_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The rows as the verdict table: by verdict (regressions first), then the largest change."""
-    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    table = verdict_frame(rows)
     if table.empty:
         return table
-    # The hidden figures are numbers, NaN where a row has none, whichever rows a table holds.
-    hidden = TABLE_COLUMNS[len(COLUMNS) :]
-    table[hidden] = table[hidden].astype(float)
     table["order"] = table["verdict"].map(VERDICT_ORDER.index)
     table["size"] = table["change"].astype(float).abs().fillna(0.0)
     table = table.sort_values(

@@ -172,6 +172,7 @@ def judge(
     absolute_outside: Sequence[tuple[str, float]] = (),
     by_measurement: Mapping[Any, pd.DataFrame] | None = None,
     memo: SidesMemo | None = None,
+    ordered: bool = True,
 ) -> pd.DataFrame:
     """The verdict table of the review (``samples`` in place of the stored ones, if given, or
     ``by_measurement``, samples grouped by measurement, with a ``memo`` of what they say; only
@@ -194,6 +195,7 @@ def judge(
         machine_speeds=inputs.machine_speeds,
         by_measurement=by_measurement,
         memo=memo,
+        ordered=ordered,
     )
     if inputs.interleaved and not table.empty:
         allowance = f"; drift allowance ±{0.0:.1%}"

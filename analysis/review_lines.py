@@ -154,12 +154,16 @@ def seen_line(table: pd.DataFrame) -> str:
     return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows}){run_wide_clause(table)}"
 
 
+# The verdicts of a row that only one of the two runs holds: nothing to compare.
+ONE_SIDED = ("only in run", "only in baseline")
+
+
 def comparable_timed(table: pd.DataFrame) -> pd.DataFrame:
     """The timed rows of both runs (neither ``only in run`` nor ``only in baseline``): what a test
     could have judged."""
     if table.empty:
         return table
-    return table[(table["kind"] == "timed") & ~table["verdict"].isin(["only in run", "only in baseline"])]
+    return table[(table["kind"] == "timed") & ~table["verdict"].isin(ONE_SIDED)]
 
 
 def judged_fraction(table: pd.DataFrame) -> float | None:
@@ -176,7 +180,7 @@ def verdict_counts(table: pd.DataFrame) -> dict[str, int]:
 
 def shares_no_case(table: pd.DataFrame) -> bool:
     """Whether the two runs compared hold no case in common (every row only in one of them)."""
-    return not table.empty and bool(table["verdict"].isin(["only in run", "only in baseline"]).all())
+    return not table.empty and bool(table["verdict"].isin(ONE_SIDED).all())
 
 
 def summary_line(table: pd.DataFrame) -> str:

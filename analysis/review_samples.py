@@ -54,7 +54,9 @@ def per_round_statistic(rounds: tuple[dict[int, float], str]) -> tuple[list[floa
 
 def side_statistic(samples: pd.DataFrame, rounds: tuple[dict[int, float], str] | None) -> tuple[list[float], str]:
     """``sample_statistic`` of ``samples`` whose ``rounds_of`` is already known."""
-    return per_round_statistic(rounds) if rounds is not None else sample_statistic(samples)
+    if rounds is not None:
+        return per_round_statistic(rounds)
+    return ([], "paired") if samples.empty else pairs_statistic(samples)
 
 
 def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
@@ -68,6 +70,12 @@ def sample_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
         return [], "paired"
     if (rounds := rounds_of(samples)) is not None:
         return per_round_statistic(rounds)
+    return pairs_statistic(samples)
+
+
+def pairs_statistic(samples: pd.DataFrame) -> tuple[list[float], str]:
+    """``sample_statistic`` of samples of no A/B session's rounds: their per-pair ratios, or their
+    seconds."""
     ratios = pair_ratios(samples)
     if ratios is not None:
         return list(ratios.values()), "paired"
