@@ -239,7 +239,8 @@ def review_pairs(runs: pd.DataFrame, preset: str, fingerprint: str | None = None
 
 
 def tested(table: pd.DataFrame) -> pd.DataFrame:
-    """The timed rows a test judged (review_lines.judged_fraction's numerator)."""
+    """The timed rows a test judged (review_lines.judged_fraction's numerator); ``regressed_by_family``
+    applies the same rule row by row."""
     timed = review_lines.comparable_timed(table)
     return timed[timed["p_value"].notna()]
 

@@ -110,9 +110,10 @@ def log_shift_test(
 
 @functools.lru_cache(maxsize=4096)
 def t_quantile(probability: float, freedom: float) -> float:
-    """Student's t quantile, as scipy.stats.t.ppf gives it (special.stdtrit behind its argument
-    checks, and behind a second of importing scipy.stats), kept: a review asks for the same few
-    (level, degrees of freedom) thousands of times (its calibration)."""
+    """Student's t quantile for 0 < ``probability`` < 1, as scipy.stats.t.ppf gives it
+    (special.stdtrit behind its argument checks, and behind a second of importing scipy.stats;
+    at 0 stdtrit says +inf where ppf says −inf), kept: a review asks for the same few (level,
+    degrees of freedom) thousands of times (its calibration)."""
     from scipy.special import stdtrit
 
     return float(stdtrit(freedom, probability))
