@@ -27,6 +27,16 @@ def when(started_at: pd.Series) -> alt.X:
     return alt.X("started_at:T", title="started", axis=axis, scale=alt.Scale(domain=domain))
 
 
+def line_field(points: pd.DataFrame) -> str:
+    """What tells a headline series' lines apart (history_series.series_history): the impl where
+    every point is of one machine and one sweep, so each line keeps its impl's colour of every
+    other page; else the whole ``series`` label (machine · sweep · impl)."""
+    one_origin = {"machine", "sweep"} <= set(points.columns) and len(
+        points[["machine", "sweep"]].drop_duplicates()
+    ) <= 1
+    return "impl" if one_origin and "impl" in points.columns else "series"
+
+
 def history(
     points: pd.DataFrame, y_title: str, color: str = "machine", title: str | None = None, legend: str = "bottom"
 ) -> Figure:

@@ -185,6 +185,34 @@ def test_tvd_chart_and_history_change_points() -> None:
     assert dots["encoding"]["shape"]["field"] == "series" and dots["mark"]["filled"] is False
 
 
+def test_a_headline_series_of_one_machine_draws_each_impl_in_its_own_colour() -> None:
+    """History's lines keep the impl colours of every other page where one machine and one sweep
+    ran them; across machines or sweeps the whole label tells them apart."""
+    points = pd.DataFrame(
+        {
+            "run_id": [1, 1, 2, 2],
+            "impl": ["fast", "static", "fast", "static"],
+            "machine": "box",
+            "sweep": "quick",
+            "value": [1.0, 2.0, 1.1, 2.1],
+            "median": [1.0, 2.0, 1.0, 2.0],
+            "low": 0.9,
+            "high": 2.2,
+            "change_point": False,
+            "started_at": pd.to_datetime(["2026-01-01", "2026-01-01", "2026-01-02", "2026-01-02"]),
+        }
+    )
+    points = points.assign(series=points["machine"] + " · " + points["sweep"] + " · " + points["impl"])
+    assert history_charts.line_field(points) == "impl"
+    scale = layers(history_charts.history(points, "speedup", color="impl"))[1]["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
+        impl: theme.IMPL_COLORS[impl] for impl in ("fast", "static")
+    }
+    two_machines = pd.concat([points, points.assign(machine="other", run_id=[3, 3, 4, 4])], ignore_index=True)
+    assert history_charts.line_field(two_machines) == "series"
+    assert history_charts.line_field(points.assign(sweep=["quick", "quick", "seed", "seed"])) == "series"
+
+
 def test_a_series_alternating_a_few_percent_has_no_change_point() -> None:
     # Eight runs of one code on the Zen 5 EPYC (fast µs per token): four were drawn as new levels
     # when the noise was the differences' spread about their median, which alternating signs hide.

@@ -38,7 +38,10 @@ if opened:
                 st.caption(series.method)
                 # Legend below: in half the page's width a legend at the side left the plot under 300 px.
                 figure = history_charts.history(
-                    history, f"{series.name} ({series.unit})", color="series", legend="bottom"
+                    history,
+                    f"{series.name} ({series.unit})",
+                    color=history_charts.line_field(history),
+                    legend="bottom",
                 )
                 ui.chart(figure)
                 changes = history[history["change_point"]]
