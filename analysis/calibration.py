@@ -53,6 +53,9 @@ SINGLE_CASES = 30
 @dataclass
 class Calibration:
     preset: str
+    # The newest run the pairs may end at (``calibrate``'s ``up_to``): a review is calibrated on
+    # the runs it could have known; None for every pair of the store.
+    up_to: int | None = None
     pairs: int = 0
     timed_rows: int = 0  # timed rows with a value in both runs, over the A/A pairs
     timed_verdicts: int = 0  # tested timed verdicts over the A/A pairs
@@ -171,6 +174,12 @@ class Calibration:
         """The figures in words, for the Review page, the reports and the benchmark's last line;
         ``escape`` applies to the preset's name (a run's own text: markdown_text for Markdown)."""
         preset = escape(self.preset)
+        if not self.pairs and self.up_to is not None:
+            return (
+                f"not measured: no two consecutive done {preset} runs of the same code, model and machine up "
+                f"to run {self.up_to}, the runs its review could have known (a later run's review is calibrated "
+                "on them)"
+            )
         if not self.pairs:
             return (
                 f"not measured yet: no two consecutive done {preset} runs of the same code, model and machine "
@@ -411,7 +420,7 @@ def calibrate(
         pairs = [pair for pair in pairs if pair[1] <= up_to]
     if newest is not None:
         pairs = pairs[-newest:]
-    result = Calibration(preset)
+    result = Calibration(preset, up_to=up_to)
     for baseline_id, run_id in pairs:
         inputs = review_inputs.read_inputs(store, run_id, baseline_id, runs)
         if drift_allowance is not None and inputs.drift is None and not inputs.interleaved:

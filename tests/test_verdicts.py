@@ -891,6 +891,10 @@ def test_the_calibration_injects_regressions_and_its_line_is_the_reports(filled_
     # A review of an early run is calibrated on the pairs it could have known, not the later ones.
     early_line = report.build_report(store, copies[1], copies[0]).calibration
     assert early_line is not None and "over 1 A/A pair(s)" in early_line
+    # The first run's review had none to know: the line says so, not that the store lacks two runs.
+    first_line = report.build_report(store, copies[0], copies[1]).calibration
+    assert first_line is not None and f"up to run {copies[0]}, the runs its review could have known" in first_line
+    assert "run the preset twice" not in first_line
     store.close()
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "review_calibration.py"), "--db", url, "--preset", preset]
