@@ -36,7 +36,18 @@ PERCENT_COLUMNS = frozenset({"change", "estimate_error", "prediction_error", "me
 ROW_UNIT_COLUMNS = ("baseline", "run")
 # Shares and sizes of changes (0.08 is 8%), written unsigned: 8.0%. Not the review's noise_floor:
 # a |log| (report_render writes it as ±expm1).
-SHARE_COLUMNS = frozenset({"median_abs_error", "roof_fraction", "roof fraction", "detectable"})
+SHARE_COLUMNS = frozenset(
+    {
+        "median_abs_error",
+        "roof_fraction",
+        "roof fraction",
+        "detectable",
+        "a_priori_error_median",
+        "a_priori_within_10pct",
+        "received_fraction",
+        "received_fraction_causal",
+    }
+)
 
 
 # Headers a reader would not guess from the column's name; any other: its words (``header``).

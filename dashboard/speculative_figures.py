@@ -13,6 +13,29 @@ POSITION_PREFIX = "acceptance_rate_at_position_"
 PREDICTED_POSITION_PREFIX = "predicted_acceptance_rate_at_position_"
 SCHEDULE_NAMES = ("fixed", "heuristic", "confidence")  # runner.decoding.choices.SCHEDULES, by index
 BUG_VARIANTS = ("accept_all", "inverted_ratio", "residual_unnormalised", "bonus_from_draft")
+# The a-priori prediction's targets over an impl's cases (issue 45): a median |error| of at most
+# 5%, and at least 90% of the cases within 10%.
+A_PRIORI_ERROR_TARGET = 0.05
+A_PRIORI_WITHIN_TARGET = 0.90
+
+
+def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
+    """Per impl, how close the a-priori prediction came, against its targets, in words."""
+    lines = []
+    for row in accuracy.to_dict("records"):
+        error, within = row.get("a_priori_error_median"), row.get("a_priori_within_10pct")
+        if error is None or within is None or pd.isna(error) or pd.isna(within):
+            continue
+        checks = (
+            ("the median's", float(error) <= A_PRIORI_ERROR_TARGET),
+            ("the share's", float(within) >= A_PRIORI_WITHIN_TARGET),
+        )
+        missed = [name for name, met in checks if not met]
+        verdict = "meets both targets" if not missed else f"misses {' and '.join(missed)} target"
+        lines.append(
+            f"{row['impl']}: median |error| {float(error):.1%}, {float(within):.0%} of cases within 10%, {verdict}"
+        )
+    return lines
 
 
 def with_schedule(frame: pd.DataFrame) -> pd.DataFrame:

@@ -104,3 +104,20 @@ def test_the_choice_and_the_check_are_named_in_words() -> None:
     )
     assert reached["reach"].iloc[0] == "1: TV ≥ 0.031, 1.2% pooled; 2: no power statement, 5.0% pooled"
     assert "no power statement" in reached["verdict"].iloc[1] and "rules out" not in reached["verdict"].iloc[1]
+
+
+def test_the_a_priori_accuracy_reads_against_its_targets_in_percent() -> None:
+    accuracy = pd.DataFrame(
+        {"impl": ["fast", "static"], "a_priori_error_median": [0.06264, 0.031], "a_priori_within_10pct": [0.6429, 0.95]}
+    )
+    assert speculative_figures.accuracy_lines(accuracy) == [
+        "fast: median |error| 6.3%, 64% of cases within 10%, misses the median's and the share's target",
+        "static: median |error| 3.1%, 95% of cases within 10%, meets both targets",
+    ]
+    texts = cell_texts(accuracy)
+    assert texts["a_priori_error_median"].tolist() == ["6.3%", "3.1%"]
+    assert texts["a_priori_within_10pct"].tolist() == ["64.3%", "95.0%"]
+    just_the_share = accuracy.assign(a_priori_error_median=[0.04, float("nan")])
+    assert speculative_figures.accuracy_lines(just_the_share) == [
+        "fast: median |error| 4.0%, 64% of cases within 10%, misses the share's target"
+    ]

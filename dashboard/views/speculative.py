@@ -43,7 +43,12 @@ if opened and run_id is not None:
             ui.table(choices, "speculative_a_priori_choice")
         accuracy = data.part(cases, "accuracy")
         if not accuracy.empty:
-            st.caption("How close the a-priori prediction came, over every case of the impl (targets: ≤ 5%, ≥ 90%).")
+            st.caption(
+                "How close the a-priori prediction came, over every case of the impl (targets: a median |error| "
+                "of at most 5%, at least 90% of cases within 10%): "
+                + "; ".join(speculative_figures.accuracy_lines(accuracy))
+                + "."
+            )
             ui.table(accuracy, "speculative_accuracy", ["impl", "a_priori_error_median", "a_priori_within_10pct"])
         impls = sorted(speculative["impl"].unique())
         if len(impls) > 1:
