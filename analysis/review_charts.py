@@ -13,6 +13,7 @@ from analysis.figures import Figure
 from analysis.review import VERDICT_ORDER
 from runner.labels import progress_label
 from runner.measure.reference import REFERENCE_METRIC
+from runner.metrics import lookup
 
 VERDICT_COLORS = {
     "regressed": "#d62728",
@@ -56,13 +57,24 @@ def symmetric_domain(ratios: pd.Series, least: float = 1.05) -> list[float]:
     return [1.0 / widest, widest]
 
 
+def better_factor(metric: str, ratio: float) -> float:
+    """``ratio`` (run over baseline) turned so that above 1 is better: inverted where the catalogue
+    says lower is better (a time per token), as it is where higher is (a speedup) or unsaid."""
+    found = lookup(metric)
+    return 1.0 / ratio if ratio > 0 and found is not None and found.better == "lower" else ratio
+
+
 def timed_changes(table: pd.DataFrame) -> Figure:
-    """Each timed metric's change, run over baseline (the geometric means of the samples its test
-    compared; log axis: ×2 and ÷2 are the same distance), coloured by verdict, the largest changes
-    first."""
+    """Each timed metric's change against the baseline, turned so that right is better (a time's
+    ratio inverted: speedups and times per token on one axis read the same way; the geometric
+    means of the samples its test compared; log axis: ×2 and ÷2 are the same distance), coloured
+    by verdict, the largest changes first."""
     # The machine's own speed (a full review's not-judged reference readings) is not the code's change.
     timed = table[(table["kind"] == "timed") & table["change"].notna() & (table["metric"] != REFERENCE_METRIC)].copy()
-    timed["ratio"] = 1.0 + timed["change"].astype(float)
+    timed["ratio"] = [
+        better_factor(str(metric), 1.0 + change)
+        for metric, change in zip(timed["metric"], timed["change"].astype(float), strict=True)
+    ]
     # The floor is a |log|: as a change, ±expm1 of it (as the report writes it).
     floors = timed["noise_floor"] if "noise_floor" in timed.columns else pd.Series(math.nan, index=timed.index)
     timed["floor"] = floors.astype(float).replace(math.inf, math.nan).map(math.expm1)  # none yet: blank
@@ -72,7 +84,8 @@ def timed_changes(table: pd.DataFrame) -> Figure:
         progress_label(experiment, metric) + ROW_BREAK + point.removeprefix(experiment + " · ")
         for experiment, metric, point in zip(timed["experiment"], timed["metric"], timed["point"], strict=True)
     ]
-    timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(ratio - 1.0)).sort_values(ascending=False).index)
+    # The largest first on the axis's own log scale: ×2 and ÷2 are as large a change.
+    timed = timed.reindex(timed["ratio"].map(lambda ratio: abs(math.log(ratio))).sort_values(ascending=False).index)
     tested_rows = len(timed)
     timed = timed.head(MOST_ROWS)
     title = "timed metrics: run against baseline"
@@ -86,7 +99,7 @@ def timed_changes(table: pd.DataFrame) -> Figure:
             x=alt.X(
                 "ratio:Q",
                 scale=alt.Scale(type="log", domain=symmetric_domain(timed["ratio"]), nice=False),
-                title="run / baseline (geometric mean of the samples)",
+                title="run against baseline, × better → (a time's ratio inverted; geometric means of the samples)",
                 axis=alt.Axis(tickCount=5, labelOverlap="greedy", format="~g"),
             ),
             # The longest rows (a speculative case with its schedule and temperature) run to ~100

@@ -497,3 +497,19 @@ def test_the_reviews_speculative_chart_gives_each_case_its_own_row() -> None:
     points = spec["layer"][1]
     assert points["mark"]["type"] == "point" and points["encoding"]["y"]["field"] == "case"
     assert sorted(points["encoding"]["y"]["sort"]) == sorted(set(frame["case"]))
+
+
+def test_the_review_chart_puts_a_slower_time_and_a_lower_speedup_on_the_same_side() -> None:
+    """A time per token 25% up and a speedup 20% down are both worse: both left of 1 on the
+    Review page's chart of the changes, by the same distance on its log axis."""
+    from analysis import review_charts
+
+    rows = [
+        {"experiment": "overhead", "metric": "seconds_per_token", "change": 0.25, "point": "overhead · fast · d=64"},
+        {"experiment": "kv_cache", "metric": "measured_speedup", "change": -0.2, "point": "kv_cache · fast · n=64"},
+    ]
+    table = pd.DataFrame([{**row, "kind": "timed", "verdict": "regressed"} for row in rows])
+    spec = review_charts.timed_changes(table).to_dict()
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
+    drawn = {row["metric"]: row["ratio"] for row in spec["datasets"][points["data"]["name"]]}
+    assert drawn == pytest.approx({"seconds_per_token": 0.8, "measured_speedup": 0.8})
