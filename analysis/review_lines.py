@@ -128,7 +128,7 @@ def remedy_clause(table: pd.DataFrame) -> str:
 
 def seen_line(table: pd.DataFrame) -> str:
     """What the review could see, said before its counts: the smallest timed change it could have
-    flagged (its most sensitive row's ``detectable``), "cannot see changes below X% on this
+    flagged (its most sensitive row's ``detectable``), "cannot see a change of one case below X% on this
     machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
     (``detectable_line``); where no row could see RUN_WIDE_ALLOWANCE alone, what a move of the
     whole run is judged against (``run_wide_clause``); where it cannot see, what would
@@ -148,8 +148,9 @@ def seen_line(table: pd.DataFrame) -> str:
         )
     if smallest > UNDERPOWERED_CHANGE:
         return (
-            f"This review cannot see changes below {smallest:.0%} on this machine: the smallest timed change it "
-            f"could have flagged is {smallest:.0%} ({rows}){run_wide_clause(table)}{remedy_clause(table)}"
+            f"This review cannot see a change of one case below {smallest:.0%} on this machine: the smallest "
+            f"timed change one of its rows could have flagged is {smallest:.0%} ({rows})"
+            f"{run_wide_clause(table)}{remedy_clause(table)}"
         )
     return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows}){run_wide_clause(table)}"
 

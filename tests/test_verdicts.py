@@ -474,7 +474,7 @@ def test_a_review_that_could_not_see_25_percent_says_it_is_underpowered() -> Non
 
 def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> None:
     """Issue 44 D5: the smallest timed change is the most sensitive tested row's detectable change;
-    above 25% the line says the review cannot see changes below it on this machine."""
+    above 25% the line says the review cannot see a change of one case below it on this machine."""
     loud = [(e, p, noisy_ratios(1.5, i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     quiet = [(e, p, noisy_ratios(1.5, 50 + i, 3, sigma=0.3)) for i, (e, p) in enumerate(GRID[:4])]
     (run, run_samples), (baseline, baseline_samples) = case_rows(2, loud, {}), case_rows(1, quiet, {})
@@ -482,7 +482,7 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     smallest = float(blind["detectable"].min())
     assert smallest > review.UNDERPOWERED_CHANGE and review_lines.cannot_see(blind)
     line = review_lines.seen_line(blind)
-    assert line.startswith(f"This review cannot see changes below {smallest:.0%} on this machine: "), line
+    assert line.startswith(f"This review cannot see a change of one case below {smallest:.0%} on this machine: "), line
     rows = review_lines.detectable_line(blind)
     assert rows is not None and rows in line  # what its rows would have seen, as the gate says it
     # What would see more: an A/B session for a run against its baseline, more rounds for a session.
