@@ -206,11 +206,12 @@ class Calibration:
             else ""
         )
         return (
-            f"on this machine ({preset}), a slowdown injected into real samples is flagged: one case at a time "
-            f"{share('single_case', 0.25)} at 25%, {share('single_case', 0.10)} at 10%; one experiment · impl "
-            f"{share('group', 0.10)} at 10% ({caught('group')} of such changes fail --fail-on regressed){missed}; "
-            f"the whole run {share('run', 0.10)} at 10% ({caught('run')} fail it); a tested row would "
-            f"have seen {review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
+            f"on this machine ({preset}), slowdowns injected into real samples: one case at a time, slowed 25% it "
+            f"is flagged {share('single_case', 0.25)} of the time, slowed 10% {share('single_case', 0.10)}; one "
+            f"experiment · impl slowed 10%: {share('group', 0.10)} of its rows flagged, {caught('group')} of such "
+            f"changes fail --fail-on regressed{missed}; the whole run slowed 10%: {share('run', 0.10)} of its rows "
+            f"flagged, {caught('run')} of such runs fail it; a tested row would have seen "
+            f"{review.seen(detectable or 0.0)} (median); measured false alerts {self.false_alerts} of "
             f"{self.timed_verdicts} timed verdicts over {self.pairs} A/A pair(s)"
         )
 

@@ -708,8 +708,11 @@ def test_the_calibration_names_the_families_a_10pct_slowdown_passes_unseen() -> 
     assert figures["review_recall_group_at_10pct_overhead_static"] == 1.0
     assert figures["review_group_rows_speculative_fast"] == 14
     line = result.line()
-    assert "one experiment · impl 43% at 10% (67% of such changes fail --fail-on regressed); missed most 10% " in line
-    assert "slowdowns in kv_cache · fast (0%), speculative · fast (21%); the whole run" in line
+    assert (
+        "one experiment · impl slowed 10%: 43% of its rows flagged, 67% of such changes fail --fail-on regressed; "
+        in line
+    )
+    assert "missed most 10% slowdowns in kv_cache · fast (0%), speculative · fast (21%); the whole run" in line
     assert "overhead · static" not in line
 
 
