@@ -224,6 +224,24 @@ COLUMNS = [
     "kind",
     "why",
 ]
+# The Review page's table, as a reader takes it: the verdict, what it is of, how far it moved and
+# why, then the figures the test used (the reports keep COLUMNS' order).
+PAGE_COLUMNS = [
+    "verdict",
+    "experiment",
+    "point",
+    "metric",
+    "change",
+    "why",
+    "baseline",
+    "run",
+    "unit",
+    "p_value",
+    "adjusted_p",
+    "noise_floor",
+    "detectable",
+    "kind",
+]
 # Kept beside COLUMNS, not shown as a column: the log shift, the better way up, of each row that
 # speaks for its run (analysis.review_timed.speaks_for_run: its median is the whole run's move),
 # empty on the others; each min-of-N time's log shift as measured (``absolute_shift``, seconds: up is

@@ -586,6 +586,13 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     assert isinstance(opening, WarningBox) == review_lines.cannot_see(judged)
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
+    # Read left to right: the verdict, what it is of, how far it moved and why, then the test's figures.
+    from analysis import review
+
+    columns = list(table.columns)
+    assert columns == [column for column in review.PAGE_COLUMNS if column in columns], columns
+    assert columns[:6] == ["verdict", "experiment", "point", "metric", "change", "why"], columns
+    assert sorted(review.PAGE_COLUMNS) == sorted(review.COLUMNS)
     # A tested timed row that did not alert says what it could have seen.
     labels = [label for label in table["verdict"] if label.startswith("within noise")]
     assert all(label.startswith("within noise (would have seen ") for label in labels), labels

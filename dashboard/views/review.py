@@ -113,7 +113,7 @@ if opened:
     shown = shown.assign(verdict=[review_lines.verdict_label(row) for row in shown.to_dict("records")])
     # A row waiting for history could see no change: its label says so, the number column stays empty.
     shown = shown.assign(detectable=shown["detectable"].astype(float).replace(float("inf"), float("nan")))
-    ui.table(shown, "review", review.COLUMNS)
+    ui.table(shown, "review", review.PAGE_COLUMNS)
     st.markdown("#### What each verdict means")
     st.markdown(report_render.meanings_markdown(), unsafe_allow_html=True)  # fixed text: the anchors the links go to
     for chart in built.charts:
