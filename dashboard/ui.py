@@ -112,14 +112,20 @@ def singular(unit: str) -> str:
 
 
 def table(
-    frame: pd.DataFrame, name: str, columns: list[str] | None = None, links: dict[str, str] | None = None
+    frame: pd.DataFrame,
+    name: str,
+    columns: list[str] | None = None,
+    links: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> None:
     """A table in the one format (analysis.tables) with its CSV download of the raw values;
-    ``links`` shows those columns (relative URLs) as links with the given text."""
+    ``links`` shows those columns (relative URLs) as links with the given text; ``notes`` gives
+    columns a tooltip on their header (what a sign means, say)."""
     shown = frame[[column for column in columns if column in frame.columns]] if columns else frame
     # Headers in words (tables.header); the frame underneath and the CSV keep the column names.
     config: dict[str, Any] = {
-        column: st.column_config.Column(tables.header(column)) for column in tables.shown_columns(shown)
+        column: st.column_config.Column(tables.header(column), help=(notes or {}).get(column))
+        for column in tables.shown_columns(shown)
     }
     for column, text in (links or {}).items():
         config[column] = st.column_config.LinkColumn(tables.header(column), display_text=text)

@@ -773,3 +773,16 @@ def test_a_reviews_cache_key_moves_with_what_the_review_reads_and_only_with_it()
     # An abandoned run's samples are final (another machine went on as a new run).
     abandoned = runs.assign(status=["abandoned", "done", "done"])
     assert data.review_state(abandoned, 3, 2, now=0.0) == data.review_state(abandoned, 3, 2, now=10_000.0)
+
+
+def test_historys_estimate_error_says_which_way_its_sign_points(
+    filled_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "history.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    runs = next(frame for frame in app.dataframe if "estimate_error" in frame.value.columns)
+    columns = json.loads(runs.proto.columns)
+    assert "+50% said half again as long" in columns["estimate_error"]["help"]
+    assert "help" not in columns["run_id"]

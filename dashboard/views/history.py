@@ -98,6 +98,11 @@ if opened:
                 "error",
             ],
             links={"review": "review"},
+            notes={
+                "estimate_error": "The launch's estimate against the time the run took: +50% said half again as "
+                "long, −50% half as long. A first run's estimate comes from the cost model, later ones from this "
+                "machine's earlier runs of the sweep."
+            },
         )
 
         st.subheader("Any metric over time")
