@@ -70,11 +70,15 @@ def band_with_median(
         )
     y_scale = fitted_scale(axis_values(frame, median, low, high, *extra_y) + list(y_includes), log=log_y)
     encodings = {"color": theme.color(color, frame)} if color else {}
-    band = (
-        base_chart(frame)
-        .mark_area(opacity=0.25)
-        .encode(x=x_encoding, y=alt.Y(f"{low}:Q", title=y_title, scale=y_scale), y2=f"{high}:Q", **encodings)
+    # A group with one point (a draft at the one k timed) has no width for an area: its band is a bar.
+    single = (
+        discrete_x
+        and not frame.empty
+        and int(frame.groupby(color)[x].nunique().max() if color else frame[x].nunique()) <= 1
     )
+    band = (
+        base_chart(frame).mark_rule(strokeWidth=6, opacity=0.4) if single else base_chart(frame).mark_area(opacity=0.25)
+    ).encode(x=x_encoding, y=alt.Y(f"{low}:Q", title=y_title, scale=y_scale), y2=f"{high}:Q", **encodings)
     line = (
         base_chart(frame)
         .mark_line(point=True)
@@ -278,9 +282,9 @@ def lines_by(frame: pd.DataFrame, x: str, y: str, color: str, title: str | None 
     )
 
 
-def speedup_bands(speculative: pd.DataFrame, x: str = "k") -> Figure:
+def speedup_bands(speculative: pd.DataFrame, x: str = "k", shown: str = "") -> Figure:
     """Each draft's median speedup and min–max band against ``x`` (k; the draft itself where the
-    run timed one k)."""
+    run timed one k); ``shown`` says which cases (an impl, a temperature) in the title."""
     chart = band_with_median(
         speculative,
         x,
@@ -293,7 +297,10 @@ def speedup_bands(speculative: pd.DataFrame, x: str = "k") -> Figure:
         y_includes=(1.0,),
     )
     parity = base_chart(pd.DataFrame({"y": [1.0]})).mark_rule(color=REFERENCE_COLOR).encode(y="y:Q")
-    return alt.layer(chart, parity).properties(title="measured speedup: median and min–max band (1 = baseline)")
+    suffix = f", {shown}" if shown else ""
+    return alt.layer(chart, parity).properties(
+        title=f"measured speedup{suffix}: median and min–max band (1 = baseline)"
+    )
 
 
 # The models a measured speedup is set beside, by metric: what each is, in a legend's words.
@@ -305,7 +312,9 @@ SPEEDUP_MODELS = {
 }
 
 
-def predicted_vs_measured(speculative: pd.DataFrame, models: list[str] | None = None) -> Figure:
+def predicted_vs_measured(
+    speculative: pd.DataFrame, models: list[str] | None = None, title: str = "modelled vs measured"
+) -> Figure:
     """Each model's speedup against the measured median, with the y = x line; ``models`` picks
     which of SPEEDUP_MODELS (default: every one the frame has)."""
     chosen = [model for model in (models or list(SPEEDUP_MODELS)) if model in speculative.columns]
@@ -325,7 +334,7 @@ def predicted_vs_measured(speculative: pd.DataFrame, models: list[str] | None = 
             tooltip=["draft", "k", "model", "modelled", "speedup_median"],
         )
     )
-    return alt.layer(_diagonal(min(span), max(span)), points).properties(title="modelled vs measured (dotted: y = x)")
+    return alt.layer(_diagonal(min(span), max(span)), points).properties(title=f"{title} (dotted: y = x)")
 
 
 def tvd(distribution: pd.DataFrame) -> Figure:

@@ -19,6 +19,17 @@ A_PRIORI_ERROR_TARGET = 0.05
 A_PRIORI_WITHIN_TARGET = 0.90
 
 
+def shown_cases(frame: pd.DataFrame, schedule: str) -> str:
+    """Which cases a chart of the page's picked impl and temperature draws, for its title:
+    "at k = 4, the fast impl, T = 1" (an impl or temperature said only where it is one)."""
+    parts = [schedule]
+    if "impl" in frame.columns and frame["impl"].nunique() == 1:
+        parts.append(f"the {frame['impl'].iloc[0]} impl")
+    if "temperature" in frame.columns and frame["temperature"].nunique() == 1:
+        parts.append(f"T = {float(frame['temperature'].iloc[0]):g}")
+    return ", ".join(parts)
+
+
 def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
     """Per impl, how close the a-priori prediction came, against its targets, in words."""
     lines = []

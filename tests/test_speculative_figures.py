@@ -121,3 +121,31 @@ def test_the_a_priori_accuracy_reads_against_its_targets_in_percent() -> None:
     assert speculative_figures.accuracy_lines(just_the_share) == [
         "fast: median |error| 4.0%, 64% of cases within 10%, misses the share's target"
     ]
+
+
+def test_one_k_draws_each_drafts_band_as_a_bar_and_the_title_names_the_cases() -> None:
+    from dashboard import charts
+
+    cases = pd.DataFrame(
+        {
+            "draft": ["bigram", "small"],
+            "k": [4, 4],
+            "impl": ["fast", "fast"],
+            "temperature": [1.0, 1.0],
+            "speedup_median": [0.8, 1.2],
+            "speedup_min": [0.7, 1.1],
+            "speedup_max": [0.9, 1.4],
+        }
+    )
+    shown = speculative_figures.shown_cases(cases, "at k = 4")
+    assert shown == "at k = 4, the fast impl, T = 1"
+    spec = charts.speedup_bands(cases, x="draft", shown=shown).to_dict()
+    assert spec["title"] == "measured speedup, at k = 4, the fast impl, T = 1: median and min–max band (1 = baseline)"
+    band = spec["layer"][0]["layer"][0]
+    # An area over one x has no width: each draft's band is a bar from its min to its max.
+    assert band["mark"]["type"] == "rule" and band["encoding"]["y2"]["field"] == "speedup_max"
+    over_k = pd.concat([cases, cases.assign(k=2, speedup_median=[0.9, 1.1])], ignore_index=True)
+    assert charts.speedup_bands(over_k).to_dict()["layer"][0]["layer"][0]["mark"]["type"] == "area"
+    assert speculative_figures.shown_cases(over_k.assign(temperature=[1.0, 0.7, 1.0, 0.7]), "fixed k") == (
+        "fixed k, the fast impl"
+    )

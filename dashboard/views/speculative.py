@@ -99,7 +99,7 @@ if opened and run_id is not None:
                 ui.chart(charts.lines_by(speculative, "k", "acceptance_rate", "draft", "acceptance rate"))
             with right:
                 ui.chart(charts.lines_by(speculative, "k", "chars_per_target_pass", "draft", f"{unit} per target pass"))
-            ui.chart(charts.speedup_bands(speculative))
+            ui.chart(charts.speedup_bands(speculative, shown=speculative_figures.shown_cases(speculative, "fixed k")))
         elif not speculative.empty:
             # One k (the quick preset's 4): a line over k is a column of dots; each draft its own bar.
             at_k = f"at k = {int(speculative['k'].iloc[0])}"
@@ -108,7 +108,9 @@ if opened and run_id is not None:
             with right:
                 per_pass = f"{unit} per target pass {at_k}"
                 ui.chart(charts.bars(speculative, "draft", "chars_per_target_pass", per_pass, "draft"))
-            ui.chart(charts.speedup_bands(speculative, x="draft"))
+            ui.chart(
+                charts.speedup_bands(speculative, x="draft", shown=speculative_figures.shown_cases(speculative, at_k))
+            )
         noise = data.part(cases, "aa")
         for row in noise.to_dict("records"):
             st.caption(
@@ -125,7 +127,11 @@ if opened and run_id is not None:
                 "loop, in plain steps: predicted = characters per pass / (v + L·c). expected_chars_per_pass is the "
                 "i.i.d. formula (1 − α^(k+1)) / (1 − α), shown for comparison."
             )
-            ui.chart(charts.predicted_vs_measured(speculative, ["predicted_speedup_a_priori"]))
+            ui.chart(
+                charts.predicted_vs_measured(
+                    speculative, ["predicted_speedup_a_priori"], "the a-priori prediction against the measured speedup"
+                )
+            )
             ui.table(
                 speculative,
                 "speculative_a_priori",
@@ -198,7 +204,13 @@ if opened and run_id is not None:
             "The write-ups' formula counts a verification as one step; the component model uses the measured "
             "verification, so it only checks that the loop's time is its passes' costs."
         )
-        ui.chart(charts.predicted_vs_measured(speculative, ["writeup_formula_speedup", "component_model_speedup"]))
+        ui.chart(
+            charts.predicted_vs_measured(
+                speculative,
+                ["writeup_formula_speedup", "component_model_speedup"],
+                "the write-ups' formula and the component model against the measured speedup",
+            )
+        )
         ui.table(
             speculative,
             "speculative",
