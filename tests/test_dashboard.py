@@ -4,6 +4,7 @@ AppTest on a store filled by a real tiny sweep, and the launch form's handling."
 from __future__ import annotations
 
 import json
+import re
 import time
 import tomllib
 from pathlib import Path
@@ -786,3 +787,19 @@ def test_historys_estimate_error_says_which_way_its_sign_points(
     columns = json.loads(runs.proto.columns)
     assert "+50% said half again as long" in columns["estimate_error"]["help"]
     assert "help" not in columns["run_id"]
+
+
+def test_the_quantization_page_says_what_a_divergence_position_of_every_token_means(
+    filled_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart writes "never diverged" where the table holds the number of tokens generated."""
+    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / "quantization.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    table = next(frame.value for frame in app.dataframe if "divergence_position_greedy" in frame.value.columns)
+    [caption] = [caption.value for caption in app.caption if caption.value.startswith("Divergence positions")]
+    said = re.search(r"A position of (\d+), as many as were generated, means none differed", caption)
+    assert said is not None and '(the chart\'s "never diverged")' in caption, caption
+    # No position lies past the tokens generated: the largest possible is "none differed".
+    assert table["divergence_position_greedy"].max() <= int(said.group(1))

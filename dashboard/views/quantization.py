@@ -1,5 +1,6 @@
 """Quantization: bytes, loss, where generation diverges, and time per token."""
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui
@@ -30,9 +31,16 @@ if opened and run_id is not None:
         "Each speedup is paired against float32 through the same path: the fast kernels against the fast float32 "
         "step, the eager ones against eager float32 (`seconds_per_token` in the table is each variant's own time)."
     )
+    generated = cases["divergence_tokens"].dropna() if "divergence_tokens" in cases.columns else pd.Series()
+    never = (
+        f" A position of {int(generated.iloc[0])}, as many as were generated, means none differed (the chart's "
+        '"never diverged").'
+        if generated.nunique() == 1
+        else ""
+    )
     st.caption(
         f"Divergence positions are 0-based indexes of the first generated {unit} that differs from float32's "
-        '(same seed): the write-ups\' "22nd character" (1-based) is index 21 here.'
+        '(same seed): the write-ups\' "22nd character" (1-based) is index 21 here.' + never
     )
     ui.table(
         cases,
