@@ -803,3 +803,18 @@ def test_the_quantization_page_says_what_a_divergence_position_of_every_token_me
     assert said is not None and '(the chart\'s "never diverged")' in caption, caption
     # No position lies past the tokens generated: the largest possible is "none differed".
     assert table["divergence_position_greedy"].max() <= int(said.group(1))
+
+
+def test_the_scale_calculators_users_and_budget_move_the_columns_shown_first() -> None:
+    app = AppTest.from_file(str(DASHBOARD / "views" / "scale.py"), default_timeout=60)
+    app.run()
+    first = app.dataframe[0].value
+    assert list(first.columns[:4]) == ["shape", "kv_gb_per_user", "kv_gb_all_users", "max_users_in_budget"]
+    app.number_input(key="scale_users").set_value(10)
+    app.number_input(key="scale_budget").set_value(160.0)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    second = app.dataframe[0].value
+    assert second["kv_gb_all_users"].tolist() == pytest.approx((10 * first["kv_gb_all_users"]).tolist())
+    assert (second["max_users_in_budget"] >= 2 * first["max_users_in_budget"]).all()
+    assert any("the budget of 160 GiB is 171.8 GB" in caption.value for caption in app.caption)

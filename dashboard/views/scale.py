@@ -38,7 +38,29 @@ for shape in scale.NAMED_SHAPES:
     )
 frame = pd.DataFrame(rows)
 ui.chart(charts.bars(frame, "shape", "kv_gb_per_user", f"KV cache GB per user at {int(tokens_per_user):,} tokens"))
-ui.table(frame, "scale")
+# What the users and the budget above decide first, then each shape's sizes and work.
+st.caption(
+    f"KV sizes in GB (10⁹ bytes); the budget of {budget_gib:g} GiB is {budget_gib * scale.GIB / scale.GB:,.1f} GB. "
+    f"kv gb all users: {int(users):,} user{'s' if int(users) != 1 else ''} at {int(tokens_per_user):,} tokens "
+    "each; max users in budget: how many such users the budget holds."
+)
+ui.table(
+    frame,
+    "scale",
+    [
+        "shape",
+        "kv_gb_per_user",
+        "kv_gb_all_users",
+        "max_users_in_budget",
+        "kv_bytes_per_token",
+        "work_no_cache",
+        "work_cache",
+        "attention",
+        "layers",
+        "kv_heads",
+        "head_dim",
+    ],
+)
 
 st.subheader("The write-ups' memory claims")
 four = [c.shape.name for c in scale.check_claim(8192, 4.0 * scale.GIB) if c.holds]
