@@ -166,6 +166,32 @@ def _column(frame: pd.DataFrame, name: str) -> list[Any]:
     return frame[name].tolist() if name in frame.columns else []
 
 
+# Each ceiling's colour by what it is, whatever its figure and on every machine (an overlaid
+# machine's are the same colours, dashed): the cache levels in one set of hues, the precisions'
+# peaks in another, none a regime's (the points' fills). Colours from a ceiling's text made two of
+# seven alike on one machine (DRAM and bf16 both pink).
+CEILING_COLORS = {
+    "L1": "#76b7b2",
+    "L2": "#59a14f",
+    "L3": "#edc948",
+    "DRAM": "#9c755f",
+    "fp32": "#b07aa1",
+    "bf16": "#ff9da7",
+    "int8": "#b6992d",
+}
+
+
+def ceiling_scale(names: list[Any]) -> alt.Scale:
+    """The ceilings' colour scale: CEILING_COLORS by a ceiling's first word ("L2 150 GB/s"), any
+    other a colour of its own, never a regime's nor one of those."""
+    shown = sorted({str(name) for name in names})
+    others = [name for name in shown if name.split(" ")[0] not in CEILING_COLORS]
+    avoid = [*theme.REGIME_COLORS.values(), *CEILING_COLORS.values()]
+    fallback = theme.color_scale("ceiling", others, avoid=avoid)
+    chosen = dict(zip(fallback.domain, fallback.range, strict=True)) if others else {}
+    return alt.Scale(domain=shown, range=[CEILING_COLORS.get(name.split(" ")[0]) or chosen[name] for name in shown])
+
+
 def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
     """Ceilings (a second machine's dashed) and the run's points coloured by regime, on log axes."""
     x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (flops per byte)")
@@ -179,7 +205,9 @@ def roofline_chart(roofs: pd.DataFrame, placed: pd.DataFrame) -> alt.LayerChart:
             y=y,
             # No ceiling's line in a regime's colour: an overhead-bound point in the L3 line's red
             # read as sitting on that ceiling.
-            color=theme.color("ceiling", roofs, "ceiling", columns=1, avoid=theme.REGIME_COLORS.values()),
+            color=alt.Color(
+                "ceiling:N", scale=ceiling_scale(_column(roofs, "ceiling")), legend=theme.legend("ceiling", columns=1)
+            ),
             strokeDash=alt.StrokeDash("machine:N", title="machine"),
             detail="machine:N",
             tooltip=["machine", "ceiling"],

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import machines_report, roofline, roofline_conclusions
+from analysis import machines_report, roofline, roofline_conclusions, theme
 from analysis.roofline_report import build, render
 from tests.conftest import ROOT, copy_store, run_decodelab
 
@@ -74,6 +74,22 @@ def test_the_chart_holds_both_machines_roofs_and_the_points() -> None:
     here = ceilings[(ceilings["machine"] == "here") & (ceilings["kind"] == "bandwidth")]
     assert here["flops_per_second"].max() == 1.1e11
     assert roofline.roof_rows({"here": roof(1.0), "there": roof(0.5)})[0] == ["roof", "here", "there"]
+
+
+def test_each_ceiling_keeps_its_own_colour_on_every_machine() -> None:
+    """A ceiling is coloured by what it is (a cache level, a precision's peak), not by its text:
+    seven kinds, seven colours, the same level the same colour on two machines, none a regime's."""
+    ceilings = pd.concat([roofline.ceilings(roof(1.0), "here"), roofline.ceilings(roof(0.5), "there")])
+    scale = roofline.roofline_chart(ceilings, pd.DataFrame([placed_point()])).to_dict()["layer"][0]["encoding"]
+    colours = dict(zip(scale["color"]["scale"]["domain"], scale["color"]["scale"]["range"], strict=True))
+    by_kind: dict[str, set[str]] = {}
+    for name, colour in colours.items():
+        by_kind.setdefault(name.split(" ")[0], set()).add(colour)
+    assert all(len(kind_colours) == 1 for kind_colours in by_kind.values()), by_kind
+    assert len({colour for kind_colours in by_kind.values() for colour in kind_colours}) == len(by_kind)
+    assert not set(colours.values()) & set(theme.REGIME_COLORS.values())
+    odd = roofline.ceiling_scale(["L2 150 GB/s", "HBM 900 GB/s"])
+    assert odd.range[0] not in [*roofline.CEILING_COLORS.values(), *theme.REGIME_COLORS.values()]
 
 
 def test_sentences_come_from_the_figures() -> None:
