@@ -76,7 +76,9 @@ def history(
 def compare_machines(frame: pd.DataFrame, x: str, metric: str, series: str = "machine") -> Figure:
     """Side-by-side values per parameter point; a min–max band where the metric has one."""
     # Cases in the order they ran, their labels whole (a case's label is short, never its JSON).
-    axis = alt.X(f"{x}:N", sort=None, title=x, axis=discrete_axis(x, label_angle=-30))
+    # No axis title: under the long slanted labels Vega set it on the last one, and the chart's
+    # title says what the axis holds ("… per case").
+    axis = alt.X(f"{x}:N", sort=None, axis=discrete_axis(None, label_angle=-30))
     title = f"{metric} per {x}, side by side per {series}"
     columns = (
         base_chart(frame)
