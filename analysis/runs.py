@@ -170,6 +170,18 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
     return None if chosen.empty else int(chosen["run_id"].iloc[0])
 
 
+def later_baseline(runs: pd.DataFrame, run_id: int, baseline_id: int) -> str | None:
+    """Where ``baseline_id`` started after ``run_id`` (a store's first run has no earlier one to be
+    reviewed against), what the verdicts then mean, in words; None otherwise."""
+    started = runs.set_index("run_id")["started_at"].map(pd.Timestamp)
+    if run_id not in started.index or baseline_id not in started.index or started[baseline_id] <= started[run_id]:
+        return None
+    return (
+        f"The baseline, run {baseline_id}, ran after run {run_id}: the verdicts read the older run against the "
+        f"newer, so regressed means run {run_id} did worse than run {baseline_id}."
+    )
+
+
 def earlier_comparable_runs(runs: pd.DataFrame, run_id: int) -> list[int]:
     """The runs a run's between-run floor is taken over: done, not suspect, of no A/B session, of
     its preset (a custom run: of its very spec) on its machine fingerprint, started before it."""

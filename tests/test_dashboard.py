@@ -706,6 +706,18 @@ def test_the_review_opens_on_runs_of_the_same_spec_and_preset() -> None:
     assert same_sweep_runs(runs, 4) == [] and same_sweep_runs(runs, 2) == [5, 3, 1]
 
 
+def test_a_review_against_a_later_run_says_which_way_its_verdicts_read() -> None:
+    """A store's first run has no earlier run to be reviewed against: the page offers a later one,
+    and says that the verdicts then read the older run against the newer."""
+    from analysis.runs import later_baseline
+
+    runs = sweep_runs()
+    said = later_baseline(runs, 1, 3)
+    assert said is not None and said.startswith("The baseline, run 3, ran after run 1")
+    assert "regressed means run 1 did worse than run 3" in said
+    assert later_baseline(runs, 3, 1) is None and later_baseline(runs, 3, 99) is None
+
+
 def test_the_machines_report_compares_runs_of_one_spec() -> None:
     from analysis import machines
     from runner.spec.sweeps import load_preset

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import report_render, review, review_lines
-from analysis.runs import default_review_run, same_sweep_runs
+from analysis.runs import default_review_run, later_baseline, same_sweep_runs
 from dashboard import data, ui
 from store.annotations import KNOWN_TAGS, check_note, check_tag
 from store.errors import StoreError
@@ -47,6 +47,8 @@ if opened:
     )
     st.query_params["run"] = str(run_id)
     st.query_params["baseline"] = str(baseline_id)
+    if (later := later_baseline(runs, int(run_id), int(baseline_id))) is not None:
+        st.warning(later)
     if default is None:
         st.caption(
             "No earlier done run of this spec and preset on this machine (not tagged suspect): the baseline "
