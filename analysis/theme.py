@@ -58,6 +58,9 @@ REGIME_COLORS = {
     "overhead-bound": "#e15759",
 }
 KNOWN_COLORS = {"impl": IMPL_COLORS, "draft": DRAFT_COLORS, "precision": PRECISION_COLORS, "regime": REGIME_COLORS}
+# A review's two sides (``which``: "run 4", "baseline 3") by their first word, far apart: colours
+# from their whole names came out a light blue and a light teal.
+WHICH_COLORS = {"run": "#4e79a7", "baseline": "#f28e2b"}
 # The domains a colour means one thing in; a chart's field names its domain through ``key``
 # where the column is called otherwise (a ``series`` of impls).
 DOMAINS = ("impl", "draft", "precision", "machine", "run")
@@ -82,14 +85,16 @@ SPARE_PALETTE = (
 
 def colour_of(domain: str, value: Any) -> str:
     """The one colour of ``value`` in ``domain``: an impl's, draft's or precision's fixed colour;
-    run N the palette's N-th; any other value a colour from its own text (crc32), the same in
-    every chart whatever else the chart shows."""
+    run N the palette's N-th; a review's run or baseline side (``which``) WHICH_COLORS'; any other
+    value a colour from its own text (crc32), the same in every chart whatever else the chart shows."""
     text = str(value)
     fixed = KNOWN_COLORS.get(domain, {})
     if text in fixed:
         return fixed[text]
     if domain == "run" and text.isdigit():
         return PALETTE[int(text) % len(PALETTE)]
+    if domain == "which" and text.split(" ")[0] in WHICH_COLORS:
+        return WHICH_COLORS[text.split(" ")[0]]
     return SPARE_PALETTE[zlib.crc32(text.encode("utf-8")) % len(SPARE_PALETTE)]
 
 

@@ -513,3 +513,20 @@ def test_the_review_chart_puts_a_slower_time_and_a_lower_speedup_on_the_same_sid
     points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
     drawn = {row["metric"]: row["ratio"] for row in spec["datasets"][points["data"]["name"]]}
     assert drawn == pytest.approx({"seconds_per_token": 0.8, "measured_speedup": 0.8})
+
+
+def test_a_reviews_run_and_baseline_are_drawn_in_colours_far_apart() -> None:
+    """The Review page's per-case chart told "baseline 3" and "run 4" apart by a light blue and a
+    light teal (colours from their names): the two sides now have fixed colours, whatever the ids."""
+    from analysis import review_charts, theme
+
+    frame = pd.DataFrame(
+        {"case": ["fast · bigram", "fast · bigram"], "speedup_median": [0.9, 1.1], "which": ["baseline 3", "run 4"]}
+    )
+    spec = review_charts.cases_side_by_side(frame, "case", "speedup_median", "speculative").to_dict()
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "point")
+    scale = points["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
+        "baseline 3": theme.WHICH_COLORS["baseline"],
+        "run 4": theme.WHICH_COLORS["run"],
+    }
