@@ -177,8 +177,8 @@ class Calibration:
         if not self.pairs and self.up_to is not None:
             return (
                 f"not measured: no two consecutive done {preset} runs of the same code, model and machine up "
-                f"to run {self.up_to}, the runs its review could have known (a later run's review is calibrated "
-                "on them)"
+                f"to run {self.up_to}, the runs its review could have known (a review is calibrated only on runs "
+                "before it and itself)"
             )
         if not self.pairs:
             return (

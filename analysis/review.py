@@ -44,6 +44,7 @@ allowance only remove alerts); benchmarks/review_calibration.py measures the rea
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -95,7 +96,7 @@ from analysis.statistics import (
 )
 from runner.labels import part_labels
 from runner.measure.reference import REFERENCE_METRIC
-from runner.metrics import has_seeded_pairs, headlines, is_deterministic
+from runner.metrics import has_seeded_pairs, headlines, is_deterministic, lookup
 from store.records import case_key as params_key
 
 __all__ = [
@@ -204,6 +205,22 @@ HEADLINES = tuple(
 )
 # Case parts that calibrate the comparison instead of being compared: the A/A pairs (their
 # spread is reported beside the review; the t test measures each row's noise itself).
+
+
+HEADLINE_BETTER = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
+
+
+@functools.lru_cache(maxsize=1024)
+def better_way(experiment: str, metric: str) -> str:
+    """Which way a timed metric is better: its headline's, else the metric catalogue's (a time
+    per token: lower), else higher. The verdicts and the Review page's chart of the changes read
+    it from here, so a dot coloured improved never sits on the worse side."""
+    if headline_better := HEADLINE_BETTER.get((experiment, metric)):
+        return headline_better
+    found = lookup(metric)
+    return found.better if found is not None and found.better in ("higher", "lower") else "higher"
+
+
 NOISE_PARTS = {"aa"}
 # An A/A case's band (the speculative one's names, the others') and its ratio of minima.
 AA_BAND_METRICS = frozenset({"speedup_min", "speedup_max", "aa_speedup_low", "aa_speedup_high"})
@@ -365,7 +382,6 @@ def verdict_table(
     samples say, kept across such calls for the same frames (review_samples.SidesMemo)."""
     between = between_runs or {}
     drift_floor = DEFAULT_DRIFT if drift is None else drift
-    better = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
     if by_measurement is None:
         by_measurement = dict(tuple(samples.groupby("measurement_id"))) if not samples.empty else {}
     memo = SidesMemo(base=by_measurement) if memo is None else memo
@@ -404,7 +420,7 @@ def verdict_table(
             headline_per_sample(row["value_run"], by_measurement.get(row["measurement_id_run"]), method),
             headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
         )
-        floors[len(rows) - 1] = (floor, better.get((row["experiment"], row["metric"])) or "higher")
+        floors[len(rows) - 1] = (floor, better_way(str(row["experiment"]), str(row["metric"])))
         if (phase := case_speeds.get((str(row["experiment"]), str(key)))) is not None:
             phases[len(rows) - 1] = phase
     judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside, absolute_outside, phases)

@@ -173,8 +173,12 @@ def default_baseline(runs: pd.DataFrame, run_id: int) -> int | None:
 def later_baseline(runs: pd.DataFrame, run_id: int, baseline_id: int) -> str | None:
     """Where ``baseline_id`` started after ``run_id`` (a store's first run has no earlier one to be
     reviewed against), what the verdicts then mean, in words; None otherwise."""
-    started = runs.set_index("run_id")["started_at"].map(pd.Timestamp)
-    if run_id not in started.index or baseline_id not in started.index or started[baseline_id] <= started[run_id]:
+    if "started_at" not in runs.columns:
+        return None
+    started = pd.to_datetime(runs.set_index("run_id")["started_at"])
+    if run_id not in started.index or baseline_id not in started.index:
+        return None
+    if pd.isna(started[run_id]) or pd.isna(started[baseline_id]) or started[baseline_id] <= started[run_id]:
         return None
     return (
         f"The baseline, run {baseline_id}, ran after run {run_id}: the verdicts read the older run against the "

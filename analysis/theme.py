@@ -85,12 +85,15 @@ SPARE_PALETTE = (
 
 def colour_of(domain: str, value: Any) -> str:
     """The one colour of ``value`` in ``domain``: an impl's, draft's or precision's fixed colour;
-    run N the palette's N-th; a review's run or baseline side (``which``) WHICH_COLORS'; any other
+    an impl's series ("static · n=256") its impl's; run N the palette's N-th; a review's run or
+    baseline side (``which``) WHICH_COLORS'; any other
     value a colour from its own text (crc32), the same in every chart whatever else the chart shows."""
     text = str(value)
     fixed = KNOWN_COLORS.get(domain, {})
     if text in fixed:
         return fixed[text]
+    if domain == "impl" and text.split(" · ")[0] in fixed:  # a series of an impl: "static · n=256"
+        return fixed[text.split(" · ")[0]]
     if domain == "run" and text.isdigit():
         return PALETTE[int(text) % len(PALETTE)]
     if domain == "which" and text.split(" ")[0] in WHICH_COLORS:

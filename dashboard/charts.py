@@ -71,11 +71,7 @@ def band_with_median(
     y_scale = fitted_scale(axis_values(frame, median, low, high, *extra_y) + list(y_includes), log=log_y)
     encodings = {"color": theme.color(color, frame)} if color else {}
     # A group with one point (a draft at the one k timed) has no width for an area: its band is a bar.
-    single = (
-        discrete_x
-        and not frame.empty
-        and int(frame.groupby(color)[x].nunique().max() if color else frame[x].nunique()) <= 1
-    )
+    single = discrete_x and x in frame.columns and most_values_a_group(frame, x, color) <= 1
     band = (
         base_chart(frame).mark_rule(strokeWidth=6, opacity=0.4) if single else base_chart(frame).mark_area(opacity=0.25)
     ).encode(x=x_encoding, y=alt.Y(f"{low}:Q", title=y_title, scale=y_scale), y2=f"{high}:Q", **encodings)
@@ -85,6 +81,16 @@ def band_with_median(
         .encode(x=x_encoding, y=alt.Y(f"{median}:Q", scale=y_scale), tooltip=[x, median, low, high], **encodings)
     )
     return alt.layer(band, line)
+
+
+def most_values_a_group(frame: pd.DataFrame, x: str, color: str | None) -> int:
+    """The most distinct ``x`` values any ``color`` group holds (the whole frame's without one)."""
+    if frame.empty:
+        return 0
+    if color is None or color not in frame.columns:
+        return int(frame[x].nunique())
+    counts = frame.groupby(color, dropna=False)[x].nunique()
+    return int(counts.max()) if not counts.empty else 0
 
 
 def kv_speedup(timing: pd.DataFrame) -> Figure:
@@ -139,8 +145,9 @@ def received_fraction(frame: pd.DataFrame, x: str = "n") -> Figure:
 
 
 def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> Figure:
-    """Time per generation for both modes on log–log axes, with each fitted power law drawn as
-    a dashed line whose legend names its exponent and largest relative error."""
+    """Time per generation for both modes on log–log axes, with each fitted power law drawn thin
+    in its impl's colour and its mode's dash (its exponent and largest relative error in its
+    tooltip; the page's fit table lists them)."""
     impl = timing["impl"] if "impl" in timing.columns else pd.Series("static", index=timing.index)
     long = timing.assign(impl=impl).melt(
         id_vars=["n", "impl"], value_vars=["seconds_no_cache", "seconds_cache"], var_name="mode", value_name="seconds"
@@ -165,26 +172,36 @@ def seconds_against_n(timing: pd.DataFrame, fit: pd.DataFrame | None = None) -> 
     for row in fit.to_dict("records"):
         for mode in ("no_cache", "cache"):
             label = (
-                f"fit {mode} · {row.get('impl') or 'static'}: n^{row[f'slope_{mode}']:.2f} "
+                f"fit {mode.replace('_', ' ')} · {row.get('impl') or 'static'}: n^{row[f'slope_{mode}']:.2f} "
                 f"(max error {row[f'max_fit_error_{mode}']:.0%})"
             )
             rows += [
-                {"n": n, "seconds": row[f"fit_scale_{mode}"] * n ** row[f"slope_{mode}"], "fit": label} for n in lengths
+                {
+                    "n": n,
+                    "seconds": row[f"fit_scale_{mode}"] * n ** row[f"slope_{mode}"],
+                    "impl": row.get("impl") or "static",
+                    "mode": mode.replace("_", " "),
+                    "fit": label,
+                }
+                for n in lengths
             ]
-    # The fits in gray, told apart by their legend entry: the series colours stay the impls'.
+    # Each fit thin and faint in its impl's colour and its mode's dash, beside the points it fits:
+    # six gray lines told apart by their opacity alone could not be told apart. Their exponents
+    # are in the tooltip and the fit table below the chart.
     fits = pd.DataFrame(rows)
     lines = (
         base_chart(fits)
-        .mark_line(color=REFERENCE_COLOR, opacity=0.6)
+        .mark_line(opacity=0.45, strokeWidth=1.5)
         .encode(
             x="n:Q",
             y="seconds:Q",
+            color=alt.Color("impl:N", scale=theme.color_scale("impl", long["impl"]), legend=None),
+            strokeDash=alt.StrokeDash("mode:N", legend=None),
             detail="fit:N",
-            opacity=alt.Opacity("fit:N", legend=theme.stroke_legend("fitted: time ∝ n^slope", columns=1)),
             tooltip=["fit", "n", "seconds"],
         )
     )
-    return alt.layer(points, lines).resolve_scale(opacity="independent").properties(title=title)
+    return alt.layer(points, lines).properties(title=f"{title}; thin: time ∝ n^slope fitted")
 
 
 def cache_bytes(memory: pd.DataFrame, weight_bytes: float) -> Figure:

@@ -29,12 +29,15 @@ def when(started_at: pd.Series) -> alt.X:
 
 def line_field(points: pd.DataFrame) -> str:
     """What tells a headline series' lines apart (history_series.series_history): the impl where
-    every point is of one machine and one sweep, so each line keeps its impl's colour of every
-    other page; else the whole ``series`` label (machine · sweep · impl)."""
-    one_origin = {"machine", "sweep"} <= set(points.columns) and len(
-        points[["machine", "sweep"]].drop_duplicates()
-    ) <= 1
-    return "impl" if one_origin and "impl" in points.columns else "series"
+    every point is of one machine and one sweep and every line is an impl's ("fast", "static ·
+    n=256"), so each keeps its impl's colour of every other page; else the whole ``series`` label
+    (machine · sweep · impl), as for the sweep's wall time, whose lines are its parts."""
+    if not {"machine", "sweep", "impl"} <= set(points.columns):
+        return "series"
+    if len(points[["machine", "sweep"]].drop_duplicates()) > 1:
+        return "series"
+    impls = {str(value).split(" · ")[0] for value in points["impl"]}
+    return "impl" if impls <= set(theme.IMPL_COLORS) else "series"
 
 
 def history(

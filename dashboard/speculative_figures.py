@@ -3,6 +3,9 @@ the distribution check: plain functions of the run's wide case frame, testable w
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import altair as alt
 import pandas as pd
 
@@ -23,19 +26,30 @@ def shown_cases(frame: pd.DataFrame, schedule: str) -> str:
     """Which cases a chart of the page's picked impl and temperature draws, for its title:
     "at k = 4, the fast impl, T = 1" (an impl or temperature said only where it is one)."""
     parts = [schedule]
-    if "impl" in frame.columns and frame["impl"].nunique() == 1:
-        parts.append(f"the {frame['impl'].iloc[0]} impl")
-    if "temperature" in frame.columns and frame["temperature"].nunique() == 1:
-        parts.append(f"T = {float(frame['temperature'].iloc[0]):g}")
+    impls: list[Any] = frame["impl"].dropna().unique().tolist() if "impl" in frame.columns else []
+    if len(impls) == 1 and frame["impl"].notna().all():
+        parts.append(f"the {impls[0]} impl")
+    temperatures: list[Any] = frame["temperature"].dropna().unique().tolist() if "temperature" in frame.columns else []
+    if len(temperatures) == 1 and frame["temperature"].notna().all():
+        parts.append(f"T = {float(temperatures[0]):g}")
     return ", ".join(parts)
+
+
+def number(value: Any) -> float | None:
+    """A stored figure as a float; None where it is missing or no number."""
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(found) else found
 
 
 def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
     """Per impl, how close the a-priori prediction came, against its targets, in words."""
     lines = []
     for row in accuracy.to_dict("records"):
-        error, within = row.get("a_priori_error_median"), row.get("a_priori_within_10pct")
-        if error is None or within is None or pd.isna(error) or pd.isna(within):
+        error, within = number(row.get("a_priori_error_median")), number(row.get("a_priori_within_10pct"))
+        if error is None or within is None:
             continue
         checks = (
             ("the median's", float(error) <= A_PRIORI_ERROR_TARGET),
@@ -44,7 +58,8 @@ def accuracy_lines(accuracy: pd.DataFrame) -> list[str]:
         missed = [name for name, met in checks if not met]
         verdict = "meets both targets" if not missed else f"misses {' and '.join(missed)} target"
         lines.append(
-            f"{row['impl']}: median |error| {float(error):.1%}, {float(within):.0%} of cases within 10%, {verdict}"
+            f"{row.get('impl', 'every impl')}: median |error| {float(error):.1%}, {float(within):.1%} of cases "
+            f"within 10%, {verdict}"
         )
     return lines
 

@@ -212,6 +212,15 @@ def test_a_headline_series_of_one_machine_draws_each_impl_in_its_own_colour() ->
     two_machines = pd.concat([points, points.assign(machine="other", run_id=[3, 3, 4, 4])], ignore_index=True)
     assert history_charts.line_field(two_machines) == "series"
     assert history_charts.line_field(points.assign(sweep=["quick", "quick", "seed", "seed"])) == "series"
+    # A series of an impl at a point (the received fraction's "static · n=256") keeps the impl's colour.
+    at_length = points.assign(impl=points["impl"] + " · n=256")
+    assert history_charts.line_field(at_length) == "impl"
+    scale = layers(history_charts.history(at_length, "fraction", color="impl"))[1]["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
+        f"{impl} · n=256": theme.IMPL_COLORS[impl] for impl in ("fast", "static")
+    }
+    # Lines that are no impl's (the sweep's wall time and its training) keep their whole labels.
+    assert history_charts.line_field(points.assign(impl=["sweep", "training or loading"] * 2)) == "series"
 
 
 def test_a_series_alternating_a_few_percent_has_no_change_point() -> None:
@@ -716,6 +725,8 @@ def test_a_review_against_a_later_run_says_which_way_its_verdicts_read() -> None
     assert said is not None and said.startswith("The baseline, run 3, ran after run 1")
     assert "regressed means run 1 did worse than run 3" in said
     assert later_baseline(runs, 3, 1) is None and later_baseline(runs, 3, 99) is None
+    unknown = runs.assign(started_at=[runs["started_at"].iloc[0], None, *runs["started_at"].iloc[2:]])
+    assert later_baseline(unknown, 2, 3) is None and later_baseline(unknown, 1, 2) is None
 
 
 def test_the_machines_report_compares_runs_of_one_spec() -> None:
@@ -846,3 +857,36 @@ def test_one_figure_across_machines_leaves_its_long_slanted_case_axis_untitled()
     spec = history_charts.compare_machines(values, "case", "measured_speedup", series="series").to_dict()
     assert spec["encoding"]["x"]["axis"]["title"] is None
     assert spec["title"] == "measured_speedup per case, side by side per series"
+
+
+def test_each_fitted_power_law_is_drawn_in_its_impls_colour_and_its_modes_dash() -> None:
+    timing = pd.DataFrame(
+        {
+            "n": [64, 128, 64, 128],
+            "impl": ["fast", "fast", "static", "static"],
+            "seconds_no_cache": [0.02, 0.08, 0.08, 0.3],
+            "seconds_cache": [0.005, 0.01, 0.03, 0.06],
+        }
+    )
+    fit = pd.DataFrame(
+        {
+            "impl": ["fast", "static"],
+            "slope_no_cache": [2.0, 1.9],
+            "fit_scale_no_cache": [5e-6, 2e-5],
+            "max_fit_error_no_cache": [0.05, 0.04],
+            "slope_cache": [1.0, 1.0],
+            "fit_scale_cache": [8e-5, 4.7e-4],
+            "max_fit_error_cache": [0.02, 0.03],
+        }
+    )
+    spec = charts.seconds_against_n(timing, fit).to_dict()
+    fits = spec["layer"][-1]
+    colour = fits["encoding"]["color"]
+    assert colour["field"] == "impl" and colour["legend"] is None
+    assert dict(zip(colour["scale"]["domain"], colour["scale"]["range"], strict=True)) == {
+        impl: theme.IMPL_COLORS[impl] for impl in ("fast", "static")
+    }
+    drawn = spec["datasets"][fits["data"]["name"]]
+    assert {row["mode"] for row in drawn} == {"cache", "no cache"}  # the points' own dash values
+    assert fits["encoding"]["strokeDash"]["field"] == "mode"
+    assert any(row["fit"] == "fit no cache · fast: n^2.00 (max error 5%)" for row in drawn)

@@ -530,3 +530,15 @@ def test_a_reviews_run_and_baseline_are_drawn_in_colours_far_apart() -> None:
         "baseline 3": theme.WHICH_COLORS["baseline"],
         "run 4": theme.WHICH_COLORS["run"],
     }
+
+
+def test_the_verdicts_and_the_chart_take_one_direction_for_every_timed_metric() -> None:
+    """A headline's direction first, else the metric catalogue's, else higher: a prefill time seen
+    with "Every metric" on is lower-is-better in its verdict and drawn inverted on the chart."""
+    from analysis import review, review_charts
+
+    assert review.better_way("overhead", "seconds_per_token") == "lower"
+    assert review.better_way("kv_cache", "prefill_seconds") == "lower"  # no headline: the catalogue's
+    assert review.better_way("speculative", "draft_cost_ratio") == "higher"  # neither says: higher
+    assert review_charts.better_factor("kv_cache", "prefill_seconds", 1.25) == pytest.approx(0.8)
+    assert review_charts.better_factor("kv_cache", "measured_speedup", 1.25) == 1.25

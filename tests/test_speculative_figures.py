@@ -111,16 +111,22 @@ def test_the_a_priori_accuracy_reads_against_its_targets_in_percent() -> None:
         {"impl": ["fast", "static"], "a_priori_error_median": [0.06264, 0.031], "a_priori_within_10pct": [0.6429, 0.95]}
     )
     assert speculative_figures.accuracy_lines(accuracy) == [
-        "fast: median |error| 6.3%, 64% of cases within 10%, misses the median's and the share's target",
-        "static: median |error| 3.1%, 95% of cases within 10%, meets both targets",
+        "fast: median |error| 6.3%, 64.3% of cases within 10%, misses the median's and the share's target",
+        "static: median |error| 3.1%, 95.0% of cases within 10%, meets both targets",
     ]
     texts = cell_texts(accuracy)
     assert texts["a_priori_error_median"].tolist() == ["6.3%", "3.1%"]
     assert texts["a_priori_within_10pct"].tolist() == ["64.3%", "95.0%"]
     just_the_share = accuracy.assign(a_priori_error_median=[0.04, float("nan")])
     assert speculative_figures.accuracy_lines(just_the_share) == [
-        "fast: median |error| 4.0%, 64% of cases within 10%, misses the share's target"
+        "fast: median |error| 4.0%, 64.3% of cases within 10%, misses the share's target"
     ]
+    # 0.896 is not 90%: the share is said to a tenth of a percent, as the table shows it.
+    near = pd.DataFrame({"impl": ["fast"], "a_priori_error_median": [0.01], "a_priori_within_10pct": [0.896]})
+    assert speculative_figures.accuracy_lines(near) == [
+        "fast: median |error| 1.0%, 89.6% of cases within 10%, misses the share's target"
+    ]
+    assert speculative_figures.accuracy_lines(near.assign(a_priori_within_10pct=["n/a"])) == []
 
 
 def test_one_k_draws_each_drafts_band_as_a_bar_and_the_title_names_the_cases() -> None:
@@ -149,3 +155,9 @@ def test_one_k_draws_each_drafts_band_as_a_bar_and_the_title_names_the_cases() -
     assert speculative_figures.shown_cases(over_k.assign(temperature=[1.0, 0.7, 1.0, 0.7]), "fixed k") == (
         "fixed k, the fast impl"
     )
+    # A temperature missing on some rows is not one temperature.
+    assert (
+        speculative_figures.shown_cases(cases.assign(temperature=[1.0, None]), "at k = 4") == "at k = 4, the fast impl"
+    )
+    # Without the colour's column, or with it all missing, the band still draws.
+    assert charts.speedup_bands(cases.drop(columns="draft").assign(draft=None), x="k").to_dict()["layer"]

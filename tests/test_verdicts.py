@@ -1103,3 +1103,25 @@ def test_a_review_of_two_runs_that_share_no_case_says_so_in_one_line() -> None:
         "the two runs share no case (2 figures only in the run, 3 only in the baseline): nothing to compare"
     )
     assert not review_lines.shares_no_case(review_of(1.0)), "runs of one sweep share their cases"
+
+
+def test_a_time_that_is_no_headline_is_regressed_when_it_grows() -> None:
+    """With every metric shown, a timed row that is no headline (a prefill's seconds) takes its
+    direction from the metric catalogue: 50% slower is regressed, not improved."""
+    params = {"part": "prefill", "impl": "static", "n": 256}
+    records, samples = [], []
+    for run_id, scale in ((1, 1.0), (2, 1.5)):
+        ident = run_id * 1000
+        times = [scale * (1 + 0.002 * pair) for pair in range(5)]
+        records.append({**row(run_id, "kv_cache", params, "prefill_seconds", min(times), ident), "unit": "seconds"})
+        samples += [
+            {"measurement_id": ident, "pair_index": pair, "side": "A", "seconds": time}
+            for pair, time in enumerate(times)
+        ]
+    frame = pd.DataFrame(records)
+    table = review.verdict_table(
+        frame[frame["run_id"] == 2], frame[frame["run_id"] == 1], pd.DataFrame(samples), headline_only=False, drift=0.0
+    )
+    prefill = table[table["metric"] == "prefill_seconds"].iloc[0]
+    assert prefill["kind"] == "timed" and prefill["change"] > 0.4
+    assert prefill["verdict"] == "regressed", prefill.to_dict()

@@ -100,8 +100,8 @@ if opened:
             links={"review": "review"},
             notes={
                 "estimate_error": "The launch's estimate against the time the run took: +50% said half again as "
-                "long, −50% half as long. A first run's estimate comes from the cost model, later ones from this "
-                "machine's earlier runs of the sweep."
+                "long, −50% half as long. The estimate is the cost model's, scaled by this machine's earlier runs "
+                "once there are any."
             },
         )
 

@@ -43,11 +43,10 @@ if opened and run_id is not None:
             ui.table(choices, "speculative_a_priori_choice")
         accuracy = data.part(cases, "accuracy")
         if not accuracy.empty:
+            said = speculative_figures.accuracy_lines(accuracy)
             st.caption(
                 "How close the a-priori prediction came, over every case of the impl (targets: a median |error| "
-                "of at most 5%, at least 90% of cases within 10%): "
-                + "; ".join(speculative_figures.accuracy_lines(accuracy))
-                + "."
+                "of at most 5%, at least 90% of cases within 10%)" + (": " + "; ".join(said) if said else "") + "."
             )
             ui.table(accuracy, "speculative_accuracy", ["impl", "a_priori_error_median", "a_priori_within_10pct"])
         impls = sorted(speculative["impl"].unique())
