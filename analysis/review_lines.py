@@ -6,7 +6,7 @@ Markdown and HTML reports, `decodelab report run` and `decodelab ab`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -153,6 +153,14 @@ def seen_line(table: pd.DataFrame) -> str:
             f"{run_wide_clause(table)}{remedy_clause(table)}"
         )
     return f"The smallest timed change this review could have flagged: {smallest:.0%} ({rows}){run_wide_clause(table)}"
+
+
+def notes_markdown(warnings: Sequence[str]) -> str:
+    """A review's warnings as one Markdown text for the page: the one as it is, several as a list
+    under what they are."""
+    if len(warnings) <= 1:
+        return "".join(warnings)
+    return "**What else limits this review:**\n" + "\n".join(f"- {warning}" for warning in warnings)
 
 
 # The verdicts of a row that only one of the two runs holds: nothing to compare.

@@ -594,6 +594,16 @@ def test_the_review_page_compares_two_runs_and_puts_the_regressions_first(
     opening = nodes[first_box]
     assert isinstance(opening, Info | WarningBox) and opening.value == review_lines.seen_line(judged)
     assert isinstance(opening, WarningBox) == review_lines.cannot_see(judged)
+    # Then at most two boxes before the counts: whether it is underpowered, and the rest in one list.
+    first_metric = next(index for index, node in enumerate(nodes) if isinstance(node, Metric))
+    boxes = [node.value for node in nodes[:first_metric] if isinstance(node, Info | WarningBox)]
+    built = report.build_report(Store(url), slowed, baseline, calibrated=False)
+    power = review_lines.power_line(judged)
+    assert boxes == [
+        opening.value,
+        *([power] if power else []),
+        *filter(None, [review_lines.notes_markdown(built.warnings)]),
+    ]
     table = app.dataframe[0].value
     assert table.iloc[0]["verdict"] == "regressed"
     # Read left to right: the verdict, what it is of, how far it moved and why, then the test's figures.
@@ -713,6 +723,14 @@ def test_the_review_opens_on_runs_of_the_same_spec_and_preset() -> None:
     assert default_review_run(runs) == 3 and default_baseline(runs, 3) == 2
     # The custom run's fallback is another run of its own spec, never a quick one.
     assert same_sweep_runs(runs, 4) == [] and same_sweep_runs(runs, 2) == [5, 3, 1]
+
+
+def test_a_reviews_warnings_are_one_list_under_what_they_are() -> None:
+    from analysis import review_lines
+
+    assert review_lines.notes_markdown([]) == ""
+    assert review_lines.notes_markdown(["the machine moved"]) == "the machine moved"
+    assert review_lines.notes_markdown(["a", "b"]) == "**What else limits this review:**\n- a\n- b"
 
 
 def test_a_review_against_a_later_run_says_which_way_its_verdicts_read() -> None:
