@@ -203,24 +203,19 @@ HEADLINES = tuple(
     Headline(experiment, metric.name, metric.better if metric.kind == "timed" else None)
     for experiment, metric in headlines()
 )
-# Case parts that calibrate the comparison instead of being compared: the A/A pairs (their
-# spread is reported beside the review; the t test measures each row's noise itself).
-
-
-HEADLINE_BETTER = {(headline.experiment, headline.metric): headline.better for headline in HEADLINES}
 
 
 @functools.lru_cache(maxsize=1024)
-def better_way(experiment: str, metric: str) -> str:
-    """Which way a timed metric is better: its headline's, else the metric catalogue's (a time
-    per token: lower), else higher. The verdicts and the Review page's chart of the changes read
-    it from here, so a dot coloured improved never sits on the worse side."""
-    if headline_better := HEADLINE_BETTER.get((experiment, metric)):
-        return headline_better
+def better_way(metric: str) -> str:
+    """Which way a timed metric is better: the metric catalogue's (a headline's is the same; a
+    time per token: lower), else higher. The verdicts and the Review page's chart of the changes
+    read it from here, so a dot coloured improved never sits on the worse side."""
     found = lookup(metric)
     return found.better if found is not None and found.better in ("higher", "lower") else "higher"
 
 
+# Case parts that calibrate the comparison instead of being compared: the A/A pairs (their
+# spread is reported beside the review; the t test measures each row's noise itself).
 NOISE_PARTS = {"aa"}
 # An A/A case's band (the speculative one's names, the others') and its ratio of minima.
 AA_BAND_METRICS = frozenset({"speedup_min", "speedup_max", "aa_speedup_low", "aa_speedup_high"})
@@ -420,7 +415,7 @@ def verdict_table(
             headline_per_sample(row["value_run"], by_measurement.get(row["measurement_id_run"]), method),
             headline_per_sample(row["value_baseline"], by_measurement.get(row["measurement_id_baseline"]), method),
         )
-        floors[len(rows) - 1] = (floor, better_way(str(row["experiment"]), str(row["metric"])))
+        floors[len(rows) - 1] = (floor, better_way(str(row["metric"])))
         if (phase := case_speeds.get((str(row["experiment"]), str(key)))) is not None:
             phases[len(rows) - 1] = phase
     judge_timed_rows(rows, candidates, floors, families or {}, run_wide_outside, absolute_outside, phases)

@@ -56,10 +56,10 @@ def symmetric_domain(ratios: pd.Series, least: float = 1.05) -> list[float]:
     return [1.0 / widest, widest]
 
 
-def better_factor(experiment: str, metric: str, ratio: float) -> float:
+def better_factor(metric: str, ratio: float) -> float:
     """``ratio`` (run over baseline) turned so that above 1 is better, the way the verdicts take
     it (review.better_way): inverted where lower is better (a time per token), as it is else."""
-    return 1.0 / ratio if ratio > 0 and better_way(experiment, metric) == "lower" else ratio
+    return 1.0 / ratio if ratio > 0 and better_way(metric) == "lower" else ratio
 
 
 def timed_changes(table: pd.DataFrame) -> Figure:
@@ -70,10 +70,8 @@ def timed_changes(table: pd.DataFrame) -> Figure:
     # The machine's own speed (a full review's not-judged reference readings) is not the code's change.
     timed = table[(table["kind"] == "timed") & table["change"].notna() & (table["metric"] != REFERENCE_METRIC)].copy()
     timed["ratio"] = [
-        better_factor(str(experiment), str(metric), 1.0 + change)
-        for experiment, metric, change in zip(
-            timed["experiment"], timed["metric"], timed["change"].astype(float), strict=True
-        )
+        better_factor(str(metric), 1.0 + change)
+        for metric, change in zip(timed["metric"], timed["change"].astype(float), strict=True)
     ]
     # The floor is a |log|: as a change, ±expm1 of it (as the report writes it).
     floors = timed["noise_floor"] if "noise_floor" in timed.columns else pd.Series(math.nan, index=timed.index)

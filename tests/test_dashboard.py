@@ -743,7 +743,8 @@ def test_a_review_against_a_later_run_says_which_way_its_verdicts_read() -> None
     assert said is not None and said.startswith("The baseline, run 3, ran after run 1")
     assert "regressed means run 1 did worse than run 3" in said
     assert later_baseline(runs, 3, 1) is None and later_baseline(runs, 3, 99) is None
-    unknown = runs.assign(started_at=[runs["started_at"].iloc[0], None, *runs["started_at"].iloc[2:]])
+    unknown = runs.copy()
+    unknown.loc[unknown.index[1], "started_at"] = pd.NaT  # run 2's start unknown
     assert later_baseline(unknown, 2, 3) is None and later_baseline(unknown, 1, 2) is None
 
 
@@ -817,13 +818,19 @@ def test_a_reviews_cache_key_moves_with_what_the_review_reads_and_only_with_it()
     assert data.review_state(abandoned, 3, 2, now=0.0) == data.review_state(abandoned, 3, 2, now=10_000.0)
 
 
+def rendered_page(page: str, url: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """``page`` run once on the store at ``url``, with no exception."""
+    monkeypatch.setenv("DECODELAB_DB", url)
+    app = AppTest.from_file(str(DASHBOARD / "views" / f"{page}.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, [exception.value for exception in app.exception]
+    return app
+
+
 def test_historys_estimate_error_says_which_way_its_sign_points(
     filled_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
-    app = AppTest.from_file(str(DASHBOARD / "views" / "history.py"), default_timeout=60)
-    app.run()
-    assert not app.exception, [exception.value for exception in app.exception]
+    app = rendered_page("history", filled_store_url, monkeypatch)
     runs = next(frame for frame in app.dataframe if "estimate_error" in frame.value.columns)
     columns = json.loads(runs.proto.columns)
     assert "+50% said half again as long" in columns["estimate_error"]["help"]
@@ -834,10 +841,7 @@ def test_the_quantization_page_says_what_a_divergence_position_of_every_token_me
     filled_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The chart writes "never diverged" where the table holds the number of tokens generated."""
-    monkeypatch.setenv("DECODELAB_DB", filled_store_url)
-    app = AppTest.from_file(str(DASHBOARD / "views" / "quantization.py"), default_timeout=60)
-    app.run()
-    assert not app.exception, [exception.value for exception in app.exception]
+    app = rendered_page("quantization", filled_store_url, monkeypatch)
     table = next(frame.value for frame in app.dataframe if "divergence_position_greedy" in frame.value.columns)
     [caption] = [caption.value for caption in app.caption if caption.value.startswith("Divergence positions")]
     said = re.search(r"A position of (\d+), as many as were generated, means none differed", caption)

@@ -156,8 +156,7 @@ def test_one_k_draws_each_drafts_band_as_a_bar_and_the_title_names_the_cases() -
         "fixed k, the fast impl"
     )
     # A temperature missing on some rows is not one temperature.
-    assert (
-        speculative_figures.shown_cases(cases.assign(temperature=[1.0, None]), "at k = 4") == "at k = 4, the fast impl"
-    )
+    partly_missing = cases.assign(temperature=[1.0, float("nan")])
+    assert speculative_figures.shown_cases(partly_missing, "at k = 4") == "at k = 4, the fast impl"
     # Without the colour's column, or with it all missing, the band still draws.
     assert charts.speedup_bands(cases.drop(columns="draft").assign(draft=None), x="k").to_dict()["layer"]
