@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import calibration, review, review_charts, review_host, review_inputs, review_lines, review_timed
 from analysis.figures import Figure
-from analysis.runs import sweep_label
+from analysis.runs import baseline_after, sweep_label
 from store.compatibility import renamed_in
 from store.drift import DriftRecord
 from store.store import Store
@@ -40,6 +40,10 @@ class RunReport:
 def warnings_for(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     """What makes a comparison weaker than it looks."""
     found = []
+    # First: it turns what every verdict means around.
+    later = baseline_after(run["run_id"], run.get("started_at"), baseline["run_id"], baseline.get("started_at"))
+    if later is not None:
+        found.append(later)
     if run["machine_fingerprint"] != baseline["machine_fingerprint"]:
         found.append("the runs ran on different machines (fingerprints differ): timed verdicts compare machines too")
     if run["model_hash"] != baseline["model_hash"]:

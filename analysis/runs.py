@@ -175,10 +175,18 @@ def later_baseline(runs: pd.DataFrame, run_id: int, baseline_id: int) -> str | N
     reviewed against), what the verdicts then mean, in words; None otherwise."""
     if "started_at" not in runs.columns:
         return None
-    started = pd.to_datetime(runs.set_index("run_id")["started_at"])
-    if run_id not in started.index or baseline_id not in started.index:
+    by_id = runs.set_index("run_id")
+    if run_id not in by_id.index or baseline_id not in by_id.index:
         return None
-    if pd.isna(started[run_id]) or pd.isna(started[baseline_id]) or started[baseline_id] <= started[run_id]:
+    started = by_id["started_at"]
+    return baseline_after(run_id, started[run_id], baseline_id, started[baseline_id])
+
+
+def baseline_after(run_id: int, run_started: Any, baseline_id: int, baseline_started: Any) -> str | None:
+    """``later_baseline`` from the two runs' start times (either unknown: None), for the reports,
+    which hold the two runs' records rather than the store's runs."""
+    run_time, baseline_time = pd.to_datetime(run_started), pd.to_datetime(baseline_started)
+    if pd.isna(run_time) or pd.isna(baseline_time) or baseline_time <= run_time:
         return None
     return (
         f"The baseline, run {baseline_id}, ran after run {run_id}: the verdicts read the older run against the "

@@ -358,6 +358,20 @@ def test_a_review_on_fewer_than_eight_earlier_runs_says_its_floors_rest_on_them(
     assert not [warning for warning in built.warnings if "floors rest on" in warning]
 
 
+def test_a_report_against_a_later_baseline_says_so_first_in_both_formats(filled_store_url: str, tmp_path: Path) -> None:
+    """A store's first run is reviewed against a later one: the report's first warning says that
+    its verdicts read the older run against the newer (the page said so, the files did not)."""
+    store = Store(copy_store(filled_store_url, tmp_path / "later.db"))
+    later = slowed_copy(store, 1, slower_by=1.0, hours_later=1, steady=True)
+    built = report.build_report(store, 1, later, calibrated=False)
+    said = f"The baseline, run {later}, ran after run 1: the verdicts read the older run against the newer"
+    assert built.warnings[0].startswith(said)
+    assert f"- warning: {said}" in report_render.render(built, "md")
+    assert f"<li class='warning'>warning: {said}" in report_render.render(built, "html")
+    onwards = report.build_report(store, later, 1, calibrated=False)
+    assert not [warning for warning in onwards.warnings if "ran after run" in warning]
+
+
 @pytest.mark.slow
 def test_the_report_command_writes_both_formats_and_refuses_bad_input_in_one_line(
     filled_store_url: str, tmp_path: Path

@@ -66,7 +66,8 @@ if opened:
     table = built.table
     if review_lines.shares_no_case(table):
         for warning in built.warnings:
-            st.warning(warning)
+            if warning != later:
+                st.warning(warning)
         summary = review_lines.summary_line(table)
         st.info(f"Run {run_id} against run {baseline_id}: {summary}. Pick a baseline of the same preset.")
         st.stop()
@@ -82,7 +83,7 @@ if opened:
         st.warning(power)
     # The rest of what limits the review in one box: four boxes in a row before the counts read
     # as four alarms (a first-time user's tour).
-    notes = review_lines.notes_markdown(built.warnings)
+    notes = review_lines.notes_markdown([warning for warning in built.warnings if warning != later])
     if notes:
         st.warning(notes)
     counts = review_lines.verdict_counts(table)
