@@ -110,6 +110,22 @@ class Row:
     source: str = MEASURED
 
 
+# The page's columns: the verdict beside the two values it judges, the band and the method after
+# (a first-time user found the verdict past the right edge, after the long method text).
+PAGE_COLUMNS = [
+    "writeup",
+    "claim",
+    "writeup_value",
+    "run_value",
+    "verdict",
+    "band_low",
+    "band_high",
+    "kind",
+    "source",
+    "method",
+]
+
+
 class RunFigures:
     """One run's recorded measurements, looked up by experiment, metric and case params."""
 
@@ -216,14 +232,14 @@ def markdown(rows: Sequence[Row], run_id: int) -> str:
         "arithmetic on fixed sizes: the same for any run) or identity (true by construction); the count below "
         "the table agrees over measured rows only.",
         "",
-        "| write-up | claim | write-up | this run | band | kind | source | method | verdict |",
+        "| write-up | claim | write-up | this run | verdict | band | kind | source | method |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         band = f"{_number(row.band_low)}–{_number(row.band_high)}" if row.band_low is not None else ""
         lines.append(
-            f"| {row.writeup} | {row.claim} | {_number(row.writeup_value)} | {_number(row.run_value)} | {band} | "
-            f"{row.kind} | {row.source} | {row.method} | {row.verdict} |"
+            f"| {row.writeup} | {row.claim} | {_number(row.writeup_value)} | {_number(row.run_value)} | "
+            f"{row.verdict} | {band} | {row.kind} | {row.source} | {row.method} |"
         )
     return "\n".join([*lines, "", summary(rows)]) + "\n"
 

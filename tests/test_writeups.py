@@ -113,6 +113,7 @@ def test_the_report_command_writes_json_and_markdown(filled_store_url: str, tmp_
     assert "exact figures measured on this run agree (beside them, not counted:" in result.stdout
     assert {row["source"] for row in rows} == set(SOURCES)
     assert "| kind | source |" in (tmp_path / "seed_report.md").read_text()
+    assert "| this run | verdict |" in (tmp_path / "seed_report.md").read_text(), "the verdict beside its values"
     missing = run_decodelab(
         "report", "seeds", "--run", "999", "--out", str(tmp_path), "--db", filled_store_url, cwd=tmp_path
     )
@@ -205,3 +206,14 @@ def test_every_row_of_the_seed_preset_is_classed_and_no_closed_form_counts_as_me
     by_claim = {figure["claim"]: figure for figure in figures}
     old_wrong = [claim for claim in free if old_source_of(by_claim[claim]) == MEASURED]
     assert len(old_wrong) >= 17, old_wrong
+
+
+def test_the_pages_columns_show_every_field_with_the_verdict_beside_the_values() -> None:
+    """A first-time user found the verdict past the right edge, after the method's long text."""
+    from dataclasses import fields
+
+    from analysis.writeups import PAGE_COLUMNS, Row
+
+    assert sorted(PAGE_COLUMNS) == sorted(field.name for field in fields(Row))
+    assert PAGE_COLUMNS[PAGE_COLUMNS.index("run_value") + 1] == "verdict"
+    assert PAGE_COLUMNS[-1] == "method"

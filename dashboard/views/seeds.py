@@ -4,7 +4,7 @@ what on the machine (the same rows as `decodelab report seeds`)."""
 import pandas as pd
 import streamlit as st
 
-from analysis.writeups import SOURCES, summary, writeup_rows
+from analysis.writeups import PAGE_COLUMNS, SOURCES, summary, writeup_rows
 from dashboard import data, ui
 
 st.title("The write-ups, reproduced")
@@ -35,19 +35,4 @@ if opened and run_id is not None:
     sources = st.multiselect("Sources", list(SOURCES), default=[], key="seeds_sources")
     shown = rows[rows["kind"].isin(kinds)] if kinds else rows
     shown = shown[shown["source"].isin(sources)] if sources else shown
-    ui.table(
-        shown,
-        "seed_report",
-        [
-            "writeup",
-            "claim",
-            "writeup_value",
-            "run_value",
-            "band_low",
-            "band_high",
-            "kind",
-            "source",
-            "method",
-            "verdict",
-        ],
-    )
+    ui.table(shown, "seed_report", PAGE_COLUMNS)
