@@ -5,6 +5,8 @@ from analysis.theme, so a series reads the same on every page; every builder tit
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -243,19 +245,49 @@ def bars(
     color: str | None = None,
     chart_title: str | None = None,
 ) -> Figure:
-    """One bar per ``category`` (each labelled), coloured by ``color`` where given."""
+    """One bar per ``category`` (each labelled), coloured by ``color`` where given, its value
+    written over it: a handful of bars is read for their numbers, not their heights."""
     encodings = {"color": theme.color(color, frame)} if color else {}
-    return (
+    drawn = base_chart(frame).mark_bar().encode(tooltip=[category, value], **encodings)
+    written = (
         base_chart(frame)
-        .mark_bar()
+        .mark_text(baseline="bottom", dy=-3)
+        .encode(text=alt.Text(f"{value}:Q", format=value_format(frame[value])))
+    )
+    return (
+        alt.layer(drawn, written)
         .encode(
             x=alt.X(f"{category}:N", sort=None, axis=discrete_axis(category, label_angle=-30)),
-            y=alt.Y(f"{value}:Q", title=title or value),
-            tooltip=[category, value],
-            **encodings,
+            y=alt.Y(f"{value}:Q", title=title or value, scale=headroom_scale(frame[value])),
         )
         .properties(title=chart_title or title or value)
     )
+
+
+def headroom_scale(values: pd.Series) -> alt.Scale:
+    """A bar chart's value scale from zero with room beyond the longest bar for its written value
+    (a label over the tallest bar sat outside the plot)."""
+    shown = pd.to_numeric(values, errors="coerce").dropna()
+    if shown.empty:
+        return alt.Scale(zero=True)
+    low, high = min(0.0, float(shown.min())), max(0.0, float(shown.max()))
+    room = 0.15 * ((high - low) or 1.0)
+    return alt.Scale(domain=[low - room if low < 0 else low, high + room if high > 0 else high])
+
+
+def value_format(values: pd.Series) -> str:
+    """A d3 format for the bars' written values: whole numbers with thousands separators, others
+    with the decimals that give the largest three significant figures, the same for every bar
+    (0.0691 and 0.0204; 1.00 and 0.62), so that a tiny value reads as the bar shows it and no label
+    runs into its neighbour's."""
+    shown = pd.to_numeric(values, errors="coerce").dropna()
+    if shown.empty:
+        return ",.3~r"
+    if bool((shown == shown.round()).all()) and bool((shown.abs() >= 1).all()):
+        return ",d"
+    largest = float(shown.abs().max())
+    decimals = 2 if largest == 0 else max(0, 2 - math.floor(math.log10(largest)))
+    return f",.{decimals}f"
 
 
 def divergence(frame: pd.DataFrame, category: str, position: str, generated: str) -> Figure:
@@ -265,12 +297,20 @@ def divergence(frame: pd.DataFrame, category: str, position: str, generated: str
     shown["note"] = shown["diverged"].map({True: "", False: "never diverged"})
     shown["index"] = shown[position].where(shown["diverged"])
     axis = alt.X(f"{category}:N", sort=None, axis=discrete_axis(category, label_angle=-30))
+    tokens = int(shown[generated].max()) if not shown.empty else 0
+    # The axis spans the tokens generated, whole indexes: with no bar it read "0.000000" alone.
+    index_axis = alt.Axis(format="d", tickMinStep=1)
     columns = (
         base_chart(shown)
         .mark_bar()
         .encode(
             x=axis,
-            y=alt.Y("index:Q", title="first differing index (0-based)"),
+            y=alt.Y(
+                "index:Q",
+                title="first differing index (0-based)",
+                scale=alt.Scale(domain=[0, max(tokens, 1)]),
+                axis=index_axis,
+            ),
             color=theme.color("precision", shown) if "precision" in shown.columns else alt.Undefined,
             tooltip=[category, position, generated],
         )
@@ -280,7 +320,6 @@ def divergence(frame: pd.DataFrame, category: str, position: str, generated: str
         .mark_text(angle=270, align="left", dx=-4, color=REFERENCE_COLOR)
         .encode(x=axis, y=alt.datum(0), text="note:N")
     )
-    tokens = int(shown[generated].max()) if not shown.empty else 0
     return alt.layer(columns, never).properties(title=f"greedy text against float32's, over {tokens} tokens")
 
 

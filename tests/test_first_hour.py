@@ -49,6 +49,16 @@ def test_every_chart_is_finished_with_whole_legends_and_a_title_and_an_untitled_
     # Tooltips without a format of their own: six significant digits, a run's time to the minute.
     assert spec["config"]["tooltipFormat"] == {"numberFormat": ",.6~r", "timeFormat": "%Y-%m-%d %H:%M"}
     assert spec["encoding"]["x"]["axis"]["labelOverlap"] is False  # every bar labelled
+    # Each bar's value is written over it, whole numbers whole, others to three figures.
+    written = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    text = {"field": "weight_bytes", "format": ",d", "type": "quantitative"}
+    assert written and written[0]["encoding"]["text"] == text
+    # Others with the decimals that give the largest three figures, the same for every bar.
+    assert charts.value_format(pd.Series([0.912, 1.01, 0.32])) == ",.2f"
+    assert charts.value_format(pd.Series([0.0691, 0.0204])) == ",.4f"
+    assert charts.value_format(pd.Series([6.7e-6, -0.00454])) == ",.5f"
+    assert charts.value_format(pd.Series([1234.5, 20.25])) == ",.0f"
+    assert charts.value_format(pd.Series([0.0, 1.0])) == ",.2f"  # a zero is no count's evidence
     # The plot keeps its own height whatever the legend and labels take (Streamlit's "fit" squeezed it).
     assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}
     with pytest.raises(ValueError, match="title"):
@@ -70,6 +80,9 @@ def test_a_variant_that_never_diverged_draws_no_bar_and_says_so() -> None:
     assert [row["index"] for row in bars] == [None, 21.0, None]
     assert [row["variant"] for row in spec["datasets"][never["data"]["name"]]] == ["fp32", "fast_bf16"]
     assert never["encoding"]["text"]["field"] == "note"
+    # The index axis spans the tokens generated, in whole numbers, bars or none.
+    y = columns["encoding"]["y"]
+    assert y["scale"]["domain"] == [0, 200] and y["axis"]["format"] == "d"
 
 
 def test_the_table_format_reads_flags_missing_values_big_numbers_and_bytes() -> None:

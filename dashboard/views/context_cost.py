@@ -4,6 +4,9 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 
+# The bars in words: the summary's column names are what the CSV keeps.
+PAIR_NAMES = {"causal_pairs": "kept by the causal mask", "wasted_pairs": "computed, then masked (n² − kept)"}
+
 st.title("Context cost")
 st.caption("Counted multiplications, not times: the same integers on every machine.")
 opened = ui.open_store()
@@ -38,5 +41,7 @@ if opened and run_id is not None:
             right.metric(f"Linear part, n = {last:,} over n = {before:,}", f"{row['linear_ratio']:.2f}×")
             st.caption("Doubling the context quadruples the attention work and doubles the per-position work.")
         pairs = summary.melt(value_vars=["causal_pairs", "wasted_pairs"], var_name="pairs", value_name="count")
-        ui.chart(charts.bars(pairs, "pairs", "count", "score pairs"))
+        pairs["pairs"] = pairs["pairs"].map(PAIR_NAMES)
+        at_n = f"score pairs at n = {int(row['n']):,}"
+        ui.chart(charts.bars(pairs, "pairs", "count", "score pairs", chart_title=at_n))
         ui.table(summary, "context_cost_summary")
