@@ -25,7 +25,9 @@ if opened:
             "level is marked (red diamond, a link to its review against the run before it), found by PELT from the "
             "ruptures library on the series standardised by its own run-to-run noise (docs/dashboard.md, History); the "
             "band is each level's median ± 3 times that noise. Runs tagged suspect are shown but neither marked "
-            "nor counted."
+            "nor counted. The review a change point links to judges that run against the one before it, case by "
+            "case, with its own test: it may call the same move `unknown drift` where the run's readings of the "
+            "machine's speed moved too, or `within noise` where one run alone cannot tell it from noise."
         )
         columns = st.columns(2)
         for index, series in enumerate(history_series.SERIES):
