@@ -57,7 +57,15 @@ REGIME_COLORS = {
     "compute-bound": "#f28e2b",
     "overhead-bound": "#e15759",
 }
-KNOWN_COLORS = {"impl": IMPL_COLORS, "draft": DRAFT_COLORS, "precision": PRECISION_COLORS, "regime": REGIME_COLORS}
+# Context cost's two parts, far apart: from their names they came out two pinks.
+COST_PART_COLORS = {"quadratic (attention)": "#e15759", "linear (per position)": "#4e79a7"}
+KNOWN_COLORS = {
+    "impl": IMPL_COLORS,
+    "draft": DRAFT_COLORS,
+    "precision": PRECISION_COLORS,
+    "regime": REGIME_COLORS,
+    "cost_part": COST_PART_COLORS,
+}
 # A review's two sides (``which``: "run 4", "baseline 3") by their first word, far apart: colours
 # from their whole names came out a light blue and a light teal.
 WHICH_COLORS = {"run": "#4e79a7", "baseline": "#f28e2b"}

@@ -423,7 +423,8 @@ def tvd(distribution: pd.DataFrame) -> Figure:
 
 def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
     long = table.melt(id_vars=["n"], value_vars=["quad_mults", "linear_mults"], var_name="part", value_name="mults")
-    long["part"] = long["part"].map({"quad_mults": "quadratic (attention)", "linear_mults": "linear (per position)"})
+    quadratic, linear = theme.COST_PART_COLORS  # the parts' names, each with its fixed colour
+    long["part"] = long["part"].map({"quad_mults": quadratic, "linear_mults": linear})
     # The crossover widens the n axis when it lies beyond the lengths counted: drawn, never off the chart.
     lengths = axis_values(long, "n") + ([crossover] if crossover is not None else [])
     lines = (
@@ -432,7 +433,7 @@ def quad_vs_linear(table: pd.DataFrame, crossover: float | None) -> Figure:
         .encode(
             x=alt.X("n:Q", scale=fitted_scale(lengths, log=True), title="context length n"),
             y=alt.Y("mults:Q", scale=fitted_scale(long["mults"], log=True), title="multiplications"),
-            color=theme.color("part", long),
+            color=theme.color("part", long, key="cost_part"),
             tooltip=["n", "part", alt.Tooltip("mults:Q", format=",d")],  # exact counts
         )
     )

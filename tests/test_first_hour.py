@@ -555,3 +555,11 @@ def test_the_verdicts_and_the_chart_take_one_direction_for_every_timed_metric() 
     assert review.better_way("draft_cost_ratio") == "higher"  # neither says: higher
     assert review_charts.better_factor("prefill_seconds", 1.25) == pytest.approx(0.8)
     assert review_charts.better_factor("measured_speedup", 1.25) == 1.25
+
+
+def test_context_costs_two_parts_take_their_fixed_colours() -> None:
+    """From their names the two parts came out two pinks."""
+    table = pd.DataFrame({"n": [16, 32], "quad_mults": [8192, 32768], "linear_mults": [49152, 98304]})
+    spec = charts.quad_vs_linear(table, 96.0).to_dict()
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(colour["domain"], colour["range"], strict=True)) == theme.COST_PART_COLORS
