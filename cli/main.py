@@ -231,7 +231,7 @@ def cancel(
     """Call off a queued or running job: no worker claims it again.
 
     A running one stops at its next heartbeat, its run marked interrupted."""
-    store = open_store(db, "cancel")
+    store = open_store(db, "cancel", creates=False)
     was = store.jobs.cancel(job_id)
     typer.echo(f"job {job_id} cancelled (it was {was})")
 
@@ -332,7 +332,7 @@ def recommend(
     """The speculative setup the a-priori prediction picks per impl, predicted and measured, and why."""
     from cli.recommend import recommendations
 
-    store = open_store(db, "recommend")
+    store = open_store(db, "recommend", read_only=True)
     if not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
     lines = recommendations(store.results.measurements(run_id, "speculative"))

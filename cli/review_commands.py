@@ -47,7 +47,7 @@ def tag(
 
     `baseline` pins the run as the baseline of later runs of its preset on its machine; `suspect`
     leaves it out of baselines and change detection."""
-    store = open_store(db, "tag")
+    store = open_store(db, "tag", creates=False)
     check_run(store, run_id)
     if remove:
         removed = store.annotations.remove_tag(run_id, name)
@@ -63,7 +63,7 @@ def note(
     db: DbOption = None,
 ) -> None:
     """Set a run's note (replacing the one it had)."""
-    store = open_store(db, "note")
+    store = open_store(db, "note", creates=False)
     check_run(store, run_id)
     store.annotations.set_note(run_id, text)
     typer.echo(f"run {run_id}: note {'set' if text.strip() else 'removed'}")

@@ -41,7 +41,7 @@ def report_roofline(run_id: RunOption, out: OutOption, report_format: FormatOpti
     from analysis import roofline_report
 
     chosen_format = checked_format(out, report_format)
-    store = open_store(db, "report roofline")
+    store = open_store(db, "report roofline", read_only=True)
     check_run(store, run_id)
     built = roofline_report.build(store, run_id)
     if built.roof is None:

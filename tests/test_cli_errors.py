@@ -63,6 +63,25 @@ def test_a_missing_directory(tmp_path: Path) -> None:
     assert_one_line_error(result, "does not exist")
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["recommend", "--run", "1"], "a reading command creates none"),
+        (["report", "roofline", "--run", "1", "--out", "r.md"], "a reading command creates none"),
+        (["report", "run", "--run", "2", "--out", "r.md"], "a reading command creates none"),
+        (["tag", "reviewed", "--run", "1"], "`decodelab tag` changes an existing store and creates none"),
+        (["note", "hello", "--run", "1"], "`decodelab note` changes an existing store and creates none"),
+        (["cancel", "3"], "`decodelab cancel` changes an existing store and creates none"),
+    ],
+)
+def test_a_mistyped_store_path_is_refused_not_created(tmp_path: Path, args: list[str], fragment: str) -> None:
+    """A command about a run or a job in a store that is not there says so; it used to create an
+    empty store and then say there was no such run, which reads as an empty store, not a typo."""
+    result = decodelab(*args, "--db", f"sqlite:///{tmp_path}/typo.db", cwd=tmp_path)
+    assert_one_line_error(result, "no such file", fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_store_newer_than_the_code(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new.db'}"
     Store(url).close()
@@ -310,3 +329,4 @@ def test_an_output_file_that_cannot_be_written_is_one_line(tmp_path: Path, quick
     )
     assert result.returncode == 2, result.stderr
     assert_one_line_error(result, "--out: cannot write '/proc/decodelab-export.csv'")
+
