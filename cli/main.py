@@ -241,14 +241,24 @@ def export(
     out: Annotated[Path, typer.Option("--out", help="File to write.")],
     db: DbOption = None,
     run_id: Annotated[int | None, typer.Option("--run", help="Only this run.")] = None,
-    export_format: Annotated[str, typer.Option("--format", help="csv, json or parquet.")] = "csv",
+    export_format: Annotated[
+        str | None, typer.Option("--format", help="csv, json or parquet (default: from the file's name, else csv).")
+    ] = None,
 ) -> None:
     """Write measurements in the long format: run_id, machine, experiment, params, metric, value, unit.
 
     JSON rows also carry each measurement's raw samples and its run, so `decodelab import` can
     recreate the run in another store; a JSON file named *.gz is written gzip-compressed."""
-    from store.export import EXPORT_FORMATS, compressed_name, write_export
+    from store.export import EXPORT_FORMATS, compressed_name, format_of_name, write_export
 
+    named = format_of_name(out)
+    if export_format is not None and named is not None and export_format != named:
+        # c.json written as CSV used to be reported as written, then refused by `import`.
+        raise InputError(
+            f"--out: {str(out)!r} names {named}, but --format is {export_format} (allowed: a name ending "
+            f".{export_format}, or another --format)"
+        )
+    export_format = export_format or named or "csv"
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--format: {export_format!r} is not supported (allowed: {', '.join(EXPORT_FORMATS)})")
     if compressed_name(out) and export_format != "json":

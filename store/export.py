@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 EXPORT_FORMATS = ("csv", "json", "parquet")
 
 
+def format_of_name(path: Path) -> str | None:
+    """The export format a file's name says (run.json, run.json.gz, run.csv, run.parquet), if any."""
+    name = path.name.lower().removesuffix(".gz")
+    return next((each for each in EXPORT_FORMATS if name.endswith(f".{each}")), None)
+
+
 def compressed_name(path: Path) -> bool:
     """Whether a JSON export written to ``path`` is gzip-compressed: its name ends in .gz."""
     return path.name.lower().endswith(".gz")

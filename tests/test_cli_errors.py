@@ -330,3 +330,20 @@ def test_an_output_file_that_cannot_be_written_is_one_line(tmp_path: Path, quick
     assert result.returncode == 2, result.stderr
     assert_one_line_error(result, "--out: cannot write '/proc/decodelab-export.csv'")
 
+
+def test_export_takes_its_format_from_the_files_name_and_refuses_a_name_that_says_another(
+    tmp_path: Path, quick_store: Path
+) -> None:
+    """`export --out c.json` used to write CSV under that name and report it written; `import`
+    then refused the file."""
+    url = f"sqlite:///{quick_store / 'quick.db'}"
+    named = decodelab("export", "--out", "c.json", "--db", url, cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+    assert json.loads((tmp_path / "c.json").read_text())[0]["run"]["uid"]  # JSON, as the name says
+    imported = decodelab("import", "c.json", "--db", f"sqlite:///{tmp_path / 'other.db'}", cwd=tmp_path)
+    assert imported.returncode == 0 and "cases added" in imported.stdout, imported.stderr
+    plain = decodelab("export", "--out", "c.txt", "--db", url, cwd=tmp_path)
+    assert plain.returncode == 0 and (tmp_path / "c.txt").read_text().startswith("run_id,"), plain.stderr
+    clash = decodelab("export", "--out", "d.json", "--format", "csv", "--db", url, cwd=tmp_path)
+    assert_one_line_error(clash, "--out: 'd.json' names json, but --format is csv")
+    assert not (tmp_path / "d.json").exists()

@@ -56,17 +56,17 @@ def test_exports_and_reports_are_0640_and_never_written_through_a_planted_link(t
         assert result.returncode == 0, result.stderr
         assert victim.read_text() == "precious\n" and (shared / "runs.json.partial").is_symlink()
         assert not out.is_symlink() and out.read_text().strip() == "[]" and mode(out) == 0o640
-        out.unlink()
-        out.symlink_to(other_victim)
-        result = run_decodelab("export", "--format", "csv", "--out", str(out), "--db", url, cwd=tmp_path)
+        table = shared / "runs.csv"
+        table.symlink_to(other_victim)
+        result = run_decodelab("export", "--format", "csv", "--out", str(table), "--db", url, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert other_victim.read_text() == "precious too\n" and not out.is_symlink() and mode(out) == 0o640
+        assert other_victim.read_text() == "precious too\n" and not table.is_symlink() and mode(table) == 0o640
         result = run_decodelab("report", "context-cost", "--out", str(shared), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
     assert {mode(shared / name) for name in ("cost_report.json", "cost_report.md")} == {0o640}
     # Nothing temporary left behind: the folder holds the outputs and the planted link only.
     assert sorted(path.name for path in shared.iterdir()) == [
-        "cost_report.json", "cost_report.md", "runs.json", "runs.json.partial"
+        "cost_report.json", "cost_report.md", "runs.csv", "runs.json", "runs.json.partial"
     ]  # fmt: skip
 
 
