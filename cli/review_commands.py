@@ -38,7 +38,9 @@ def check_run(store: Store, run_id: int) -> None:
 
 
 def tag(
-    name: Annotated[str, typer.Argument(help="baseline, reviewed, suspect, or a free name.")],
+    name: Annotated[
+        str, typer.Argument(help="baseline, reviewed, suspect, or a free name (not ab: or rev:, which ab writes).")
+    ],
     run_id: RunOption,
     remove: Annotated[bool, typer.Option("--remove", help="Take the tag off instead.")] = False,
     db: DbOption = None,
@@ -53,6 +55,9 @@ def tag(
         removed = store.annotations.remove_tag(run_id, name)
         typer.echo(f"run {run_id}: tag {name} {'removed' if removed else 'was not there'}")
     else:
+        from store.annotations import check_new_tag
+
+        check_new_tag(name)
         added = store.annotations.add_tag(run_id, name)
         typer.echo(f"run {run_id}: tagged {name}{'' if added else ' (already)'}")
 

@@ -38,6 +38,24 @@ def check_tag(name: str) -> str:
     return name
 
 
+# The prefixes of the tags `decodelab ab` writes: by hand, an ab: tag takes a run out of the
+# baselines and pairs it with another, and a rev: tag names a commit it may not have run.
+RESERVED_PREFIXES = ("ab:", "rev:")
+
+
+def check_new_tag(name: str) -> str:
+    """``check_tag`` for a tag a person adds: also refused where it starts like the tags that
+    `decodelab ab` writes."""
+    check_tag(name)
+    reserved = next((prefix for prefix in RESERVED_PREFIXES if name.startswith(prefix)), None)
+    if reserved is not None:
+        raise StoreError(
+            f"tag: {name!r} starts with {reserved}, which only `decodelab ab` writes (allowed: a name not starting "
+            f"with {' or '.join(RESERVED_PREFIXES)}; known: {', '.join(KNOWN_TAGS)})"
+        )
+    return name
+
+
 def check_note(text: str) -> str:
     """The note as stored: control characters but line breaks and tabs removed (store.user_text),
     or StoreError over the limit."""

@@ -347,3 +347,14 @@ def test_export_takes_its_format_from_the_files_name_and_refuses_a_name_that_say
     clash = decodelab("export", "--out", "d.json", "--format", "csv", "--db", url, cwd=tmp_path)
     assert_one_line_error(clash, "--out: 'd.json' names json, but --format is csv")
     assert not (tmp_path / "d.json").exists()
+
+
+def test_a_tag_that_only_ab_writes_is_refused_by_hand(tmp_path: Path, quick_store: Path) -> None:
+    """By hand an ab: tag took a run out of the baselines and paired it with others, silently."""
+    shutil.copy(quick_store / "quick.db", tmp_path / "quick.db")
+    url = f"sqlite:///{tmp_path / 'quick.db'}"
+    for name, prefix in (("ab:7-8", "ab:"), ("rev:abc", "rev:")):
+        result = decodelab("tag", name, "--run", "1", "--db", url, cwd=tmp_path)
+        assert_one_line_error(result, f"tag: '{name}' starts with {prefix}, which only `decodelab ab` writes")
+    assert Store(url).annotations.tags([1]) == {}
+    assert decodelab("tag", "abc:x", "--run", "1", "--db", url, cwd=tmp_path).returncode == 0

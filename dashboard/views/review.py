@@ -8,7 +8,7 @@ import streamlit as st
 from analysis import report_render, review, review_lines
 from analysis.runs import default_review_run, later_baseline, same_sweep_runs
 from dashboard import data, ui
-from store.annotations import KNOWN_TAGS, check_note, check_tag
+from store.annotations import KNOWN_TAGS, check_new_tag, check_note, check_tag
 from store.errors import StoreError
 from store.user_text import markdown_text
 
@@ -143,6 +143,8 @@ if opened:
             try:
                 for tag in wanted_tags:  # every name checked before anything is written
                     check_tag(tag)
+                for tag in wanted_tags - set(held):  # an ab: tag the run holds stays; a new one is refused
+                    check_new_tag(tag)
                 check_note(note)
                 for tag in sorted(wanted_tags - set(held)):
                     store.annotations.add_tag(int(run_id), tag)
