@@ -1,5 +1,5 @@
-"""The review commands: `decodelab tag`, `decodelab note`, `decodelab report run` and
-`decodelab report machines`."""
+"""The review commands: `decodelab runs`, `decodelab tag`, `decodelab note`, `decodelab report run`
+and `decodelab report machines`."""
 
 from __future__ import annotations
 
@@ -27,14 +27,45 @@ GATE_VERDICTS = ("regressed", "changed", "improved", "unknown drift", "underpowe
 FormatOption = Annotated[
     str | None, typer.Option("--format", help="html or md (default: from the file's suffix, else html).")
 ]
-RunOption = Annotated[
-    int, typer.Option("--run", help="The run's id (see the dashboard's History or `decodelab workers`).")
-]
+RunOption = Annotated[int, typer.Option("--run", help="The run's id (`decodelab runs` lists them).")]
 
 
 def check_run(store: Store, run_id: int) -> None:
     if not store.results.run_exists(run_id):
         raise InputError(f"--run: no run {run_id} in {store.masked_url}")
+
+
+def runs(
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="Show this many, newest first.")] = 20,
+) -> None:
+    """List the store's runs, newest first: id, start (UTC), status, machine, sweep, code, seconds, tags."""
+    store = open_store(db, "runs", read_only=True)
+    # pandas comes with frames: loaded once the store is open, so a refused command never pays it.
+    import pandas as pd
+
+    from analysis.runs import sweep_labels
+    from store import frames
+    from store.user_text import for_terminal
+
+    listed = frames.runs(store)
+    if listed.empty:
+        typer.echo(f"no run in {store.masked_url} yet (`decodelab run --preset quick` makes one)")
+        return
+    shown = listed.head(limit)
+    # Widths in characters; the text a run brought (machine, tags) made safe for a terminal.
+    columns = (("run", 5), ("started (UTC)", 16), ("status", 11), ("machine", 16), ("sweep", 24), ("code", 28))
+    typer.echo("  ".join(f"{name:<{width}}" for name, width in columns) + f"  {'seconds':>8}  tags")
+    for row, sweep in zip(shown.to_dict("records"), sweep_labels(shown), strict=True):
+        cells = (row["run_id"], str(row["started_at"])[:16], row["status"], row["machine"], sweep, row["code_version"])
+        text = "  ".join(
+            f"{for_terminal('' if cell is None else cell)[:width]:<{width}}"
+            for cell, (_, width) in zip(cells, columns, strict=True)
+        )
+        seconds = f"{row['wall_seconds']:.0f}" if pd.notna(row["wall_seconds"]) else ""
+        typer.echo(f"{text}  {seconds:>8}  {for_terminal(row['tags'] or '')}")
+    if len(listed) > limit:
+        typer.echo(f"… {len(listed) - limit} older run(s) not shown (--limit)")
 
 
 def tag(

@@ -358,3 +358,22 @@ def test_a_tag_that_only_ab_writes_is_refused_by_hand(tmp_path: Path, quick_stor
         assert_one_line_error(result, f"tag: '{name}' starts with {prefix}, which only `decodelab ab` writes")
     assert Store(url).annotations.tags([1]) == {}
     assert decodelab("tag", "abc:x", "--run", "1", "--db", url, cwd=tmp_path).returncode == 0
+
+
+def test_runs_lists_the_stores_runs_newest_first_and_says_when_there_are_none(
+    tmp_path: Path, quick_store: Path
+) -> None:
+    """The help of every --run pointed at `decodelab workers`, which lists no run ids."""
+    url = f"sqlite:///{quick_store / 'quick.db'}"
+    listed = decodelab("runs", "--db", url, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    header, first, *rest = listed.stdout.splitlines()
+    assert header.split()[:4] == ["run", "started", "(UTC)", "status"] and header.endswith("tags")
+    assert first.split()[0] == "1" and " done " in first and " custom " in first and rest == []
+    Store(f"sqlite:///{tmp_path / 'empty.db'}").close()
+    empty = decodelab("runs", "--db", f"sqlite:///{tmp_path / 'empty.db'}", cwd=tmp_path)
+    assert empty.returncode == 0 and empty.stdout.startswith("no run in sqlite:///"), empty.stderr
+    refused = decodelab("runs", "--limit", "0", "--db", url, cwd=tmp_path)
+    assert refused.returncode == 2 and "--limit" in refused.stderr
+    helped = decodelab("tag", "--help", cwd=tmp_path).stdout
+    assert "decodelab runs" in helped and "decodelab workers" not in helped
