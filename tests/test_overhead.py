@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from runner.measure.fitting import fit_line
+from runner.measure.fitting import fit_line, fit_line_relative
 from store import frames
 
 
 def test_fit_line_recovers_a_line() -> None:
     intercept, slope, error = fit_line([1e4, 1e5, 1e6], [4e-4 + 2e-10 * x for x in (1e4, 1e5, 1e6)])
     assert intercept == pytest.approx(4e-4) and slope == pytest.approx(2e-10) and error < 1e-9
+
+
+def test_the_relative_fit_recovers_a_line_and_keeps_a_fast_steps_overhead_positive() -> None:
+    """The fast impl's overhead points of a quick run on the 2-core Xeon VM (2026-12-07, store
+    G run 4: d_model 8 to 256): plain least squares is the widest points' line, an intercept of
+    −2.8 µs (negative seconds) missing the smallest step by 137%; on the relative errors, the
+    intercept sits below the smallest step and the largest relative error is a third of that."""
+    intercept, slope, error = fit_line_relative([1e4, 1e5, 1e6], [4e-4 + 2e-10 * x for x in (1e4, 1e5, 1e6)])
+    assert intercept == pytest.approx(4e-4) and slope == pytest.approx(2e-10) and error < 1e-9
+    mults = [4688.0, 13984.0, 46400.0, 166528.0, 627968.0, 2435584.0]
+    seconds = [5.41e-6, 5.26e-6, 7.90e-6, 14.16e-6, 92.86e-6, 402.7e-6]
+    plain, _, plain_error = fit_line(mults, seconds)
+    relative, relative_slope, relative_error = fit_line_relative(mults, seconds)
+    assert plain < 0 and plain_error > 1.3
+    assert 0.5 * min(seconds) < relative < min(seconds) and relative_slope > 0 and relative_error < plain_error / 3
 
 
 def test_the_overhead_fit_is_one_type_that_fits_records_and_predicts() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import Unmeasured
-from runner.measure.fitting import fit_line
+from runner.measure.fitting import fit_line_relative
 from store.records import MeasurementRecord
 
 
@@ -26,10 +26,12 @@ class OverheadFit:
 
     @classmethod
     def fit(cls, mults_per_token: Sequence[float], seconds_per_token: Sequence[float]) -> OverheadFit:
-        """Least squares over one point per width; two widths at least."""
+        """Least squares of the relative errors over one point per width (``fit_line_relative``:
+        the fit is judged by its largest relative error, and plain least squares is the widest
+        points' line); two widths at least."""
         if len(mults_per_token) < 2:
             raise Unmeasured(f"the overhead fit needs two widths, this run measured {len(mults_per_token)}")
-        intercept, slope, error = fit_line(list(mults_per_token), list(seconds_per_token))
+        intercept, slope, error = fit_line_relative(list(mults_per_token), list(seconds_per_token))
         return cls(intercept, slope, error, len(mults_per_token))
 
     @classmethod
