@@ -43,12 +43,21 @@ def quantization_sentence(quantized: pd.DataFrame, cases: pd.DataFrame) -> str |
         speedup = case.iloc[0].get("speedup_vs_fp32")
         parts.append(
             f"{kernel} weights work from {placed['level']} ({placed['regime']}, {percent(placed['roof_fraction'])} "
-            f"of the roof) and run {speedup:.2f}× faster than fp32"
+            f"of the roof) and run {speed_against(speedup, 'fp32')}"
         )
     if not parts:
         return None
     level = f" (fp32 from {baseline.iloc[0]['level']})" if not baseline.empty else ""
     return "; ".join(parts) + level + "."
+
+
+def speed_against(speedup: float, other: str) -> str:
+    """A speedup in words that hold either way: "1.86× as fast as fp32 (faster)"; a ratio below one
+    read "0.81× faster than fp32" (a slowdown)."""
+    if speedup != speedup:  # NaN: not measured
+        return f"at a speed not measured against {other}"
+    way = "faster" if speedup > 1 else "slower" if speedup < 1 else "the same"
+    return f"{speedup:.2f}× as fast as {other} ({way})"
 
 
 # Recorded only by runs placed after the loop's own costs were priced (roofline_placement.speculative).

@@ -214,3 +214,23 @@ def test_the_sentence_names_the_cost_that_decides_and_the_acceptance_needed() ->
     below = roofline_conclusions.speculative_sentence(speculative.assign(roofline_loop_overhead_fit_seconds=-10e-6))
     assert below is not None
     assert "loop's own overhead -0.25 (below zero: the roof prices the other parts above what they took))" in below
+
+
+def test_a_quantized_kernel_slower_than_fp32_reads_slower() -> None:
+    """ "run 0.81× faster than fp32" read as a speedup on a user's tour."""
+    quantized = pd.DataFrame(
+        {
+            "kernel": ["float32", "fast_int8", "fast_bf16"],
+            "level": ["L2", "L2", "L2"],
+            "regime": ["memory-bound"] * 3,
+            "roof_fraction": [0.8, 0.5, 0.6],
+        }
+    )
+    cases = pd.DataFrame({"kernel": ["fast_int8", "fast_bf16"], "speedup_vs_fp32": [0.81, 1.86]})
+    sentence = roofline_conclusions.quantization_sentence(quantized, cases)
+    assert sentence is not None and "faster than" not in sentence
+    assert (
+        "fast_int8 weights work from L2 (memory-bound, 50% of the roof) and run 0.81× as fast as fp32 (slower)"
+        in sentence
+    )
+    assert "run 1.86× as fast as fp32 (faster)" in sentence
