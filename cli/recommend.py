@@ -46,11 +46,23 @@ def ranking(setups: dict[Candidate, dict[str, float]]) -> tuple[list[tuple[str, 
     return ranked, 1 + [name for name, _ in ranked].index(PLAIN)
 
 
-def ranking_words(ranked: list[tuple[str, float]], plain_place: int) -> str:
-    shown = [f"{place}. {name} {speedup:.2f}x" for place, (name, speedup) in enumerate(ranked[:RANKED_SHOWN], 1)]
-    if plain_place > RANKED_SHOWN:
-        shown.append(f"… {plain_place}. {PLAIN} {PLAIN_SPEEDUP:.2f}x")
-    return f"ranked by measured speedup ({len(ranked)} choices): {'; '.join(shown)}"
+def ranking_words(ranked: list[tuple[str, float]], plain_place: int, picked: str | None = None) -> str:
+    """The ranking's head, and plain decoding's and the pick's places wherever they fall, with "…"
+    between places left out and a count of those after (a pick in fifth place of five used to go
+    unshown, unmarked)."""
+    names = [name for name, _ in ranked]
+    picked_place = 1 + names.index(picked) if picked in names else None
+    places = sorted(
+        {*range(1, min(RANKED_SHOWN, len(ranked)) + 1), plain_place, *([picked_place] if picked_place else [])}
+    )
+    shown: list[str] = []
+    for index, place in enumerate(places):
+        name, speedup = ranked[place - 1]
+        gap = "… " if place > (places[index - 1] if index else 0) + 1 else ""
+        mark = " (the pick)" if place == picked_place else ""
+        shown.append(f"{gap}{place}. {name} {speedup:.2f}x{mark}")
+    more = f"; and {len(ranked) - places[-1]} more" if places[-1] < len(ranked) else ""
+    return f"ranked by measured speedup ({len(ranked)} choices): {'; '.join(shown)}{more}"
 
 
 def plain_wins_words(best: Candidate | None, best_values: dict[str, float], best_speedup: float) -> str:
@@ -111,12 +123,21 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
         if best_speedup < PLAIN_SPEEDUP:
             # Plain decoding is the fastest choice: the pick's regret is against it; the stored
             # regret (against the fastest setup) stays beside it with its band.
-            lead = plain_wins_words(best, setups.get(best, {}) if best else {}, best_speedup) + ". The a-priori pick: "
+            lead = plain_wins_words(best, setups.get(best, {}) if best else {}, best_speedup) + ". "
             loss = figure(PLAIN_SPEEDUP - picked_speedup)
             verdict = f"regret {loss} against {PLAIN}, the fastest choice; against the fastest setup {verdict}"
         elif picked_speedup < PLAIN_SPEEDUP:
             verdict += f"; the pick measured slower than {PLAIN} (by {figure(PLAIN_SPEEDUP - picked_speedup)})"
-        ranked = "; " + ranking_words(*ranking(setups)) if setups else ""
+        if values["a_priori_choice_predicted_speedup"] < PLAIN_SPEEDUP:
+            # The prediction's own best is a loss: what it recommends is plain decoding (it used
+            # to name its best setup as the pick, predicted at 0.59x).
+            below = f"puts every speculative setup below {PLAIN}, so it recommends {PLAIN}; its best setup: "
+            lead += (
+                f"The a-priori prediction agrees: it {below}" if lead else f"{PLAIN}: the a-priori prediction {below}"
+            )
+        elif lead:
+            lead += "The a-priori pick: "
+        ranked = "; " + ranking_words(*ranking(setups), describe(picked)) if setups else ""
         why = []
         if "acceptance_rate" in case:
             why.append(f"acceptance {case['acceptance_rate']:.2f}")

@@ -390,7 +390,7 @@ def test_recommend_says_plain_decoding_wins_and_ranks_it_among_the_setups() -> N
     assert "regret 0.16 against plain decoding" in line and "regret 0.03 as measured, within" in line
     assert (
         "ranked by measured speedup (4 choices): 1. plain decoding 1.00x; 2. ngram, fixed k = 2 0.87x; "
-        "3. ngram, fixed k = 4 0.84x." in line
+        "3. ngram, fixed k = 4 0.84x (the pick); and 1 more." in line
     ), line
     # Speculative wins: plain decoding keeps its place in the ranking, printed past the head.
     setups = {(draft, k): (1.5 - 0.1 * k, 1.3 - 0.1 * k, 1.6) for draft in ("bigram", "ngram") for k in (1, 2, 3)}
@@ -403,3 +403,29 @@ def test_recommend_says_plain_decoding_wins_and_ranks_it_among_the_setups() -> N
     (line,) = recommendations(choice_rows(setups, ("bigram", 2), regret=0.0004, band=0.0001))
     assert "regret 0.0004 as measured, beyond the pairs' noise band 0.0001" in line
     assert "the pick measured slower than plain decoding (by 0.1)" in line
+    # A pick past the ranking's head is shown in its place, marked; places left out read "…".
+    setups = {("bigram", k): (1.5 - 0.1 * k, 1.3 - 0.1 * k, 1.6) for k in (1, 2, 3, 4, 5)}
+    (line,) = recommendations(choice_rows(setups, ("bigram", 5), regret=0.4, band=0.2))
+    assert "3. bigram, fixed k = 3 1.20x; … 5. bigram, fixed k = 5 1.00x (the pick); 6. plain decoding" in line, line
+
+
+def test_recommend_says_plain_decoding_where_the_prediction_puts_every_setup_below_it() -> None:
+    """`recommend` named its best setup, predicted at 0.59x, as the pick (a user's tour)."""
+    from dataclasses import replace
+
+    from cli.recommend import recommendations
+
+    setups = {("bigram", 1): (1.1, 1.05, 1.15), ("ngram", 2): (0.9, 0.89, 0.92)}
+    rows = choice_rows(setups, ("ngram", 2), regret=0.2, band=0.05)
+    rows = [row if row.metric != "a_priori_choice_predicted_speedup" else replace(row, value=0.59) for row in rows]
+    (line,) = recommendations(rows)
+    assert line.startswith(
+        "fast, temperature 1: plain decoding: the a-priori prediction puts every speculative setup below plain "
+        "decoding, so it recommends plain decoding; its best setup: ngram, fixed k = 2; predicted 0.59x"
+    ), line
+    # Where every setup also measured slower, the measurement leads and the prediction agrees.
+    setups = {("bigram", 1): (0.95, 0.9, 0.99), ("ngram", 2): (0.9, 0.89, 0.92)}
+    rows = choice_rows(setups, ("ngram", 2), regret=0.05, band=0.05)
+    rows = [row if row.metric != "a_priori_choice_predicted_speedup" else replace(row, value=0.8) for row in rows]
+    (line,) = recommendations(rows)
+    assert "every pair slower). The a-priori prediction agrees: it puts every speculative setup below" in line, line
