@@ -1,7 +1,8 @@
 """``decodelab recommend --run N``: the speculative setup the a-priori prediction picks per impl
 (and temperature), what it predicted and measured, and why, read from the run's choice cases;
-plain decoding ranked among the choices (every speedup is against it, so it stands at 1x), and
-named the winner when every setup measured slower. A regret is printed as measured, beside its
+plain decoding ranked among the choices (every speedup is against it, so it stands at 1x), named
+the winner when every setup measured slower, and recommended when the prediction puts every setup
+below it. A regret is printed as measured, beside its
 noise band: it reads 0 only where the pick was the measured best."""
 
 from __future__ import annotations
