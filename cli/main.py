@@ -98,17 +98,18 @@ def load_spec(preset: str | None, spec: Path | None) -> SweepSpec:
 @app.command()
 def train(
     db: DbOption = None,
-    preset: PresetOption = "quick",
+    preset: PresetOption = None,
     spec: SpecOption = None,
     corpus: Annotated[str | None, typer.Option(help="A UTF-8 text file to train on instead.")] = None,
 ) -> None:
-    """Train the model a spec names, or reuse the identical one already in the store."""
+    """Train the model a spec names (quick when none is given), or reuse the identical one already in the store."""
     from runner.execution.execute import log_to_stderr
     from runner.model.corpus import load_corpus
     from runner.model.train import train_or_reuse
     from runner.spec.sweeps import validate
 
-    chosen = load_spec(None if spec is not None else preset, spec)
+    # Both given is refused, as `run` refuses it: --spec used to win silently over --preset.
+    chosen = load_spec("quick" if preset is None and spec is None else preset, spec)
     if chosen.is_hf:
         raise InputError("--spec: an hf model is not trained here (allowed: a spec of decodelab's own model)")
     if corpus is not None:

@@ -117,6 +117,8 @@ def test_usage_errors_and_bad_option_values_are_one_line_and_exit_2(tmp_path: Pa
         (["export", "--run", "abc", "--out", "x"], "'--run'"),
         (["dashboard", "--port", "99999"], "'--port': Input should be less than or equal to 65535"),
         (["db"], "decodelab db: a command is missing (allowed: upgrade, current)"),
+        # train took --spec and ignored --preset silently; run and enqueue refuse both.
+        (["train", "--preset", "quick", "--spec", "x.toml"], "give exactly one of --preset NAME or --spec FILE"),
     ):
         result = decodelab(*args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
