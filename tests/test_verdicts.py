@@ -501,6 +501,14 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
     line = review_lines.seen_line(steady)
     assert line.startswith(f"The smallest timed change this review could have flagged: {smallest:.0%} ("), line
     assert "cannot see" not in line and "decodelab ab" not in line
+    # One sensitive row beside a weak median: the line says most rows cannot see 25%, and what would.
+    weak = steady.assign(detectable=[smallest] + [0.9] * (len(steady) - 1))
+    line = review_lines.seen_line(weak)
+    assert line.startswith(f"The smallest timed change this review could have flagged: {smallest:.0%} ("), line
+    assert line.endswith(
+        "; most of its rows cannot see 25%; an A/B session of both revisions would see smaller ones: "
+        "`decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
+    ), line
 
     untested = steady.assign(detectable=float("nan"))
     assert not review_lines.cannot_see(untested) and "no timed row was tested" in review_lines.seen_line(untested)
