@@ -132,7 +132,8 @@ def seen_line(table: pd.DataFrame) -> str:
     machine" where that is above UNDERPOWERED_CHANGE, and what its rows would have seen
     (``detectable_line``); where no row could see RUN_WIDE_ALLOWANCE alone, what a move of the
     whole run is judged against (``run_wide_clause``); where it cannot see, or its median row
-    cannot see UNDERPOWERED_CHANGE, what would (``remedy_clause``). A count of "0 regressed" means nothing beyond what this line allows."""
+    cannot see UNDERPOWERED_CHANGE, what would (``remedy_clause``). A count of "0 regressed"
+    means nothing beyond what this line allows."""
     smallest = smallest_detectable(table)
     if smallest is None:
         return (
