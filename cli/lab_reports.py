@@ -96,9 +96,9 @@ def scale_table(prompt_tokens: int, new_tokens: int, tokens_per_user: int, budge
     budget = int(budget_gib * scale.GIB)
     lines = [
         f"prompt {prompt_tokens} + {new_tokens} new tokens; {tokens_per_user} tokens per user; "
-        f"budget {budget_gib:g} GiB of cache",
-        f"{'shape':32} {'attention':32} {'work no cache':>16} {'work cache':>14} {'KV B/token':>11} "
-        f"{'GB/user':>8} {'users':>7}",
+        f"budget {budget_gib:g} GiB of cache; attention work in score pairs (query-key products) over every layer",
+        f"{'shape':32} {'attention':32} {'pairs no cache':>16} {'pairs cache':>14} {'KV B/token':>11} "
+        f"{'GiB/user':>8} {'users':>7}",
     ]
     for shape in scale.NAMED_SHAPES:
         lines.append(
@@ -106,7 +106,7 @@ def scale_table(prompt_tokens: int, new_tokens: int, tokens_per_user: int, budge
             f"{scale.attention_work_without_cache(prompt_tokens, new_tokens, shape.layers):>16,} "
             f"{scale.attention_work_with_cache(prompt_tokens, new_tokens, shape.layers):>14,} "
             f"{scale.kv_bytes_per_token(shape):>11,} "
-            f"{scale.kv_bytes_per_request(shape, tokens_per_user) / scale.GB:>8.2f} "
+            f"{scale.kv_bytes_per_request(shape, tokens_per_user) / scale.GIB:>8.2f} "  # the budget's unit
             f"{scale.max_users_for_budget(shape, tokens_per_user, budget):>7,}"
         )
     return "\n".join(lines)

@@ -355,12 +355,17 @@ def recommend(
 
 @report_app.command("scale")
 def report_scale(
-    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 400,
-    new_tokens: Annotated[int, typer.Option(min=0, max=10_000_000)] = 100,
-    tokens_per_user: Annotated[int, typer.Option(min=1, max=10_000_000)] = 8000,
-    budget_gib: Annotated[float, typer.Option(min=0.001, max=1e9)] = 80.0,
+    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000, help="Tokens of the prompt.")] = 400,
+    new_tokens: Annotated[int, typer.Option(min=1, max=10_000_000, help="Tokens generated after it.")] = 100,
+    tokens_per_user: Annotated[
+        int, typer.Option(min=1, max=10_000_000, help="Tokens each user's KV cache holds.")
+    ] = 8000,
+    budget_gib: Annotated[
+        float, typer.Option(min=0.001, max=1e9, help="Memory for KV caches, GiB (2^30 bytes).")
+    ] = 80.0,
 ) -> None:
-    """Attention work and KV-cache bytes for named real model shapes."""
+    """Attention work (score pairs, with and without a KV cache) and KV-cache bytes for named real
+    model shapes, and how many users' caches fit a memory budget."""
     from cli.lab_reports import scale_table
 
     typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))

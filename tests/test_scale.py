@@ -66,3 +66,15 @@ def test_pairs_against_brute_force(n: int, g: int) -> None:
     assert cost.causal_pairs(n) == len(kept)
     assert cost.wasted_pairs(n) == len(full) - len(kept)
     assert cost.generate_pairs(n, g) == sum(length for length in range(n + 1, n + g + 1))
+
+
+def test_the_scale_report_names_its_units_in_the_budgets_unit() -> None:
+    """`report scale` printed "work" without a unit and GB per user beside a budget in GiB."""
+    from cli.lab_reports import scale_table
+
+    table = scale_table(400, 100, 8000, 80.0).splitlines()
+    assert "attention work in score pairs" in table[0] and "GiB of cache" in table[0]
+    assert table[1].split()[-2:] == ["GiB/user", "users"] and "pairs no cache" in table[1]
+    llama = next(line for line in table if line.startswith("Llama 2 7B"))
+    per_user = scale.kv_bytes_per_request(next(s for s in scale.NAMED_SHAPES if s.name == "Llama 2 7B"), 8000)
+    assert llama.split()[-2] == f"{per_user / scale.GIB:.2f}" == "3.91"
