@@ -111,6 +111,10 @@ def test_the_profile_command_prints_and_stores_its_figures(tmp_path: Path) -> No
     )
     assert float(printed["dram_bytes_per_second_one_thread"]) > 0
     assert "L1 read GB/s" in result.stdout
+    # The table leads with the roof the roofline uses, the best repeat, not the median.
+    fp32 = next(line for line in result.stdout.splitlines() if line.startswith("peak fp32 Gop/s"))
+    assert fp32.split()[5] == f"{stored['peak_operations_per_second']['fp32']['high'] / 1e9:.1f}", fp32
+    assert "(median " in fp32 and "least " in fp32
 
 
 def test_a_run_profiles_its_machine_first_and_places_its_timed_cases(filled_store_url: str) -> None:

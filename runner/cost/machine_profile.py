@@ -228,12 +228,14 @@ def name_value_lines(figures: dict[str, Any]) -> list[str]:
 
 
 def table(figures: dict[str, Any]) -> str:
-    """The profile as a plain text table with its bands."""
+    """The profile as a plain text table: first each figure's roof, the best repeat, which the
+    roofline uses (the median came first, and a user compared the wrong figure), then its median
+    and least repeat."""
 
     def rate(row: dict[str, float], scale: float) -> str:
-        return f"{row['median'] / scale:8.1f} [{row['low'] / scale:.1f}-{row['high'] / scale:.1f}]"
+        return f"{row['high'] / scale:8.1f} (median {row['median'] / scale:.1f}, least {row['low'] / scale:.1f})"
 
-    lines = [f"{'roof':<28}{'median [low-high]':>28}"]
+    lines = [f"{'roof: the best repeat':<28}{'(median, least)':>28}"]
     for precision, rates in figures["peak_operations_per_second"].items():
         lines.append(f"{'peak ' + precision + ' Gop/s (one core)':<28}{rate(rates, 1e9):>28}")
     threads = figures["threads"]
