@@ -217,3 +217,17 @@ def test_the_pages_columns_show_every_field_with_the_verdict_beside_the_values()
     assert sorted(PAGE_COLUMNS) == sorted(field.name for field in fields(Row))
     assert PAGE_COLUMNS[PAGE_COLUMNS.index("run_value") + 1] == "verdict"
     assert PAGE_COLUMNS[-1] == "method"
+
+
+def test_the_context_cost_figures_pin_the_write_ups_shape() -> None:
+    """A custom spec's context_cost at d_model 16 read "crossover n … 96 | differs" against the
+    write-up's 3,072 at d_model 512: another shape is "not in this run", never "differs"."""
+    from analysis.writeups import load_figures
+
+    small = {"part": "summary", "ratio_lengths": [16, 32], "n": 32, "budget_bytes": 1 << 30}
+    small |= {"generated_tokens": 256, "d_model": 16, "d_ff": 64, "n_heads": 2, "itemsize": 2}
+    metrics = [figure["metric"] for figure in load_figures() if figure.get("experiment") == "context_cost"]
+    recorded = Recorded({"context_cost": [RecordedMeasurement(small, metric, 96.0, "count") for metric in metrics]})
+    rows = [row for row in writeup_rows(recorded, 1) if row.writeup == "context-cost-lab"]
+    assert len(rows) == len(metrics) == 9
+    assert {row.verdict for row in rows} == {"not in this run (run the seed preset)"}, rows
