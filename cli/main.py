@@ -364,8 +364,9 @@ def report_scale(
         float, typer.Option(min=0.001, max=1e9, help="Memory for KV caches, GiB (2^30 bytes).")
     ] = 80.0,
 ) -> None:
-    """Attention work (score pairs, with and without a KV cache) and KV-cache bytes for named real
-    model shapes, and how many users' caches fit a memory budget."""
+    """Attention work and KV-cache bytes for named real model shapes, and the users a budget holds.
+
+    Attention work is counted in score pairs (query-key products), with and without a KV cache."""
     from cli.lab_reports import scale_table
 
     typer.echo(scale_table(prompt_tokens, new_tokens, tokens_per_user, budget_gib))
