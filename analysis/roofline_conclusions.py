@@ -4,6 +4,8 @@ models' fit judged on the same points (a summary per group and one warning for a
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from runner.cost import speculative as speculative_cost
@@ -40,7 +42,8 @@ def quantization_sentence(quantized: pd.DataFrame, cases: pd.DataFrame) -> str |
         if row.empty or case.empty:
             continue
         placed = row.iloc[0]
-        speedup = case.iloc[0].get("speedup_vs_fp32")
+        measured = case.iloc[0].get("speedup_vs_fp32")
+        speedup = math.nan if measured is None else float(measured)
         parts.append(
             f"{kernel} weights work from {placed['level']} ({placed['regime']}, {percent(placed['roof_fraction'])} "
             f"of the roof) and run {speed_against(speedup, 'fp32')}"
