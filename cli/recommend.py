@@ -121,24 +121,31 @@ def recommendations(rows: Sequence[RecordedMeasurement]) -> list[str]:
         picked_speedup = values["a_priori_choice_speedup"]
         best = max(setups, key=lambda candidate: setups[candidate]["speedup_median"]) if setups else None
         lead = ""
+        # The prediction's own best is a loss: it recommends plain decoding (it used to name its
+        # best setup, predicted at 0.59x, as the pick), and the regret is plain decoding's.
+        recommends_plain = values["a_priori_choice_predicted_speedup"] < PLAIN_SPEEDUP
         if best_speedup < PLAIN_SPEEDUP:
             # Plain decoding is the fastest choice: the pick's regret is against it; the stored
             # regret (against the fastest setup) stays beside it with its band.
             lead = plain_wins_words(best, setups.get(best, {}) if best else {}, best_speedup) + ". "
             loss = figure(PLAIN_SPEEDUP - picked_speedup)
             verdict = f"regret {loss} against {PLAIN}, the fastest choice; against the fastest setup {verdict}"
-        elif picked_speedup < PLAIN_SPEEDUP:
+        elif picked_speedup < PLAIN_SPEEDUP and not recommends_plain:
             verdict += f"; the pick measured slower than {PLAIN} (by {figure(PLAIN_SPEEDUP - picked_speedup)})"
-        if values["a_priori_choice_predicted_speedup"] < PLAIN_SPEEDUP:
-            # The prediction's own best is a loss: what it recommends is plain decoding (it used
-            # to name its best setup as the pick, predicted at 0.59x).
+        if recommends_plain:
             below = f"puts every speculative setup below {PLAIN}, so it recommends {PLAIN}; its best setup: "
             lead += (
                 f"The a-priori prediction agrees: it {below}" if lead else f"{PLAIN}: the a-priori prediction {below}"
             )
+            verdict = (
+                f"{PLAIN}'s regret 0 (the measured best)"
+                if best_speedup <= PLAIN_SPEEDUP
+                else f"{PLAIN}'s regret {figure(best_speedup - PLAIN_SPEEDUP)} as measured, against the fastest setup"
+            )
         elif lead:
             lead += "The a-priori pick: "
-        ranked = "; " + ranking_words(*ranking(setups), describe(picked)) if setups else ""
+        recommended = PLAIN if recommends_plain else describe(picked)
+        ranked = "; " + ranking_words(*ranking(setups), recommended) if setups else ""
         why = []
         if "acceptance_rate" in case:
             why.append(f"acceptance {case['acceptance_rate']:.2f}")

@@ -221,7 +221,10 @@ def test_recommend_prints_the_pick_per_impl_and_refuses_a_missing_run(filled_sto
         recorded = choice[[found == key for found in keys]].set_index("metric")["value"]
         assert "ranked by measured speedup" in line and "plain decoding 1.00x" in line, line
         assert ("plain decoding wins" in line) == (recorded["measured_best_speedup"] < 1.0), line
-        assert ("regret 0 " in line) == (recorded["a_priori_regret_measured"] == 0.0), line
+        if recorded["a_priori_choice_predicted_speedup"] < 1.0:  # it recommends plain decoding: its regret
+            assert ("plain decoding's regret 0 " in line) == (recorded["measured_best_speedup"] <= 1.0), line
+        else:
+            assert ("regret 0 " in line) == (recorded["a_priori_regret_measured"] == 0.0), line
     missing = run_decodelab("recommend", "--run", "999", "--db", filled_store_url, cwd=ROOT)
     assert missing.returncode == 2 and "--run: no run 999" in missing.stderr
 
@@ -423,9 +426,13 @@ def test_recommend_says_plain_decoding_where_the_prediction_puts_every_setup_bel
         "fast, temperature 1: plain decoding: the a-priori prediction puts every speculative setup below plain "
         "decoding, so it recommends plain decoding; its best setup: ngram, fixed k = 2; predicted 0.59x"
     ), line
+    # The regret and the ranking's pick are plain decoding's: bigram measured 1.10x, so 0.1 lost.
+    assert "plain decoding's regret 0.1 as measured, against the fastest setup" in line, line
+    assert "2. plain decoding 1.00x (the pick)" in line and "the pick measured slower" not in line, line
     # Where every setup also measured slower, the measurement leads and the prediction agrees.
     setups = {("bigram", 1): (0.95, 0.9, 0.99), ("ngram", 2): (0.9, 0.89, 0.92)}
     rows = choice_rows(setups, ("ngram", 2), regret=0.05, band=0.05)
     rows = [row if row.metric != "a_priori_choice_predicted_speedup" else replace(row, value=0.8) for row in rows]
     (line,) = recommendations(rows)
     assert "every pair slower). The a-priori prediction agrees: it puts every speculative setup below" in line, line
+    assert "plain decoding's regret 0 (the measured best)" in line and "1. plain decoding 1.00x (the pick)" in line
