@@ -112,3 +112,12 @@ def test_each_fast_sample_of_a_point_is_its_own_placement(impl: str, monkeypatch
     calls.clear()
     overhead.aa({**shape, "part": "aa", "pairs": 2}, context)
     assert calls == (["new", "packed"] * 2 + ["release"] if impl == "fast" else [])
+
+
+def test_the_overhead_fit_refuses_a_width_without_a_positive_time() -> None:
+    """Weighed by 1 / time², a zero time divided by zero; a NaN one made every figure NaN."""
+    from runner.cost.overhead_fit import OverheadFit
+
+    for bad in (0.0, float("nan"), -1e-6):
+        with pytest.raises(RuntimeError, match="a positive time at every width"):
+            OverheadFit.fit([1e4, 1e5, 1e6], [4e-4, bad, 6e-4])

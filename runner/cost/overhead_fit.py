@@ -8,6 +8,7 @@ machine that was fitted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,9 @@ class OverheadFit:
         points' line); two widths at least."""
         if len(mults_per_token) < 2:
             raise Unmeasured(f"the overhead fit needs two widths, this run measured {len(mults_per_token)}")
+        if not all(math.isfinite(seconds) and seconds > 0 for seconds in seconds_per_token):
+            # Weighed by 1 / time², a time of zero or none has no weight to give.
+            raise Unmeasured(f"the overhead fit needs a positive time at every width, got {list(seconds_per_token)}")
         intercept, slope, error = fit_line_relative(list(mults_per_token), list(seconds_per_token))
         return cls(intercept, slope, error, len(mults_per_token))
 
