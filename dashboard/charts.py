@@ -267,12 +267,20 @@ def bars(
 def headroom_scale(values: pd.Series) -> alt.Scale:
     """A bar chart's value scale from zero with room beyond the longest bar for its written value
     (a label over the tallest bar sat outside the plot)."""
-    shown = pd.to_numeric(values, errors="coerce").dropna()
+    shown = finite(values)
     if shown.empty:
         return alt.Scale(zero=True)
     low, high = min(0.0, float(shown.min())), max(0.0, float(shown.max()))
-    room = 0.15 * ((high - low) or 1.0)
+    if low == high:  # every bar zero: a unit axis rather than none
+        return alt.Scale(domain=[0.0, 1.0])
+    room = 0.15 * (high - low)
     return alt.Scale(domain=[low - room if low < 0 else low, high + room if high > 0 else high])
+
+
+def finite(values: pd.Series) -> pd.Series:
+    """The finite numbers of ``values``: no NaN, no infinity, nothing that is not a number."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    return numbers[numbers.map(lambda number: math.isfinite(number))]
 
 
 def value_format(values: pd.Series) -> str:
@@ -280,7 +288,7 @@ def value_format(values: pd.Series) -> str:
     with the decimals that give the largest three significant figures, the same for every bar
     (0.0691 and 0.0204; 1.00 and 0.62), so that a tiny value reads as the bar shows it and no label
     runs into its neighbour's."""
-    shown = pd.to_numeric(values, errors="coerce").dropna()
+    shown = finite(values)
     if shown.empty:
         return ",.3~r"
     if bool((shown == shown.round()).all()) and bool((shown.abs() >= 1).all()):

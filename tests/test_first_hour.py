@@ -563,3 +563,13 @@ def test_context_costs_two_parts_take_their_fixed_colours() -> None:
     spec = charts.quad_vs_linear(table, 96.0).to_dict()
     colour = spec["layer"][0]["encoding"]["color"]["scale"]
     assert dict(zip(colour["domain"], colour["range"], strict=True)) == theme.COST_PART_COLORS
+
+
+def test_bars_of_zeros_or_infinities_keep_an_axis_and_a_format() -> None:
+    """Every bar zero gave the axis a domain of [0, 0]; an infinite value broke the format."""
+    zeros = charts.headroom_scale(pd.Series([0.0, 0.0]))
+    assert zeros.domain == [0.0, 1.0]
+    with_inf = charts.headroom_scale(pd.Series([1.0, float("inf"), 2.0]))
+    assert with_inf.domain[0] == 0.0 and 2.0 < with_inf.domain[1] < 2.5
+    assert charts.value_format(pd.Series([float("inf"), 1.5])) == ",.2f"
+    assert charts.value_format(pd.Series([float("nan")])) == ",.3~r"
