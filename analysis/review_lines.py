@@ -155,7 +155,9 @@ def seen_line(table: pd.DataFrame) -> str:
         )
     # One sensitive row under a weak median read as a review that sees (23% beside "66 of 67 rows
     # underpowered", a user's tour): where the median row cannot see 25%, what would see more.
-    median = float(table["detectable"].dropna().astype(float).median())
+    # Over the rows that could see a change at all: one waiting for history (inf) is said apart.
+    tested = table["detectable"].dropna().astype(float)
+    median = float(tested[tested.map(math.isfinite)].median())
     remedy = (
         f"; most of its rows cannot see {UNDERPOWERED_CHANGE:.0%}{remedy_clause(table)}"
         if median > UNDERPOWERED_CHANGE

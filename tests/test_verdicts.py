@@ -509,6 +509,9 @@ def test_the_review_says_first_the_smallest_change_it_could_have_flagged() -> No
         "; most of its rows cannot see 25%; an A/B session of both revisions would see smaller ones: "
         "`decodelab ab --baseline REV --candidate REV` (docs/ci.md)"
     ), line
+    # Rows waiting for history (could see nothing yet) are said apart, not counted as weak.
+    waiting = steady.assign(detectable=[smallest] + [float("inf")] * (len(steady) - 1))
+    assert "most of its rows" not in review_lines.seen_line(waiting)
 
     untested = steady.assign(detectable=float("nan"))
     assert not review_lines.cannot_see(untested) and "no timed row was tested" in review_lines.seen_line(untested)
