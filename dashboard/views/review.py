@@ -8,7 +8,7 @@ import streamlit as st
 from analysis import report_render, review, review_lines
 from analysis.runs import default_review_run, later_baseline, same_sweep_runs
 from dashboard import data, ui
-from store.annotations import KNOWN_TAGS, check_new_tag, check_note, check_tag
+from store.annotations import KNOWN_TAGS, RESERVED_PREFIXES, check_new_tag, check_note, check_tag
 from store.errors import StoreError
 from store.user_text import markdown_text
 
@@ -132,7 +132,9 @@ if opened:
         st.write(f"Tags: {markdown_text(run['tags']) if run['tags'] else 'none'}. Note: {note}.")
     else:
         held = sorted(review.tag_set(run["tags"]))
-        known = sorted({*KNOWN_TAGS, *held, *(tag for value in runs["tags"] for tag in review.tag_set(value))})
+        others = {tag for value in runs["tags"] for tag in review.tag_set(value)}
+        # Another run's ab: or rev: tag would only be refused here (check_new_tag): not offered.
+        known = sorted({*KNOWN_TAGS, *held, *(tag for tag in others if not tag.startswith(RESERVED_PREFIXES))})
         with st.form("annotate"):
             tags = st.multiselect("Tags", known, default=held, key=f"review_tags_{run_id}")
             extra = st.text_input("Another tag (a-z, 0-9, . _ -)", key=f"review_new_tag_{run_id}")
