@@ -132,9 +132,9 @@ if opened:
         st.write(f"Tags: {markdown_text(run['tags']) if run['tags'] else 'none'}. Note: {note}.")
     else:
         held = sorted(review.tag_set(run["tags"]))
-        others = {tag for value in runs["tags"] for tag in review.tag_set(value)}
+        every_tag = {tag for value in runs["tags"] for tag in review.tag_set(value)}
         # Another run's ab: or rev: tag would only be refused here (check_new_tag): not offered.
-        known = sorted({*KNOWN_TAGS, *held, *(tag for tag in others if not tag.startswith(RESERVED_PREFIXES))})
+        known = sorted({*KNOWN_TAGS, *held, *(tag for tag in every_tag if not tag.startswith(RESERVED_PREFIXES))})
         with st.form("annotate"):
             tags = st.multiselect("Tags", known, default=held, key=f"review_tags_{run_id}")
             extra = st.text_input("Another tag (a-z, 0-9, . _ -)", key=f"review_new_tag_{run_id}")
