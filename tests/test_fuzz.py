@@ -186,6 +186,9 @@ COMMANDS = [
     ["tag"],
     ["note"],
     ["ab"],
+    ["runs"],
+    ["recommend"],
+    ["cancel"],
     ["nosuch"],
 ]
 OPTIONS = [
@@ -194,7 +197,7 @@ OPTIONS = [
     "--out", "--run", "--format", "--only", "--port", "--host", "--read-only", "--allow-remote-launch",
     "--prompt-tokens", "--new-tokens", "--tokens-per-user", "--budget-gib", "--baseline", "--remove",
     "--all-metrics", "--machines", "--reference", "--pin", "--behind-proxy", "--data-dir", "--timeout-seconds",
-    "--nosuch", "-x", "--",
+    "--limit", "--nosuch", "-x", "--",
 ]  # fmt: skip
 VALUES = [
     "quick", "seed", "nope", "cpu", "cuda", "0", "-1", "1e309", "nan", "inf", "99999", "3.5", "abc", "",
