@@ -144,9 +144,8 @@ if opened:
             wanted_tags = set(tags) | ({extra.strip()} if extra.strip() else set())
             try:
                 for tag in wanted_tags:  # every name checked before anything is written
-                    check_tag(tag)
-                for tag in wanted_tags - set(held):  # an ab: tag the run holds stays; a new one is refused
-                    check_new_tag(tag)
+                    # An ab: tag the run holds stays; a new one is refused (check_new_tag checks the name too).
+                    (check_tag if tag in held else check_new_tag)(tag)
                 check_note(note)
                 for tag in sorted(wanted_tags - set(held)):
                     store.annotations.add_tag(int(run_id), tag)
