@@ -179,6 +179,31 @@ struct Int8Op {
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, offsets));
   }
 };
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+constexpr bool kUnsignedActivations = false;
+// AVX2 without VNNI: vpmaddubsw multiplies unsigned by signed bytes and sums pairs into 16 bits, saturating.
+// Each activation's magnitude (0..127) times the weight carrying the activation's sign (-127..127): a pair
+// sums to at most 2 x 127 x 127 = 32258 < 2^15, so nothing saturates and the result is exact; vpmaddwd then
+// sums the pairs into the 32-bit lanes. Four instructions for 32 products, where widening each int8 to
+// float32 took sixteen.
+struct Int8Op {
+  using Acc = __m256i;
+  using Weights = __m256i;
+  struct Broadcast {
+    __m256i magnitude, sign;
+  };
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static Weights load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Broadcast broadcast(uint32_t word) {
+    const __m256i x = _mm256_set1_epi32(static_cast<int>(word));
+    return {_mm256_abs_epi8(x), x};
+  }
+  static Acc step(Acc acc, Weights w, const Broadcast& x) {
+    const __m256i pairs = _mm256_maddubs_epi16(x.magnitude, _mm256_sign_epi8(w, x.sign));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  static Vec sums(Acc acc, const Packed&, int64_t, int64_t) { return _mm256_cvtepi32_ps(acc); }
+};
 #else
 constexpr bool kUnsignedActivations = false;
 struct Int8Op {  // int8 widened to float32: every partial sum is an integer below 2^24, so exact
@@ -238,6 +263,14 @@ inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* wo
       __m128i values = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(rounded, low), high)));
       if (kUnsignedActivations) values = _mm_xor_si128(values, _mm_set1_epi8(static_cast<char>(0x80)));  // + 128
       _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + i), values);
+    }
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+    const Vec divisor = simd::set1(scale), low = simd::set1(-127.f), high = simd::set1(127.f);
+    for (; i + 8 <= cols; i += 8) {
+      const Vec rounded = simd::round_nearest(simd::div(simd::load(row + i), divisor));
+      const __m256i values = _mm256_cvtps_epi32(simd::min(simd::max(rounded, low), high));
+      const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(values), _mm256_extracti128_si256(values, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(bytes + i), _mm_packs_epi16(halves, halves));
     }
 #endif
     for (; i < cols; ++i) {

@@ -1,8 +1,8 @@
 // Micro-kernels that measure this machine's roof for runner/cost/machine_profile.py: peak multiply-add throughput
 // of one core per precision, with the instructions the fast path's kernels use (linear.h: vdpbf16ps for
-// bfloat16 and vpdpbusd for int8 where the CPU has them, else both widened to float32 multiply-adds), and read
-// bandwidth over a buffer of a chosen size, on one thread or several. Python times each call with
-// runner/measure/timing.py and divides the work counted here by the time.
+// bfloat16 and vpdpbusd for int8 where the CPU has them, vpmaddubsw for int8 on AVX2 without AVX-512, else
+// both widened to float32 multiply-adds), and read bandwidth over a buffer of a chosen size, on one thread
+// or several. Python times each call with runner/measure/timing.py and divides the work counted here by the time.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -57,6 +57,33 @@ double int8_multiply_adds(int64_t iterations) {
   for (int c = 0; c < kChains; ++c) total = _mm512_add_epi32(total, chains[c]);
   return static_cast<double>(_mm512_reduce_add_epi32(total));
 }
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+// linear.h's AVX2 int8 step: the weights take the activations' signs, vpmaddubsw multiplies them by the
+// activations' magnitudes into pairs, vpmaddwd sums the pairs into 32-bit lanes, vpaddd accumulates.
+// Each chain's weights pass through an empty asm every iteration, so the compiler cannot hoist the
+// products out of the loop as it could for constants; the chain's only dependency is the add.
+constexpr int kInt8Chains = 8;  // 8 sums + 3 inputs + 8 products in flight fit 16 ymm with a few spilled never
+double int8_multiply_adds(int64_t iterations) {
+  __m256i chains[kInt8Chains];
+  for (int c = 0; c < kInt8Chains; ++c) chains[c] = _mm256_set1_epi32(c);
+  const __m256i magnitude = _mm256_set1_epi8(1), sign = _mm256_set1_epi8(-1), ones = _mm256_set1_epi16(1);
+  __m256i weights = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < iterations; ++i) {
+    asm volatile("" : "+x"(weights));
+    for (int c = 0; c < kInt8Chains; ++c) {
+      const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(weights, sign));
+      chains[c] = _mm256_add_epi32(chains[c], _mm256_madd_epi16(pairs, ones));
+      asm volatile("" : "+x"(weights));
+    }
+  }
+  __m256i total = _mm256_setzero_si256();
+  for (int c = 0; c < kInt8Chains; ++c) total = _mm256_add_epi32(total, chains[c]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  double sum = 0;
+  for (int32_t lane : lanes) sum += lane;
+  return sum;
+}
 #endif
 
 // Reads `floats` floats (a multiple of 8 vectors) `passes` times with eight accumulators.
@@ -96,6 +123,8 @@ int64_t rp_operations_per_iteration(int32_t precision) {
 #endif
 #if defined(__AVX512VNNI__)
   if (precision == kInt8) multiply_adds = kChains * 16 * 4;  // four int8 products per lane
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+  if (precision == kInt8) multiply_adds = kInt8Chains * 8 * 4;  // four int8 products per 32-bit lane
 #endif
   return 2 * multiply_adds;
 }
@@ -105,7 +134,7 @@ double rp_multiply_adds(int32_t precision, int64_t iterations) {
 #if defined(__AVX512BF16__)
   if (precision == kBfloat16) return bfloat16_multiply_adds(iterations);
 #endif
-#if defined(__AVX512VNNI__)
+#if defined(__AVX512VNNI__) || (defined(__AVX2__) && !defined(__AVX512F__))
   if (precision == kInt8) return int8_multiply_adds(iterations);
 #endif
   (void)precision;  // no native instruction: the fast path widens to float32, so its roof is float32's
