@@ -17,7 +17,7 @@ import torch
 from runner.decoding.decode import generate
 from runner.decoding.fast import FastDecoder, decoder_for, logits_through_fast_path
 from runner.model.gpt import Block, CharGPT, KVCache, ModelConfig
-from runner.model.quantize import quantization_of, quantize_model, weight_bytes
+from runner.model.quantize import Int8DynamicLinear, quantization_of, quantize_model, weight_bytes
 
 # Widths off the vector length (24: head_dim 8 and a partial vector everywhere) and on it.
 SHAPES = [
@@ -117,6 +117,13 @@ def test_models_the_fast_path_does_not_run_are_refused() -> None:
         quantize_model(model, "int8", kernel="fast_bf16")
     with pytest.raises(ValueError, match="fake kernel runs int8 or int4 only"):
         quantize_model(model, "bf16", kernel="fake")
+    # A weight of -128 (a loaded or hand-made buffer: quantization never makes one) is refused, not summed wrong.
+    tampered = quantize_model(model, "int8", kernel="fast_int8")
+    attention = cast(Int8DynamicLinear, cast(Block, tampered.blocks[0]).attn.c_attn)
+    with torch.no_grad():
+        attention.weight_int8[0, 0] = -128
+    with pytest.raises(ValueError, match=r"fast_int8 weights: -128 is below .*allowed -127\.\.127"):
+        FastDecoder(tampered)
 
 
 def test_the_build_cache_is_keyed_by_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,6 +41,10 @@ def _linear_tensors(linear: nn.Module, kernel: str) -> list[torch.Tensor | None]
     if kernel == "fast_bf16" and isinstance(linear, Bfloat16Linear):
         return [linear.weight_bfloat16.view(torch.int16).contiguous(), None, linear.bias.float().contiguous()]
     if kernel == "fast_int8" and isinstance(linear, Int8DynamicLinear):
+        # Symmetric quantization never makes -128; the AVX2 kernel gives a weight its activation's sign, and
+        # -128 has no positive twin in a byte.
+        if linear.weight_int8.numel() and int(linear.weight_int8.min()) < -127:
+            raise ValueError("fast_int8 weights: -128 is below the range the kernel takes (allowed -127..127)")
         return [linear.weight_int8.contiguous(), linear.weight_scales.float().contiguous(), linear.bias.contiguous()]
     raise ValueError(f"a {type(linear).__name__} does not run through the fast {kernel} kernel")
 
