@@ -38,7 +38,7 @@ constexpr int kRowBlock = 4;
 // chunk at a time instead (two panels: one cache line per column group), with each format's
 // Op::kHalfChunkRows inputs. Measured on a Zen 3 EPYC (float32, quick model): five inputs 2.40 plain steps
 // against 2.76 in blocks of two; three were faster as a block of two and one (1.86 steps against 2.01).
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(SIMD_AVX2)
 constexpr bool kHalfChunks = true;
 #else
 constexpr bool kHalfChunks = false;
@@ -195,7 +195,7 @@ struct Int8Op {
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, offsets));
   }
 };
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#elif defined(SIMD_AVX2)
 constexpr bool kUnsignedActivations = false;
 // AVX2 without VNNI: vpmaddubsw multiplies unsigned by signed bytes and sums pairs into 16 bits, saturating.
 // Each activation's magnitude (0..127) times the weight carrying the activation's sign (-127..127): a pair
@@ -282,7 +282,7 @@ inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* wo
       if (kUnsignedActivations) values = _mm_xor_si128(values, _mm_set1_epi8(static_cast<char>(0x80)));  // + 128
       _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + i), values);
     }
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#elif defined(SIMD_AVX2)
     const Vec divisor = simd::set1(scale), low = simd::set1(-127.f), high = simd::set1(127.f);
     for (; i + 8 <= cols; i += 8) {
       const Vec rounded = simd::round_nearest(simd::div(simd::load(row + i), divisor));

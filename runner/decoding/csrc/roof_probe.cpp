@@ -57,7 +57,7 @@ double int8_multiply_adds(int64_t iterations) {
   for (int c = 0; c < kChains; ++c) total = _mm512_add_epi32(total, chains[c]);
   return static_cast<double>(_mm512_reduce_add_epi32(total));
 }
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#elif defined(SIMD_AVX2)
 // linear.h's AVX2 int8 step: the weights take the activations' signs, vpmaddubsw multiplies them by the
 // activations' magnitudes into pairs, vpmaddwd sums the pairs into 32-bit lanes, vpaddd accumulates.
 // Each chain's weights pass through an empty asm every iteration, so the compiler cannot hoist the
@@ -123,7 +123,7 @@ int64_t rp_operations_per_iteration(int32_t precision) {
 #endif
 #if defined(__AVX512VNNI__)
   if (precision == kInt8) multiply_adds = kChains * 16 * 4;  // four int8 products per lane
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#elif defined(SIMD_AVX2)
   if (precision == kInt8) multiply_adds = kInt8Chains * 8 * 4;  // four int8 products per 32-bit lane
 #endif
   return 2 * multiply_adds;
@@ -134,7 +134,7 @@ double rp_multiply_adds(int32_t precision, int64_t iterations) {
 #if defined(__AVX512BF16__)
   if (precision == kBfloat16) return bfloat16_multiply_adds(iterations);
 #endif
-#if defined(__AVX512VNNI__) || (defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__))
+#if defined(__AVX512VNNI__) || defined(SIMD_AVX2)
   if (precision == kInt8) return int8_multiply_adds(iterations);
 #endif
   (void)precision;  // no native instruction: the fast path widens to float32, so its roof is float32's

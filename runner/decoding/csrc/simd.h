@@ -87,6 +87,7 @@ inline float reduce_max(Vec v) {
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kLanes = 8;
 #define SIMD_ISA "avx2"
+#define SIMD_AVX2 1  // these 8-float vectors were chosen: AVX2 with FMA and no AVX-512
 using Vec = __m256;
 inline __m256i tail_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
