@@ -307,9 +307,11 @@ inline void tile(const Packed& layer, const uint8_t* chunk, int64_t chunk_panels
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = Op::zero();
   const int64_t stride = layer.words;
+  // Only half-chunk tiles cover fewer panels than their chunk holds; elsewhere the stride stays a constant.
+  const int64_t panel_stride = kHalfChunks ? chunk_panels : NP;
   for (int64_t w = 0; w < stride; ++w) {
     typename Op::Weights weights[NP];
-    for (int p = 0; p < NP; ++p) weights[p] = Op::load(chunk + (w * chunk_panels + p) * kLanes * 4);
+    for (int p = 0; p < NP; ++p) weights[p] = Op::load(chunk + (w * panel_stride + p) * kLanes * 4);
     for (int r = 0; r < MR; ++r) {
       const typename Op::Broadcast x = Op::broadcast(words[r * stride + w]);
       for (int p = 0; p < NP; ++p) acc[r][p] = Op::step(acc[r][p], weights[p], x);
