@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -298,6 +299,19 @@ inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* wo
   }
 }
 
+// Keeps a float32 weight vector in a register for every input it meets. GCC folds the load into each multiply-add
+// instead where it sees registers run short, so each weight is read once per input: on the Zen 3 EPYC (AVX2) a
+// tile of four inputs loaded 8 vectors a column group for 8 multiply-adds, and the whole model's linear layers
+// for four inputs took 110 us against 84 with the loads kept apart (two inputs 63 against 57; five, not folded, the
+// same). The int8 tiles gained nothing measurable from it and keep GCC's choice.
+template <typename T>
+inline void in_register(T&) {}
+#if defined(SIMD_AVX2)
+inline void in_register(__m256& value) {
+  asm("" : "+x"(value));
+}
+#endif
+
 // Rows [first, first + NP * kLanes) of MR inputs: the accumulators, then the epilogue. `chunk` points at the
 // tile's first panel in a chunk of `chunk_panels` panels per column group.
 template <typename Op, int MR, int NP>
@@ -311,7 +325,10 @@ inline void tile(const Packed& layer, const uint8_t* chunk, int64_t chunk_panels
   const int64_t panel_stride = kHalfChunks ? chunk_panels : NP;
   for (int64_t w = 0; w < stride; ++w) {
     typename Op::Weights weights[NP];
-    for (int p = 0; p < NP; ++p) weights[p] = Op::load(chunk + (w * panel_stride + p) * kLanes * 4);
+    for (int p = 0; p < NP; ++p) {
+      weights[p] = Op::load(chunk + (w * panel_stride + p) * kLanes * 4);
+      if constexpr (kHalfChunks && MR > 1 && std::is_same_v<Op, Float32Op>) in_register(weights[p]);
+    }
     for (int r = 0; r < MR; ++r) {
       const typename Op::Broadcast x = Op::broadcast(words[r * stride + w]);
       for (int p = 0; p < NP; ++p) acc[r][p] = Op::step(acc[r][p], weights[p], x);
