@@ -88,6 +88,22 @@ void attention_scores(Rows<V> rows, const float* q, const float* k, int64_t coun
     const __m512 dots = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
     simd::store(scores + t, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
   }
+#elif defined(SIMD_AVX2)
+  // The same eight positions at a time: two rounds of horizontal adds leave each position's four partial
+  // sums of either 128-bit half side by side, and one add of the halves the eight dot products in order.
+  for (; t + 8 <= count; t += 8) {
+    __m256 partial[8];
+    for (int j = 0; j < 8; ++j) {
+      const float* row = k + (t + j) * hd;
+      __m256 acc = _mm256_mul_ps(query[0], rows.load(row, 0));
+      for (int i = 1; i < V; ++i) acc = simd::fmadd(query[i], rows.load(row, i), acc);
+      partial[j] = acc;
+    }
+    const __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(partial[0], partial[1]), _mm256_hadd_ps(partial[2], partial[3]));
+    const __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(partial[4], partial[5]), _mm256_hadd_ps(partial[6], partial[7]));
+    const __m256 dots = _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
+    simd::store(scores + t, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+  }
 #endif
   for (; t < count; ++t) {
     simd::Vec acc = simd::mul(query[0], rows.load(k + t * hd, 0));
