@@ -49,7 +49,7 @@ ALERTS = ("regressed", "improved")
 IDENTITY = ("-c", "user.name=decodelab benchmark", "-c", "user.email=benchmark@decodelab.invalid")
 # The test patch: FastDecoder talks to the library of an int8 model through a wrapper whose calls
 # busy-wait SLOWER_BY of their own time after returning.
-ANCHOR = "        self._library = library(march)\n"
+ANCHOR = "        self._library = loaded if loaded is not None else library(march)\n"
 PATCH = ANCHOR + (
     "        from runner.model.quantize import quantization_of  # benchmarks/ab_error_rate.py: 10% slower\n"
     '        if quantization_of(model).kernel == "fast_int8":\n'

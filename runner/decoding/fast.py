@@ -23,6 +23,7 @@ no-cache baseline); ``step`` is ``forward`` of one token; ``verify`` is a specul
 from __future__ import annotations
 
 import array
+import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
@@ -69,11 +70,12 @@ class LoopOutcome:
 class FastDecoder:
     """The compiled path for one model, writing into a KVCache."""
 
-    def __init__(self, model: CharGPT, march: str | None = None) -> None:
+    def __init__(self, model: CharGPT, march: str | None = None, loaded: ctypes.CDLL | None = None) -> None:
+        """``loaded``: a library other than this checkout's for ``march`` (fast_library.load_built)."""
         config = self._config = model.config
         self.vocab_size, self.context_length = config.vocab_size, config.context_length
         self._layout = (config.n_layer, 1, config.n_head, config.head_dim)
-        self._library = library(march)
+        self._library = loaded if loaded is not None else library(march)
         self._packings = Packings(self._library, model)
         # Held weakly: _DECODERS keys its decoders by their model, and a decoder holding its model
         # would keep both alive for good (a sweep builds a model a case); only repack reads it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from pathlib import Path
 from typing import cast
 
 from runner.decoding.native_build import build
@@ -43,7 +44,13 @@ def library(march: str | None = None) -> ctypes.CDLL:
 
 
 def _load(march: str) -> ctypes.CDLL:
-    loaded = ctypes.CDLL(str(build("fast_decode.cpp", march)))
+    return load_built(build("fast_decode.cpp", march))
+
+
+def load_built(path: Path) -> ctypes.CDLL:
+    """A built fast_decode library loaded with its entry points' signatures (``library`` loads this
+    checkout's; benchmarks/library_ab.py another revision's beside it)."""
+    loaded = ctypes.CDLL(str(path))
     loaded.dl_isa.restype = ctypes.c_char_p
     loaded.dl_model_new.restype = _pointer
     loaded.dl_model_new.argtypes = [_int64] * 5 + [_int32] + [_pointer] * 5

@@ -71,26 +71,27 @@ def check_private(path: Path, what: str) -> None:
     )
 
 
-def source_files(main: str) -> list[Path]:
-    return [CSRC / main, *sorted(CSRC.glob("*.h"))]
+def source_files(main: str, sources: Path = CSRC) -> list[Path]:
+    return [sources / main, *sorted(sources.glob("*.h"))]
 
 
-def build_key(main: str, march: str, compiler: str) -> str:
+def build_key(main: str, march: str, compiler: str, sources: Path = CSRC) -> str:
     digest = hashlib.sha256(f"{cpu_flags_key()} {march} {compiler} {' '.join(FLAGS)}".encode())
-    for source in source_files(main):
+    for source in source_files(main, sources):
         digest.update(source.name.encode() + source.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def build(main: str, march: str = "native") -> Path:
+def build(main: str, march: str = "native", sources: Path = CSRC) -> Path:
     """The shared library built from ``csrc/main`` (and the headers beside it) for ``-march=march``,
     compiled now unless the cache holds it. Concurrent builders wait on a lock; the library appears
-    under its final name only once complete."""
+    under its final name only once complete. ``sources``: another folder of the same files (another
+    revision's, benchmarks/library_ab.py), cached under its own contents' key."""
     compiler = os.environ.get("CXX", "c++")
     directory = cache_directory()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_private(directory, "folder")
-    library = directory / f"{Path(main).stem}-{build_key(main, march, compiler)}.so"
+    library = directory / f"{Path(main).stem}-{build_key(main, march, compiler, sources)}.so"
     if os.path.lexists(library):
         check_private(library, "library")
         return library
@@ -101,7 +102,7 @@ def build(main: str, march: str = "native") -> Path:
             return library
         descriptor, partial = tempfile.mkstemp(dir=directory, suffix=".so.partial")
         os.close(descriptor)
-        command = [compiler, *FLAGS, f"-march={march}", "-o", partial, str(CSRC / main)]
+        command = [compiler, *FLAGS, f"-march={march}", "-o", partial, str(sources / main)]
         completed = subprocess.run(command, capture_output=True, text=True)
         if completed.returncode != 0:
             os.unlink(partial)
