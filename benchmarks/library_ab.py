@@ -3,19 +3,20 @@ forward of m positions (a plain step at m = 1, a verification of k + 1 at m = k 
 
 On a host whose speed drifts by a fifth within minutes (the Zen 3 EPYC: the same benchmark run
 twice read 58 and 79 us a step), two runs of decode_vs_transformers.py cannot tell a 5-10% kernel
-change; here both libraries take turns within every round, on one pinned CPU, so a drift slows
-both. The baseline's ``runner/decoding/csrc`` comes from ``git archive REV`` and is built with this
-checkout's compiler and flags (runner.decoding.native_build, cached by its contents). The model is
-the quick preset's shape, seeded and untrained (a kernel's time does not depend on its weights'
-values); int8 is its fast_int8 quantization.
+change; here both libraries take turns within every round (which goes first alternates), on one
+pinned CPU, so a drift slows both. The baseline's ``runner/decoding/csrc`` comes from ``git archive
+REV`` and is built with this checkout's compiler, flags and -march (runner.decoding.native_build,
+cached by its contents); a revision whose library lacks this checkout's entry points is refused.
+The model is the quick preset's shape, seeded and untrained (a kernel's time does not depend on its
+weights' values); int8 is its fast_int8 quantization.
 
     python benchmarks/library_ab.py --baseline REV [--positions 1,2,3,4,5,8] [--rounds 25] [--start 118]
 
 Prints per precision (fp32, int8) the largest difference between the two libraries' logits over a
 prompt (``library_ab_<precision>_max_logit_difference=``; above 1e-3 the run stops: a kernel that
-computes something else gets no speed figure), then per m: the lower quartile over rounds of each library's
-microseconds per forward, ``library_ab_<precision>_m<m>_ratio=`` (this checkout's over the
-baseline's: below 1 is faster), and the load average at the start and end.
+computes something else gets no speed figure), then per m the lower quartile over rounds of each
+library's microseconds per forward and ``library_ab_<precision>_m<m>_ratio=`` (this checkout's over
+the baseline's: below 1 is faster), and the load average at the start and end.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 
 from runner.decoding.fast import FastDecoder
-from runner.decoding.fast_library import load_built
+from runner.decoding.fast_library import default_march, load_built
 from runner.decoding.native_build import build
 from runner.measure.load import load_average
 from runner.model.gpt import CharGPT, ModelConfig
@@ -67,7 +68,10 @@ def baseline_sources(revision: str, into: Path) -> Path:
         reason = message[-1] if message else "git archive failed"
         raise SystemExit(f"error: --baseline: {revision!r} has no {SOURCES} in this checkout ({reason})")
     with tarfile.open(fileobj=io.BytesIO(archived.stdout)) as archive:
-        archive.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            archive.extractall(into, filter="data")
+        else:
+            archive.extractall(into)
     return into / SOURCES
 
 
@@ -96,9 +100,18 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    march = default_march()  # both sides built for the same instruction set
     with tempfile.TemporaryDirectory() as folder:
-        baseline = load_built(build("fast_decode.cpp", "native", baseline_sources(arguments.baseline, Path(folder))))
-    print(f"load average {described(load_average())} at the start; baseline {arguments.baseline}, candidate here")
+        sources = baseline_sources(arguments.baseline, Path(folder))
+        try:
+            baseline = load_built(build("fast_decode.cpp", march, sources))
+        except Exception as error:  # a compile failure, or a revision without this checkout's entry points
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise SystemExit(
+                f"error: --baseline: {arguments.baseline}'s library did not build or load with this checkout's "
+                f"entry points ({reason})"
+            ) from None
+    print(f"load average {described(load_average())} at the start; -march={march}; baseline {arguments.baseline}")
     base = CharGPT(config).eval()
     for precision, model in (("fp32", base), ("int8", quantize_model(base, "int8", kernel="fast_int8"))):
         sides = {"baseline": FastDecoder(model, loaded=baseline), "candidate": FastDecoder(model)}
@@ -110,9 +123,10 @@ def main() -> None:
         if not difference <= LOGIT_TOLERANCE:
             raise SystemExit(f"error: {precision} logits differ by {difference:.3g} (over {LOGIT_TOLERANCE}): untimed")
         times: dict[tuple[str, int], list[float]] = {(name, m): [] for name in sides for m in positions}
-        for _ in range(arguments.rounds):
+        for round_index in range(arguments.rounds):
+            order = list(sides.items()) if round_index % 2 == 0 else list(reversed(sides.items()))
             for m in positions:
-                for name, decoder in sides.items():
+                for name, decoder in order:
                     cache = caches[name]
                     started = time.perf_counter()
                     for _ in range(CALLS_PER_ROUND):
