@@ -33,9 +33,11 @@ from pathlib import Path
 
 import torch
 
+from runner.ab.revisions import resolve
 from runner.decoding.fast import FastDecoder
 from runner.decoding.fast_library import default_march, load_built
 from runner.decoding.native_build import build
+from runner.errors import InputError
 from runner.measure.load import load_average
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
@@ -58,15 +60,20 @@ def positions_list(text: str) -> list[int]:
     return positions
 
 
-def baseline_sources(revision: str, into: Path) -> Path:
-    """``revision``'s runner/decoding/csrc, unpacked under ``into``."""
+def baseline_sources(asked: str, into: Path) -> Path:
+    """The runner/decoding/csrc of the revision ``asked`` names (checked as `decodelab ab` checks its
+    revisions: a commit of a decodelab tree, never an option), unpacked under ``into``."""
+    try:
+        revision = resolve(ROOT, "baseline", asked)
+    except InputError as error:
+        raise SystemExit(f"error: {error}") from None
     archived = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, SOURCES], capture_output=True
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision.commit, SOURCES], capture_output=True
     )
     if archived.returncode != 0:
         message = archived.stderr.decode(errors="replace").strip().splitlines()
         reason = message[-1] if message else "git archive failed"
-        raise SystemExit(f"error: --baseline: {revision!r} has no {SOURCES} in this checkout ({reason})")
+        raise SystemExit(f"error: --baseline: {asked!r} has no {SOURCES} ({reason})")
     with tarfile.open(fileobj=io.BytesIO(archived.stdout)) as archive:
         if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
             archive.extractall(into, filter="data")
