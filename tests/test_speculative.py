@@ -242,6 +242,18 @@ def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:
     assert 0.0 < after_0_1[4] < after_0_1[3] < 1 / 3
 
 
+def test_a_prompt_shorter_than_the_ngram_context_proposes_from_all_of_it() -> None:
+    """An order-4 draft after a two-token prompt reads both tokens (its longest seen suffix), not the
+    last one alone: after 0 1 comes 2, after 1 alone 3 as often."""
+    tokens = torch.tensor([0, 1, 2, 0, 1, 2, 4, 1, 3, 4, 1, 3, 4, 1, 3])
+    draft = NGramDraft(tokens, 5, order=4)
+    draft.start([0, 1])
+    proposals, rows = draft.propose(1, 0.0, None)
+    assert proposals == [2]
+    draft.start([4, 1])
+    assert draft.propose(1, 0.0, None)[0] == [3]
+
+
 def test_the_fast_small_draft_proposes_what_the_eager_one_does(target: CharGPT) -> None:
     *_, fast, eager = drafts(target)
     for draft in (fast, eager):

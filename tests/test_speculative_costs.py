@@ -12,8 +12,9 @@ import torch
 from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import calibrate, simulated_passes
 from runner.decoding.drafts import BigramDraft, ModelDraft
-from runner.decoding.fast import FastDecoder, LoopState, decoder_for
+from runner.decoding.fast import FastDecoder, decoder_for
 from runner.decoding.fast_library import entry_point_seconds
+from runner.decoding.fast_loop import LoopState
 from runner.decoding.speculative import Draft, speculative_decode
 from runner.experiments.parts import speculative_costs
 from runner.experiments.parts.speculative_a_priori import A_PRIORI_COST_SESSIONS, cost_rounds

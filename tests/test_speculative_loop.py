@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from runner.decoding.drafts import BigramDraft, ModelDraft
+from runner.decoding.decode import generate
+from runner.decoding.drafts import BigramDraft, ContextTableDraft, ModelDraft, NGramDraft
 from runner.decoding.fast import FastDecoder
 from runner.decoding.speculative import Schedule, SpeculativeResult, speculative_decode
 from runner.model.gpt import CharGPT, ModelConfig
@@ -115,15 +116,20 @@ def test_no_new_tokens_is_an_empty_generation(target: CharGPT) -> None:
 
 
 def count_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The new_tokens of every compiled loop run from here on."""
+    """The new_tokens of every compiled loop run from here on, a model's draft or a table's."""
     calls: list[int] = []
-    speculate = FastDecoder.speculate
+    speculate, speculate_table = FastDecoder.speculate, FastDecoder.speculate_table
 
     def counted(self: FastDecoder, *args: Any) -> Any:
         calls.append(args[2])
         return speculate(self, *args)
 
+    def counted_table(self: FastDecoder, *args: Any) -> Any:
+        calls.append(args[4])
+        return speculate_table(self, *args)
+
     monkeypatch.setattr(FastDecoder, "speculate", counted)
+    monkeypatch.setattr(FastDecoder, "speculate_table", counted_table)
     return calls
 
 
@@ -132,9 +138,74 @@ def test_the_compiled_loop_runs_only_where_it_can(target: CharGPT, monkeypatch: 
     calls = count_compiled_loops(monkeypatch)
     tokens = torch.randint(0, VOCAB, (500,), generator=torch.Generator().manual_seed(1))
     small = fast_drafts(target)["small"]
+    bigram = BigramDraft(tokens, VOCAB)
+
+    class Unlisted(BigramDraft):
+        """A table whose rows the loop is not told how to find."""
+
+        def context_levels(self) -> None:
+            return None
+
     results = [
         speculative_decode(target, draft, 3, [3, 1, 4], 40, temperature=1.0, seed=3, impl=impl)
-        for draft, impl in ((small, "static"), (BigramDraft(tokens, VOCAB), "fast"), (small, "fast"))
+        for draft, impl in (
+            (small, "static"),
+            (bigram, "static"),
+            (Unlisted(tokens, VOCAB), "fast"),
+            (small, "fast"),
+            (bigram, "fast"),
+        )
     ]
-    assert calls == [40]
-    assert results[0].tokens == results[2].tokens
+    assert calls == [40, 40], "the fast impl with a compiled model draft, then with the bigram table"
+    assert results[0].tokens == results[3].tokens
+    assert results[1].tokens == results[2].tokens == results[4].tokens
+
+
+def table_drafts(target: CharGPT) -> dict[str, ContextTableDraft]:
+    """Tables counted from the target's own text (so that proposals are often kept) with a stretch of
+    random text (so that some contexts of a generation were never seen and the n-grams back off)."""
+    text = [token for seed in range(3) for token in generate(target, [1], 100, impl="static", seed=seed).tokens]
+    noise = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(6)).tolist()
+    tokens = torch.tensor([1, *text, *noise])
+    return {
+        "bigram": BigramDraft(tokens, VOCAB),
+        "ngram3": NGramDraft(tokens, VOCAB, order=3),
+        "ngram5": NGramDraft(tokens, VOCAB, order=5),
+    }
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda schedule: f"{schedule.kind}-{schedule.k}")
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("draft_name", ["bigram", "ngram3", "ngram5"])
+def test_a_table_draft_in_the_compiled_loop_emits_what_the_python_loop_does(
+    target: CharGPT, schedule: Schedule, temperature: float, draft_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = count_compiled_loops(monkeypatch)
+    results, histories = [], []
+    for compiled in (True, False):
+        draft = table_drafts(target)[draft_name]
+        results.append(
+            [
+                speculative_decode(
+                    target,
+                    draft,
+                    0,
+                    prompt,
+                    70,
+                    temperature=temperature,
+                    seed=seed,
+                    impl="fast",
+                    schedule=schedule,
+                    compiled_loop=compiled,
+                )
+                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5, 9, 2], 12), ([2], 13))
+            ]
+        )
+        histories.append(draft.history())
+    for ours, python in zip(*results, strict=True):
+        assert passes(ours) == passes(python)
+        assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-6)
+    assert histories[0] == histories[1]
+    assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
+    kept = sum(result.accepted for result in results[0])
+    assert 0 < kept < sum(result.proposed for result in results[0]), "both outcomes of the accept rule were met"

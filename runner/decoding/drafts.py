@@ -14,6 +14,7 @@ whose distribution's top probability is below ``p_min``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,6 +26,32 @@ from runner.model.gpt import CharGPT, KVCache
 
 if TYPE_CHECKING:
     from runner.decoding.fast import FastDecoder
+
+
+INT64_LIMIT = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class CompiledTable:
+    """A context table's rows at one temperature, as runner/decoding/csrc/speculative_loop.h's Table reads
+    them: grouped by context length (level L's rows are ``level_rows[L]:level_rows[L + 1]``), each row's
+    context as a number in base vocab (first token most significant, sorted within a level), its
+    distribution, float64 cumulative sums and top probability."""
+
+    history_length: int
+    level_rows: torch.Tensor  # int64, history_length + 2
+    keys: torch.Tensor  # int64, one a row
+    distributions: torch.Tensor  # float32, rows × vocab
+    cumulative: torch.Tensor  # float64, rows × vocab
+    tops: torch.Tensor  # float32, one a row
+
+
+def context_number(context: tuple[int, ...], vocab: int) -> int:
+    """A context as a number in base ``vocab``, its first token the most significant digit."""
+    number = 0
+    for token in context:
+        number = number * vocab + token
+    return number
 
 
 class ContextTableDraft:
@@ -45,6 +72,7 @@ class ContextTableDraft:
         self._prepared: dict[float, list[tuple[torch.Tensor, torch.Tensor, list[float]]]] = {}
         self._rows: dict[tuple[tuple[int, ...], float], tuple[torch.Tensor, list[float], float]] = {}
         self._history: list[int] = []
+        self._compiled: tuple[float, CompiledTable] | None = None  # the last temperature's, for the compiled loop
 
     def tables(self) -> list[torch.Tensor]:
         """The log-probability tables (rows × vocab)."""
@@ -54,6 +82,60 @@ class ContextTableDraft:
         """Which table and row hold the next-token distribution after ``context`` (at most
         history_length tokens)."""
         raise NotImplementedError
+
+    def context_levels(self) -> list[tuple[list[tuple[int, ...]], int, list[int]]] | None:
+        """For each context length 0..history_length, the contexts with a row of their own, the table
+        holding those rows and the rows, such that ``locate`` reads the longest suffix of a history that
+        has a row (level 0: the fallback where none has). None where ``locate`` follows another rule:
+        such a draft proposes in Python."""
+        return None
+
+    def table_compiles(self) -> bool:
+        """Whether the compiled speculative loop can read this draft: ``context_levels`` gives its rows
+        and every context's number fits int64 (vocab^history_length)."""
+        return self.context_levels() is not None and self.tables()[0].shape[-1] ** self.history_length <= INT64_LIMIT
+
+    def compiled_table(self, temperature: float) -> CompiledTable | None:
+        """The table as the compiled speculative loop reads it, at ``temperature``; None where it
+        cannot (``table_compiles``)."""
+        if self._compiled is not None and self._compiled[0] == temperature:
+            return self._compiled[1]
+        levels = self.context_levels()
+        vocab = self.tables()[0].shape[-1]
+        if levels is None or not self.table_compiles():
+            return None
+        prepared = self._prepared.get(temperature)
+        if prepared is None:
+            prepared = self._prepared[temperature] = self._prepare(temperature)
+        offsets, keys, distributions, cumulative, tops = [0], [], [], [], []
+        for contexts, table, rows in levels:
+            numbers = [context_number(context, vocab) for context in contexts]
+            order = sorted(range(len(numbers)), key=numbers.__getitem__)
+            chosen = torch.tensor([rows[i] for i in order], dtype=torch.int64)
+            table_distributions, table_cumulative, table_tops = prepared[table]
+            keys += [numbers[i] for i in order]
+            distributions.append(table_distributions[chosen])
+            cumulative.append(table_cumulative[chosen])
+            tops.append(torch.tensor(table_tops, dtype=torch.float32)[chosen])
+            offsets.append(offsets[-1] + len(order))
+        compiled = CompiledTable(
+            self.history_length,
+            torch.tensor(offsets, dtype=torch.int64),
+            torch.tensor(keys, dtype=torch.int64),
+            torch.cat(distributions).float().contiguous(),
+            torch.cat(cumulative).double().contiguous(),
+            torch.cat(tops).contiguous(),
+        )
+        self._compiled = (temperature, compiled)
+        return compiled
+
+    def history(self) -> list[int]:
+        """The committed text's last history_length tokens: what the next proposal reads."""
+        return list(self._history)
+
+    def follow(self, text: list[int]) -> None:
+        """After the compiled loop: ``text`` is the committed text."""
+        self._history = list(text[len(text) - self.history_length :]) if self.history_length else []
 
     def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
         """Log-probabilities (vocab) of the next token after ``context``."""
@@ -92,7 +174,9 @@ class ContextTableDraft:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         for draw in draws:
-            distribution, cumulative, top = self._row(tuple(history[len(history) - self.history_length :]), temperature)
+            # The last history_length tokens, or all of a shorter history (a prompt shorter than the context).
+            context = tuple(history[max(0, len(history) - self.history_length) :])
+            distribution, cumulative, top = self._row(context, temperature)
             if tokens and top < p_min:
                 break
             token = inverse_cdf(cumulative, draw)  # the argmax at temperature 0, where draws are 0
@@ -128,6 +212,10 @@ class BigramDraft(ContextTableDraft):
 
     def locate(self, context: tuple[int, ...]) -> tuple[int, int]:
         return 0, context[-1]
+
+    def context_levels(self) -> list[tuple[list[tuple[int, ...]], int, list[int]]] | None:
+        vocab = self.log_table.shape[0]
+        return [([], 0, []), ([(token,) for token in range(vocab)], 0, list(range(vocab)))]
 
 
 class NGramDraft(ContextTableDraft):
@@ -172,6 +260,9 @@ class NGramDraft(ContextTableDraft):
             if row is not None:
                 return length, row
         return 0, 0  # levels[0]: the unigram
+
+    def context_levels(self) -> list[tuple[list[tuple[int, ...]], int, list[int]]] | None:
+        return [(list(rows), length, list(rows.values())) for length, (rows, _) in enumerate(self.levels)]
 
 
 class ModelDraft:

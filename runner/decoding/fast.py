@@ -26,8 +26,7 @@ import array
 import ctypes
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -39,32 +38,11 @@ from runner.decoding.fast_library import library
 from runner.decoding.fast_packing import RETIRED_BYTES, Packings, address
 from runner.model.gpt import CharGPT, KVCache
 
+if TYPE_CHECKING:
+    from runner.decoding.drafts import CompiledTable
+    from runner.decoding.fast_loop import LoopOutcome, LoopState
+
 BONUS_FROM_DRAFT = 4  # runner.decoding.accept_rule.RULE_VARIANTS' index of the variant whose q has k + 1 rows
-
-
-@dataclass
-class LoopState:
-    """Where a compiled speculative loop starts: the target's cache (the committed text but its last
-    token, ``last``), the draft's cache and the committed tokens it has not fed (``pending``)."""
-
-    target_cache: KVCache
-    draft_cache: KVCache
-    last: int
-    pending: list[int]
-
-
-@dataclass(frozen=True)
-class LoopOutcome:
-    """What a compiled speculative loop did: every pass's emitted tokens in order, per pass the
-    proposals drafted and kept, TV(p, q) of every decided position, the draft's calls, and how many
-    of the last emitted tokens the draft has not fed."""
-
-    emitted: list[int]
-    drafted_per_pass: list[int]
-    accepted_per_pass: list[int]
-    total_variations: list[float]
-    draft_calls: int
-    unfed: int
 
 
 class FastDecoder:
@@ -294,81 +272,30 @@ class FastDecoder:
         uniforms: torch.Tensor,
         replay: tuple[list[int], list[int]] | None = None,
     ) -> LoopOutcome:
-        """The whole speculative loop in one call (runner/decoding/csrc/speculative_loop.h), this model
-        the target and ``draft`` proposing, from ``loop``'s caches and committed text, reading
-        ``uniforms`` in the order runner.decoding.speculative.speculative_decode reads its generator.
-        ``schedule`` is (kind: 0 fixed, 1 heuristic, 2 confidence; k; k_max; p_min). Updates the two
-        caches' lengths; returns what the loop did.
+        """The whole speculative loop in one call, this model the target and ``draft`` proposing
+        (runner.decoding.fast_loop.speculate)."""
+        from runner.decoding.fast_loop import speculate
 
-        ``replay`` (the proposals each pass keeps, and the tokens to emit) replays given passes
-        instead of applying the accept rule: a cost session's passes, priced as the loop pays them."""
-        kind, k, k_max, p_min = schedule
-        longest = k if kind == 0 else k_max
-        target_keys, target_values, target_capacity = self._cache_pointers(loop.target_cache)
-        draft_keys, draft_values, draft_capacity = draft._cache_pointers(loop.draft_cache)
-        pending = draft._tokens(loop.pending)
-        if draft.vocab_size != self.vocab_size:
-            raise RuntimeError("the draft's vocabulary differs from the target's")
-        if draft._library is not self._library:  # one library runs both packed models
-            raise RuntimeError("the draft's decoder was built for another instruction set than the target's")
-        if not 1 <= k <= k_max or new_tokens < 1:
-            raise RuntimeError(f"need 1 <= k <= k_max and new_tokens >= 1, got k={k} k_max={k_max} {new_tokens}")
-        if uniforms.dtype != torch.float64 or uniforms.device.type != "cpu":
-            raise RuntimeError("uniforms: float64 CPU tensor")
-        uniforms = uniforms.contiguous()
-        self._tokens([loop.last])
-        self._positions_fit(loop.target_cache.length, new_tokens + longest, target_capacity)
-        emitted = array.array("q", bytes(8 * (new_tokens + longest)))
-        drafted, accepted = (array.array("i", bytes(4 * max(new_tokens, 1))) for _ in range(2))
-        variations = array.array("f", bytes(4 * max(new_tokens * longest, 1)))
-        state = array.array("q", bytes(8 * 8))
-        if replay is not None and len(replay[1]) < new_tokens + longest:  # as many as ``emitted`` holds
-            raise RuntimeError(f"replay: need {new_tokens + longest} tokens to emit, got {len(replay[1])}")
-        # The tokens to emit are checked as fed tokens are: the loop feeds them to both models.
-        replay_kept = array.array("i", [] if replay is None else replay[0])
-        replay_tokens = array.array("q") if replay is None else self._tokens(replay[1])
-        status = self._library.dl_speculate(
-            self._handle,
-            draft._handle,
-            loop.last,
-            new_tokens,
-            kind,
-            k,
-            k_max,
-            p_min,
-            temperature,
-            uniforms.data_ptr(),
-            uniforms.numel(),
-            target_keys,
-            target_values,
-            target_capacity,
-            loop.target_cache.length,
-            draft_keys,
-            draft_values,
-            draft_capacity,
-            loop.draft_cache.length,
-            pending.buffer_info()[0],
-            len(pending),
-            emitted.buffer_info()[0],
-            drafted.buffer_info()[0],
-            accepted.buffer_info()[0],
-            variations.buffer_info()[0],
-            state.buffer_info()[0],
-            None if replay is None else replay_kept.buffer_info()[0],
-            len(replay_kept),
-            None if replay is None else replay_tokens.buffer_info()[0],
-        )
-        if status != 0:
-            raise RuntimeError("the speculative loop ran past a cache or its uniforms")
-        count, passes, draft_calls, _uniforms_read, decided, target_length, draft_length, unfed = state
-        loop.target_cache.length, loop.draft_cache.length = target_length, draft_length
-        return LoopOutcome(
-            emitted[:count].tolist(),
-            drafted[:passes].tolist(),
-            accepted[:passes].tolist(),
-            variations[:decided].tolist(),
-            draft_calls,
-            unfed,
+        return speculate(self, draft, loop, new_tokens, schedule, temperature, uniforms, replay)
+
+    def speculate_table(
+        self,
+        table: CompiledTable,
+        history: list[int],
+        target_cache: KVCache,
+        last: int,
+        new_tokens: int,
+        schedule: tuple[int, int, int, float],
+        temperature: float,
+        uniforms: torch.Tensor,
+        replay: tuple[list[int], list[int]] | None = None,
+    ) -> LoopOutcome:
+        """The same loop with a context table proposing after ``history``
+        (runner.decoding.fast_loop.speculate_table)."""
+        from runner.decoding.fast_loop import speculate_table
+
+        return speculate_table(
+            self, table, history, target_cache, last, new_tokens, schedule, temperature, uniforms, replay
         )
 
     def generate(self, prompt: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor) -> list[int]:

@@ -68,6 +68,13 @@ def load_built(path: Path) -> ctypes.CDLL:
     loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer, _pointer, _int64, _int64, _pointer, _pointer]
     loaded.dl_speculate.argtypes += [_int64, _int64, _pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
     loaded.dl_speculate.argtypes += [_pointer, _int64, _pointer]
+    if hasattr(loaded, "dl_speculate_table"):  # a revision before it, built by benchmarks/library_ab.py, lacks it
+        loaded.dl_speculate_table.restype = _int32
+        loaded.dl_speculate_table.argtypes = [_pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
+        loaded.dl_speculate_table.argtypes += [_pointer, _int64, _int64, _int64, _int32, _int64, _int64, _double]
+        loaded.dl_speculate_table.argtypes += [_double, _pointer, _int64, _pointer, _pointer, _int64, _int64]
+        loaded.dl_speculate_table.argtypes += [_pointer, _pointer, _pointer, _pointer, _pointer, _pointer, _int64]
+        loaded.dl_speculate_table.argtypes += [_pointer]
     loaded.dl_entry_point_nanoseconds.restype = _int64
     loaded.dl_entry_point_nanoseconds.argtypes = [_int32]
     loaded.dl_set_threads.argtypes = [_int32]

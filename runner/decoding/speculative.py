@@ -29,6 +29,7 @@ from runner.decoding.decode import uniforms
 from runner.model.gpt import CharGPT, KVCache
 
 if TYPE_CHECKING:
+    from runner.decoding.drafts import CompiledTable
     from runner.decoding.fast import FastDecoder
 
 
@@ -298,7 +299,7 @@ def speculative_decode(
         run_target(prompt[:-1], cache)
     draft.start(prompt)
     if compiled_loop and new_tokens > 0 and runs_compiled(run_target, draft):
-        assert isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft)
+        assert isinstance(run_target, CompiledTarget)
         return _compiled_loop(run_target, draft, cache, prompt, new_tokens, temperature, generator, schedule)
     last = prompt[-1]
     committed = len(prompt)
@@ -344,13 +345,39 @@ class CompiledDraft(Protocol):
         ...
 
 
+@runtime_checkable
+class CompiledTableDraft(Protocol):
+    """A draft that the compiled loop reads as a table (runner.decoding.drafts.ContextTableDraft)."""
+
+    def table_compiles(self) -> bool:
+        """Whether the loop can read it (else it proposes in Python)."""
+        ...
+
+    def compiled_table(self, temperature: float) -> CompiledTable | None:
+        """Its rows at ``temperature`` as the loop reads them, or None when it proposes in Python."""
+        ...
+
+    def history(self) -> list[int]:
+        """The committed tokens its next proposal reads."""
+        ...
+
+    def follow(self, text: list[int]) -> None:
+        """After the compiled loop: ``text`` is the committed text."""
+        ...
+
+
 SCHEDULE_KINDS = {"fixed": 0, "heuristic": 1, "confidence": 2}  # speculative_loop.h ScheduleKind
 
 
 def runs_compiled(run_target: TargetPass, draft: Draft) -> bool:
     """Whether speculative_decode runs this target pass and draft in one C++ call: the fast impl's
-    target with a draft that proposes through the compiled path."""
-    if not (isinstance(run_target, CompiledTarget) and isinstance(draft, CompiledDraft)):
+    target with a draft that proposes through the compiled path, or with a context table (an n-gram or
+    bigram draft) that the loop can read."""
+    if not isinstance(run_target, CompiledTarget):
+        return False
+    if isinstance(draft, CompiledTableDraft):
+        return draft.table_compiles()
+    if not isinstance(draft, CompiledDraft):
         return False
     decoder = draft.compiled_decoder()
     # One library runs both packed models: a draft built for another instruction set proposes in Python.
@@ -359,7 +386,7 @@ def runs_compiled(run_target: TargetPass, draft: Draft) -> bool:
 
 def _compiled_loop(
     target: CompiledTarget,
-    draft: CompiledDraft,
+    draft: Draft,
     cache: KVCache,
     prompt: list[int],
     new_tokens: int,
@@ -370,19 +397,28 @@ def _compiled_loop(
     """speculative_decode's loop in one C++ call: the uniforms every pass could read drawn at once
     (torch's float64 stream is the same drawn at once or in parts, so the tokens are the Python
     loop's), the result assembled from what the loop reports."""
-    from runner.decoding.fast import LoopState
+    from runner.decoding.fast_loop import LoopState
 
-    decoder = draft.compiled_decoder()
-    assert decoder is not None
-    draft_cache, pending = draft.loop_state()
     most = new_tokens * (3 * schedule.longest + 1)  # every pass emits at least one token
     draws = uniforms(most, temperature, generator)
-    state = LoopState(cache, draft_cache, prompt[-1], pending)
     kind = (SCHEDULE_KINDS[schedule.kind], schedule.k, schedule.k_max, schedule.threshold)
-    outcome = target.decoder.speculate(decoder, state, new_tokens, kind, temperature, draws)
-    text = prompt + outcome.emitted
-    draft.follow(text)
-    assert len(text) - draft_cache.length == outcome.unfed, "the loop and the draft disagree on what it fed"
+    if isinstance(draft, CompiledTableDraft):
+        table = draft.compiled_table(temperature)
+        assert table is not None, "runs_compiled: a table the loop reads"
+        outcome = target.decoder.speculate_table(
+            table, draft.history(), cache, prompt[-1], new_tokens, kind, temperature, draws
+        )
+        draft.follow(prompt + outcome.emitted)
+    else:
+        assert isinstance(draft, CompiledDraft)
+        decoder = draft.compiled_decoder()
+        assert decoder is not None
+        draft_cache, pending = draft.loop_state()
+        state = LoopState(cache, draft_cache, prompt[-1], pending)
+        outcome = target.decoder.speculate(decoder, state, new_tokens, kind, temperature, draws)
+        text = prompt + outcome.emitted
+        draft.follow(text)
+        assert len(text) - draft_cache.length == outcome.unfed, "the loop and the draft disagree on what it fed"
 
     histogram = [0] * (schedule.longest + 1)
     for accepted in outcome.accepted_per_pass:

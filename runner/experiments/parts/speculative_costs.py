@@ -27,10 +27,11 @@ from typing import cast
 import torch
 
 from runner.cost.speculative import TURN_PROPOSALS
-from runner.decoding.fast import LoopState
 from runner.decoding.fast_library import entry_point_seconds
+from runner.decoding.fast_loop import LoopState
 from runner.decoding.speculative import (
     CompiledDraft,
+    CompiledTableDraft,
     CompiledTarget,
     Draft,
     SpeculativeResult,
@@ -166,19 +167,29 @@ class CostSession:
     def _replayed(self, passes: list[Pass]) -> None:
         """The compiled loop over ``passes`` from the committed text's end (the target's cache
         holds it but its last token), keeping what each kept (at most k) and emitting the text."""
-        target, draft = cast(CompiledTarget, self._run_target), cast(CompiledDraft, self._draft)
-        decoder = draft.compiled_decoder()
-        assert decoder is not None, "runs_compiled: a draft with a compiled decoder"
+        target = cast(CompiledTarget, self._run_target)
         kept = [min(accepted, self._k) for accepted, _, _ in passes]
         emitted = sum(kept) + len(kept)
         committed = self._cache.length + 1
-        draft_cache, pending = draft.loop_state()
-        loop = LoopState(self._cache, draft_cache, self._text[committed - 1], pending)
+        last = self._text[committed - 1]
         draws = uniforms(len(passes) * (3 * self._k + 1), self._temperature, self._generator)
         replay = (kept, self._text[committed : committed + emitted + self._k])
-        outcome = target.decoder.speculate(
-            decoder, loop, emitted, (0, self._k, self._k, 0.0), self._temperature, draws, replay=replay
-        )
+        schedule = (0, self._k, self._k, 0.0)
+        if isinstance(self._draft, CompiledTableDraft):
+            table = self._draft.compiled_table(self._temperature)
+            assert table is not None, "runs_compiled: a table the loop reads"
+            history = self._draft.history()
+            outcome = target.decoder.speculate_table(
+                table, history, self._cache, last, emitted, schedule, self._temperature, draws, replay=replay
+            )
+            self._draft.follow(self._text[: committed + len(outcome.emitted)])
+            return
+        draft = cast(CompiledDraft, self._draft)
+        decoder = draft.compiled_decoder()
+        assert decoder is not None, "runs_compiled: a draft with a compiled decoder"
+        draft_cache, pending = draft.loop_state()
+        loop = LoopState(self._cache, draft_cache, last, pending)
+        outcome = target.decoder.speculate(decoder, loop, emitted, schedule, self._temperature, draws, replay=replay)
         draft.follow(self._text[: committed + len(outcome.emitted)])
 
     def _compiled_costs(self) -> PassCosts | None:
