@@ -10,10 +10,10 @@ float32, and what a compiled call costs before its arithmetic; and the fast fp32
 this machine's measured roof (runner.experiments.parts.roofline_placement: ``fast_roof_fraction``,
 ``fast_int8_roof_fraction``, the roofline's time over the measured one; the roof is the store's
 profile of this machine, measured first if it has none); and speculative decoding on the fast impl
-against plain fast decoding, with the fast_int8 draft and the training text's n-gram table at k = 1..4,
-the best of those timed again on fresh pairs (``best_fast_speculative_speedup``). Ends with ``name=value`` lines, after the
-1-minute load average at the start and the end (a time measured beside other work is not the
-machine's). Needs the bench extra.
+against plain fast decoding, with the fast_int8 draft and the training text's n-gram table, counted and
+distilled from the target, at k = 1..4, the best of those timed again on fresh pairs
+(``best_fast_speculative_speedup``). Ends with ``name=value`` lines, after the 1-minute load average at
+the start and the end (a time measured beside other work is not the machine's). Needs the bench extra.
 
     python benchmarks/decode_vs_transformers.py [--db URL] [--tokens 256] [--pairs 5]
 """
@@ -272,17 +272,21 @@ def speculative_figures(
     model: CharGPT, prompt: list[int], n: int, harness: Harness, pairs: int, train_tokens: torch.Tensor
 ) -> dict[str, float | str]:
     """Speculative decoding on the fast impl, paired against plain fast decoding of as many tokens at
-    temperature 1 (same seed), with two drafts at each k: the fast_int8 model (the target quantized) and
-    the n-gram table counted from the training text (NGRAM_ORDER), both proposing inside the compiled
-    loop. The largest of those medians is picked, then timed again on fresh pairs: the best of many noisy
-    medians is biased upward, its own second timing is not. Also what share of a speculative generation
+    temperature 1 (same seed), with three drafts at each k, all proposing inside the compiled loop: the
+    fast_int8 model (the target quantized), the n-gram table counted from the training text
+    (NGRAM_ORDER) and the same table distilled from the target (NGramDraft.distill). The largest of
+    those medians is picked, then timed again on fresh pairs: the best of many noisy medians is biased
+    upward, its own second timing is not. Also what share of a speculative generation
     the loop spends outside the kernels, in C++ (the default) and in Python."""
-    from runner.decoding.drafts import ModelDraft, NGramDraft
+    from runner.decoding.drafts import ModelDraft, NGramDraft, target_windows
     from runner.decoding.speculative import Draft, speculative_decode
 
+    distilled = NGramDraft(train_tokens, model.config.vocab_size, order=NGRAM_ORDER, name="distilled_ngram")
+    distilled.distill(target_windows(model, train_tokens))
     drafts: dict[str, Draft] = {
         "fast_int8": ModelDraft(quantize_model(model, "int8", kernel="fast_int8"), "fast_int8", fast=True),
         "ngram": NGramDraft(train_tokens, model.config.vocab_size, order=NGRAM_ORDER),
+        "distilled_ngram": distilled,
     }
     tokens = min(n, model.config.context_length - len(prompt) - max(SPECULATIVE_KS))
     figures: dict[str, float | str] = {}

@@ -226,6 +226,10 @@ def hf_raw(hf_checkpoints: Any) -> dict[str, Any]:
         ({"train": {"steps": 10}}, "train.steps: an hf model is not trained here"),
         ({"model": {"d_model": 64}}, "model.d_model: 64 differs from the checkpoint's 32"),
         ({"speculative": {"drafts": ["small"]}}, "experiments.speculative.drafts[0]: 'small' trains a draft"),
+        (
+            {"speculative": {"drafts": ["ngram", "distilled_ngram"]}},
+            "experiments.speculative.drafts[1]: 'distilled_ngram' trains a draft",
+        ),
         ({"model": {"source": "gguf"}}, "model.source: 'gguf' is not a known value"),
     ],
 )

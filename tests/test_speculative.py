@@ -10,7 +10,7 @@ import torch
 
 from runner.decoding.accept_rule import accept_rule
 from runner.decoding.decode import generate
-from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.decoding.drafts import DISTILLATION_WINDOW, BigramDraft, ModelDraft, NGramDraft, target_windows
 from runner.decoding.speculative import Draft, speculative_decode
 from runner.experiments.parts.distribution_check import BUG_VARIANTS, empirical, total_variation, tv_noise_bounds
 from runner.experiments.parts.distribution_power import POWER, SIMULATION_SLACK
@@ -240,6 +240,42 @@ def test_the_ngram_draft_backs_off_to_shorter_contexts() -> None:
     # The discounted mass goes to the shorter context: 3 follows 0 1 once in three, yet
     # interpolation with "after 1" (the same counts) and the unigram keeps 4 possible.
     assert 0.0 < after_0_1[4] < after_0_1[3] < 1 / 3
+
+
+def test_a_distilled_ngram_proposes_the_targets_mean_distribution_after_each_context() -> None:
+    """Each context the windows show gets the mean of the target's distributions after it; a context
+    they never show keeps its counted row."""
+    vocab = 4
+    draft = NGramDraft(torch.tensor([0, 1, 2, 3, 0, 1, 3, 2, 1]), vocab, order=3)
+    counted_after_3_2 = draft.log_distribution((3, 2)).clone()
+    tokens = torch.tensor([[0, 1, 2], [2, 0, 1]])
+    probabilities = torch.zeros(2, 3, vocab)
+    probabilities[0, 1] = torch.tensor([0.1, 0.2, 0.3, 0.4])  # after 0 1 (and after 1)
+    probabilities[1, 2] = torch.tensor([0.3, 0.2, 0.1, 0.4])  # after 0 1 again (and after 1)
+    probabilities[0, 0] = probabilities[1, 1] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # after 0
+    probabilities[0, 2] = probabilities[1, 0] = torch.tensor([0.25] * 4)  # after 1 2 and after 2
+    draft.distill([(tokens, probabilities)])
+    after_0_1 = draft.log_distribution((0, 1)).exp()
+    assert torch.allclose(after_0_1, torch.tensor([0.2, 0.2, 0.2, 0.4]))
+    assert torch.allclose(draft.log_distribution((2, 0)).exp(), torch.tensor([0.0, 1.0, 0.0, 0.0]))
+    assert torch.allclose(draft.log_distribution((1, 2)).exp(), torch.tensor([0.25] * 4))
+    assert torch.equal(draft.log_distribution((3, 2)), counted_after_3_2), "never shown: its counted row"
+    # The unigram: the mean over all six positions.
+    assert torch.allclose(draft.log_distribution(()).exp(), probabilities.reshape(-1, vocab).mean(dim=0))
+    draft.start([0, 1])
+    assert draft.propose(1, 0.0, None)[0] == [3], "proposals read the distilled rows"
+
+
+def test_target_windows_give_the_models_distributions_after_every_position(target: CharGPT) -> None:
+    tokens = torch.randint(0, VOCAB, (700,), generator=torch.Generator().manual_seed(3))
+    windows = list(target_windows(target, tokens, count=600))
+    window = min(DISTILLATION_WINDOW, target.config.context_length)
+    assert sum(len(batch) for batch, _ in windows) == 600 // window, "whole windows of the first 600 tokens"
+    batch, distributions = windows[0]
+    assert torch.equal(batch[0], tokens[:window])
+    with torch.inference_mode():
+        expected = torch.softmax(target(tokens[None, :window]).float(), dim=-1)[0]
+    assert torch.allclose(distributions[0], expected, atol=1e-6)
 
 
 def test_a_prompt_shorter_than_the_ngram_context_proposes_from_all_of_it() -> None:

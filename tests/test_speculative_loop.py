@@ -209,3 +209,29 @@ def test_a_table_draft_in_the_compiled_loop_emits_what_the_python_loop_does(
     assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
     kept = sum(result.accepted for result in results[0])
     assert 0 < kept < sum(result.proposed for result in results[0]), "both outcomes of the accept rule were met"
+
+
+def test_the_table_loop_refuses_what_it_cannot_read(target: CharGPT) -> None:
+    from runner.decoding.fast import decoder_for
+
+    decoder = decoder_for(target)
+    tokens = torch.randint(0, VOCAB, (300,), generator=torch.Generator().manual_seed(2))
+    table = NGramDraft(tokens, VOCAB, order=3).compiled_table(1.0)
+    wider = NGramDraft(tokens, VOCAB + 1, order=3).compiled_table(1.0)
+    assert table is not None and wider is not None
+    cache = target.new_cache(capacity=64)
+    draws = torch.rand(200, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="history: 1..2 tokens, got 3"):
+        decoder.speculate_table(table, [1, 2, 3], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+    with pytest.raises(RuntimeError, match="vocabulary differs"):
+        decoder.speculate_table(wider, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+    with pytest.raises(RuntimeError, match="ran past a cache or its uniforms"):
+        decoder.speculate_table(table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws[:5])
+    outcome = decoder.speculate_table(table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+    assert len(outcome.emitted) >= 10 and cache.length == len(outcome.emitted)
+
+
+def test_a_context_number_too_large_for_int64_keeps_the_python_loop() -> None:
+    tokens = torch.tensor([0, 1, 2, 1, 0])
+    assert NGramDraft(tokens, 3, order=5).table_compiles()
+    assert not NGramDraft(tokens, 2**16, order=5).table_compiles(), "65536^4 = 2^64 numbers"

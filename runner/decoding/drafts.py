@@ -14,6 +14,7 @@ whose distribution's top probability is below ``p_min``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,17 +34,19 @@ INT64_LIMIT = 2**63 - 1
 
 @dataclass(frozen=True)
 class CompiledTable:
-    """A context table's rows at one temperature, as runner/decoding/csrc/speculative_loop.h's Table reads
-    them: grouped by context length (level L's rows are ``level_rows[L]:level_rows[L + 1]``), each row's
-    context as a number in base vocab (first token most significant, sorted within a level), its
-    distribution, float64 cumulative sums and top probability."""
+    """A context table at one temperature, as runner/decoding/csrc/speculative_loop.h's Table reads it: per
+    context length L (a level), the contexts with a row of their own as numbers in base vocab (first token
+    most significant), sorted, at ``keys[level_keys[L]:level_keys[L + 1]]``, each with its row in that
+    level's distributions, float64 cumulative sums and top probabilities (the draft's prepared tensors,
+    not copies: an n-gram table over a large vocabulary is large)."""
 
     history_length: int
-    level_rows: torch.Tensor  # int64, history_length + 2
-    keys: torch.Tensor  # int64, one a row
-    distributions: torch.Tensor  # float32, rows × vocab
-    cumulative: torch.Tensor  # float64, rows × vocab
-    tops: torch.Tensor  # float32, one a row
+    level_keys: torch.Tensor  # int64, history_length + 2
+    keys: torch.Tensor  # int64
+    rows: torch.Tensor  # int64, one a key
+    distributions: list[torch.Tensor]  # per level: float32, rows × vocab
+    cumulative: list[torch.Tensor]  # per level: float64, rows × vocab
+    tops: list[torch.Tensor]  # per level: float32, one a row
 
 
 def context_number(context: tuple[int, ...], vocab: int) -> int:
@@ -107,24 +110,26 @@ class ContextTableDraft:
         prepared = self._prepared.get(temperature)
         if prepared is None:
             prepared = self._prepared[temperature] = self._prepare(temperature)
-        offsets, keys, distributions, cumulative, tops = [0], [], [], [], []
-        for contexts, table, rows in levels:
+        offsets, keys, rows = [0], [], []
+        distributions, cumulative, tops = [], [], []
+        for contexts, table, level_rows in levels:
             numbers = [context_number(context, vocab) for context in contexts]
             order = sorted(range(len(numbers)), key=numbers.__getitem__)
-            chosen = torch.tensor([rows[i] for i in order], dtype=torch.int64)
-            table_distributions, table_cumulative, table_tops = prepared[table]
             keys += [numbers[i] for i in order]
-            distributions.append(table_distributions[chosen])
-            cumulative.append(table_cumulative[chosen])
-            tops.append(torch.tensor(table_tops, dtype=torch.float32)[chosen])
+            rows += [level_rows[i] for i in order]
             offsets.append(offsets[-1] + len(order))
+            table_distributions, table_cumulative, table_tops = prepared[table]
+            distributions.append(table_distributions.contiguous())
+            cumulative.append(table_cumulative.contiguous())
+            tops.append(torch.tensor(table_tops, dtype=torch.float32))
         compiled = CompiledTable(
             self.history_length,
             torch.tensor(offsets, dtype=torch.int64),
             torch.tensor(keys, dtype=torch.int64),
-            torch.cat(distributions).float().contiguous(),
-            torch.cat(cumulative).double().contiguous(),
-            torch.cat(tops).contiguous(),
+            torch.tensor(rows, dtype=torch.int64),
+            distributions,
+            cumulative,
+            tops,
         )
         self._compiled = (temperature, compiled)
         return compiled
@@ -254,6 +259,41 @@ class NGramDraft(ContextTableDraft):
     def tables(self) -> list[torch.Tensor]:
         return [table for _, table in self.levels]
 
+    def distill(self, windows: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Make each context's row the mean of a target's next-token distributions wherever that context
+        ends in ``windows`` (token windows, B × L, with the target's probabilities after each position,
+        B × L × vocab): the draft then proposes what the target would say after those characters,
+        averaged over the text, not what the text happened to say. Contexts the windows never show keep
+        their counted rows."""
+        vocab = self.levels[0][1].shape[-1]
+        numbered = []
+        for rows, table in self.levels:
+            keys = torch.tensor([context_number(context, vocab) for context in rows], dtype=torch.int64)
+            order = keys.argsort()
+            row_of_key = torch.tensor(list(rows.values()), dtype=torch.int64)[order]
+            numbered.append((keys[order], row_of_key, torch.zeros(table.shape, dtype=torch.float64)))
+        counts = [torch.zeros(len(rows), dtype=torch.float64) for rows, _ in self.levels]
+        for tokens, target_probabilities in windows:
+            for length, (keys, row_of_key, sums) in enumerate(numbered):
+                # Every context of this length in the windows (ending at position j), as a number.
+                contexts = tokens.unfold(1, length, 1) if length else tokens.new_zeros(*tokens.shape, 0)
+                powers = vocab ** torch.arange(length - 1, -1, -1, dtype=torch.int64)
+                numbers = (contexts.long() * powers).sum(dim=-1).reshape(-1)
+                after = target_probabilities[:, max(length - 1, 0) :].reshape(-1, vocab)
+                found = torch.searchsorted(keys, numbers).clamp(max=len(keys) - 1)
+                seen = keys[found] == numbers
+                where = row_of_key[found[seen]]
+                sums.index_add_(0, where, after[seen].double())
+                counts[length].index_add_(0, where, torch.ones(len(where), dtype=torch.float64))
+        for length, ((contexts_rows, table), (_, _, sums)) in enumerate(zip(self.levels, numbered, strict=True)):
+            shown = counts[length] > 0
+            distilled = table.clone()
+            distilled[shown] = (sums[shown] / counts[length][shown, None]).log().float()
+            self.levels[length] = (contexts_rows, distilled)
+        self._prepared.clear()
+        self._rows.clear()
+        self._compiled = None
+
     def locate(self, context: tuple[int, ...]) -> tuple[int, int]:
         for length in range(min(len(context), self.order - 1), 0, -1):
             row = self.levels[length][0].get(context[len(context) - length :])
@@ -263,6 +303,27 @@ class NGramDraft(ContextTableDraft):
 
     def context_levels(self) -> list[tuple[list[tuple[int, ...]], int, list[int]]] | None:
         return [(list(rows), length, list(rows.values())) for length, (rows, _) in enumerate(self.levels)]
+
+
+DISTILLATION_TOKENS = 100_000  # of the training text: the quick model's forward over them takes about 5 s
+DISTILLATION_WINDOW = 256
+DISTILLATION_BATCH = 32
+
+
+@torch.inference_mode()
+def target_windows(
+    model: CharGPT, tokens: torch.Tensor, count: int = DISTILLATION_TOKENS
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``count`` tokens in windows of the model's context (at most DISTILLATION_WINDOW), a batch
+    at a time, each with the model's next-token distributions at temperature 1 after every position
+    (``NGramDraft.distill``'s input)."""
+    window = min(DISTILLATION_WINDOW, model.config.context_length)
+    usable = min(count, len(tokens)) // window * window
+    batches = tokens[:usable].reshape(-1, window)
+    for start in range(0, len(batches), DISTILLATION_BATCH):
+        batch = batches[start : start + DISTILLATION_BATCH]
+        logits = model(batch.to(model.device)).float()
+        yield batch, torch.softmax(logits, dim=-1).cpu()
 
 
 class ModelDraft:

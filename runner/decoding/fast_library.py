@@ -71,8 +71,8 @@ def load_built(path: Path) -> ctypes.CDLL:
     if hasattr(loaded, "dl_speculate_table"):  # a revision before it, built by benchmarks/library_ab.py, lacks it
         loaded.dl_speculate_table.restype = _int32
         loaded.dl_speculate_table.argtypes = [_pointer, _int64, _pointer, _pointer, _pointer, _pointer, _pointer]
-        loaded.dl_speculate_table.argtypes += [_pointer, _int64, _int64, _int64, _int32, _int64, _int64, _double]
-        loaded.dl_speculate_table.argtypes += [_double, _pointer, _int64, _pointer, _pointer, _int64, _int64]
+        loaded.dl_speculate_table.argtypes += [_pointer, _pointer, _int64, _int64, _int64, _int32, _int64, _int64]
+        loaded.dl_speculate_table.argtypes += [_double, _double, _pointer, _int64, _pointer, _pointer, _int64, _int64]
         loaded.dl_speculate_table.argtypes += [_pointer, _pointer, _pointer, _pointer, _pointer, _pointer, _int64]
         loaded.dl_speculate_table.argtypes += [_pointer]
     loaded.dl_entry_point_nanoseconds.restype = _int64

@@ -6,6 +6,7 @@ uniforms in the order the Python loop reads its generator, so that both emit the
 from __future__ import annotations
 
 import array
+import ctypes
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,20 +172,26 @@ def speculate_table(
     """``speculate`` with a context table proposing (runner.decoding.drafts.ContextTableDraft.compiled_table,
     prepared at ``temperature``) after ``history``, the committed text's last tokens (at most the
     table's history_length). Its draft calls are lookups: it keeps no cache, and nothing is left unfed."""
-    if table.distributions.shape[-1] != target.vocab_size:
+    if any(level.shape[-1] != target.vocab_size for level in table.distributions):
         raise RuntimeError("the draft's vocabulary differs from the target's")
     if not history or len(history) > table.history_length:
         raise RuntimeError(f"history: 1..{table.history_length} tokens, got {len(history)}")
     fed = target._tokens(history)
     buffers = _Buffers(target, target_cache, last, new_tokens, schedule, uniforms, replay)
+    levels = len(table.distributions)
+    distributions, cumulative, tops = (
+        (ctypes.c_void_p * levels)(*(tensor.data_ptr() for tensor in tensors))
+        for tensors in (table.distributions, table.cumulative, table.tops)
+    )
     status = target._library.dl_speculate_table(
         target._handle,
         table.history_length,
-        table.level_rows.data_ptr(),
+        table.level_keys.data_ptr(),
         table.keys.data_ptr(),
-        table.distributions.data_ptr(),
-        table.cumulative.data_ptr(),
-        table.tops.data_ptr(),
+        table.rows.data_ptr(),
+        distributions,
+        cumulative,
+        tops,
         fed.buffer_info()[0],
         len(fed),
         *buffers.schedule_arguments(last, new_tokens, schedule, temperature),

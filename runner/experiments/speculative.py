@@ -68,12 +68,15 @@ DECLARATION = Declaration(
 
 # int8 and int4 are the write-ups' fake-quantized targets (eager, no cheaper than the target);
 # fast_int8 is the int8 target through the fast path's int8 kernel, proposing in C++.
-DRAFTS = ("bigram", "ngram", "int8", "int4", "small", "fast_int8")
+DRAFTS = ("bigram", "ngram", "distilled_ngram", "int8", "int4", "small", "fast_int8")
+# Drafts that are tables of next-token distributions per context: the training text's counts, or (distilled)
+# the target's own distributions averaged over that text.
+TABLE_DRAFTS = ("bigram", "ngram", "distilled_ngram")
 
 FIELDS = {
     "drafts": Field(
         "str_list",
-        list(DRAFTS[:5]),
+        ["bigram", "ngram", "int8", "int4", "small"],  # the write-ups' drafts
         choices=DRAFTS,
         choice_prefix=DRAFT_PREFIX,
         help="hf:DIR is a local Hugging Face checkpoint sharing an hf target's tokenizer (runner.model.hf_checkpoint)",
@@ -108,7 +111,7 @@ FIELDS = {
         "float_list", [1.0, 0.7], 0.01, 5.0, help="temperatures the check runs at (it samples: greedy is refused)"
     ),
     "context_chars": Field("int", 32, 1, "context_length"),
-    "ngram_order": Field("int", 3, 3, MAX_NGRAM_ORDER, help="characters of context + 1 for the n-gram draft"),
+    "ngram_order": Field("int", 3, 3, MAX_NGRAM_ORDER, help="characters of context + 1 for the n-gram drafts"),
     "small_draft_d_model": Field("int", 64, 8, 512, help="width of the small trained draft (1 block)"),
     "small_draft_steps": Field("int", 600, 1, 100_000, help="training steps of the small draft"),
     "small_draft_distilled": Field("bool", True, help="train the small draft on the target's distributions"),

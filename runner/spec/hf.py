@@ -39,7 +39,7 @@ HF_MODEL_FIELDS = {
     "corpus": Field("str", "default", help="'default' or a UTF-8 text file: prompts, n-gram counts, held-out loss"),
 }
 # Drafts that train a model: refused, an hf sweep trains nothing.
-TRAINED_DRAFTS = ("small",)
+TRAINED_DRAFTS = ("small", "distilled_ngram")  # the second runs the target over its corpus
 # What the speculative experiment proposes from when an hf spec names no drafts.
 HF_DEFAULT_DRAFTS = ["ngram", "int8", "fast_int8"]
 # Evaluation windows for held-out loss (runner.model.train.evaluate_loss) on an hf model.

@@ -49,31 +49,37 @@ struct ModelProposer {
   }
 };
 
-// A context-table draft (runner.decoding.drafts.ContextTableDraft) prepared at the loop's temperature: its rows
-// grouped by context length (level L's rows are [level_rows[L], level_rows[L + 1])), each row's context as a
-// number in base `vocab` (first token most significant; keys sorted within a level), its distribution, the
-// float64 cumulative sums it is drawn from and its top probability. The next token after a history reads the
-// row of the longest suffix (at most history_length tokens) that has one; level 0 (the unigram) when none has.
+// A context-table draft (runner.decoding.drafts.ContextTableDraft) prepared at the loop's temperature: per context
+// length L (a level), the contexts with a row of their own as numbers in base `vocab` (first token most
+// significant), sorted, at keys[level_keys[L] .. level_keys[L + 1]), each with its row in that level's arrays
+// (`rows`): distributions (rows x vocab), the float64 cumulative sums they are drawn from, top probabilities.
+// The next token after a history reads the row of the longest suffix (at most history_length tokens) that has
+// one; level 0 (the unigram) when none has. The arrays are the draft's own, read in place.
 struct Table {
   int64_t vocab, history_length;
-  const int64_t* level_rows;  // history_length + 2 offsets
+  const int64_t* level_keys;  // history_length + 2 offsets
   const int64_t* keys;
-  const float* distributions;
-  const double* cumulative;
-  const float* tops;
+  const int64_t* rows;
+  const float* const* distributions;  // per level
+  const double* const* cumulative;
+  const float* const* tops;
 
-  // The row after `history` (its last tokens), or -1 where no level holds one (a table without level 0).
-  int64_t locate(const std::vector<int64_t>& history) const {
+  struct Row {
+    int64_t level, row;
+  };
+
+  // The row after `history` (its last tokens); level -1 where no level holds one (a table without level 0).
+  Row locate(const std::vector<int64_t>& history) const {
     const int64_t size = static_cast<int64_t>(history.size());
-    for (int64_t length = std::min(size, history_length); length >= 1; --length) {
+    for (int64_t length = std::min(size, history_length); length >= 0; --length) {
       int64_t key = 0;
       for (int64_t i = size - length; i < size; ++i) key = key * vocab + history[i];
-      const int64_t* begin = keys + level_rows[length];
-      const int64_t* end = keys + level_rows[length + 1];
+      const int64_t* begin = keys + level_keys[length];
+      const int64_t* end = keys + level_keys[length + 1];
       const int64_t* found = std::lower_bound(begin, end, key);
-      if (found != end && *found == key) return found - keys;
+      if (found != end && *found == key) return {length, rows[found - keys]};
     }
-    return level_rows[1] > level_rows[0] ? level_rows[0] : -1;
+    return {-1, 0};
   }
 };
 
@@ -87,15 +93,17 @@ struct TableProposer {
     const int64_t vocab = table.vocab;
     std::vector<int64_t> context(history);
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t row = table.locate(context);
-      if (row < 0) return -1;
-      if (i > 0 && static_cast<double>(table.tops[row]) < threshold) return static_cast<int32_t>(i);
+      const Table::Row found = table.locate(context);
+      if (found.level < 0) return -1;
+      const int64_t level = found.level, row = found.row;
+      if (i > 0 && static_cast<double>(table.tops[level][row]) < threshold) return static_cast<int32_t>(i);
       // runner.decoding.decode.inverse_cdf: the first index whose cumulative sum exceeds uniform x the total.
-      const double* cumulative = table.cumulative + row * vocab;
+      const double* cumulative = table.cumulative[level] + row * vocab;
       const int64_t index = std::upper_bound(cumulative, cumulative + vocab, uniforms[i] * cumulative[vocab - 1]) -
                             cumulative;
       proposals[i] = std::min<int64_t>(index, vocab - 1);
-      std::copy(table.distributions + row * vocab, table.distributions + (row + 1) * vocab, q + i * vocab);
+      const float* distribution = table.distributions[level] + row * vocab;
+      std::copy(distribution, distribution + vocab, q + i * vocab);
       context.push_back(proposals[i]);
     }
     return static_cast<int32_t>(count);
@@ -227,19 +235,21 @@ int32_t dl_speculate(const void* target, const void* draft, int64_t last, int64_
 // runner.decoding.drafts.ContextTableDraft.compiled_table) following `history` (history_count tokens: the
 // committed text's last ones, at most history_length). `state` as dl_speculate's, [6] and [7] zero: a table
 // keeps no cache. Returns 0, or -1 past the cache or the uniforms, or where a history finds no row.
-int32_t dl_speculate_table(const void* target, int64_t history_length, const int64_t* level_rows,
-                           const int64_t* keys, const float* distributions, const double* cumulative,
-                           const float* tops, const int64_t* history, int64_t history_count, int64_t last,
-                           int64_t new_tokens, int32_t schedule, int64_t k, int64_t k_max, double p_min,
-                           double temperature, const double* uniforms, int64_t uniforms_count, float* target_keys,
-                           float* target_values, int64_t target_capacity, int64_t target_length, int64_t* emitted,
-                           int32_t* drafted_per_pass, int32_t* accepted_per_pass, float* variations, int64_t* state,
-                           const int32_t* replay_kept, int64_t replay_count, const int64_t* replay_tokens) {
+int32_t dl_speculate_table(const void* target, int64_t history_length, const int64_t* level_keys,
+                           const int64_t* keys, const int64_t* rows, const float* const* distributions,
+                           const double* const* cumulative, const float* const* tops, const int64_t* history,
+                           int64_t history_count, int64_t last, int64_t new_tokens, int32_t schedule, int64_t k,
+                           int64_t k_max, double p_min, double temperature, const double* uniforms,
+                           int64_t uniforms_count, float* target_keys, float* target_values, int64_t target_capacity,
+                           int64_t target_length, int64_t* emitted, int32_t* drafted_per_pass,
+                           int32_t* accepted_per_pass, float* variations, int64_t* state, const int32_t* replay_kept,
+                           int64_t replay_count, const int64_t* replay_tokens) {
   if (history_length < 1 || history_count < 0 || history_count > history_length || k < 1 || k > k_max) return -1;
   const speculative::Table table{static_cast<const Model*>(target)->vocab,
                                  history_length,
-                                 level_rows,
+                                 level_keys,
                                  keys,
+                                 rows,
                                  distributions,
                                  cumulative,
                                  tops};

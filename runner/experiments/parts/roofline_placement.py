@@ -24,6 +24,7 @@ from runner.cost import speculative as speculative_cost
 from runner.cost.roofline_model import LEVELS, Placement, Shape, pass_cost
 from runner.decoding.speculative import runs_compiled, target_pass
 from runner.experiments.base import ExperimentContext
+from runner.experiments.speculative import TABLE_DRAFTS
 from store.records import MeasurementRecord, RecordedMeasurement, case_key
 
 LEVEL_CODES = {level: code for code, level in enumerate(LEVELS, start=1)}  # the cache_level metric (unit "level")
@@ -120,7 +121,7 @@ def named_draft_pass(
     """``draft_pass`` from a case's params alone (a stored run read back, no draft at hand): the
     speculative experiment's drafts by name (runner.experiments.parts.speculative_drafts); None for a
     draft whose shape the name does not give (a Hugging Face checkpoint's)."""
-    if name in ("bigram", "ngram"):
+    if name in TABLE_DRAFTS:
         row = target_shape.vocab * roofline_model.FLOAT_BYTES
         return [roofline_model.Cost(row, {}, row)], None
     if name in ("fast_int8", "int8"):

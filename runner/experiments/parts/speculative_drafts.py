@@ -10,11 +10,11 @@ from typing import Any
 from runner.cost.speculative_prediction import Calibration, calibrate, draft_rollouts
 from runner.decoding.choices import MAX_DRAFT_LENGTH
 from runner.decoding.decode import generate
-from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft
+from runner.decoding.drafts import BigramDraft, ModelDraft, NGramDraft, target_windows
 from runner.decoding.speculative import Draft
 from runner.experiments.base import ExperimentContext
 from runner.experiments.parts.speculative_costs import held_out_windows
-from runner.experiments.speculative import DRAFTS
+from runner.experiments.speculative import DRAFTS, TABLE_DRAFTS
 from runner.model.data_folder import DRAFT_PREFIX
 from runner.model.gpt import ModelConfig
 from runner.model.hf_checkpoint import load_model, read_checkpoint
@@ -107,11 +107,14 @@ def held_out_alpha(case: dict[str, Any], context: ExperimentContext, draft: Draf
 def build_draft(case: dict[str, Any], context: ExperimentContext) -> Draft:
     name = case["draft"]
     config = context.model.config
-    if name in ("bigram", "ngram"):
+    if name in TABLE_DRAFTS:
         train_tokens, _ = context.corpus.split()
         if name == "bigram":
             return BigramDraft(train_tokens, config.vocab_size)
-        return NGramDraft(train_tokens, config.vocab_size, order=case["ngram_order"])
+        ngram = NGramDraft(train_tokens, config.vocab_size, order=case["ngram_order"], name=name)
+        if name == "distilled_ngram":
+            ngram.distill(target_windows(context.model, train_tokens))
+        return ngram
     if name in ("int8", "int4"):
         return ModelDraft(quantize_model(context.model, name, group_size=32, kernel="fake"), name)
     if name == "fast_int8":
