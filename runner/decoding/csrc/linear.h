@@ -30,15 +30,18 @@ constexpr int64_t kChunkRows = kPanels * kLanes;
 #if defined(__AVX512F__)
 constexpr int kRowBlock = 6;  // 6 x 4 accumulators + 4 weight vectors + 1 broadcast: 29 of 32 registers
 #elif defined(__AVX2__)
-constexpr int kRowBlock = 2;  // 2 x 4 + 4 + 1 of 16 registers
+constexpr int kRowBlock = 3;  // 3 x 4 accumulators + 3 broadcasts of 16 registers (see below)
 #else
 constexpr int kRowBlock = 4;
 #endif
-// With 16 registers a whole chunk's four panels leave room for two inputs, so a pass of more inputs (a
-// verification of k + 1 positions) would read the weights once per two. From four inputs it goes over half a
-// chunk at a time instead (two panels: one cache line per column group), with each format's
-// Op::kHalfChunkRows inputs. Measured on a Zen 3 EPYC (float32, quick model): five inputs 2.40 plain steps
-// against 2.76 in blocks of two; three were faster as a block of two and one (1.86 steps against 2.01).
+// With 16 registers a whole chunk's four panels leave room for three inputs only with each multiply-add reading
+// its weight vector itself (12 accumulators, 3 broadcasts; of the three reads of a vector the first comes from L3,
+// the two after it from L1), so a pass of more inputs (a verification of k + 1 positions) would read the weights
+// from L3 once per three.
+// From four inputs it goes over half a chunk at a time instead (two panels: one cache line per column group),
+// with each format's Op::kHalfChunkRows inputs. Measured on a Zen 3 EPYC (float32, quick model): five inputs 2.40
+// plain steps against 2.76 in blocks of two; three inputs as one block 0.87-0.89 of a block of two and one
+// (benchmarks/library_ab.py, 1.64 plain steps against 1.85), where half chunks of three were no quicker.
 #if defined(SIMD_AVX2)
 constexpr bool kHalfChunks = true;
 #else
@@ -303,7 +306,8 @@ inline void prepare(const Packed& layer, const float* x, int64_t m, uint32_t* wo
 // instead where it sees registers run short, so each weight is read once per input: on the Zen 3 EPYC (AVX2) a
 // tile of four inputs loaded 8 vectors a column group for 8 multiply-adds, and the whole model's linear layers
 // for four inputs took 110 us against 84 with the loads kept apart (two inputs 63 against 57; five, not folded, the
-// same). The int8 tiles gained nothing measurable from it and keep GCC's choice.
+// same). The int8 tiles gained nothing measurable from it and keep GCC's choice, and so does a tile that would not
+// fit: three inputs over four panels (12 accumulators, 4 weights, a broadcast) would spill an accumulator a column.
 template <typename T>
 inline void in_register(T&) {}
 #if defined(SIMD_AVX2)
@@ -327,7 +331,8 @@ inline void tile(const Packed& layer, const uint8_t* chunk, int64_t chunk_panels
     typename Op::Weights weights[NP];
     for (int p = 0; p < NP; ++p) {
       weights[p] = Op::load(chunk + (w * panel_stride + p) * kLanes * 4);
-      if constexpr (kHalfChunks && MR > 1 && std::is_same_v<Op, Float32Op>) in_register(weights[p]);
+      if constexpr (kHalfChunks && MR > 1 && (MR + 1) * NP + 1 <= 16 && std::is_same_v<Op, Float32Op>)
+        in_register(weights[p]);
     }
     for (int r = 0; r < MR; ++r) {
       const typename Op::Broadcast x = Op::broadcast(words[r * stride + w]);
