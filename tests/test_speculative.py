@@ -141,7 +141,7 @@ def test_counts_are_recorded_through_the_store(filled_store_url: str) -> None:
     assert not {"predicted_speedup", "predicted_speedup_refined"} & set(rows["metric"])
     assert "a_priori_regret" not in set(frames.export_rows(store, int(frames.runs(store)["run_id"].min()))["metric"])
     speculative = rows[rows["part"] == "speculative"]
-    assert set(speculative["draft"]) == {"bigram", "ngram", "int8", "int4", "small", "fast_int8"}
+    assert set(speculative["draft"]) == {"bigram", "ngram", "distilled_ngram", "int8", "int4", "small", "fast_int8"}
     assert set(speculative["schedule"]) == {"fixed", "heuristic", "confidence"}
     assert set(speculative["temperature"]) == {1.0, 0.7, 0.0}
     assert {params["k"] for params in speculative["params"]} == {1, 3, 4}, "ks, and k_max for confidence"

@@ -246,3 +246,20 @@ def test_cost_rounds_divide_each_cost_by_its_own_rounds_step() -> None:
     for k in (1, 4):
         assert costs[k].draft_turn_seconds / step == pytest.approx(k * 0.5)
         assert costs[k].verify_seconds / step == pytest.approx(k + 1)
+
+
+def test_a_table_drafts_costs_on_the_fast_impl_are_its_turns_in_the_compiled_loop(target: CharGPT) -> None:
+    """The loop runs a table draft's turns in C++: its single calls and a session's turns are timed
+    there, by the library's clock of a draft's turn, which the table's Python propose never reaches
+    (that clock then read 0), and a session replays its passes through the table's compiled loop."""
+    tokens = torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(8))
+    draft = BigramDraft(tokens, VOCAB)
+    run = speculative_decode(target, draft, 3, [1, 2], 100, temperature=1.0, seed=5, impl="fast")
+    text = [1, 2] + run.tokens
+    before = entry_point_seconds()[0]
+    calls = speculative_costs.single_call_costs(target, "fast", draft, text, 40, 1.0, 5, Harness())
+    assert entry_point_seconds()[0] > before, "the turns ran in the library"
+    assert calls.draft_call_seconds > 0 and calls.draft_turn_seconds > 0
+    session = CostSession(target, "fast", draft, 3, 1.0, text, centred_passes(passes_of_run(run, 2)), 5, Harness())
+    costs = session()
+    assert costs.draft_turn_seconds > 0 and costs.verify_seconds > costs.draft_turn_seconds

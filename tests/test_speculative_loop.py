@@ -235,3 +235,16 @@ def test_a_context_number_too_large_for_int64_keeps_the_python_loop() -> None:
     tokens = torch.tensor([0, 1, 2, 1, 0])
     assert NGramDraft(tokens, 3, order=5).table_compiles()
     assert not NGramDraft(tokens, 2**16, order=5).table_compiles(), "65536^4 = 2^64 numbers"
+
+
+def test_a_table_draft_follows_a_text_shorter_than_its_context(target: CharGPT) -> None:
+    """After a loop whose whole text is shorter than the draft's context, the draft holds all of it."""
+    histories = []
+    for compiled in (True, False):
+        draft = table_drafts(target)["ngram5"]
+        result = speculative_decode(
+            target, draft, 1, [2], 1, temperature=1.0, seed=3, impl="fast", compiled_loop=compiled
+        )
+        assert len(result.tokens) == 1
+        histories.append(draft.history())
+    assert histories[0] == histories[1] and len(histories[0]) >= 2

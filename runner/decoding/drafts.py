@@ -75,7 +75,8 @@ class ContextTableDraft:
         self._prepared: dict[float, list[tuple[torch.Tensor, torch.Tensor, list[float]]]] = {}
         self._rows: dict[tuple[tuple[int, ...], float], tuple[torch.Tensor, list[float], float]] = {}
         self._history: list[int] = []
-        self._compiled: tuple[float, CompiledTable] | None = None  # the last temperature's, for the compiled loop
+        self._compiled: dict[float, CompiledTable] = {}  # per temperature, for the compiled loop
+        self._compiles: bool | None = None
 
     def tables(self) -> list[torch.Tensor]:
         """The log-probability tables (rows × vocab)."""
@@ -96,17 +97,22 @@ class ContextTableDraft:
     def table_compiles(self) -> bool:
         """Whether the compiled speculative loop can read this draft: ``context_levels`` gives its rows
         and every context's number fits int64 (vocab^history_length)."""
-        return self.context_levels() is not None and self.tables()[0].shape[-1] ** self.history_length <= INT64_LIMIT
+        if self._compiles is None:  # asked before every generation: decided once (the contexts do not change)
+            fits = self.tables()[0].shape[-1] ** self.history_length <= INT64_LIMIT
+            self._compiles = fits and self.context_levels() is not None
+        return self._compiles
 
     def compiled_table(self, temperature: float) -> CompiledTable | None:
         """The table as the compiled speculative loop reads it, at ``temperature``; None where it
         cannot (``table_compiles``)."""
-        if self._compiled is not None and self._compiled[0] == temperature:
-            return self._compiled[1]
+        if temperature in self._compiled:
+            return self._compiled[temperature]
         levels = self.context_levels()
         vocab = self.tables()[0].shape[-1]
         if levels is None or not self.table_compiles():
             return None
+        if len(levels) != self.history_length + 1:  # the loop reads a level per context length
+            raise ValueError(f"{self.name}: context_levels gave {len(levels)} levels, not {self.history_length + 1}")
         prepared = self._prepared.get(temperature)
         if prepared is None:
             prepared = self._prepared[temperature] = self._prepare(temperature)
@@ -131,7 +137,7 @@ class ContextTableDraft:
             cumulative,
             tops,
         )
-        self._compiled = (temperature, compiled)
+        self._compiled[temperature] = compiled
         return compiled
 
     def history(self) -> list[int]:
@@ -140,7 +146,7 @@ class ContextTableDraft:
 
     def follow(self, text: list[int]) -> None:
         """After the compiled loop: ``text`` is the committed text."""
-        self._history = list(text[len(text) - self.history_length :]) if self.history_length else []
+        self._history = list(text[max(0, len(text) - self.history_length) :])
 
     def log_distribution(self, context: tuple[int, ...]) -> torch.Tensor:
         """Log-probabilities (vocab) of the next token after ``context``."""
@@ -292,7 +298,7 @@ class NGramDraft(ContextTableDraft):
             self.levels[length] = (contexts_rows, distilled)
         self._prepared.clear()
         self._rows.clear()
-        self._compiled = None
+        self._compiled.clear()
 
     def locate(self, context: tuple[int, ...]) -> tuple[int, int]:
         for length in range(min(len(context), self.order - 1), 0, -1):

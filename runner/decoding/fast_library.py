@@ -75,6 +75,9 @@ def load_built(path: Path) -> ctypes.CDLL:
         loaded.dl_speculate_table.argtypes += [_double, _double, _pointer, _int64, _pointer, _pointer, _int64, _int64]
         loaded.dl_speculate_table.argtypes += [_pointer, _pointer, _pointer, _pointer, _pointer, _pointer, _int64]
         loaded.dl_speculate_table.argtypes += [_pointer]
+        loaded.dl_propose_table.restype = _int32
+        loaded.dl_propose_table.argtypes = [_int64, _int64] + [_pointer] * 7 + [_int64, _int64, _double, _pointer]
+        loaded.dl_propose_table.argtypes += [_pointer, _pointer]
     loaded.dl_entry_point_nanoseconds.restype = _int64
     loaded.dl_entry_point_nanoseconds.argtypes = [_int32]
     loaded.dl_set_threads.argtypes = [_int32]

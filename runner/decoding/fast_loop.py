@@ -157,6 +157,49 @@ def speculate(
     return outcome
 
 
+def _table_arguments(target: FastDecoder, table: CompiledTable, history: list[int]) -> tuple[list[Any], Any]:
+    """The table's arrays as dl_speculate_table and dl_propose_table read them, then the history."""
+    if any(level.shape[-1] != target.vocab_size for level in table.distributions):
+        raise RuntimeError("the draft's vocabulary differs from the target's")
+    if not history or len(history) > table.history_length:
+        raise RuntimeError(f"history: 1..{table.history_length} tokens, got {len(history)}")
+    levels = len(table.distributions)
+    distributions, cumulative, tops = (
+        (ctypes.c_void_p * levels)(*(tensor.data_ptr() for tensor in tensors))
+        for tensors in (table.distributions, table.cumulative, table.tops)
+    )
+    arrays: list[Any] = [table.level_keys.data_ptr(), table.keys.data_ptr(), table.rows.data_ptr()]
+    arrays += [distributions, cumulative, tops]
+    return arrays, target._tokens(history)
+
+
+def propose_table(
+    target: FastDecoder, table: CompiledTable, history: list[int], count: int, p_min: float, uniforms: torch.Tensor
+) -> int:
+    """One turn of a context table alone, as the compiled loop runs it: how many it proposed (each kept
+    by the library's clock of a draft's turn, for a cost session to time)."""
+    arrays, fed = _table_arguments(target, table, history)
+    if uniforms.dtype != torch.float64 or uniforms.numel() < count or not uniforms.is_contiguous():
+        raise RuntimeError(f"need {count} contiguous float64 CPU uniforms")
+    proposals = array.array("q", bytes(8 * max(count, 1)))
+    q = torch.empty(max(count, 1), target.vocab_size)
+    drafted = target._library.dl_propose_table(
+        target.vocab_size,
+        table.history_length,
+        *arrays,
+        fed.buffer_info()[0],
+        len(fed),
+        count,
+        p_min,
+        uniforms.data_ptr(),
+        proposals.buffer_info()[0],
+        q.data_ptr(),
+    )
+    if drafted < 0:
+        raise RuntimeError("the table found no row for its history")
+    return int(drafted)
+
+
 def speculate_table(
     target: FastDecoder,
     table: CompiledTable,
@@ -172,26 +215,12 @@ def speculate_table(
     """``speculate`` with a context table proposing (runner.decoding.drafts.ContextTableDraft.compiled_table,
     prepared at ``temperature``) after ``history``, the committed text's last tokens (at most the
     table's history_length). Its draft calls are lookups: it keeps no cache, and nothing is left unfed."""
-    if any(level.shape[-1] != target.vocab_size for level in table.distributions):
-        raise RuntimeError("the draft's vocabulary differs from the target's")
-    if not history or len(history) > table.history_length:
-        raise RuntimeError(f"history: 1..{table.history_length} tokens, got {len(history)}")
-    fed = target._tokens(history)
+    arrays, fed = _table_arguments(target, table, history)
     buffers = _Buffers(target, target_cache, last, new_tokens, schedule, uniforms, replay)
-    levels = len(table.distributions)
-    distributions, cumulative, tops = (
-        (ctypes.c_void_p * levels)(*(tensor.data_ptr() for tensor in tensors))
-        for tensors in (table.distributions, table.cumulative, table.tops)
-    )
     status = target._library.dl_speculate_table(
         target._handle,
         table.history_length,
-        table.level_keys.data_ptr(),
-        table.keys.data_ptr(),
-        table.rows.data_ptr(),
-        distributions,
-        cumulative,
-        tops,
+        *arrays,
         fed.buffer_info()[0],
         len(fed),
         *buffers.schedule_arguments(last, new_tokens, schedule, temperature),

@@ -265,4 +265,19 @@ int32_t dl_speculate_table(const void* target, int64_t history_length, const int
   return 0;
 }
 
+// One turn of a context-table draft alone, as dl_speculate_table runs it (clocked as a draft's turn): up to
+// `count` proposals after `history` at `uniforms`, stopping before one whose row's top probability is below
+// `threshold` (never before the first), into `proposals` and their rows into q (count x vocab). Returns how many,
+// or -1 where a history finds no row. What a cost session times a table draft's call by
+// (runner.experiments.parts.speculative_costs.single_call_costs), where the loop runs in C++.
+int32_t dl_propose_table(int64_t vocab, int64_t history_length, const int64_t* level_keys, const int64_t* keys,
+                         const int64_t* rows, const float* const* distributions, const double* const* cumulative,
+                         const float* const* tops, const int64_t* history, int64_t history_count, int64_t count,
+                         double threshold, const double* uniforms, int64_t* proposals, float* q) {
+  if (history_length < 1 || history_count < 0 || history_count > history_length || count < 1) return -1;
+  const speculative::Table table{vocab, history_length, level_keys, keys, rows, distributions, cumulative, tops};
+  speculative::TableProposer proposer{table, std::vector<int64_t>(history, history + history_count)};
+  return proposer.propose(count, 0.0, uniforms, threshold, proposals, q);
+}
+
 }  // extern "C"

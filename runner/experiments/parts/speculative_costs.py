@@ -87,6 +87,21 @@ def pricing_harness(harness: Harness, run_target: TargetPass, draft: Draft) -> H
     return harness.with_clock(kernel_seconds)
 
 
+def propose(run_target: TargetPass, draft: Draft, count: int, temperature: float, generator: torch.Generator) -> None:
+    """One draft turn of ``count`` proposals as the loop makes it: where the loop runs in C++ with a
+    context table, the table's turn in C++ (fast_loop.propose_table, on the library's clock of a draft's
+    turn, which a table's Python propose never reaches), else the draft's own propose."""
+    if isinstance(draft, CompiledTableDraft) and runs_compiled(run_target, draft):
+        from runner.decoding.fast_loop import propose_table
+
+        table = draft.compiled_table(temperature)
+        assert table is not None, "runs_compiled: a table the loop reads"
+        draws = uniforms(count, temperature, generator)
+        propose_table(cast(CompiledTarget, run_target).decoder, table, draft.history(), count, 0.0, draws)
+        return
+    draft.propose(count, temperature, generator)
+
+
 def passes_of_run(run: SpeculativeResult, prompt_length: int) -> list[Pass]:
     """The loop's own passes, as slices of prompt + its output."""
     boundaries = list(itertools.accumulate((accepted + 1 for accepted in run.accepted_per_pass), initial=prompt_length))
@@ -143,7 +158,7 @@ class CostSession:
         self._draft_share: float | None = None  # a draft turn's share of a pass, timed call by call
 
     def _draft_turn(self) -> None:
-        self._draft.propose(self._k, self._temperature, self._generator)
+        propose(self._run_target, self._draft, self._k, self._temperature, self._generator)
         accepted, begin, end = next(self._replay, self._passes[-1])  # past the end: the last pass again
         self._draft.commit(accepted, self._text[begin:end])
 
@@ -279,12 +294,15 @@ def single_call_costs(
     )
     # Each from the same state (a model draft's propose feeds its cache), so timed apart.
     (draft_call_seconds,) = harness.alternating(
-        (lambda: draft.propose(1, temperature, generator),), rounds=1, repeats=SINGLE_CALL_REPEATS, setup=follow
+        (lambda: propose(run_target, draft, 1, temperature, generator),),
+        rounds=1,
+        repeats=SINGLE_CALL_REPEATS,
+        setup=follow,
     )
     draft_turn_seconds = math.nan
     if position + TURN_PROPOSALS <= len(text):
         (turn,) = harness.alternating(
-            (lambda: draft.propose(TURN_PROPOSALS, temperature, generator),),
+            (lambda: propose(run_target, draft, TURN_PROPOSALS, temperature, generator),),
             rounds=1,
             repeats=SINGLE_CALL_REPEATS,
             setup=follow,
