@@ -239,7 +239,10 @@ ENTRIES: tuple[Metric, ...] = (
         "roofline_loop_compiled",
         "bool",
         "exact",
-        help="the loop ran in one C++ call (fast target, compiled draft): its overhead is fitted on such cases only",
+        help=(
+            "the loop ran in one C++ call (fast target, a compiled model draft or a table draft): its overhead is "
+            "fitted on such cases only"
+        ),
     ),
     Metric(
         "roofline_loop_overhead_fit_seconds",

@@ -18,11 +18,11 @@ from tests.conftest import LEAN_CASES, LEAN_SPEC, TINY_SPEC, run_decodelab
 
 # training_summary 1; kv_cache 27 (two impls: equivalence 2, no_mask, counter_check, recomputation,
 # counts 2, timing 4, width, fit 2, prefill 4, memory 4, writeup_model 2, rounded_cache, aa 2); overhead 12
-# (aa 3); quantization 8 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast, aa 2); speculative 82
-# (distribution 8: 2 drafts × 2 temperatures × 2 impls; per impl aa, 24 at T = 1: 6 drafts × (fixed
+# (aa 3); quantization 8 (fp32, int8 fake/dynamic/fast, int4 fake, bf16 fast, aa 2); speculative 90
+# (distribution 8: 2 drafts × 2 temperatures × 2 impls; per impl aa, 28 at T = 1: 7 drafts × (fixed
 # k 1 and 3, heuristic, confidence), 4 at each of T = 0.7 and greedy (bigram only), a choice per
 # temperature and one accuracy); context_cost 3
-TINY_CASES = 133
+TINY_CASES = 141
 
 
 def quiet(_: str) -> None:
