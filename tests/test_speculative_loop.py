@@ -4,6 +4,7 @@ Python loop leaves it (a second generation through the same draft agrees too).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -60,10 +61,28 @@ def test_the_compiled_loop_emits_what_the_python_loop_does(
     target: CharGPT, schedule: Schedule, temperature: float, draft_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_compiled_loops(monkeypatch)
+    prompts = (([3, 1, 4], 11), ([3, 1, 4, 1, 5], 12), ([2], 13))
+    compiled, python, _ = compiled_and_python(
+        target, lambda: fast_drafts(target)[draft_name], draft_state, schedule, temperature, prompts
+    )
+    assert compiled == python
+    assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
+
+
+def compiled_and_python(
+    target: CharGPT,
+    make_draft: Callable[[], Any],
+    state_of: Callable[[Any], object],
+    schedule: Schedule,
+    temperature: float,
+    prompts: tuple[tuple[list[int], int], ...],
+) -> tuple[object, object, list[SpeculativeResult]]:
+    """Generations through one fresh draft in the compiled loop, then through another in the Python loop
+    (each later one starting from the state the earlier left): the same passes. Returns each draft's
+    state after them and the compiled loop's results."""
     results, states = [], []
     for compiled in (True, False):
-        draft = fast_drafts(target)[draft_name]
-        # Two generations through one draft: the second starts from the state the first left.
+        draft = make_draft()
         results.append(
             [
                 speculative_decode(
@@ -78,15 +97,14 @@ def test_the_compiled_loop_emits_what_the_python_loop_does(
                     schedule=schedule,
                     compiled_loop=compiled,
                 )
-                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5], 12), ([2], 13))
+                for prompt, seed in prompts
             ]
         )
-        states.append(draft_state(draft))
+        states.append(state_of(draft))
     for ours, python in zip(*results, strict=True):
         assert passes(ours) == passes(python)
         assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-6)
-    assert states[0] == states[1]
-    assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
+    return states[0], states[1], results[0]
 
 
 def draft_state(draft: ModelDraft) -> tuple[object, ...]:
@@ -181,34 +199,14 @@ def test_a_table_draft_in_the_compiled_loop_emits_what_the_python_loop_does(
     target: CharGPT, schedule: Schedule, temperature: float, draft_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_compiled_loops(monkeypatch)
-    results, histories = [], []
-    for compiled in (True, False):
-        draft = table_drafts(target)[draft_name]
-        results.append(
-            [
-                speculative_decode(
-                    target,
-                    draft,
-                    0,
-                    prompt,
-                    70,
-                    temperature=temperature,
-                    seed=seed,
-                    impl="fast",
-                    schedule=schedule,
-                    compiled_loop=compiled,
-                )
-                for prompt, seed in (([3, 1, 4], 11), ([3, 1, 4, 1, 5, 9, 2], 12), ([2], 13))
-            ]
-        )
-        histories.append(draft.history())
-    for ours, python in zip(*results, strict=True):
-        assert passes(ours) == passes(python)
-        assert ours.total_variations == pytest.approx(python.total_variations, abs=1e-6)
-    assert histories[0] == histories[1]
+    prompts = (([3, 1, 4], 11), ([3, 1, 4, 1, 5, 9, 2], 12), ([2], 13))
+    compiled, python, results = compiled_and_python(
+        target, lambda: table_drafts(target)[draft_name], lambda draft: draft.history(), schedule, temperature, prompts
+    )
+    assert compiled == python
     assert calls == [70, 70, 70], "the first three generations ran in C++, the last three in Python"
-    kept = sum(result.accepted for result in results[0])
-    assert 0 < kept < sum(result.proposed for result in results[0]), "both outcomes of the accept rule were met"
+    kept = sum(result.accepted for result in results)
+    assert 0 < kept < sum(result.proposed for result in results), "both outcomes of the accept rule were met"
 
 
 def test_the_table_loop_refuses_what_it_cannot_read(target: CharGPT) -> None:
