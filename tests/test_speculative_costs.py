@@ -11,8 +11,9 @@ import torch
 
 from runner.cost.speculative import expected_chars_per_pass
 from runner.cost.speculative_prediction import calibrate, simulated_passes
+from runner.decoding import fast_loop
 from runner.decoding.drafts import BigramDraft, ModelDraft
-from runner.decoding.fast import FastDecoder, decoder_for
+from runner.decoding.fast import decoder_for
 from runner.decoding.fast_library import entry_point_seconds
 from runner.decoding.fast_loop import LoopState
 from runner.decoding.speculative import Draft, speculative_decode
@@ -171,7 +172,7 @@ def test_centred_passes_straddle_the_generations_middle() -> None:
 
 
 def test_the_compiled_loop_replays_given_passes(target: CharGPT) -> None:
-    """FastDecoder.speculate's replay: each pass keeps what it is told (at most what it drafted) and
+    """runner.decoding.fast_loop.speculate's replay: each pass keeps what it is told (at most what it drafted) and
     emits the given text, so both caches advance as the replayed passes did."""
     draft_model = quantize_model(target, "int8", kernel="fast_int8")
     text = (torch.arange(80) * 7 % VOCAB).tolist()
@@ -183,8 +184,8 @@ def test_the_compiled_loop_replays_given_passes(target: CharGPT) -> None:
     loop = LoopState(cache, draft_cache, text[9], pending)
     draws = torch.rand(4 * 13, dtype=torch.float64, generator=torch.Generator().manual_seed(0))  # 3k + 1 a pass
     before = entry_point_seconds()
-    outcome = decoder_for(target).speculate(
-        decoder_for(draft_model), loop, 14, (0, 4, 4, 0.0), 1.0, draws, replay=(kept, text[10:28])
+    outcome = fast_loop.speculate(
+        decoder_for(target), decoder_for(draft_model), loop, 14, (0, 4, 4, 0.0), 1.0, draws, replay=(kept, text[10:28])
     )
     after = entry_point_seconds()
     assert outcome.accepted_per_pass == [4, 0, 2, 4] and outcome.drafted_per_pass == [4, 4, 4, 4]
@@ -192,8 +193,15 @@ def test_the_compiled_loop_replays_given_passes(target: CharGPT) -> None:
     assert cache.length == 9 + 14, "the target's cache holds the replayed text but its last token"
     assert after[0] > before[0] and after[1] > before[1], "the library clocks drafting and verifying apart"
     with pytest.raises(RuntimeError, match="replay: need 18 tokens"):
-        decoder_for(target).speculate(
-            decoder_for(draft_model), loop, 14, (0, 4, 4, 0.0), 1.0, draws, replay=(kept, text[10:20])
+        fast_loop.speculate(
+            decoder_for(target),
+            decoder_for(draft_model),
+            loop,
+            14,
+            (0, 4, 4, 0.0),
+            1.0,
+            draws,
+            replay=(kept, text[10:20]),
         )
 
 
@@ -206,15 +214,15 @@ def test_a_fast_cost_session_replays_its_passes_in_the_compiled_loop(
     run = speculative_decode(target, draft, 3, [1, 2], 100, temperature=1.0, seed=5, impl="fast")
     passes = centred_passes(passes_of_run(run, 2))
     replayed: list[list[int]] = []
-    speculate = FastDecoder.speculate
+    speculate = fast_loop.speculate
 
-    def spy(self: FastDecoder, *arguments: Any, **keywords: Any) -> Any:
+    def spy(*arguments: Any, **keywords: Any) -> Any:
         assert keywords.get("replay") is not None, "a cost session replays"
         replayed.append(list(keywords["replay"][0]))
-        return speculate(self, *arguments, **keywords)
+        return speculate(*arguments, **keywords)
 
     clocks = iter([(1.0, 2.0), (1.0 + 16 * 3e-6, 2.0 + 16 * 5e-6)])  # drafting, verifying: before, after
-    monkeypatch.setattr(FastDecoder, "speculate", spy)
+    monkeypatch.setattr(fast_loop, "speculate", spy)
     monkeypatch.setattr(speculative_costs, "entry_point_seconds", lambda: next(clocks))
     session = CostSession(target, "fast", draft, 3, 1.0, [1, 2] + run.tokens, passes, seed=5, harness=Harness())
     costs = session()

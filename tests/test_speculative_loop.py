@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from runner.decoding import fast_loop
 from runner.decoding.decode import generate
 from runner.decoding.drafts import BigramDraft, ContextTableDraft, ModelDraft, NGramDraft
-from runner.decoding.fast import FastDecoder
 from runner.decoding.speculative import Schedule, SpeculativeResult, speculative_decode
 from runner.model.gpt import CharGPT, ModelConfig
 from runner.model.quantize import quantize_model
@@ -136,18 +136,18 @@ def test_no_new_tokens_is_an_empty_generation(target: CharGPT) -> None:
 def count_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The new_tokens of every compiled loop run from here on, a model's draft or a table's."""
     calls: list[int] = []
-    speculate, speculate_table = FastDecoder.speculate, FastDecoder.speculate_table
+    speculate, speculate_table = fast_loop.speculate, fast_loop.speculate_table
 
-    def counted(self: FastDecoder, *args: Any) -> Any:
-        calls.append(args[2])
-        return speculate(self, *args)
+    def counted(*args: Any) -> Any:
+        calls.append(args[3])
+        return speculate(*args)
 
-    def counted_table(self: FastDecoder, *args: Any) -> Any:
-        calls.append(args[4])
-        return speculate_table(self, *args)
+    def counted_table(*args: Any) -> Any:
+        calls.append(args[5])
+        return speculate_table(*args)
 
-    monkeypatch.setattr(FastDecoder, "speculate", counted)
-    monkeypatch.setattr(FastDecoder, "speculate_table", counted_table)
+    monkeypatch.setattr(fast_loop, "speculate", counted)
+    monkeypatch.setattr(fast_loop, "speculate_table", counted_table)
     return calls
 
 
@@ -220,12 +220,12 @@ def test_the_table_loop_refuses_what_it_cannot_read(target: CharGPT) -> None:
     cache = target.new_cache(capacity=64)
     draws = torch.rand(200, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="history: 1..2 tokens, got 3"):
-        decoder.speculate_table(table, [1, 2, 3], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+        fast_loop.speculate_table(decoder, table, [1, 2, 3], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
     with pytest.raises(RuntimeError, match="vocabulary differs"):
-        decoder.speculate_table(wider, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+        fast_loop.speculate_table(decoder, wider, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
     with pytest.raises(RuntimeError, match="ran past a cache or its uniforms"):
-        decoder.speculate_table(table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws[:5])
-    outcome = decoder.speculate_table(table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
+        fast_loop.speculate_table(decoder, table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws[:5])
+    outcome = fast_loop.speculate_table(decoder, table, [1, 2], cache, 3, 10, (0, 2, 2, 0.0), 1.0, draws)
     assert len(outcome.emitted) >= 10 and cache.length == len(outcome.emitted)
 
 

@@ -26,7 +26,7 @@ import array
 import ctypes
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -37,10 +37,6 @@ from runner.decoding.fast_library import instruction_set as instruction_set
 from runner.decoding.fast_library import library
 from runner.decoding.fast_packing import RETIRED_BYTES, Packings, address
 from runner.model.gpt import CharGPT, KVCache
-
-if TYPE_CHECKING:
-    from runner.decoding.drafts import CompiledTable
-    from runner.decoding.fast_loop import LoopOutcome, LoopState
 
 BONUS_FROM_DRAFT = 4  # runner.decoding.accept_rule.RULE_VARIANTS' index of the variant whose q has k + 1 rows
 
@@ -261,42 +257,6 @@ class FastDecoder:
         cache.length += len(feed) + len(tokens) - (1 if len(tokens) == new_tokens else 0)
         assert distributions is not None
         return tokens, distributions
-
-    def speculate(
-        self,
-        draft: FastDecoder,
-        loop: LoopState,
-        new_tokens: int,
-        schedule: tuple[int, int, int, float],
-        temperature: float,
-        uniforms: torch.Tensor,
-        replay: tuple[list[int], list[int]] | None = None,
-    ) -> LoopOutcome:
-        """The whole speculative loop in one call, this model the target and ``draft`` proposing
-        (runner.decoding.fast_loop.speculate)."""
-        from runner.decoding.fast_loop import speculate
-
-        return speculate(self, draft, loop, new_tokens, schedule, temperature, uniforms, replay)
-
-    def speculate_table(
-        self,
-        table: CompiledTable,
-        history: list[int],
-        target_cache: KVCache,
-        last: int,
-        new_tokens: int,
-        schedule: tuple[int, int, int, float],
-        temperature: float,
-        uniforms: torch.Tensor,
-        replay: tuple[list[int], list[int]] | None = None,
-    ) -> LoopOutcome:
-        """The same loop with a context table proposing after ``history``
-        (runner.decoding.fast_loop.speculate_table)."""
-        from runner.decoding.fast_loop import speculate_table
-
-        return speculate_table(
-            self, table, history, target_cache, last, new_tokens, schedule, temperature, uniforms, replay
-        )
 
     def generate(self, prompt: list[int], new_tokens: int, temperature: float, uniforms: torch.Tensor) -> list[int]:
         """``sample`` from position 0 into this thread's scratch cache, keeping only the tokens (a plain

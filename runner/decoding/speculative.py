@@ -397,7 +397,7 @@ def _compiled_loop(
     """speculative_decode's loop in one C++ call: the uniforms every pass could read drawn at once
     (torch's float64 stream is the same drawn at once or in parts, so the tokens are the Python
     loop's), the result assembled from what the loop reports."""
-    from runner.decoding.fast_loop import LoopState
+    from runner.decoding import fast_loop
 
     most = new_tokens * (3 * schedule.longest + 1)  # every pass emits at least one token
     draws = uniforms(most, temperature, generator)
@@ -405,8 +405,8 @@ def _compiled_loop(
     if isinstance(draft, CompiledTableDraft):
         table = draft.compiled_table(temperature)
         assert table is not None, "runs_compiled: a table the loop reads"
-        outcome = target.decoder.speculate_table(
-            table, draft.history(), cache, prompt[-1], new_tokens, kind, temperature, draws
+        outcome = fast_loop.speculate_table(
+            target.decoder, table, draft.history(), cache, prompt[-1], new_tokens, kind, temperature, draws
         )
         draft.follow(prompt + outcome.emitted)
     else:
@@ -414,8 +414,8 @@ def _compiled_loop(
         decoder = draft.compiled_decoder()
         assert decoder is not None
         draft_cache, pending = draft.loop_state()
-        state = LoopState(cache, draft_cache, prompt[-1], pending)
-        outcome = target.decoder.speculate(decoder, state, new_tokens, kind, temperature, draws)
+        state = fast_loop.LoopState(cache, draft_cache, prompt[-1], pending)
+        outcome = fast_loop.speculate(target.decoder, decoder, state, new_tokens, kind, temperature, draws)
         text = prompt + outcome.emitted
         draft.follow(text)
         assert len(text) - draft_cache.length == outcome.unfed, "the loop and the draft disagree on what it fed"

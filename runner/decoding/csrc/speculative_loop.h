@@ -1,6 +1,6 @@
 // The whole speculative loop of runner.decoding.speculative.speculative_decode in one call, for a fast
-// target and a draft that proposes without Python: a fast model draft (runner.decoding.fast.FastDecoder.speculate)
-// or a context table, an n-gram or bigram draft (FastDecoder.speculate_table). On the EPYC a pass of the Python
+// target and a draft that proposes without Python: a fast model draft (runner.decoding.fast_loop.speculate)
+// or a context table, an n-gram or bigram draft (fast_loop.speculate_table). On the EPYC a pass of the Python
 // loop spent about as long between its two compiled calls (uniforms, tensors, bookkeeping) as a plain step
 // takes, so the loop itself decided whether speculation won, as gpt-fast keeps its loop tight.
 //

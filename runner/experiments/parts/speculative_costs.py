@@ -27,8 +27,8 @@ from typing import cast
 import torch
 
 from runner.cost.speculative import TURN_PROPOSALS
+from runner.decoding import fast_loop
 from runner.decoding.fast_library import entry_point_seconds
-from runner.decoding.fast_loop import LoopState
 from runner.decoding.speculative import (
     CompiledDraft,
     CompiledTableDraft,
@@ -92,12 +92,10 @@ def propose(run_target: TargetPass, draft: Draft, count: int, temperature: float
     context table, the table's turn in C++ (fast_loop.propose_table, on the library's clock of a draft's
     turn, which a table's Python propose never reaches), else the draft's own propose."""
     if isinstance(draft, CompiledTableDraft) and runs_compiled(run_target, draft):
-        from runner.decoding.fast_loop import propose_table
-
         table = draft.compiled_table(temperature)
         assert table is not None, "runs_compiled: a table the loop reads"
         draws = uniforms(count, temperature, generator)
-        propose_table(cast(CompiledTarget, run_target).decoder, table, draft.history(), count, 0.0, draws)
+        fast_loop.propose_table(cast(CompiledTarget, run_target).decoder, table, draft.history(), count, 0.0, draws)
         return
     draft.propose(count, temperature, generator)
 
@@ -194,8 +192,8 @@ class CostSession:
             table = self._draft.compiled_table(self._temperature)
             assert table is not None, "runs_compiled: a table the loop reads"
             history = self._draft.history()
-            outcome = target.decoder.speculate_table(
-                table, history, self._cache, last, emitted, schedule, self._temperature, draws, replay=replay
+            outcome = fast_loop.speculate_table(
+                target.decoder, table, history, self._cache, last, emitted, schedule, self._temperature, draws, replay
             )
             self._draft.follow(self._text[: committed + len(outcome.emitted)])
             return
@@ -203,8 +201,10 @@ class CostSession:
         decoder = draft.compiled_decoder()
         assert decoder is not None, "runs_compiled: a draft with a compiled decoder"
         draft_cache, pending = draft.loop_state()
-        loop = LoopState(self._cache, draft_cache, last, pending)
-        outcome = target.decoder.speculate(decoder, loop, emitted, schedule, self._temperature, draws, replay=replay)
+        loop = fast_loop.LoopState(self._cache, draft_cache, last, pending)
+        outcome = fast_loop.speculate(
+            target.decoder, decoder, loop, emitted, schedule, self._temperature, draws, replay=replay
+        )
         draft.follow(self._text[: committed + len(outcome.emitted)])
 
     def _compiled_costs(self) -> PassCosts | None:
